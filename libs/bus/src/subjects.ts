@@ -1,0 +1,53 @@
+/**
+ * The one naming module for bus subjects. These names are contracts between
+ * processes (renaming one strands traffic across a rolling upgrade), so every
+ * subject is built here and nowhere else.
+ *
+ * Every subject starts with a prefix (BUS_SUBJECT_PREFIX, default `cp`) so
+ * test suites and tenants of one NATS server stay apart.
+ */
+import { CHANNEL_ID_RE } from '@crowdplay/protocol';
+
+function token(kind: string, value: string): string {
+  if (!CHANNEL_ID_RE.test(value)) throw new TypeError(`${kind} "${value}" is not subject-safe (^[A-Za-z0-9_-]{1,64}$)`);
+  return value;
+}
+
+export interface Subjects {
+  readonly prefix: string;
+  /** Gateway → owning shard: micro-batched intents of a channel (IntentBatch). */
+  channelIn(channel: string): string;
+  /** Shard → gateways: serialized viewer updates of a channel (ChannelUpdate bytes). */
+  channelOut(channel: string): string;
+  /** Shard → the channel's game connection: batches (Batch bytes). */
+  channelGame(channel: string): string;
+  /** Game connection → shard: declare/state (request/reply). */
+  channelCtl(channel: string): string;
+  /** Shard → one gateway: act acks (AckBatch). */
+  gatewayAcks(gatewayId: string): string;
+  /** Router → one shard: acquire / release (request/reply). */
+  shardCtl(shardId: string): string;
+  /** Shards → sequencer: lease a block of event ids (request/reply). */
+  sequencerLease(): string;
+  /** Anyone → router: assign / lookup / release / membership (request/reply). */
+  routerCtl(): string;
+  /** Every shard's in-subject, for a shard that serves all channels it owns with one subscription. */
+  allChannelsIn(): string;
+}
+
+/** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
+export function subjects(prefix: string): Subjects {
+  token('prefix', prefix);
+  return {
+    prefix,
+    channelIn: (c) => `${prefix}.ch.${token('channel', c)}.in`,
+    channelOut: (c) => `${prefix}.ch.${token('channel', c)}.out`,
+    channelGame: (c) => `${prefix}.ch.${token('channel', c)}.game`,
+    channelCtl: (c) => `${prefix}.ch.${token('channel', c)}.ctl`,
+    gatewayAcks: (g) => `${prefix}.gw.${token('gateway', g)}.acks`,
+    shardCtl: (s) => `${prefix}.shard.${token('shard', s)}.ctl`,
+    sequencerLease: () => `${prefix}.seq.lease`,
+    routerCtl: () => `${prefix}.router.ctl`,
+    allChannelsIn: () => `${prefix}.ch.*.in`,
+  };
+}

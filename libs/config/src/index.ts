@@ -1,0 +1,3 @@
+export * from './dsl.ts';
+export { schema, type Schema } from './schema.ts';
+export * from './load.ts';

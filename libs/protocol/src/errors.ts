@@ -1,0 +1,118 @@
+/**
+ * The error catalogue: every error crowdplay reports to a client, operator or
+ * caller has one stable code here (`CP_ERR_<AREA>_<WHAT>`), a message
+ * template, an HTTP status and, where the error ends a WebSocket, a close code.
+ *
+ * Codes are contracts: callers branch on `code`, never on message text. A code
+ * is never reused for a different meaning; a retired code stays listed.
+ * `docs/protocol.md` documents this table (a test keeps them in step).
+ */
+
+/** One catalogue entry. `closeCode` is set when the error ends the socket. */
+export interface ErrorSpec {
+  readonly message: string;
+  readonly httpStatus: number;
+  readonly closeCode?: number;
+}
+
+/**
+ * WebSocket close codes used by the gateway (RFC 6455 §7.4: 4000–4999 are for
+ * applications). Documented in docs/protocol.md.
+ */
+export const CloseCode = {
+  /** Normal close (RFC 6455). */
+  normal: 1000,
+  /** The gateway is going away (drain or shutdown): reconnect elsewhere. */
+  goingAway: 1001,
+  /** A frame larger than WS_MAX_MESSAGE_BYTES (RFC 6455 "message too big"). */
+  messageTooBig: 1009,
+  /** Token missing, malformed, forged or expired. */
+  unauthorized: 4001,
+  /** Authenticated, but not for this channel (another tenant's channel). */
+  forbidden: 4003,
+  /** The channel does not exist. */
+  unknownChannel: 4004,
+  /** Slow consumer: the socket's send buffer passed WS_MAX_BUFFERED_BYTES. */
+  slowConsumer: 4008,
+  /** A second game connection for a channel that already has one. */
+  gameConflict: 4009,
+  /** Too many connections from this address (/64 for IPv6). */
+  connectionRateLimited: 4029,
+  /** Too many protocol errors on this socket. */
+  protocolViolation: 4400,
+  /** Server error; reconnect with backoff. */
+  internal: 4500,
+} as const;
+export type CloseCodeValue = (typeof CloseCode)[keyof typeof CloseCode];
+
+export const ERRORS = {
+  // protocol (frames on a socket)
+  CP_ERR_PROTO_MALFORMED: { message: 'frame is not valid JSON', httpStatus: 400 },
+  CP_ERR_PROTO_INVALID: { message: 'message does not match the v1 schema: %s', httpStatus: 400 },
+  CP_ERR_PROTO_UNKNOWN_TYPE: { message: 'unknown message type "%s" for role %s', httpStatus: 400 },
+  CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
+  CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
+  // auth
+  CP_ERR_AUTH_MISSING: { message: 'no credentials: pass token= (crowd) or key= (game)', httpStatus: 401, closeCode: CloseCode.unauthorized },
+  CP_ERR_AUTH_INVALID: { message: 'credentials rejected: %s', httpStatus: 401, closeCode: CloseCode.unauthorized },
+  CP_ERR_AUTH_EXPIRED: { message: 'token expired', httpStatus: 401, closeCode: CloseCode.unauthorized },
+  CP_ERR_AUTH_FORBIDDEN_CHANNEL: { message: 'channel %s belongs to another tenant', httpStatus: 403, closeCode: CloseCode.forbidden },
+  // channels
+  CP_ERR_CHANNEL_UNKNOWN: { message: 'unknown channel %s', httpStatus: 404, closeCode: CloseCode.unknownChannel },
+  CP_ERR_CHANNEL_INVALID_ID: { message: 'channel id must match ^[A-Za-z0-9_-]{1,64}$', httpStatus: 400, closeCode: CloseCode.unknownChannel },
+  CP_ERR_CHANNEL_UNAVAILABLE: { message: 'no shard serves channel %s right now', httpStatus: 503 },
+  CP_ERR_CHANNEL_GAME_CONNECTED: { message: 'channel %s already has a game connection', httpStatus: 409, closeCode: CloseCode.gameConflict },
+  CP_ERR_CHANNEL_STALE_EPOCH: { message: 'write for channel %s at epoch %s refused: the channel moved', httpStatus: 409 },
+  CP_ERR_CHANNEL_NOT_OWNED: { message: 'this shard does not own channel %s', httpStatus: 409 },
+  // intents (act acks)
+  CP_ERR_INTENT_UNKNOWN_ACTION: { message: 'unknown action %s', httpStatus: 400 },
+  CP_ERR_INTENT_UNKNOWN_OPTION: { message: 'unknown option %s for action %s', httpStatus: 400 },
+  CP_ERR_INTENT_NO_GAME: { message: 'the game has not declared any actions yet', httpStatus: 409 },
+  CP_ERR_INTENT_RATE_LIMITED: { message: 'too many intents: at most %s per second', httpStatus: 429 },
+  CP_ERR_INTENT_INSUFFICIENT_FUNDS: { message: 'not enough points: the action costs %s', httpStatus: 402 },
+  CP_ERR_INTENT_OVERLOADED: { message: 'the shard is over its intake queue limit', httpStatus: 503 },
+  // game
+  CP_ERR_GAME_INVALID_DECLARE: { message: 'invalid action declaration: %s', httpStatus: 400 },
+  CP_ERR_GAME_STATE_TOO_BIG: { message: 'game state larger than %s bytes', httpStatus: 413 },
+  // limits
+  CP_ERR_LIMIT_CONNECTION_RATE: { message: 'too many connections from your address', httpStatus: 429, closeCode: CloseCode.connectionRateLimited },
+  CP_ERR_LIMIT_SLOW_CONSUMER: { message: 'send buffer over %s bytes: the client is not reading', httpStatus: 503, closeCode: CloseCode.slowConsumer },
+  CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
+  // tenants and config
+  CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
+  CP_ERR_CONFIG_INVALID: { message: 'invalid configuration:\n%s', httpStatus: 500 },
+  CP_ERR_INTERNAL: { message: 'internal error', httpStatus: 500, closeCode: CloseCode.internal },
+} as const satisfies Record<string, ErrorSpec>;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** Formats a catalogue message: each `%s` takes the next argument. */
+export function formatMessage(code: ErrorCode, args: readonly unknown[]): string {
+  let i = 0;
+  return ERRORS[code].message.replace(/%s/g, () => String(args[i++] ?? ''));
+}
+
+/**
+ * An error with a catalogue code. Thrown across module boundaries; callers
+ * branch on `err.code`.
+ *
+ * @example throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', ['demo'])
+ */
+export class CrowdplayError extends Error {
+  readonly code: ErrorCode;
+  readonly httpStatus: number;
+  readonly closeCode: number | undefined;
+  constructor(code: ErrorCode, args: readonly unknown[] = [], options?: { cause?: unknown }) {
+    super(formatMessage(code, args), options);
+    this.name = 'CrowdplayError';
+    this.code = code;
+    const spec: ErrorSpec = ERRORS[code];
+    this.httpStatus = spec.httpStatus;
+    this.closeCode = spec.closeCode;
+  }
+}
+
+/** True when `err` is a CrowdplayError with the given code. */
+export function isCrowdplayError(err: unknown, code?: ErrorCode): err is CrowdplayError {
+  return err instanceof CrowdplayError && (code === undefined || err.code === code);
+}

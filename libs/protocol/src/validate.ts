@@ -1,0 +1,41 @@
+import { TypeCompiler } from '@sinclair/typebox/compiler';
+import { CrowdInbound, GameInbound, type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
+import { CrowdplayError } from './errors.ts';
+
+const crowdCheck = TypeCompiler.Compile(CrowdInbound);
+const gameCheck = TypeCompiler.Compile(GameInbound);
+const CROWD_TYPES = new Set(['act']);
+const GAME_TYPES = new Set(['declare', 'state']);
+
+/**
+ * Parses and validates one inbound text frame from a client of `role`.
+ *
+ * @param raw the frame as received (UTF-8 text)
+ * @returns the typed message
+ * @throws CrowdplayError CP_ERR_PROTO_MALFORMED (not JSON / not an object),
+ *   CP_ERR_PROTO_UNKNOWN_TYPE (no or unknown `t`), CP_ERR_PROTO_INVALID (schema mismatch)
+ */
+export function parseInbound(role: 'crowd', raw: string): CrowdMsg;
+export function parseInbound(role: 'game', raw: string): GameMsg;
+export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | GameMsg {
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch (err) {
+    throw new CrowdplayError('CP_ERR_PROTO_MALFORMED', [], { cause: err });
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new CrowdplayError('CP_ERR_PROTO_MALFORMED');
+  }
+  const t = (value as { t?: unknown }).t;
+  const types = role === 'crowd' ? CROWD_TYPES : GAME_TYPES;
+  if (typeof t !== 'string' || !types.has(t)) {
+    throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), role]);
+  }
+  const check = role === 'crowd' ? crowdCheck : gameCheck;
+  if (!check.Check(value)) {
+    const first = check.Errors(value).First();
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);
+  }
+  return value as CrowdMsg | GameMsg;
+}

@@ -1,0 +1,111 @@
+import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
+import type { Db } from './db.ts';
+
+/** A channel row: its tenant, its fencing epoch and current owner shard. */
+export interface ChannelRow {
+  id: string;
+  tenantId: string;
+  epoch: number;
+  owner: string | null;
+}
+
+/** A channel's last snapshot. */
+export interface Snapshot {
+  channelId: string;
+  epoch: number;
+  eventId: number;
+  state: unknown;
+  savedAt: Date;
+}
+
+interface Row {
+  id: string;
+  tenant_id: string;
+  epoch: string;
+  owner: string | null;
+}
+
+function toChannel(r: Row): ChannelRow {
+  return { id: r.id, tenantId: r.tenant_id, epoch: Number(r.epoch), owner: r.owner };
+}
+
+/**
+ * Channels, their epochs (the fencing tokens) and snapshots. The epoch lives
+ * in the channel row that the fencing trigger reads, so a restart of anything
+ * but Postgres never reuses one.
+ */
+export class ChannelRepository {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Returns the channel, creating it for `tenantId` if it does not exist.
+   * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_FORBIDDEN_CHANNEL (it belongs to another tenant)
+   */
+  async ensure(id: string, tenantId: string): Promise<ChannelRow> {
+    if (!CHANNEL_ID_RE.test(id)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+    await this.db.query('INSERT INTO channels (id, tenant_id) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [id, tenantId]);
+    const row = await this.get(id);
+    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);
+    if (row.tenantId !== tenantId) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [id]);
+    return row;
+  }
+
+  /** The channel, or null. */
+  async get(id: string): Promise<ChannelRow | null> {
+    if (!CHANNEL_ID_RE.test(id)) return null;
+    const { rows } = await this.db.query<Row>('SELECT id, tenant_id, epoch, owner FROM channels WHERE id = $1', [id]);
+    return rows[0] ? toChannel(rows[0]) : null;
+  }
+
+  /**
+   * Makes `shardId` the owner at a new epoch (`epoch + 1`), whoever owned it
+   * before: every write the previous owner makes from now on is refused.
+   * @returns the new epoch
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN
+   */
+  async acquire(id: string, shardId: string): Promise<number> {
+    const { rows } = await this.db.query<{ epoch: string }>(
+      'UPDATE channels SET epoch = epoch + 1, owner = $2, acquired_at = now() WHERE id = $1 RETURNING epoch',
+      [id, shardId],
+    );
+    if (!rows[0]) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);
+    return Number(rows[0].epoch);
+  }
+
+  /**
+   * Clears the owner if `shardId` still owns the channel at `epoch`.
+   * @returns false when the channel moved on (nothing changed)
+   */
+  async release(id: string, shardId: string, epoch: number): Promise<boolean> {
+    const { rowCount } = await this.db.query('UPDATE channels SET owner = NULL WHERE id = $1 AND owner = $2 AND epoch = $3', [id, shardId, epoch]);
+    return rowCount === 1;
+  }
+
+  /** Channels owned by `shardId`. */
+  async listOwned(shardId: string): Promise<ChannelRow[]> {
+    const { rows } = await this.db.query<Row>('SELECT id, tenant_id, epoch, owner FROM channels WHERE owner = $1 ORDER BY id', [shardId]);
+    return rows.map(toChannel);
+  }
+
+  /**
+   * Saves a channel's state at `epoch` (fenced: refused unless `epoch` is current).
+   * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH
+   */
+  async saveSnapshot(id: string, epoch: number, eventId: number, state: unknown): Promise<void> {
+    await this.db.query(
+      `INSERT INTO channel_snapshots (channel_id, epoch, event_id, state, saved_at) VALUES ($1, $2, $3, $4, now())
+       ON CONFLICT (channel_id) DO UPDATE SET epoch = EXCLUDED.epoch, event_id = EXCLUDED.event_id, state = EXCLUDED.state, saved_at = now()`,
+      [id, epoch, eventId, JSON.stringify(state)],
+    );
+  }
+
+  /** The channel's last snapshot, or null. */
+  async loadSnapshot(id: string): Promise<Snapshot | null> {
+    const { rows } = await this.db.query<{ channel_id: string; epoch: string; event_id: string; state: unknown; saved_at: Date }>(
+      'SELECT channel_id, epoch, event_id, state, saved_at FROM channel_snapshots WHERE channel_id = $1',
+      [id],
+    );
+    const r = rows[0];
+    return r ? { channelId: r.channel_id, epoch: Number(r.epoch), eventId: Number(r.event_id), state: r.state, savedAt: r.saved_at } : null;
+  }
+}

@@ -1,0 +1,131 @@
+import type pg from 'pg';
+import type { PGlite, Transaction } from '@electric-sql/pglite';
+import { CrowdplayError } from '@crowdplay/protocol';
+
+/** The part of a query result crowdplay reads. */
+export interface QueryResult<R> {
+  rows: R[];
+  rowCount: number;
+}
+
+/** Anything that runs a query: the database, or the handle inside a transaction. */
+export interface Queryable {
+  query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>>;
+}
+
+/**
+ * The database every repository uses. Two engines: `PgDb` (a pg Pool on real
+ * Postgres) and `PgliteDb` (embedded PGlite, one session). Repositories see
+ * only this interface.
+ */
+export interface Db extends Queryable {
+  readonly kind: 'postgres' | 'pglite';
+  /**
+   * Runs `fn` in one transaction: COMMIT when it resolves, ROLLBACK when it
+   * throws (the error is rethrown). Inside `fn` use only `q`: with PGlite,
+   * a query on the Db itself would wait for the transaction and hang.
+   */
+  tx<T>(fn: (q: Queryable) => Promise<T>): Promise<T>;
+  close(): Promise<void>;
+}
+
+/** SQLSTATE raised by cp_check_epoch() (migrations/…_foundation.sql). */
+export const STALE_EPOCH_SQLSTATE = 'CP409';
+
+/** Maps Postgres errors with a crowdplay meaning to CrowdplayError; others pass through. */
+export function mapPgError(err: unknown): unknown {
+  const e = err as { code?: string; message?: string };
+  if (e && e.code === STALE_EPOCH_SQLSTATE) {
+    const m = /stale epoch (\d+) for channel (\S+)/.exec(e.message ?? '');
+    return new CrowdplayError('CP_ERR_CHANNEL_STALE_EPOCH', [m?.[2] ?? '?', m?.[1] ?? '?'], { cause: err });
+  }
+  return err;
+}
+
+/** Real Postgres through a pg Pool. */
+export class PgDb implements Db {
+  readonly kind = 'postgres';
+  private closed = false;
+  constructor(readonly pool: pg.Pool) {}
+
+  async query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+    try {
+      const r = await this.pool.query(sql, params);
+      return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+    } catch (err) {
+      throw mapPgError(err);
+    }
+  }
+
+  async tx<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    const q: Queryable = {
+      query: async <R>(sql: string, params?: unknown[]) => {
+        const r = await client.query(sql, params);
+        return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+      },
+    };
+    try {
+      await client.query('BEGIN');
+      const result = await fn(q);
+      await client.query('COMMIT');
+      return result;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw mapPgError(err);
+    } finally {
+      client.release();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pool.end();
+  }
+}
+
+type PgliteRunner = Pick<PGlite, 'query' | 'exec'> | Transaction;
+
+async function pgliteQuery<R>(runner: PgliteRunner, sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+  try {
+    if (params && params.length > 0) {
+      const r = await runner.query<R>(sql, params);
+      return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
+    }
+    // No parameters: the simple protocol, which also runs multi-statement SQL (migrations).
+    const results = await runner.exec(sql);
+    const last = results[results.length - 1];
+    return { rows: (last?.rows ?? []) as R[], rowCount: last?.affectedRows ?? last?.rows.length ?? 0 };
+  } catch (err) {
+    throw mapPgError(err);
+  }
+}
+
+/**
+ * Embedded PGlite. It is a single session: every query runs one at a time, and
+ * a transaction holds the session until it ends.
+ */
+export class PgliteDb implements Db {
+  readonly kind = 'pglite';
+  private closed = false;
+  constructor(readonly pglite: PGlite) {}
+
+  query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+    return pgliteQuery<R>(this.pglite, sql, params);
+  }
+
+  async tx<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
+    try {
+      return await this.pglite.transaction((t) => fn({ query: <R>(sql: string, params?: unknown[]) => pgliteQuery<R>(t, sql, params) }));
+    } catch (err) {
+      throw mapPgError(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.pglite.close();
+  }
+}

@@ -1,0 +1,5 @@
+export * from './db.ts';
+export * from './open.ts';
+export * from './tenants.ts';
+export * from './channels.ts';
+export * from './sequencer.ts';

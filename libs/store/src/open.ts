@@ -1,0 +1,123 @@
+import { mkdirSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { runner } from 'node-pg-migrate';
+import { PgDb, PgliteDb, type Db } from './db.ts';
+import { TenantRepository } from './tenants.ts';
+import { ChannelRepository } from './channels.ts';
+import { SequencerRepository } from './sequencer.ts';
+
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
+
+export interface StoreOptions {
+  /** Postgres URL; empty selects embedded PGlite. */
+  url: string;
+  /** Schema for crowdplay's tables (created by the migrations if missing). */
+  schema: string;
+  /** Pool size for real Postgres (connections); PGlite is one session. */
+  poolMax: number;
+  /** PGlite data directory, or `memory`. */
+  pgliteDir: string;
+  /** Run migrations on open (default true). */
+  migrate?: boolean;
+  /** Where migration progress is logged (default: silent). */
+  log?: (msg: string) => void;
+}
+
+/** The store: the Db handle and its repositories. */
+export interface Store {
+  readonly kind: 'postgres' | 'pglite';
+  readonly db: Db;
+  readonly tenants: TenantRepository;
+  readonly channels: ChannelRepository;
+  readonly sequencer: SequencerRepository;
+  /** Closes the pool (or PGlite). Safe to call twice. */
+  close(): Promise<void>;
+}
+
+function quoteIdent(name: string): string {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(name)) throw new TypeError(`not a plain SQL identifier: ${name}`);
+  return `"${name}"`;
+}
+
+/**
+ * Opens the store named by `opts.url`, runs pending migrations, and returns
+ * the repositories.
+ *
+ * Real Postgres: a pg Pool of `poolMax` connections whose search_path is
+ * `schema`. Embedded: PGlite (measured here: ~800 MiB RSS, ~3 s to start),
+ * used as the single session it is.
+ *
+ * @throws the pg connection error when Postgres is unreachable; migration errors.
+ */
+export async function openStore(opts: StoreOptions): Promise<Store> {
+  const schema = quoteIdent(opts.schema);
+  let db: Db;
+  if (opts.url) {
+    const pool = new pg.Pool({ connectionString: opts.url, max: opts.poolMax, options: `-c search_path=${schema}` });
+    // A pooled connection that dies is discarded by pg; it must not crash the process.
+    pool.on('error', () => undefined);
+    db = new PgDb(pool);
+  } else {
+    const { PGlite } = await import('@electric-sql/pglite');
+    let dataDir: string | undefined;
+    if (opts.pgliteDir !== 'memory') {
+      dataDir = resolve(opts.pgliteDir);
+      mkdirSync(dataDir, { recursive: true });
+    }
+    const pglite = await PGlite.create(dataDir ? { dataDir } : {});
+    await pglite.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+    db = new PgliteDb(pglite);
+  }
+  try {
+    if (opts.migrate !== false) await migrate(db, opts.schema, opts.log);
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
+  return {
+    kind: db.kind,
+    db,
+    tenants: new TenantRepository(db),
+    channels: new ChannelRepository(db),
+    sequencer: new SequencerRepository(db),
+    close: () => db.close(),
+  };
+}
+
+/**
+ * Applies pending migrations (node-pg-migrate, SQL files in
+ * libs/store/migrations) to `schema`, under node-pg-migrate's advisory lock
+ * so concurrent starters do not race.
+ */
+export async function migrate(db: Db, schema: string, log: (msg: string) => void = () => undefined): Promise<void> {
+  await db.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
+  const run = (q: { query(sql: string, params?: unknown[]): Promise<unknown> }) =>
+    runner({
+      // node-pg-migrate needs only query(text | {text, values}).
+      dbClient: {
+        query: (textOrConfig: string | { text: string; values?: unknown[] }, values?: unknown[]) =>
+          typeof textOrConfig === 'string' ? q.query(textOrConfig, values) : q.query(textOrConfig.text, textOrConfig.values),
+      } as unknown as pg.ClientBase,
+      dir: MIGRATIONS_DIR,
+      direction: 'up',
+      migrationsTable: 'pgmigrations',
+      schema,
+      migrationsSchema: schema,
+      createSchema: true,
+      checkOrder: true,
+      log,
+      logger: { debug: () => undefined, info: log, warn: log, error: log },
+    });
+  if (db instanceof PgDb) {
+    const client = await db.pool.connect();
+    try {
+      await run(client);
+    } finally {
+      client.release();
+    }
+  } else {
+    await run(db);
+  }
+}

@@ -1,0 +1,118 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { CrowdplayError } from '@crowdplay/protocol';
+import type { Db } from './db.ts';
+
+/** A tenant as the services see it. `signingSecret` verifies viewer JWTs (HS256). */
+export interface Tenant {
+  id: string;
+  name: string;
+  apiKeyPrefix: string;
+  signingSecret: string;
+  createdAt: Date;
+}
+
+/** The one time the API key is visible: at create and rotate. */
+export interface TenantCredentials {
+  tenant: Tenant;
+  apiKey: string;
+}
+
+interface Row {
+  id: string;
+  name: string;
+  api_key_prefix: string;
+  signing_secret: string;
+  created_at: Date;
+}
+
+const TENANT_ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** SHA-256 of an API key (keys are 192-bit random, so no stretching is needed). */
+export function hashApiKey(key: string): Buffer {
+  return createHash('sha256').update(key, 'utf8').digest();
+}
+
+/** A new API key: `cpk_<tenant>_<48 hex chars>` (192 random bits). */
+export function newApiKey(tenantId: string): string {
+  return `cpk_${tenantId}_${randomBytes(24).toString('hex')}`;
+}
+
+/** A new signing secret: 256 random bits, base64url. */
+export function newSigningSecret(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+function toTenant(r: Row): Tenant {
+  return { id: r.id, name: r.name, apiKeyPrefix: r.api_key_prefix, signingSecret: r.signing_secret, createdAt: r.created_at };
+}
+
+const COLS = 'id, name, api_key_prefix, signing_secret, created_at';
+
+/** Tenants with hashed API keys. */
+export class TenantRepository {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Creates a tenant with a fresh API key and signing secret.
+   * @throws TypeError for an invalid id; the pg unique-violation error (23505) when it exists.
+   */
+  async create(id: string, name: string): Promise<TenantCredentials> {
+    if (!TENANT_ID_RE.test(id)) throw new TypeError(`tenant id must match ${TENANT_ID_RE}`);
+    const apiKey = newApiKey(id);
+    const { rows } = await this.db.query<Row>(
+      `INSERT INTO tenants (id, name, api_key_hash, api_key_prefix, signing_secret) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLS}`,
+      [id, name, hashApiKey(apiKey), apiKey.slice(0, 12), newSigningSecret()],
+    );
+    return { tenant: toTenant(rows[0]!), apiKey };
+  }
+
+  /**
+   * Creates or updates a tenant with the given key and secret (standalone's dev
+   * tenant, whose credentials are settings).
+   */
+  async upsert(id: string, name: string, apiKey: string, signingSecret: string): Promise<Tenant> {
+    const { rows } = await this.db.query<Row>(
+      `INSERT INTO tenants (id, name, api_key_hash, api_key_prefix, signing_secret) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, api_key_hash = EXCLUDED.api_key_hash,
+         api_key_prefix = EXCLUDED.api_key_prefix, signing_secret = EXCLUDED.signing_secret
+       RETURNING ${COLS}`,
+      [id, name, hashApiKey(apiKey), apiKey.slice(0, 12), signingSecret],
+    );
+    return toTenant(rows[0]!);
+  }
+
+  /**
+   * Replaces a tenant's API key; the old one stops working at once.
+   * @throws CrowdplayError CP_ERR_TENANT_UNKNOWN
+   */
+  async rotateKey(id: string): Promise<TenantCredentials> {
+    const apiKey = newApiKey(id);
+    const { rows } = await this.db.query<Row>(
+      `UPDATE tenants SET api_key_hash = $2, api_key_prefix = $3, key_rotated_at = now() WHERE id = $1 RETURNING ${COLS}`,
+      [id, hashApiKey(apiKey), apiKey.slice(0, 12)],
+    );
+    if (rows.length === 0) throw new CrowdplayError('CP_ERR_TENANT_UNKNOWN', [id]);
+    return { tenant: toTenant(rows[0]!), apiKey };
+  }
+
+  /** Every tenant, by id. */
+  async list(): Promise<Tenant[]> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLS} FROM tenants ORDER BY id`);
+    return rows.map(toTenant);
+  }
+
+  /** The tenant with this id, or null. */
+  async get(id: string): Promise<Tenant | null> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLS} FROM tenants WHERE id = $1`, [id]);
+    return rows[0] ? toTenant(rows[0]) : null;
+  }
+
+  /** The tenant whose API key this is, or null (looked up by hash; compared in constant time). */
+  async byApiKey(apiKey: string): Promise<Tenant | null> {
+    const hash = hashApiKey(apiKey);
+    const { rows } = await this.db.query<Row & { api_key_hash: Buffer }>(`SELECT ${COLS}, api_key_hash FROM tenants WHERE api_key_hash = $1`, [hash]);
+    const r = rows[0];
+    if (!r || !timingSafeEqual(r.api_key_hash, hash)) return null;
+    return toTenant(r);
+  }
+}

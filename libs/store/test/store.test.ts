@@ -1,0 +1,93 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { testSchema, type TestSchema } from '@crowdplay/testing';
+import { openStore, type Store } from '../src/index.ts';
+
+/** The same suite against real Postgres (own schema) and embedded PGlite. */
+function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: () => Promise<void> }>): void {
+  describe(`store (${name})`, () => {
+    let store: Store;
+    let cleanup: () => Promise<void>;
+    before(async () => {
+      ({ store, cleanup } = await open());
+    });
+    after(async () => {
+      await store.close();
+      await store.close(); // idempotent
+      await cleanup();
+    });
+
+    it('tenants - create, look up by API key, rotate', async () => {
+      const { tenant, apiKey } = await store.tenants.create('acme', 'Acme');
+      assert.equal(tenant.id, 'acme');
+      assert.match(apiKey, /^cpk_acme_[0-9a-f]{48}$/);
+      assert.equal((await store.tenants.byApiKey(apiKey))?.id, 'acme');
+      assert.equal(await store.tenants.byApiKey(apiKey + 'x'), null);
+      const rotated = await store.tenants.rotateKey('acme');
+      assert.notEqual(rotated.apiKey, apiKey);
+      assert.equal(await store.tenants.byApiKey(apiKey), null, 'old key stops working');
+      assert.equal((await store.tenants.byApiKey(rotated.apiKey))?.id, 'acme');
+      assert.deepEqual((await store.tenants.list()).map((t) => t.id), ['acme']);
+    });
+
+    it('tenants - bad input is refused and changes nothing', async () => {
+      await assert.rejects(store.tenants.create('bad id!', 'x'), TypeError);
+      await assert.rejects(store.tenants.create('acme', 'dup'), (e: { code?: string }) => e.code === '23505');
+      await assert.rejects(store.tenants.rotateKey('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
+      assert.deepEqual((await store.tenants.list()).map((t) => [t.id, t.name]), [['acme', 'Acme']]);
+    });
+
+    it('channels - belong to one tenant', async () => {
+      await store.tenants.create('other', 'Other');
+      const c = await store.channels.ensure('room-1', 'acme');
+      assert.deepEqual([c.tenantId, c.epoch, c.owner], ['acme', 0, null]);
+      await assert.rejects(store.channels.ensure('room-1', 'other'), (e) => isCrowdplayError(e, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL'));
+      await assert.rejects(store.channels.ensure('no.dots', 'acme'), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_INVALID_ID'));
+      assert.equal((await store.channels.get('room-1'))?.tenantId, 'acme');
+      assert.equal(await store.channels.get('no.dots'), null);
+    });
+
+    it('channels - acquire bumps the epoch and fences stale snapshot writes', async () => {
+      await store.channels.ensure('room-2', 'acme');
+      const e1 = await store.channels.acquire('room-2', 'shard-a');
+      await store.channels.saveSnapshot('room-2', e1, 10, { n: 1 });
+      const e2 = await store.channels.acquire('room-2', 'shard-b');
+      assert.equal(e2, e1 + 1);
+      await assert.rejects(store.channels.saveSnapshot('room-2', e1, 11, { n: 666 }), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'));
+      const snap = await store.channels.loadSnapshot('room-2');
+      assert.deepEqual([snap?.epoch, snap?.eventId, snap?.state], [e1, 10, { n: 1 }], 'the stale write changed nothing');
+      await store.channels.saveSnapshot('room-2', e2, 12, { n: 2 });
+      assert.deepEqual((await store.channels.loadSnapshot('room-2'))?.state, { n: 2 });
+      assert.equal(await store.channels.release('room-2', 'shard-a', e1), false, 'old owner cannot release');
+      assert.deepEqual((await store.channels.listOwned('shard-b')).map((c) => c.id), ['room-2']);
+      assert.equal(await store.channels.release('room-2', 'shard-b', e2), true);
+      assert.equal((await store.channels.get('room-2'))?.owner, null);
+    });
+
+    it('sequencer - blocks never overlap and rise', async () => {
+      const a = await store.sequencer.lease(100);
+      const b = await store.sequencer.lease(5);
+      assert.equal(a.last - a.first, 99);
+      assert.equal(b.first, a.last + 1);
+      assert.equal(await store.sequencer.highWater(), b.last);
+      await assert.rejects(store.sequencer.lease(0), RangeError);
+      await assert.rejects(store.sequencer.lease(1.5), RangeError);
+      assert.equal(await store.sequencer.highWater(), b.last, 'bad lease changed nothing');
+    });
+  });
+}
+
+let pgSchema: TestSchema;
+storeSuite('postgres', async () => {
+  pgSchema = await testSchema();
+  const store = await openStore({ url: pgSchema.databaseUrl, schema: pgSchema.schema, poolMax: 4, pgliteDir: 'memory' });
+  assert.equal(store.kind, 'postgres');
+  return { store, cleanup: () => pgSchema.drop() };
+});
+
+storeSuite('pglite', async () => {
+  const store = await openStore({ url: '', schema: 'public', poolMax: 10, pgliteDir: 'memory' });
+  assert.equal(store.kind, 'pglite');
+  return { store, cleanup: async () => undefined };
+});

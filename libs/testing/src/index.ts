@@ -1,0 +1,2 @@
+export * from './services.ts';
+export * from './isolation.ts';

@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+// `npm test`: type check, lint, then every test file with node's test runner
+// (through tsx). Integration suites use the PostgreSQL, Redis and NATS named by
+// DATABASE_URL / REDIS_URL / NATS_URL (defaults: this machine's), or
+// testcontainers where a container runtime answers (libs/testing).
+//
+//   npm test                 everything
+//   npm test -- libs/bus     only test files under these paths
+//   SKIP_STATIC=1 npm test   skip tsc and eslint (quick local loops)
+import { spawnSync } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(fileURLToPath(import.meta.url), '..', '..');
+const filters = process.argv.slice(2);
+
+function run(cmd, args) {
+  const t0 = Date.now();
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit', env: process.env });
+  console.log(`[test] ${cmd} ${args.slice(0, 3).join(' ')} … exit ${r.status} in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  return r.status ?? 1;
+}
+
+function walk(dir, out) {
+  let entries;
+  try {
+    entries = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const e of entries) {
+    if (e === 'node_modules' || e.startsWith('.')) continue;
+    const p = join(dir, e);
+    if (statSync(p).isDirectory()) walk(p, out);
+    else if (e.endsWith('.test.ts')) out.push(relative(root, p));
+  }
+}
+
+const files = [];
+for (const top of ['libs', 'services', 'loadtest', 'test']) walk(join(root, top), files);
+const selected = files.filter((f) => filters.length === 0 || filters.some((x) => f.startsWith(x))).sort();
+if (selected.length === 0) {
+  console.error('[test] no test files matched', filters);
+  process.exit(1);
+}
+
+let status = 0;
+if (!process.env.SKIP_STATIC) {
+  status ||= run('npx', ['tsc', '-p', 'tsconfig.json', '--noEmit']);
+  status ||= run('npx', ['eslint', '--max-warnings=0', '.']);
+  if (status !== 0) process.exit(status);
+}
+status = run(process.execPath, [
+  '--import',
+  'tsx',
+  '--test',
+  '--test-concurrency=2',
+  '--test-timeout=180000',
+  '--test-reporter=spec',
+  ...selected,
+]);
+process.exit(status);
