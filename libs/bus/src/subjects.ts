@@ -31,8 +31,10 @@ export interface Subjects {
   sequencerLease(): string;
   /** Anyone → router: assign / lookup / release / membership (request/reply). */
   routerCtl(): string;
-  /** Every shard's in-subject, for a shard that serves all channels it owns with one subscription. */
+  /** Every channel's in-subject (tests and tools; a shard subscribes per owned channel). */
   allChannelsIn(): string;
+  /** Shards → router: membership heartbeats ({ id, channels, atMs }). */
+  shardHeartbeat(): string;
 }
 
 /** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
@@ -49,5 +51,6 @@ export function subjects(prefix: string): Subjects {
     sequencerLease: () => `${prefix}.seq.lease`,
     routerCtl: () => `${prefix}.router.ctl`,
     allChannelsIn: () => `${prefix}.ch.*.in`,
+    shardHeartbeat: () => `${prefix}.shard.heartbeat`,
   };
 }

@@ -1,0 +1,87 @@
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
+import type { Attributes, Counter, Histogram, Meter, ObservableGauge, UpDownCounter } from '@opentelemetry/api';
+
+/** Histogram boundaries for latencies in ms (act ack, batch lag, commit time). */
+export const LATENCY_BUCKETS_MS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 300, 500, 1_000, 2_500, 5_000, 10_000];
+/** Histogram boundaries for sizes in bytes. */
+export const SIZE_BUCKETS_BYTES = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
+
+/**
+ * Metrics through the OpenTelemetry metrics API, read by Prometheus from
+ * `/metrics` (the exporter's serializer, no server of its own). One instance
+ * per process (tests make their own, so they never share counters).
+ */
+export class Metrics {
+  readonly meter: Meter;
+  private readonly provider: MeterProvider;
+  private readonly exporter: PrometheusExporter;
+  private readonly serializer = new PrometheusSerializer();
+  private readonly loopDelay: IntervalHistogram;
+  private closed = false;
+
+  constructor(opts: { service: string }) {
+    this.exporter = new PrometheusExporter({ preventServerStart: true });
+    this.provider = new MeterProvider({ readers: [this.exporter] });
+    this.meter = this.provider.getMeter(`crowdplay.${opts.service}`);
+    // Event-loop lag: the first thing a saturated Node process shows.
+    this.loopDelay = monitorEventLoopDelay({ resolution: 10 });
+    this.loopDelay.enable();
+    const lag = this.meter.createObservableGauge('crowdplay_event_loop_lag_ms', {
+      description: 'Event-loop delay since the previous scrape (p50, p99, max), ms',
+      unit: 'ms',
+    });
+    lag.addCallback((r) => {
+      const h = this.loopDelay;
+      if (h.count === 0) return;
+      r.observe(h.percentile(50) / 1e6, { quantile: 'p50' });
+      r.observe(h.percentile(99) / 1e6, { quantile: 'p99' });
+      r.observe(h.max / 1e6, { quantile: 'max' });
+      h.reset();
+    });
+  }
+
+  counter(name: string, description: string): Counter {
+    return this.meter.createCounter(name, { description });
+  }
+
+  upDown(name: string, description: string): UpDownCounter {
+    return this.meter.createUpDownCounter(name, { description });
+  }
+
+  /** A histogram of milliseconds with LATENCY_BUCKETS_MS. */
+  latencyMs(name: string, description: string): Histogram {
+    return this.meter.createHistogram(name, { description, unit: 'ms', advice: { explicitBucketBoundaries: LATENCY_BUCKETS_MS } });
+  }
+
+  /** A histogram of bytes with SIZE_BUCKETS_BYTES. */
+  sizeBytes(name: string, description: string): Histogram {
+    return this.meter.createHistogram(name, { description, unit: 'By', advice: { explicitBucketBoundaries: SIZE_BUCKETS_BYTES } });
+  }
+
+  /** A gauge read at scrape time from `read()`. */
+  gauge(name: string, description: string, read: () => number | Array<[number, Attributes]>): ObservableGauge {
+    const g = this.meter.createObservableGauge(name, { description });
+    g.addCallback((r) => {
+      const v = read();
+      if (typeof v === 'number') r.observe(v);
+      else for (const [value, attrs] of v) r.observe(value, attrs);
+    });
+    return g;
+  }
+
+  /** The Prometheus text exposition of every metric (for GET /metrics). */
+  async prometheusText(): Promise<string> {
+    const { resourceMetrics } = await this.exporter.collect();
+    return this.serializer.serialize(resourceMetrics);
+  }
+
+  /** Stops the event-loop monitor and the provider. Safe to call twice. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.loopDelay.disable();
+    await this.provider.shutdown();
+  }
+}

@@ -1,0 +1,61 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { Metrics, Refusals } from '../src/index.ts';
+
+function captureLogger(): { logger: pino.Logger; lines: Array<Record<string, unknown>> } {
+  const lines: Array<Record<string, unknown>> = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      lines.push(JSON.parse(chunk.toString()) as Record<string, unknown>);
+      cb();
+    },
+  });
+  return { logger: pino({ level: 'info' }, stream), lines };
+}
+
+describe('telemetry', () => {
+  it('refusals - counted every time, logged once per interval with the count', async () => {
+    const metrics = new Metrics({ service: 'test' });
+    const { logger, lines } = captureLogger();
+    let now = 1_000;
+    const r = new Refusals(metrics, logger, 10_000, () => now);
+    for (let i = 0; i < 5; i++) r.refuse('gateway', 'CP_ERR_INTENT_RATE_LIMITED');
+    now += 10_000;
+    r.refuse('gateway', 'CP_ERR_INTENT_RATE_LIMITED');
+    r.refuse('gateway', 'CP_ERR_AUTH_INVALID');
+    await new Promise((res) => setImmediate(res));
+    const rate = lines.filter((l) => l.reason === 'CP_ERR_INTENT_RATE_LIMITED');
+    assert.deepEqual(rate.map((l) => l.refused), [1, 5], 'first line at once, second carries the 4 suppressed + 1');
+    assert.equal(lines.filter((l) => l.reason === 'CP_ERR_AUTH_INVALID').length, 1);
+    const text = await metrics.prometheusText();
+    assert.match(text, /crowdplay_refusals_total\{area="gateway",reason="CP_ERR_INTENT_RATE_LIMITED"[^}]*\} 6/);
+    assert.match(text, /crowdplay_refusals_total\{area="gateway",reason="CP_ERR_AUTH_INVALID"[^}]*\} 1/);
+    await metrics.close();
+    await metrics.close();
+  });
+
+  it('metrics - histograms use ms buckets and event-loop lag is exported', async () => {
+    const metrics = new Metrics({ service: 'test' });
+    const h = metrics.latencyMs('crowdplay_test_ms', 'test');
+    h.record(3);
+    h.record(40);
+    const busyUntil = Date.now() + 30;
+    await new Promise<void>((res) =>
+      setTimeout(() => {
+        while (Date.now() < busyUntil) {
+          /* block the loop so lag is non-zero */
+        }
+        setTimeout(res, 20);
+      }, 5),
+    );
+    const text = await metrics.prometheusText();
+    assert.match(text, /crowdplay_test_ms_bucket\{[^}]*le="5"\} 1/);
+    assert.match(text, /crowdplay_test_ms_bucket\{[^}]*le="50"\} 2/);
+    const lag = /crowdplay_event_loop_lag_ms\{[^}]*quantile="max"[^}]*\} ([\d.]+)/.exec(text);
+    assert.ok(lag, 'event-loop lag gauge exported');
+    assert.ok(Number(lag[1]) > 5, `lag max ${lag[1]} ms reflects the blocked loop`);
+    await metrics.close();
+  });
+});

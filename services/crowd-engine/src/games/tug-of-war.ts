@@ -1,0 +1,67 @@
+import type { ActionSpec, Batch } from '@crowdplay/protocol';
+import type { GameModule } from './game-module.ts';
+
+export interface TugOfWarOptions {
+  /** maxPerTick of the `pull` action. */
+  maxPerTick: number;
+  /** When true, a few bots pull each tick so the demo moves on its own. */
+  motion: boolean;
+  /** Bots pulling per tick when motion is on (default 3). */
+  botsPerTick?: number;
+  /** Random source in [0,1) (tests pass a seeded one). */
+  random?: () => number;
+}
+
+/**
+ * The standalone demo: a rope at `position` in [-100, 100]. Each batch moves
+ * it by 10 × (right − left) / (right + left) of that tick's pulls, so a bigger
+ * crowd pulls harder only by being more one-sided. Reaching ±100 is a win for
+ * that side and the rope resets to 0.
+ */
+export function tugOfWar(opts: TugOfWarOptions): GameModule {
+  const random = opts.random ?? Math.random;
+  const bots = opts.botsPerTick ?? 3;
+  let position = 0;
+  let wins = { left: 0, right: 0 };
+  let bias = 0.5;
+  return {
+    name: 'tug-of-war',
+    actions(): ActionSpec[] {
+      return [{ name: 'pull', options: ['left', 'right'], maxPerTick: opts.maxPerTick }];
+    },
+    init(restored) {
+      if (restored && typeof restored.position === 'number') {
+        position = restored.position;
+        const w = restored.wins as { left?: unknown; right?: unknown } | undefined;
+        wins = { left: Number(w?.left ?? 0) || 0, right: Number(w?.right ?? 0) || 0 };
+      }
+      return { position, wins };
+    },
+    onBatch(batch: Batch) {
+      const pulls = batch.actions.pull?.tally;
+      if (!pulls) return null;
+      const left = pulls.left ?? 0;
+      const right = pulls.right ?? 0;
+      if (left + right === 0) return null;
+      position += (10 * (right - left)) / (left + right);
+      if (position >= 100) {
+        wins = { ...wins, right: wins.right + 1 };
+        position = 0;
+      } else if (position <= -100) {
+        wins = { ...wins, left: wins.left + 1 };
+        position = 0;
+      }
+      position = Math.round(position * 100) / 100;
+      return { position, wins };
+    },
+    botIntents: opts.motion
+      ? () => {
+          // The bots drift between sides so the rope wanders instead of pinning.
+          bias = Math.min(0.8, Math.max(0.2, bias + (random() - 0.5) * 0.1));
+          const out = [];
+          for (let i = 0; i < bots; i++) out.push({ viewer: `bot-${i}`, action: 'pull', option: random() < bias ? 'left' : 'right' });
+          return out;
+        }
+      : undefined,
+  };
+}

@@ -1,0 +1,456 @@
+/**
+ * The crowd-engine shard: owns channels given to it by the router (acquire /
+ * release at an epoch), takes their intents from the bus, acks them, closes a
+ * batch per channel every tick, and publishes viewer updates on change at
+ * most every CHANNEL_UPDATE_MS.
+ */
+import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type Subscription } from '@crowdplay/bus';
+import type { Config } from '@crowdplay/config';
+import {
+  CrowdplayError,
+  isCrowdplayError,
+  formatMessage,
+  type AckBatch,
+  type Batch,
+  type ErrorCode,
+  type IntentBatch,
+} from '@crowdplay/protocol';
+import type { Store } from '@crowdplay/store';
+import type { Telemetry } from '@crowdplay/telemetry';
+import type { Counter, Histogram } from '@opentelemetry/api';
+import type { ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest } from './api.ts';
+import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
+import type { GameModule } from './games/game-module.ts';
+import { IdAllocator, type IdBlock } from './ids.ts';
+
+/**
+ * Charges a paid intent. Resolves with the cost charged, or refuses with a
+ * code. The ledger (issue 3) implements it; until a wallet exists the
+ * default refuses every paid intent as CP_ERR_INTENT_INSUFFICIENT_FUNDS.
+ */
+export type ChargeFn = (req: { channel: string; epoch: number; viewer: string; action: string; cost: number; idempotencyKey: string }) => Promise<{ ok: true } | { ok: false; code: ErrorCode }>;
+
+const noWallet: ChargeFn = () => Promise.resolve({ ok: false, code: 'CP_ERR_INTENT_INSUFFICIENT_FUNDS' });
+
+export interface ShardDeps {
+  config: Config;
+  bus: Bus;
+  subjects: Subjects;
+  store: Store;
+  telemetry: Telemetry;
+  /** Built-in game for a channel, if any (the standalone demo). */
+  gameFor?: (channel: string) => GameModule | undefined;
+  charge?: ChargeFn;
+  /** Clock, ms since epoch (tests). */
+  now?: () => number;
+}
+
+interface Owned {
+  rt: ChannelRuntime;
+  epoch: number;
+  game: GameModule | undefined;
+  subs: Subscription[];
+  updateTimer: NodeJS.Timeout | null;
+  lastUpdateMs: number;
+}
+
+interface EngineMetrics {
+  intents: Counter;
+  actAckMs: Histogram;
+  batchLagMs: Histogram;
+  batches: Counter;
+  updates: Counter;
+  updateBytes: Histogram;
+  snapshotErrors: Counter;
+}
+
+export class Shard {
+  readonly id: string;
+  private readonly owned = new Map<string, Owned>();
+  private readonly ids: IdAllocator;
+  private readonly now: () => number;
+  private readonly charge: ChargeFn;
+  private readonly m: EngineMetrics;
+  private tickTimer: NodeJS.Timeout | null = null;
+  private snapshotTimer: NodeJS.Timeout | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private ctlSub: Subscription | null = null;
+  private ticking = false;
+  private draining = false;
+  private closed = false;
+  private pendingIntents = 0;
+
+  constructor(private readonly deps: ShardDeps) {
+    const { config, telemetry } = deps;
+    this.id = config.engine.shardId;
+    this.now = deps.now ?? Date.now;
+    this.charge = deps.charge ?? noWallet;
+    const blockSize = config.sequencer.blockSize;
+    this.ids = new IdAllocator(() => this.leaseBlock(), Math.max(1, Math.floor(blockSize / 5)));
+    const mx = telemetry.metrics;
+    this.m = {
+      intents: mx.counter('crowdplay_intents_total', 'Intents taken by shards, by outcome (accepted, dropped_over_cap, refused) and reason'),
+      actAckMs: mx.latencyMs('crowdplay_act_ack_ms', 'Gateway receipt of an intent → its act ack published by the shard, ms'),
+      batchLagMs: mx.latencyMs('crowdplay_batch_lag_ms', 'Gateway receipt of an intent → the batch carrying it closed, ms'),
+      batches: mx.counter('crowdplay_batches_total', 'Batches closed (non-empty ticks)'),
+      updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
+      updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
+      snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
+    };
+    mx.gauge('crowdplay_shard_channels', 'Channels owned by this shard', () => this.owned.size);
+    mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
+  }
+
+  /** Channels this shard owns. */
+  get channels(): string[] {
+    return [...this.owned.keys()];
+  }
+
+  /** Starts the tick, snapshot and heartbeat loops and answers `shard.<id>.ctl`. */
+  async start(): Promise<void> {
+    const { config, bus, subjects } = this.deps;
+    this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
+    this.tickTimer = setInterval(() => void this.tick(), config.engine.tickMs);
+    this.snapshotTimer = setInterval(() => void this.snapshotAll(false), config.engine.snapshotIntervalMs);
+    this.heartbeat();
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), 1_000);
+    await bus.flush();
+  }
+
+  private heartbeat(): void {
+    const { bus, subjects } = this.deps;
+    bus.publish(subjects.shardHeartbeat(), encodeJson({ id: this.id, channels: this.owned.size, draining: this.draining, atMs: this.now() }));
+  }
+
+  private async leaseBlock(): Promise<IdBlock> {
+    const { bus, subjects, config } = this.deps;
+    const msg = await bus.request(subjects.sequencerLease(), encodeJson({ size: config.sequencer.blockSize }), {
+      timeoutMs: config.bus.requestTimeoutMs,
+    });
+    const r = decodeJson<{ ok: boolean; first?: number; last?: number; message?: string }>(msg.data);
+    if (!r.ok || r.first === undefined || r.last === undefined) throw new Error(`sequencer refused a lease: ${r.message ?? 'no reason'}`);
+    return { first: r.first, last: r.last };
+  }
+
+  private async nextEventId(): Promise<number> {
+    for (;;) {
+      const id = this.ids.take();
+      if (id !== null) return id;
+      await this.ids.ready();
+    }
+  }
+
+  /**
+   * An event id above the channel's newest one. Ids come from one allocator
+   * whose blocks only rise, so this loops only if another change of the same
+   * channel took an id while this one waited for a lease.
+   */
+  private async eventIdFor(o: Owned): Promise<number> {
+    for (;;) {
+      const id = this.ids.take() ?? (await this.nextEventId());
+      if (id > o.rt.ev) return id;
+    }
+  }
+
+  private async onShardCtl(msg: BusMessage): Promise<void> {
+    let reply: ShardCtlReply;
+    try {
+      const req = decodeJson<ShardCtlRequest>(msg.data);
+      if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
+      else if (req.op === 'release') await this.release(req.channel);
+      else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
+      reply = { ok: true, channels: this.owned.size };
+    } catch (err) {
+      reply = toErrorReply(err);
+      if (reply.code === 'CP_ERR_INTERNAL') this.deps.telemetry.logger.error({ err }, 'shard control request failed');
+    }
+    msg.respond(encodeJson(reply));
+  }
+
+  /**
+   * Takes ownership of `channel` at `epoch` (the router bumped it in Postgres):
+   * restores the last snapshot, leases a fresh block of event ids, then starts
+   * serving the channel's subjects. Acquiring an owned channel at a newer epoch
+   * just adopts the epoch.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNAVAILABLE when draining or full;
+   *   the sequencer/store error when they are unreachable
+   */
+  async acquire(channel: string, epoch: number): Promise<void> {
+    const { config, store, bus, subjects, telemetry } = this.deps;
+    if (this.draining || this.closed) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    const existing = this.owned.get(channel);
+    if (existing) {
+      existing.epoch = Math.max(existing.epoch, epoch);
+      return;
+    }
+    if (this.owned.size >= config.engine.maxChannels) {
+      telemetry.refusals.refuse('engine', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel, limit: 'SHARD_MAX_CHANNELS' });
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    }
+    const rt = new ChannelRuntime(channel);
+    const snap = await store.channels.loadSnapshot(channel);
+    if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
+    // Ids used from now on must exceed every id the previous owner used.
+    await this.ids.renew();
+    const game = this.deps.gameFor?.(channel);
+    const o: Owned = { rt, epoch, game, subs: [], updateTimer: null, lastUpdateMs: 0 };
+    if (game) {
+      const now = this.now();
+      const restoredGame = snap ? (snap.state as ChannelSnapshotState).game : null;
+      if (!rt.declared || !sameActions(rt.snapshot().actions, game.actions())) rt.declare(game.actions(), await this.nextEventId(), now);
+      rt.setGameState(game.init(restoredGame), await this.nextEventId(), now);
+    }
+    if (this.owned.has(channel)) return; // a concurrent acquire won
+    this.owned.set(channel, o);
+    o.subs.push(bus.subscribe(subjects.channelIn(channel), (msg) => this.onIntents(o, msg)));
+    o.subs.push(bus.subscribe(subjects.channelCtl(channel), (msg) => void this.onChannelCtl(o, msg)));
+    await bus.flush();
+    telemetry.logger.info({ channel, epoch, shard: this.id, game: game?.name }, 'channel acquired');
+    this.scheduleUpdate(o);
+  }
+
+  /**
+   * Snapshots `channel`, stops serving it and clears its owner in Postgres
+   * (only if this shard still owns it at its epoch). No-op for a channel not owned.
+   */
+  async release(channel: string): Promise<void> {
+    const o = this.owned.get(channel);
+    if (!o) return;
+    this.stopServing(o);
+    await this.saveSnapshot(o);
+    await this.deps.store.channels.release(channel, this.id, o.epoch);
+    this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
+  }
+
+  private stopServing(o: Owned): void {
+    for (const s of o.subs) s.unsubscribe();
+    o.subs = [];
+    if (o.updateTimer) clearTimeout(o.updateTimer);
+    o.updateTimer = null;
+    this.owned.delete(o.rt.id);
+    this.pendingIntents -= o.rt.pendingIntents;
+  }
+
+  // ------------------------------------------------------------------ hot path
+
+  private onIntents(o: Owned, msg: BusMessage): void {
+    let batch: IntentBatch;
+    try {
+      batch = decodeJson<IntentBatch>(msg.data);
+    } catch {
+      this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { channel: o.rt.id });
+      return;
+    }
+    const { config, telemetry } = this.deps;
+    const maxPending = config.engine.maxPendingIntents;
+    const now = this.now();
+    const acks: AckBatch['acks'] = [];
+    const paid: Array<Promise<void>> = [];
+    for (const it of batch.intents) {
+      const checked = o.rt.check(it);
+      if (!checked.ok) {
+        acks.push({ conn: it.conn, seq: it.seq, ok: false, code: checked.code });
+        this.m.intents.add(1, { outcome: 'refused', reason: checked.code });
+        telemetry.refusals.refuse('engine', checked.code, { channel: o.rt.id });
+        continue;
+      }
+      if (this.pendingIntents >= maxPending) {
+        acks.push({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_INTENT_OVERLOADED' });
+        this.m.intents.add(1, { outcome: 'refused', reason: 'CP_ERR_INTENT_OVERLOADED' });
+        telemetry.refusals.refuse('engine', 'CP_ERR_INTENT_OVERLOADED', { limit: 'SHARD_MAX_PENDING_INTENTS', value: maxPending });
+        continue;
+      }
+      if (checked.cost > 0) {
+        paid.push(this.takePaid(o, batch.gw, it, checked.cost));
+        continue;
+      }
+      this.accept(o, it.viewer, it.action, it.option, it.at);
+      acks.push({ conn: it.conn, seq: it.seq, ok: true, cost: 0 });
+      this.m.actAckMs.record(Math.max(0, now - it.at));
+    }
+    if (acks.length > 0) this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson({ acks } satisfies AckBatch));
+    if (paid.length > 0) void Promise.all(paid);
+  }
+
+  /** A paid intent: acked only after the charge is committed (never before). */
+  private async takePaid(o: Owned, gw: string, it: IntentBatch['intents'][number], cost: number): Promise<void> {
+    let ack: AckBatch['acks'][number];
+    try {
+      const r = await this.charge({ channel: o.rt.id, epoch: o.epoch, viewer: it.viewer, action: it.action, cost, idempotencyKey: `${gw}:${it.conn}:${it.seq}` });
+      if (r.ok && this.owned.get(o.rt.id) === o) {
+        this.accept(o, it.viewer, it.action, it.option, it.at);
+        ack = { conn: it.conn, seq: it.seq, ok: true, cost };
+      } else {
+        const code: ErrorCode = r.ok ? 'CP_ERR_CHANNEL_NOT_OWNED' : r.code;
+        ack = { conn: it.conn, seq: it.seq, ok: false, code };
+        this.m.intents.add(1, { outcome: 'refused', reason: code });
+        this.deps.telemetry.refusals.refuse('engine', code, { channel: o.rt.id });
+      }
+    } catch (err) {
+      this.deps.telemetry.logger.error({ err, channel: o.rt.id }, 'charge failed');
+      ack = { conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_INTERNAL' };
+    }
+    this.m.actAckMs.record(Math.max(0, this.now() - it.at));
+    this.deps.bus.publish(this.deps.subjects.gatewayAcks(gw), encodeJson({ acks: [ack] } satisfies AckBatch));
+  }
+
+  private accept(o: Owned, viewer: string, action: string, option: string | undefined, atMs: number): void {
+    if (o.rt.add(viewer, action, option, atMs)) {
+      this.pendingIntents++;
+      this.m.intents.add(1, { outcome: 'accepted' });
+    } else this.m.intents.add(1, { outcome: 'dropped_over_cap' });
+  }
+
+  /** Closes every owned channel's batch. Ticks never overlap: a slow one skips the next. */
+  private async tick(): Promise<void> {
+    if (this.ticking) return;
+    this.ticking = true;
+    try {
+      for (const o of [...this.owned.values()]) {
+        if (o.game?.botIntents) {
+          const now = this.now();
+          for (const b of o.game.botIntents()) if (o.rt.check(b).ok) this.accept(o, b.viewer, b.action, b.option, now);
+        }
+        const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
+        const pending = o.rt.pendingIntents;
+        const now = this.now();
+        const batch = o.rt.closeTick(ev, now);
+        this.pendingIntents -= pending;
+        if (!batch) continue;
+        this.deliverBatch(o, batch, now);
+        this.scheduleUpdate(o);
+      }
+    } catch (err) {
+      this.deps.telemetry.logger.error({ err }, 'tick failed');
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  private deliverBatch(o: Owned, batch: Batch, now: number): void {
+    this.m.batches.add(1);
+    for (const a of Object.values(batch.actions)) for (const it of a.intents) this.m.batchLagMs.record(Math.max(0, now - it.at));
+    if (o.game) {
+      const state = o.game.onBatch(batch);
+      if (state) o.rt.setGameState(state, batch.ev, now);
+    } else {
+      this.deps.bus.publish(this.deps.subjects.channelGame(o.rt.id), encodeJson(batch));
+    }
+  }
+
+  /** Sends the channel's update now if the per-channel interval allows, else once it does. */
+  private scheduleUpdate(o: Owned): void {
+    if (!o.rt.dirty || o.updateTimer) return;
+    const wait = o.lastUpdateMs + this.deps.config.engine.updateIntervalMs - this.now();
+    if (wait <= 0) this.sendUpdate(o);
+    else {
+      o.updateTimer = setTimeout(() => {
+        o.updateTimer = null;
+        if (this.owned.get(o.rt.id) === o) this.sendUpdate(o);
+      }, wait);
+    }
+  }
+
+  private sendUpdate(o: Owned): void {
+    if (!o.rt.dirty) return;
+    const text = o.rt.takeUpdate();
+    const bytes = Buffer.from(text);
+    o.lastUpdateMs = this.now();
+    this.m.updates.add(1);
+    this.m.updateBytes.record(bytes.length);
+    this.deps.bus.publish(this.deps.subjects.channelOut(o.rt.id), bytes);
+  }
+
+  // ------------------------------------------------------------------ game control
+
+  private async onChannelCtl(o: Owned, msg: BusMessage): Promise<void> {
+    let reply: ChannelCtlReply;
+    try {
+      const req = decodeJson<ChannelCtlRequest>(msg.data);
+      const now = this.now();
+      if (req.op === 'snapshot') reply = { ok: true, update: o.rt.currentUpdate() };
+      else if (req.op === 'declare') {
+        if (o.game) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['this channel runs a built-in game']);
+        const names = new Set(req.actions.map((a) => a.name));
+        if (names.size !== req.actions.length) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['duplicate action name']);
+        o.rt.declare(req.actions, await this.eventIdFor(o), now);
+        this.scheduleUpdate(o);
+        reply = { ok: true };
+      } else if (req.op === 'state') {
+        const size = Buffer.byteLength(JSON.stringify(req.state));
+        const max = this.deps.config.engine.maxGameStateBytes;
+        if (size > max) {
+          this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_GAME_STATE_TOO_BIG', { channel: o.rt.id, size });
+          throw new CrowdplayError('CP_ERR_GAME_STATE_TOO_BIG', [max]);
+        }
+        o.rt.setGameState(req.state, await this.eventIdFor(o), now);
+        this.scheduleUpdate(o);
+        reply = { ok: true };
+      } else throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', ['?', 'game']);
+    } catch (err) {
+      reply = toErrorReply(err);
+    }
+    msg.respond(encodeJson(reply));
+  }
+
+  // ------------------------------------------------------------------ durability
+
+  private async saveSnapshot(o: Owned): Promise<boolean> {
+    if (!o.rt.unsaved) return true;
+    o.rt.unsaved = false;
+    try {
+      await this.deps.store.channels.saveSnapshot(o.rt.id, o.epoch, o.rt.ev, o.rt.snapshot());
+      return true;
+    } catch (err) {
+      if (isCrowdplayError(err, 'CP_ERR_CHANNEL_STALE_EPOCH')) {
+        // The channel moved: the new owner is authoritative; stop acting for it.
+        this.m.snapshotErrors.add(1, { reason: 'stale_epoch' });
+        this.deps.telemetry.logger.warn({ channel: o.rt.id, epoch: o.epoch }, 'snapshot refused: stale epoch, dropping channel');
+        if (this.owned.get(o.rt.id) === o) this.stopServing(o);
+        return false;
+      }
+      o.rt.unsaved = true;
+      this.m.snapshotErrors.add(1, { reason: 'error' });
+      this.deps.telemetry.logger.error({ err, channel: o.rt.id }, 'snapshot failed');
+      return false;
+    }
+  }
+
+  private async snapshotAll(_final: boolean): Promise<void> {
+    for (const o of [...this.owned.values()]) await this.saveSnapshot(o);
+  }
+
+  /**
+   * Ordered shutdown: stop taking channels, close the open ticks (so accepted
+   * intents reach their game), flush updates, snapshot and release every
+   * channel, then stop the loops. Safe to call twice.
+   */
+  async drain(): Promise<void> {
+    if (this.draining) return;
+    this.draining = true;
+    this.heartbeat();
+    await this.tick();
+    for (const o of this.owned.values()) if (o.rt.dirty) this.sendUpdate(o);
+    for (const ch of [...this.owned.keys()]) await this.release(ch).catch((err: unknown) => this.deps.telemetry.logger.error({ err, channel: ch }, 'release failed'));
+    await this.close();
+  }
+
+  /** Stops every loop and subscription at once (no snapshot). Safe to call twice. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of [this.tickTimer, this.snapshotTimer, this.heartbeatTimer]) if (t) clearInterval(t);
+    this.ctlSub?.unsubscribe();
+    for (const o of [...this.owned.values()]) this.stopServing(o);
+    await this.deps.bus.flush();
+  }
+}
+
+function sameActions(a: readonly unknown[], b: readonly unknown[]): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+function toErrorReply(err: unknown): { ok: false; code: ErrorCode; message: string } {
+  if (isCrowdplayError(err)) return { ok: false, code: err.code, message: err.message };
+  return { ok: false, code: 'CP_ERR_INTERNAL', message: formatMessage('CP_ERR_INTERNAL', []) };
+}

@@ -1,0 +1,162 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { startHarness, type Harness } from './harness.ts';
+import { tugOfWar } from '../src/index.ts';
+
+describe('crowd-engine', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness();
+    await h.store.channels.ensure('room', 'acme');
+    await h.store.channels.ensure('other', 'acme');
+  });
+  after(() => h.close());
+
+  it('router - assign acquires the channel on the shard at a new epoch, idempotently', async () => {
+    const a = await h.router.assign('room');
+    assert.equal(a.shard, 's1');
+    assert.equal(a.epoch, 1);
+    const [b, c] = await Promise.all([h.router.assign('room'), h.router.assign('room')]);
+    assert.deepEqual([b.epoch, c.epoch], [1, 1], 'no second acquire');
+    assert.deepEqual(h.shard.channels, ['room']);
+    await assert.rejects(h.router.assign('nope'), (e: { code?: string }) => e.code === 'CP_ERR_CHANNEL_UNKNOWN');
+    assert.deepEqual((await h.router.membership()).map((m) => m.id), ['s1']);
+  });
+
+  it('intents - refused with NO_GAME before the game declares, and nothing is batched', async () => {
+    const before = h.batches.length;
+    h.send('room', [{ action: 'vote', option: 'a', seq: 900 }]);
+    const ack = await h.waitFor(() => h.acks.find((a) => a.seq === 900));
+    assert.deepEqual([ack.ok, ack.code], [false, 'CP_ERR_INTENT_NO_GAME']);
+    await new Promise((r) => setTimeout(r, 120));
+    assert.equal(h.batches.length, before);
+  });
+
+  it('declare - publishes an update with the actions and a zeroed tally', async () => {
+    const r = await h.ctl('room', { op: 'declare', actions: [{ name: 'vote', options: ['a', 'b'], maxPerTick: 10 }, { name: 'cheer', maxPerTick: 100 }] });
+    assert.equal(r.ok, true);
+    const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.actions.length === 2));
+    assert.deepEqual(u.tally, { vote: { a: 0, b: 0 }, cheer: { _: 0 } });
+    const dup = await h.ctl('room', { op: 'declare', actions: [{ name: 'x', maxPerTick: 1 }, { name: 'x', maxPerTick: 2 }] });
+    assert.deepEqual([dup.ok, dup.code], [false, 'CP_ERR_GAME_INVALID_DECLARE']);
+  });
+
+  it('intents - acked, batched per tick with the maxPerTick cap, tallied in the next update', async () => {
+    h.acks.length = 0;
+    const n = 15;
+    h.send('room', Array.from({ length: n }, (_, i) => ({ action: 'vote', option: i % 3 === 0 ? 'b' : 'a', seq: 1000 + i })));
+    h.send('room', [{ action: 'cheer', seq: 2000 }]);
+    await h.waitFor(() => h.acks.length === n + 1);
+    assert.ok(h.acks.every((a) => a.ok && a.cost === 0));
+    const batch = await h.waitFor(() => h.batches.find((b) => b.channel === 'room' && b.actions.vote));
+    const vote = batch.actions.vote!;
+    assert.equal(vote.intents.length, 10, 'listed up to maxPerTick');
+    assert.equal(vote.dropped, 5, 'the rest counted as dropped');
+    assert.deepEqual(vote.tally, { a: 10, b: 5 }, 'tally counts every accepted intent');
+    assert.equal(batch.actions.cheer?.tally._, 1);
+    const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.vote?.a === 10));
+    assert.deepEqual(u.tally, { vote: { a: 10, b: 5 }, cheer: { _: 1 } });
+    assert.equal(u.ev, batch.ev);
+  });
+
+  it('intents - bad ones are refused with their code and change nothing', async () => {
+    h.acks.length = 0;
+    const updatesBefore = h.updates.length;
+    h.send('room', [
+      { action: 'nope', seq: 1 },
+      { action: 'vote', option: 'zzz', seq: 2 },
+      { action: 'vote', seq: 3 },
+      { action: 'cheer', option: 'a', seq: 4 },
+    ]);
+    await h.waitFor(() => h.acks.length === 4);
+    assert.deepEqual(
+      h.acks.map((a) => [a.seq, a.ok, a.code]),
+      [
+        [1, false, 'CP_ERR_INTENT_UNKNOWN_ACTION'],
+        [2, false, 'CP_ERR_INTENT_UNKNOWN_OPTION'],
+        [3, false, 'CP_ERR_INTENT_UNKNOWN_OPTION'],
+        [4, false, 'CP_ERR_INTENT_UNKNOWN_OPTION'],
+      ],
+    );
+    await new Promise((r) => setTimeout(r, 150));
+    assert.equal(h.updates.length, updatesBefore, 'no update: nothing changed');
+    const text = await h.telemetry.metrics.prometheusText();
+    assert.match(text, /crowdplay_refusals_total\{area="engine",reason="CP_ERR_INTENT_UNKNOWN_ACTION"[^}]*\} 1/);
+  });
+
+  it('paid actions - refused without a wallet, acked only after the charge', async () => {
+    await h.ctl('other', { op: 'snapshot' }).catch(() => undefined);
+    await h.router.assign('other');
+    await h.ctl('other', { op: 'declare', actions: [{ name: 'boost', maxPerTick: 5, cost: 10 }] });
+    h.acks.length = 0;
+    h.send('other', [{ action: 'boost', seq: 77 }]);
+    const ack = await h.waitFor(() => h.acks.find((a) => a.seq === 77));
+    assert.deepEqual([ack.ok, ack.code], [false, 'CP_ERR_INTENT_INSUFFICIENT_FUNDS']);
+  });
+
+  it('updates - only on change, at most once per CHANNEL_UPDATE_MS, event ids strictly rising', async () => {
+    const start = h.updates.length;
+    for (let i = 0; i < 8; i++) {
+      h.send('room', [{ action: 'cheer', seq: 3000 + i }]);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const mine = h.updates.slice(start).filter((u) => u.channel === 'room');
+    assert.ok(mine.length >= 1 && mine.length <= 4, `${mine.length} updates for 8 intents over ~160 ms at a 60 ms interval`);
+    const idle = h.updates.length;
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(h.updates.length, idle, 'idle ticks send nothing');
+    const evs = h.updates.filter((u) => u.channel === 'room').map((u) => u.ev);
+    for (let i = 1; i < evs.length; i++) assert.ok(evs[i]! > evs[i - 1]!, `ev ${evs[i]} after ${evs[i - 1]}`);
+    const snap = await h.ctl('room', { op: 'snapshot' });
+    assert.equal(JSON.parse(snap.update!).tally.cheer._, 9);
+  });
+
+  it('ownership - release snapshots; a re-acquire restores state at a new epoch with higher ids', async () => {
+    const lastEv = h.updates.filter((u) => u.channel === 'room').at(-1)!.ev;
+    await h.router.release('room');
+    assert.deepEqual(h.shard.channels, ['other']);
+    assert.equal((await h.store.channels.get('room'))?.owner, null);
+    const a = await h.router.assign('room');
+    assert.equal(a.epoch, 2);
+    const snap = JSON.parse((await h.ctl('room', { op: 'snapshot' })).update!);
+    assert.equal(snap.tally.cheer._, 9, 'tally restored');
+    h.send('room', [{ action: 'cheer', seq: 5000 }]);
+    const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.cheer?._ === 10));
+    assert.ok(u.ev > lastEv, `ids rise across the move (${u.ev} > ${lastEv})`);
+  });
+
+  it('fencing - a shard whose epoch is stale cannot snapshot and stops serving the channel', async () => {
+    // Another owner takes the channel behind the router's back (a cluster move).
+    const newEpoch = await h.store.channels.acquire('room', 's2');
+    h.send('room', [{ action: 'cheer', seq: 6000 }]);
+    await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.cheer?._ === 11));
+    await h.shard.release('room');
+    const row = await h.store.channels.get('room');
+    assert.deepEqual([row?.epoch, row?.owner], [newEpoch, 's2'], 'the stale owner changed nothing');
+    const snap = await h.store.channels.loadSnapshot('room');
+    assert.equal((snap?.state as { tally: { cheer: { _: number } } }).tally.cheer._, 9, 'still the snapshot written at the last release: the stale one (11) was refused');
+  });
+});
+
+describe('crowd-engine - built-in game', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ gameFor: (c) => (c === 'demo' ? tugOfWar({ maxPerTick: 100, motion: false }) : undefined) });
+    await h.store.channels.ensure('demo', 'acme');
+  });
+  after(() => h.close());
+
+  it('tug-of-war - declares pull, moves the rope with each batch, refuses external declares', async () => {
+    await h.router.assign('demo');
+    const first = await h.waitFor(() => h.updates.find((u) => u.channel === 'demo'));
+    assert.deepEqual(first.actions.map((a) => a.name), ['pull']);
+    assert.equal((first.game as { position: number }).position, 0);
+    h.send('demo', [{ action: 'pull', option: 'right' }, { action: 'pull', option: 'right' }, { action: 'pull', option: 'left' }]);
+    const moved = await h.waitFor(() => h.updates.find((u) => u.channel === 'demo' && (u.game as { position: number }).position !== 0));
+    assert.equal((moved.game as { position: number }).position, 3.33);
+    const r = await h.ctl('demo', { op: 'declare', actions: [{ name: 'x', maxPerTick: 1 }] });
+    assert.equal(r.code, 'CP_ERR_GAME_INVALID_DECLARE');
+    assert.equal(h.batches.length, 0, 'built-in games get batches in process, not on the bus');
+  });
+});

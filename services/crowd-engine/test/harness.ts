@@ -1,0 +1,112 @@
+/** An engine under test: real store (own Postgres schema), in-process bus, sequencer, router, one shard. */
+import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
+import { defaultConfig, type Config } from '@crowdplay/config';
+import type { AckBatch, Batch, ChannelUpdate, IntentBatch } from '@crowdplay/protocol';
+import { openStore, type Store } from '@crowdplay/store';
+import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
+import { testSchema, type TestSchema } from '@crowdplay/testing';
+import { Router } from '@crowdplay/router';
+import { SequencerService } from '@crowdplay/sequencer';
+import { Shard, type ChargeFn, type GameModule } from '../src/index.ts';
+
+export interface Harness {
+  config: Config;
+  bus: Bus;
+  subjects: Subjects;
+  store: Store;
+  telemetry: Telemetry;
+  router: Router;
+  sequencer: SequencerService;
+  shard: Shard;
+  acks: AckBatch['acks'];
+  batches: Batch[];
+  updates: ChannelUpdate[];
+  /** Publishes intents as gateway `gw-t` would. */
+  send(channel: string, intents: Array<Partial<IntentBatch['intents'][number]> & { action: string }>): void;
+  ctl(channel: string, req: unknown): Promise<{ ok: boolean; code?: string; update?: string }>;
+  waitFor<T>(what: () => T | undefined | false, timeoutMs?: number): Promise<T>;
+  newShard(id: string, extra?: { gameFor?: (c: string) => GameModule | undefined; charge?: ChargeFn }): Promise<Shard>;
+  close(): Promise<void>;
+}
+
+let seq = 0;
+
+export async function startHarness(opts: { gameFor?: (c: string) => GameModule | undefined; charge?: ChargeFn; engine?: Partial<Config['engine']> } = {}): Promise<Harness & { schema: TestSchema }> {
+  const schema = await testSchema();
+  const config = defaultConfig({
+    db: { url: schema.databaseUrl, schema: schema.schema, poolMax: 4, pgliteDir: 'memory' },
+    engine: { tickMs: 40, updateIntervalMs: 60, snapshotIntervalMs: 100_000, ...opts.engine },
+    sequencer: { blockSize: 50 },
+    log: { level: 'silent', refusalLogIntervalMs: 10_000 },
+  });
+  const bus = new InProcessBus();
+  const subjects = makeSubjects(`t${process.pid}x${++seq}`);
+  const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 10_000 });
+  const store = await openStore(config.db);
+  await store.tenants.create('acme', 'Acme');
+  const sequencer = new SequencerService({ bus, subjects, store, telemetry });
+  await sequencer.start();
+  const router = new Router({ bus, subjects, store, telemetry }, { shardTimeoutMs: 3_000, waitForShardMs: 2_000, requestTimeoutMs: 2_000 });
+  await router.start();
+  const shards: Shard[] = [];
+  const newShard = async (id: string, extra?: { gameFor?: (c: string) => GameModule | undefined; charge?: ChargeFn }): Promise<Shard> => {
+    const cfg = { ...config, engine: { ...config.engine, shardId: id } } as Config;
+    const s = new Shard({ config: cfg, bus, subjects, store, telemetry, gameFor: extra?.gameFor, charge: extra?.charge });
+    await s.start();
+    shards.push(s);
+    return s;
+  };
+  const shard = await newShard('s1', { gameFor: opts.gameFor, charge: opts.charge });
+  const acks: AckBatch['acks'] = [];
+  const batches: Batch[] = [];
+  const updates: ChannelUpdate[] = [];
+  bus.subscribe(subjects.gatewayAcks('gw-t'), (m) => acks.push(...decodeJson<AckBatch>(m.data).acks));
+  bus.subscribe(`${subjects.prefix}.ch.*.game`, (m) => batches.push(decodeJson<Batch>(m.data)));
+  bus.subscribe(`${subjects.prefix}.ch.*.out`, (m) => updates.push(decodeJson<ChannelUpdate>(m.data)));
+  let conn = 0;
+  const h: Harness & { schema: TestSchema } = {
+    schema,
+    config,
+    bus,
+    subjects,
+    store,
+    telemetry,
+    router,
+    sequencer,
+    shard,
+    acks,
+    batches,
+    updates,
+    send(channel, intents) {
+      const batch: IntentBatch = {
+        gw: 'gw-t',
+        intents: intents.map((i) => ({ conn: i.conn ?? ++conn, viewer: i.viewer ?? `v${conn}`, seq: i.seq ?? conn, action: i.action, option: i.option, at: i.at ?? Date.now() })),
+      };
+      bus.publish(subjects.channelIn(channel), encodeJson(batch));
+    },
+    async ctl(channel, req) {
+      const m = await bus.request(subjects.channelCtl(channel), encodeJson(req), { timeoutMs: 2_000 });
+      return decodeJson(m.data);
+    },
+    async waitFor(what, timeoutMs = 5_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const v = what();
+        if (v !== undefined && v !== false) return v as never;
+        if (Date.now() > deadline) throw new Error('waitFor timed out');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    },
+    newShard,
+    async close() {
+      for (const s of shards) await s.close();
+      await router.close();
+      await sequencer.close();
+      await bus.close();
+      await store.close();
+      await telemetry.close();
+      await schema.drop();
+    },
+  };
+  return h;
+}

@@ -1,0 +1,85 @@
+/**
+ * The router's request/reply contract on the bus (`subjects.routerCtl()`),
+ * and a typed client for it. Gateways call `assign` before serving a channel;
+ * operators and tests use `lookup`, `release` and `membership`.
+ */
+import { decodeJson, encodeJson, type Bus, type Subjects } from '@crowdplay/bus';
+import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+
+/** Where a channel lives: its shard and the epoch of that ownership. */
+export interface Assignment {
+  channel: string;
+  shard: string;
+  epoch: number;
+}
+
+/** A shard known to the router. `lastSeenMs` is ms since epoch. */
+export interface ShardInfo {
+  id: string;
+  channels: number;
+  lastSeenMs: number;
+}
+
+export type RouterRequest =
+  | { op: 'assign'; channel: string }
+  | { op: 'lookup'; channel: string }
+  | { op: 'release'; channel: string }
+  | { op: 'membership' };
+
+export type RouterReply =
+  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[] }
+  | { ok: false; code: ErrorCode; message: string };
+
+/** The router's operations, as a service or through the bus. */
+export interface RouterApi {
+  /**
+   * Returns the channel's owner, acquiring it on a shard first if it has none.
+   * Idempotent. @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN, CP_ERR_CHANNEL_UNAVAILABLE (no shard could take it)
+   */
+  assign(channel: string): Promise<Assignment>;
+  /** The channel's owner, or null when unassigned. */
+  lookup(channel: string): Promise<Assignment | null>;
+  /** Makes the owner release the channel (snapshot, then unassign). */
+  release(channel: string): Promise<void>;
+  /** Shards the router knows, with their load. */
+  membership(): Promise<ShardInfo[]>;
+}
+
+/** RouterApi over bus request/reply. */
+export class RouterClient implements RouterApi {
+  constructor(
+    private readonly bus: Bus,
+    private readonly subjects: Subjects,
+    private readonly timeoutMs: number,
+  ) {}
+
+  private async call(req: RouterRequest): Promise<RouterReply & { ok: true }> {
+    let reply: RouterReply;
+    try {
+      const msg = await this.bus.request(this.subjects.routerCtl(), encodeJson(req), { timeoutMs: this.timeoutMs });
+      reply = decodeJson<RouterReply>(msg.data);
+    } catch (err) {
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : '*'], { cause: err });
+    }
+    if (!reply.ok) throw new CrowdplayError(reply.code, [], { cause: reply.message });
+    return reply;
+  }
+
+  async assign(channel: string): Promise<Assignment> {
+    const r = await this.call({ op: 'assign', channel });
+    if (!r.assignment) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    return r.assignment;
+  }
+
+  async lookup(channel: string): Promise<Assignment | null> {
+    return (await this.call({ op: 'lookup', channel })).assignment ?? null;
+  }
+
+  async release(channel: string): Promise<void> {
+    await this.call({ op: 'release', channel });
+  }
+
+  async membership(): Promise<ShardInfo[]> {
+    return (await this.call({ op: 'membership' })).shards ?? [];
+  }
+}
