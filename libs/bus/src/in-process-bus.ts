@@ -1,4 +1,13 @@
-import { BusError, type Bus, type BusHandler, type BusMessage, type Headers, type RequestOptions, type SubscribeOptions, type Subscription } from './bus.ts';
+import {
+  BusError,
+  type Bus,
+  type BusHandler,
+  type BusMessage,
+  type Headers,
+  type RequestOptions,
+  type SubscribeOptions,
+  type Subscription,
+} from './bus.ts';
 import { checkTimeoutMs, oncePerSubjectReporter, safeReport, type BusErrorReporter } from './internal.ts';
 
 /** Options of {@link InProcessBus}. */
@@ -87,10 +96,14 @@ export class InProcessBus implements Bus {
       const timer = setTimeout(() => {
         fail(new BusError('timeout', `request to ${subject} timed out after ${opts.timeoutMs} ms`));
       }, opts.timeoutMs);
-      const sub = this.addSub(reply, (msg) => {
-        finish();
-        resolve(msg);
-      }, undefined);
+      const sub = this.addSub(
+        reply,
+        (msg) => {
+          finish();
+          resolve(msg);
+        },
+        undefined,
+      );
       if (this.matching(subject).length === 0) {
         fail(new BusError('no_responders', `no responders for ${subject}`));
         return;

@@ -1,3 +1,5 @@
 export * from './bus.ts';
 export * from './subjects.ts';
 export * from './in-process-bus.ts';
+export * from './nats-bus.ts';
+export * from './open.ts';

@@ -1,0 +1,54 @@
+/**
+ * Runs the shared bus suite against a real NATS server (NATS_URL, default
+ * nats://127.0.0.1:4222). It FAILS, never skips, when NATS is unreachable.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { connectNatsBus, openBus } from '../src/index.ts';
+import { busSuite, randomPrefix } from './bus-suite.ts';
+
+const NATS_URL = process.env.NATS_URL || 'nats://127.0.0.1:4222';
+
+busSuite('nats', (opts) => connectNatsBus({ servers: NATS_URL, name: 'bus-suite', onError: opts?.onError }));
+
+void test('nats - openBus with a URL connects to NATS', { timeout: 15_000 }, async () => {
+  const bus = await openBus({ natsUrl: NATS_URL, name: 'bus-suite-open' });
+  try {
+    assert.equal(bus.kind, 'nats');
+    await bus.flush();
+  } finally {
+    await bus.close();
+  }
+});
+
+void test('nats - two connections: ordered delivery and request/reply across processes', { timeout: 15_000 }, async () => {
+  const a = await connectNatsBus({ servers: NATS_URL, name: 'bus-suite-a' });
+  const b = await connectNatsBus({ servers: NATS_URL, name: 'bus-suite-b' });
+  try {
+    const p = randomPrefix();
+    const n = 1_000;
+    const got: number[] = [];
+    const all = new Promise<void>((resolve) => {
+      b.subscribe(`${p}.x`, (m) => {
+        got.push(m.data[0]! | (m.data[1]! << 8));
+        if (got.length === n) resolve();
+      });
+    });
+    b.subscribe(`${p}.rr`, (m) => m.respond(m.data.slice().reverse()));
+    await b.flush(); // subscriptions registered on the server before A publishes
+    for (let i = 0; i < n; i++) a.publish(`${p}.x`, new Uint8Array([i & 0xff, i >> 8]));
+    await all;
+    assert.deepEqual(
+      got,
+      Array.from({ length: n }, (_, i) => i),
+    );
+    const r = await a.request(`${p}.rr`, new Uint8Array([1, 2, 3]), { timeoutMs: 2_000 });
+    assert.deepEqual([...r.data], [3, 2, 1]);
+  } finally {
+    await Promise.all([a.close(), b.close()]);
+  }
+});
+
+void test('nats - unreachable server: connectNatsBus rejects', { timeout: 15_000 }, async () => {
+  await assert.rejects(connectNatsBus({ servers: 'nats://127.0.0.1:1', name: 'bus-suite-unreachable' }));
+});

@@ -1,0 +1,3 @@
+export * from './token-bucket.ts';
+export * from './keyed-limiter.ts';
+export * from './address.ts';
