@@ -1,0 +1,70 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { defaultConfig, envExample, leaves, loadConfig, renderReadmeSettings, schema } from '../src/index.ts';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+describe('config', () => {
+  it('load - defaults when the environment is empty, frozen', () => {
+    const c = loadConfig({});
+    assert.equal(c.engine.tickMs, 250);
+    assert.equal(c.http.port, 8080);
+    assert.equal(c.mode, 'standalone');
+    assert.ok(Object.isFrozen(c) && Object.isFrozen(c.engine));
+    assert.throws(() => {
+      (c.engine as { tickMs: number }).tickMs = 1;
+    }, TypeError);
+  });
+
+  it('load - parses typed values, digit separators and booleans', () => {
+    const c = loadConfig({ TICK_MS: '100', WS_MAX_BUFFERED_BYTES: '2_097_152', DEMO_MOTION: 'off', NATS_URL: 'nats://a:4222,nats://b:4222' });
+    assert.equal(c.engine.tickMs, 100);
+    assert.equal(c.gateway.maxBufferedBytes, 2_097_152);
+    assert.equal(c.standalone.demoMotion, false);
+    assert.equal(c.bus.natsUrl, 'nats://a:4222,nats://b:4222');
+  });
+
+  it('load - every bad variable is named in one error', () => {
+    assert.throws(
+      () => loadConfig({ TICK_MS: 'fast', PORT: '70000', DATABASE_URL: 'mysql://x', LOG_LEVEL: 'loud', GATEWAY_ID: 'a.b' }),
+      (err: unknown) => {
+        assert.ok(isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'));
+        for (const v of ['TICK_MS', 'PORT', 'DATABASE_URL', 'LOG_LEVEL', 'GATEWAY_ID']) assert.match(err.message, new RegExp(`${v}: `));
+        return true;
+      },
+    );
+  });
+
+  it('load - cluster mode requires every real engine URL', () => {
+    assert.throws(
+      () => loadConfig({ CROWDPLAY_MODE: 'cluster', DATABASE_URL: 'postgres://x/y' }),
+      (err: unknown) => isCrowdplayError(err) && /NATS_URL: required/.test(err.message) && /REDIS_URL: required/.test(err.message) && !/DATABASE_URL/.test(err.message),
+    );
+  });
+
+  it('schema - every setting has a unique env name, a doc and a default that parses', () => {
+    const all = leaves(schema);
+    assert.equal(new Set(all.map((l) => l.setting.env)).size, all.length);
+    for (const { setting } of all) {
+      assert.ok(setting.doc.length > 10, `${setting.env} has a doc`);
+      if (setting.secret) continue;
+      const parsed = setting.parse(String(setting.default));
+      assert.ok(parsed.ok, `${setting.env} default parses`);
+    }
+  });
+
+  it('defaultConfig - merges a patch per section', () => {
+    const c = defaultConfig({ engine: { tickMs: 40 } });
+    assert.equal(c.engine.tickMs, 40);
+    assert.equal(c.engine.updateIntervalMs, 250);
+  });
+
+  it('docs - README settings table and .env.example match the schema', () => {
+    const readme = readFileSync(`${root}README.md`, 'utf8');
+    assert.equal(renderReadmeSettings(readme), readme, 'README settings table drifted: run `npm run docs:settings`');
+    assert.equal(readFileSync(`${root}.env.example`, 'utf8'), envExample(), '.env.example drifted: run `npm run docs:settings`');
+  });
+});

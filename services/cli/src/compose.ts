@@ -1,0 +1,130 @@
+/**
+ * Builds crowdplay's processes from the configuration: `standalone` (every
+ * service in one process, embedded adapters where a URL is unset) and each
+ * service alone (`crowdplay service <name>`). The service code is the same in
+ * both; only the adapters differ, each chosen by its URL.
+ */
+import { hostname } from 'node:os';
+import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
+import type { Config } from '@crowdplay/config';
+import { Shard, tugOfWar } from '@crowdplay/crowd-engine';
+import { createGateway, type Gateway } from '@crowdplay/gateway';
+import { Router, RouterClient } from '@crowdplay/router';
+import { SequencerService } from '@crowdplay/sequencer';
+import { openStore, type Store } from '@crowdplay/store';
+import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
+
+export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer'] as const;
+export type ServiceName = (typeof SERVICES)[number];
+
+/** The standalone dev tenant's id (credentials are the STANDALONE_TENANT_* settings). */
+export const DEV_TENANT_ID = 'dev';
+/** The demo game's channel. */
+export const DEMO_CHANNEL = 'demo';
+
+/** A running process: its HTTP port (when it serves HTTP) and its ordered shutdown. */
+export interface Running {
+  /** Port the gateway listens on, if this process runs one. */
+  port: number | undefined;
+  telemetry: Telemetry;
+  store: Store;
+  bus: Bus;
+  /** Ordered shutdown (drain): safe to call twice. */
+  stop(): Promise<void>;
+}
+
+interface Parts {
+  gateway?: Gateway;
+  shard?: Shard;
+  router?: Router;
+  sequencer?: SequencerService;
+}
+
+async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
+  const telemetry = createTelemetry({ service, level: config.log.level, refusalLogIntervalMs: config.log.refusalLogIntervalMs });
+  const { logger } = telemetry;
+  const t0 = Date.now();
+  const store = await openStore({ ...config.db, log: (msg) => logger.debug({ msg }, 'migration') });
+  logger.info({ store: store.kind, schema: config.db.schema, ms: Date.now() - t0 }, store.kind === 'pglite' ? 'store: embedded PGlite (one session)' : 'store: PostgreSQL');
+  const bus = await openBus({
+    natsUrl: config.bus.natsUrl,
+    name: `${service}-${hostname()}-${process.pid}`,
+    onError: (err, subject) => logger.error({ err, subject }, 'bus handler failed'),
+  });
+  logger.info({ bus: bus.kind, prefix: config.bus.subjectPrefix }, `bus: ${bus.kind}`);
+  return { telemetry, store, bus, subjects: makeSubjects(config.bus.subjectPrefix) };
+}
+
+/**
+ * Starts the given services in this process. `standalone` passes all four
+ * and gets the demo and the dev tenant.
+ * @throws on a store or bus that cannot be reached, or a port in use
+ */
+export async function startServices(config: Config, names: readonly ServiceName[], opts: { standalone: boolean }): Promise<Running> {
+  const label = opts.standalone ? 'standalone' : names.join('+');
+  const { telemetry, store, bus, subjects } = await base(config, label);
+  const { logger } = telemetry;
+  const parts: Parts = {};
+  try {
+    if (opts.standalone) {
+      await store.tenants.upsert(DEV_TENANT_ID, 'Standalone dev tenant', config.standalone.tenantKey, config.standalone.tenantSecret);
+      if (config.standalone.demo) await store.channels.ensure(DEMO_CHANNEL, DEV_TENANT_ID);
+    }
+    if (names.includes('sequencer')) {
+      parts.sequencer = new SequencerService({ bus, subjects, store, telemetry });
+      await parts.sequencer.start();
+    }
+    if (names.includes('crowd-engine')) {
+      const demo = opts.standalone && config.standalone.demo;
+      parts.shard = new Shard({
+        config,
+        bus,
+        subjects,
+        store,
+        telemetry,
+        gameFor: (c) => (demo && c === DEMO_CHANNEL ? tugOfWar({ maxPerTick: config.engine.defaultMaxPerTick, motion: config.standalone.demoMotion }) : undefined),
+      });
+      await parts.shard.start();
+    }
+    if (names.includes('router')) {
+      parts.router = new Router(
+        { bus, subjects, store, telemetry },
+        { shardTimeoutMs: 5_000, waitForShardMs: config.bus.requestTimeoutMs, requestTimeoutMs: config.bus.requestTimeoutMs },
+      );
+      await parts.router.start();
+    }
+    if (opts.standalone && config.standalone.demo && parts.router) await parts.router.assign(DEMO_CHANNEL);
+    let port: number | undefined;
+    if (names.includes('gateway')) {
+      const router = new RouterClient(bus, subjects, config.bus.requestTimeoutMs);
+      parts.gateway = createGateway({ config, bus, store, router, telemetry });
+      port = (await parts.gateway.listen()).port;
+      logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);
+    }
+    let stopping: Promise<void> | undefined;
+    const stop = (): Promise<void> => {
+      stopping ??= (async () => {
+        // Edge first (no new work), then the shard hands its channels back, then the rest.
+        if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
+        if (parts.shard) await parts.shard.drain().catch((err: unknown) => logger.error({ err }, 'shard drain failed'));
+        await parts.router?.close();
+        await parts.sequencer?.close();
+        await bus.drain().catch(() => undefined);
+        await store.close();
+        logger.info('stopped');
+        await telemetry.close();
+      })();
+      return stopping;
+    };
+    return { port, telemetry, store, bus, stop };
+  } catch (err) {
+    await parts.gateway?.close();
+    await parts.shard?.close();
+    await parts.router?.close();
+    await parts.sequencer?.close();
+    await bus.close();
+    await store.close();
+    await telemetry.close();
+    throw err;
+  }
+}

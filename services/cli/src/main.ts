@@ -1,0 +1,119 @@
+#!/usr/bin/env -S npx tsx
+/**
+ * The `crowdplay` command.
+ *
+ *   crowdplay start                      every service in one process (npm start)
+ *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer
+ *   crowdplay tenant create <id> [--name NAME]
+ *   crowdplay tenant rotate-key <id>
+ *   crowdplay tenant list
+ *   crowdplay settings                   the settings table (Markdown)
+ *
+ * The only place that reads process.env: it becomes the frozen Config here.
+ */
+import { parseArgs } from 'node:util';
+import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { openStore } from '@crowdplay/store';
+import { SERVICES, startServices, type ServiceName, type Running } from './compose.ts';
+
+const USAGE = `usage:
+  crowdplay start
+  crowdplay service <${SERVICES.join('|')}>
+  crowdplay tenant create <id> [--name NAME] | rotate-key <id> | list
+  crowdplay settings`;
+
+function fail(msg: string, code = 2): never {
+  process.stderr.write(`${msg}\n`);
+  process.exit(code);
+}
+
+async function runUntilSignal(config: Config, start: () => Promise<Running>): Promise<void> {
+  const running = await start();
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals): void => {
+    if (++signals > 1) process.exit(130); // a second signal: exit at once
+    running.telemetry.logger.info({ signal: sig }, 'draining');
+    const deadline = setTimeout(() => {
+      running.telemetry.logger.error({ shutdownMs: config.gateway.shutdownMs }, 'drain passed SHUTDOWN_DEADLINE_MS: exiting');
+      process.exit(1);
+    }, config.gateway.shutdownMs);
+    deadline.unref();
+    running.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+}
+
+async function tenantCommand(config: Config, args: string[], name: string | undefined): Promise<void> {
+  const [sub, id] = args;
+  const store = await openStore(config.db);
+  try {
+    if (sub === 'create' && id) {
+      const { tenant, apiKey } = await store.tenants.create(id, name ?? id);
+      process.stdout.write(
+        `tenant:         ${tenant.id}\nname:           ${tenant.name}\napi key:        ${apiKey}\nsigning secret: ${tenant.signingSecret}\n` +
+          `(the API key is shown only now; store it safely)\n`,
+      );
+    } else if (sub === 'rotate-key' && id) {
+      const { tenant, apiKey } = await store.tenants.rotateKey(id);
+      process.stdout.write(`tenant:  ${tenant.id}\napi key: ${apiKey}\n(the old key no longer works)\n`);
+    } else if (sub === 'list' && !id) {
+      const list = await store.tenants.list();
+      for (const t of list) process.stdout.write(`${t.id}\t${t.name}\t${t.apiKeyPrefix}…\t${t.createdAt.toISOString()}\n`);
+      if (list.length === 0) process.stdout.write('(no tenants)\n');
+    } else fail(USAGE);
+  } catch (err) {
+    const e = err as { code?: string; message?: string };
+    if (e.code === '23505') fail(`tenant ${id} already exists`, 1);
+    if (err instanceof TypeError || isCrowdplayError(err)) fail(e.message ?? String(err), 1);
+    throw err;
+  } finally {
+    await store.close();
+  }
+}
+
+async function main(): Promise<void> {
+  const { positionals, values } = parseArgs({ allowPositionals: true, options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const [cmd, ...rest] = positionals;
+  if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
+  if (cmd === 'settings') {
+    process.stdout.write(`${settingsTable()}\n`);
+    return;
+  }
+  let config: Config;
+  try {
+    config = loadConfig(process.env);
+  } catch (err) {
+    fail(err instanceof Error ? err.message : String(err));
+  }
+  process.on('unhandledRejection', (err) => {
+    process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  });
+  switch (cmd) {
+    case 'start':
+      if (config.mode === 'cluster') fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
+      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true }));
+      break;
+    case 'service': {
+      const name = rest[0] as ServiceName | undefined;
+      if (!name || !SERVICES.includes(name)) fail(USAGE);
+      if (!config.bus.natsUrl) process.stderr.write(`warning: ${name} alone on the in-process bus talks to no other service; set NATS_URL\n`);
+      await runUntilSignal(config, () => startServices(config, [name], { standalone: false }));
+      break;
+    }
+    case 'tenant':
+      await tenantCommand(config, rest, values.name);
+      break;
+    default:
+      fail(USAGE);
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`crowdplay: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});
