@@ -71,6 +71,8 @@ export const ERRORS = {
   CP_ERR_INTENT_RATE_LIMITED: { message: 'too many intents: at most %s per second', httpStatus: 429 },
   CP_ERR_INTENT_INSUFFICIENT_FUNDS: { message: 'not enough points: the action costs %s', httpStatus: 402 },
   CP_ERR_INTENT_OVERLOADED: { message: 'the shard is over its intake queue limit', httpStatus: 503 },
+  /** Not sent to viewers (their intent is accepted and tallied); counted when an intent is not listed in the batch. */
+  CP_ERR_INTENT_OVER_CAP: { message: 'intent over the action\'s maxPerTick: tallied, not listed in the batch', httpStatus: 200 },
   // game
   CP_ERR_GAME_INVALID_DECLARE: { message: 'invalid action declaration: %s', httpStatus: 400 },
   CP_ERR_GAME_STATE_TOO_BIG: { message: 'game state larger than %s bytes', httpStatus: 413 },
@@ -82,6 +84,11 @@ export const ERRORS = {
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
   CP_ERR_CONFIG_INVALID: { message: 'invalid configuration:\n%s', httpStatus: 500 },
   CP_ERR_INTERNAL: { message: 'internal error', httpStatus: 500, closeCode: CloseCode.internal },
+  // clients (libs/sdk-viewer, libs/sdk-game): raised on the client side, never sent by the server
+  CP_ERR_CLIENT_NOT_OPEN: { message: 'the connection is not open (state %s)', httpStatus: 503 },
+  CP_ERR_CLIENT_CLOSED: { message: 'the connection closed (code %s%s)', httpStatus: 503 },
+  CP_ERR_CLIENT_SOCKET: { message: 'socket error: %s', httpStatus: 502 },
+  CP_ERR_CLIENT_WELCOME_TIMEOUT: { message: 'no welcome frame within %s ms of connecting', httpStatus: 504 },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -298,7 +298,10 @@ export class Shard {
     if (o.rt.add(viewer, action, option, atMs)) {
       this.pendingIntents++;
       this.m.intents.add(1, { outcome: 'accepted' });
-    } else this.m.intents.add(1, { outcome: 'dropped_over_cap' });
+    } else {
+      this.m.intents.add(1, { outcome: 'dropped_over_cap' });
+      this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_INTENT_OVER_CAP', { channel: o.rt.id, action });
+    }
   }
 
   /** Closes every owned channel's batch. Ticks never overlap: a slow one skips the next. */

@@ -54,6 +54,7 @@ describe('crowd-engine', () => {
     assert.equal(vote.dropped, 5, 'the rest counted as dropped');
     assert.deepEqual(vote.tally, { a: 10, b: 5 }, 'tally counts every accepted intent');
     assert.equal(batch.actions.cheer?.tally._, 1);
+    assert.match(await h.telemetry.metrics.prometheusText(), /crowdplay_refusals_total\{area="engine",reason="CP_ERR_INTENT_OVER_CAP"[^}]*\} 5/);
     const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.vote?.a === 10));
     assert.deepEqual(u.tally, { vote: { a: 10, b: 5 }, cheer: { _: 1 } });
     assert.equal(u.ev, batch.ev);
