@@ -89,6 +89,8 @@ export const ERRORS = {
   CP_ERR_CLIENT_CLOSED: { message: 'the connection closed (code %s%s)', httpStatus: 503 },
   CP_ERR_CLIENT_SOCKET: { message: 'socket error: %s', httpStatus: 502 },
   CP_ERR_CLIENT_WELCOME_TIMEOUT: { message: 'no welcome frame within %s ms of connecting', httpStatus: 504 },
+  // limits (appended)
+  CP_ERR_LIMIT_MAX_CONNECTIONS: { message: 'the gateway holds its maximum of %s connections; try another', httpStatus: 503 },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

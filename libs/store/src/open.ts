@@ -88,11 +88,11 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
 
 /**
  * Applies pending migrations (node-pg-migrate, SQL files in
- * libs/store/migrations) to `schema`, under node-pg-migrate's advisory lock
- * so concurrent starters do not race.
+ * libs/store/migrations) to `schema`, under a per-schema advisory lock so
+ * concurrent starters wait for each other instead of racing.
  */
 export async function migrate(db: Db, schema: string, log: (msg: string) => void = () => undefined): Promise<void> {
-  await db.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
+  const createSchema = `CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`;
   const run = (q: { query(sql: string, params?: unknown[]): Promise<unknown> }) =>
     runner({
       // node-pg-migrate needs only query(text | {text, values}).
@@ -107,17 +107,28 @@ export async function migrate(db: Db, schema: string, log: (msg: string) => void
       migrationsSchema: schema,
       createSchema: true,
       checkOrder: true,
+      // node-pg-migrate's own lock is one per database and fails at once when
+      // taken; we hold a per-schema advisory lock that waits instead (below).
+      noLock: true,
       log,
       logger: { debug: () => undefined, info: log, warn: log, error: log },
     });
   if (db instanceof PgDb) {
     const client = await db.pool.connect();
     try {
-      await run(client);
+      // Concurrent starters of one schema wait for each other; other schemas do not.
+      await client.query('SELECT pg_advisory_lock(hashtext($1))', [`crowdplay-migrate:${schema}`]);
+      try {
+        await client.query(createSchema);
+        await run(client);
+      } finally {
+        await client.query('SELECT pg_advisory_unlock(hashtext($1))', [`crowdplay-migrate:${schema}`]);
+      }
     } finally {
       client.release();
     }
   } else {
+    await db.query(createSchema);
     await run(db);
   }
 }

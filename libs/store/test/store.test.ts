@@ -91,3 +91,20 @@ storeSuite('pglite', async () => {
   assert.equal(store.kind, 'pglite');
   return { store, cleanup: async () => undefined };
 });
+
+describe('store - migrations', () => {
+  it('concurrent opens of one schema wait for each other; reopening applies nothing twice', async () => {
+    const s = await testSchema();
+    try {
+      const opts = { url: s.databaseUrl, schema: s.schema, poolMax: 2, pgliteDir: 'memory' };
+      const stores = await Promise.all([openStore(opts), openStore(opts), openStore(opts)]);
+      for (const st of stores) await st.close();
+      const again = await openStore(opts);
+      const { rows } = await again.db.query<{ n: string }>('SELECT count(*) AS n FROM pgmigrations');
+      assert.equal(Number(rows[0]!.n), 1);
+      await again.close();
+    } finally {
+      await s.drop();
+    }
+  });
+});

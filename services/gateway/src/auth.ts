@@ -1,0 +1,181 @@
+/**
+ * Authentication of WebSocket clients.
+ *
+ * - role=crowd: a viewer JWT (HS256) signed with the secret of the channel's
+ *   tenant. The HMAC key is the UTF-8 bytes of the tenant's signing secret
+ *   string. Claims: `sub` = viewer id (1–128 chars, required); `tid` (tenant
+ *   id, optional, must equal the channel's tenant); `ch` (channel id, optional,
+ *   must equal the channel); `exp`/`nbf` checked with TOKEN_CLOCK_SKEW_S.
+ * - role=game: a tenant API key; the channel is created for that tenant on
+ *   first use, and another tenant's channel is refused.
+ *
+ * Tenants and channel rows are cached for a few seconds (lru-cache with TTL;
+ * concurrent look-ups of one key are collapsed into one query), so a
+ * reconnect storm of a channel's viewers costs one query, not one per viewer.
+ */
+import { LRUCache } from 'lru-cache';
+import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
+import type { ChannelRow, Store, Tenant } from '@crowdplay/store';
+
+/** How long tenants and known channels are cached, ms (a rotated secret takes effect within this). */
+export const AUTH_CACHE_TTL_MS = 5_000;
+/** How long an unknown channel is remembered as unknown, ms (short: a game may create it any moment). */
+export const UNKNOWN_CHANNEL_TTL_MS = 1_000;
+/** Entries per cache (tenants; channels): bounds memory under a flood of made-up ids. */
+export const AUTH_CACHE_MAX_ENTRIES = 10_000;
+/** Longest viewer id (`sub`), characters. */
+export const MAX_VIEWER_ID_CHARS = 128;
+/** Tenant id of standalone's dev tenant (created by the CLI with STANDALONE_TENANT_SECRET / _KEY). */
+export const DEV_TENANT_ID = 'dev';
+/** Lifetime of a dev token from POST /v1/tokens/dev, s. */
+export const DEV_TOKEN_TTL_S = 3_600;
+
+const utf8 = new TextEncoder();
+
+/** The HS256 key of a tenant: the UTF-8 bytes of its signing secret. */
+export function tenantKey(signingSecret: string): Uint8Array {
+  return utf8.encode(signingSecret);
+}
+
+/** An authenticated viewer. */
+export interface CrowdIdentity {
+  tenantId: string;
+  viewer: string;
+}
+
+interface TenantEntry {
+  tenant: Tenant | null;
+  key: Uint8Array | undefined;
+}
+
+interface ChannelEntry {
+  row: ChannelRow | null;
+}
+
+/** Why jose refused a token, in words for the error frame (never the token itself). */
+function joseReason(err: unknown): string {
+  if (err instanceof joseErrors.JWTClaimValidationFailed) return `claim ${err.claim} ${err.reason}`;
+  if (err instanceof joseErrors.JOSEError) {
+    switch (err.code) {
+      case 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED':
+        return 'bad signature';
+      case 'ERR_JOSE_ALG_NOT_ALLOWED':
+        return 'algorithm not allowed (HS256 only)';
+      case 'ERR_JWS_INVALID':
+      case 'ERR_JWT_INVALID':
+        return 'malformed token';
+      default:
+        return err.code;
+    }
+  }
+  return 'unverifiable token';
+}
+
+/** Options of {@link Authenticator}. */
+export interface AuthenticatorOptions {
+  /** TOKEN_CLOCK_SKEW_S: tolerance on exp/nbf, s. */
+  clockSkewS: number;
+  /** Cache TTL, ms. @defaultValue {@link AUTH_CACHE_TTL_MS} */
+  cacheTtlMs?: number;
+}
+
+/** Verifies viewer tokens and game keys against the store (cached). */
+export class Authenticator {
+  private readonly tenants: LRUCache<string, TenantEntry>;
+  private readonly channels: LRUCache<string, ChannelEntry>;
+  private readonly clockSkewS: number;
+
+  constructor(
+    private readonly store: Store,
+    opts: AuthenticatorOptions,
+  ) {
+    const ttl = opts.cacheTtlMs ?? AUTH_CACHE_TTL_MS;
+    this.clockSkewS = opts.clockSkewS;
+    this.tenants = new LRUCache<string, TenantEntry>({
+      max: AUTH_CACHE_MAX_ENTRIES,
+      ttl,
+      fetchMethod: async (id) => {
+        const tenant = await this.store.tenants.get(id);
+        return { tenant, key: tenant ? tenantKey(tenant.signingSecret) : undefined };
+      },
+    });
+    this.channels = new LRUCache<string, ChannelEntry>({
+      max: AUTH_CACHE_MAX_ENTRIES,
+      ttl,
+      fetchMethod: async (id, _stale, { options }) => {
+        const row = await this.store.channels.get(id);
+        if (!row) options.ttl = Math.min(ttl, UNKNOWN_CHANNEL_TTL_MS);
+        return { row };
+      },
+    });
+  }
+
+  /**
+   * Authenticates a viewer of `channel` (already checked against CHANNEL_ID_RE).
+   *
+   * @throws CrowdplayError CP_ERR_AUTH_MISSING (no token), CP_ERR_CHANNEL_UNKNOWN,
+   *   CP_ERR_AUTH_EXPIRED, CP_ERR_AUTH_INVALID (signature, claims, `sub`, `tid`),
+   *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (a `ch` claim naming another channel);
+   *   store errors pass through.
+   */
+  async crowd(channel: string, token: string | null): Promise<CrowdIdentity> {
+    if (!token) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+    const ch = (await this.channels.fetch(channel))?.row ?? null;
+    if (!ch) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    const entry = await this.tenants.fetch(ch.tenantId);
+    if (!entry?.tenant || !entry.key) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    let payload: Record<string, unknown>;
+    try {
+      ({ payload } = await jwtVerify(token, entry.key, { algorithms: ['HS256'], clockTolerance: this.clockSkewS }));
+    } catch (err) {
+      if (err instanceof joseErrors.JWTExpired) throw new CrowdplayError('CP_ERR_AUTH_EXPIRED', [], { cause: err });
+      throw new CrowdplayError('CP_ERR_AUTH_INVALID', [joseReason(err)], { cause: err });
+    }
+    const sub = payload.sub;
+    if (typeof sub !== 'string' || sub.length < 1 || sub.length > MAX_VIEWER_ID_CHARS) {
+      throw new CrowdplayError('CP_ERR_AUTH_INVALID', [`sub must be a viewer id of 1–${MAX_VIEWER_ID_CHARS} characters`]);
+    }
+    if (payload.tid !== undefined && payload.tid !== ch.tenantId) {
+      throw new CrowdplayError('CP_ERR_AUTH_INVALID', ["tid is not the channel's tenant"]);
+    }
+    if (payload.ch !== undefined && payload.ch !== channel) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
+    return { tenantId: ch.tenantId, viewer: sub };
+  }
+
+  /**
+   * Authenticates a game connection for `channel`, creating the channel for
+   * the key's tenant if it does not exist.
+   *
+   * @throws CrowdplayError CP_ERR_AUTH_MISSING (no key), CP_ERR_AUTH_INVALID (unknown key),
+   *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (another tenant's channel); store errors pass through.
+   */
+  async game(channel: string, key: string | null): Promise<{ tenantId: string }> {
+    if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+    const tenant = await this.store.tenants.byApiKey(key);
+    if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
+    const row = await this.store.channels.ensure(channel, tenant.id);
+    this.channels.set(channel, { row });
+    return { tenantId: tenant.id };
+  }
+}
+
+/**
+ * Mints a viewer token for standalone's dev tenant (POST /v1/tokens/dev):
+ * HS256, `sub` = viewer, `tid` = 'dev', `ch` = channel, `iat`, `exp` = now + ttlS.
+ *
+ * @param secret STANDALONE_TENANT_SECRET
+ * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_PROTO_INVALID (viewer id length)
+ */
+export async function mintDevToken(secret: string, opts: { viewer: string; channel: string; ttlS?: number }): Promise<string> {
+  if (!CHANNEL_ID_RE.test(opts.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+  if (opts.viewer.length < 1 || opts.viewer.length > MAX_VIEWER_ID_CHARS) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`viewer must be 1–${MAX_VIEWER_ID_CHARS} characters`]);
+  }
+  return new SignJWT({ tid: DEV_TENANT_ID, ch: opts.channel })
+    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setSubject(opts.viewer)
+    .setIssuedAt()
+    .setExpirationTime(`${opts.ttlS ?? DEV_TOKEN_TTL_S}s`)
+    .sign(tenantKey(secret));
+}

@@ -1,0 +1,101 @@
+/**
+ * One WebSocket connection as the gateway tracks it, and the helpers that
+ * write frames to it. Internal to the gateway.
+ */
+import type { WebSocket } from 'ws';
+import { CloseCode, ERRORS, formatMessage, type ErrorCode, type ErrorFrame, type ErrorSpec, type GameInbound } from '@crowdplay/protocol';
+import type { Subscription } from '@crowdplay/bus';
+
+/** `auth` until the welcome; `open` while serving; `closing` after we (or the peer) started the close; `closed` at the end. */
+export type ConnState = 'auth' | 'open' | 'closing' | 'closed';
+
+/** A client role, or `invalid` when the query did not name one. */
+export type ConnRole = 'crowd' | 'game' | 'invalid';
+
+/** `ws.send` options for text frames (updates arrive from the bus as bytes and go out as text). */
+export const TEXT_FRAME = Object.freeze({ binary: false });
+
+/** One frame received before authentication finished; replayed in order after the welcome. */
+export interface EarlyFrame {
+  data: Buffer;
+  isBinary: boolean;
+}
+
+/** A gateway connection. Mutable fields are owned by the gateway. */
+export class Conn {
+  state: ConnState = 'auth';
+  /** Viewer id (`sub` of the token) for crowd; empty for game. */
+  viewer = '';
+  /** Tenant id, set by auth. */
+  tenantId = '';
+  /** Resume point from the query (crowd), if any. */
+  lastEventId: number | undefined;
+  /** Frames received before the welcome, or null once they were replayed. */
+  early: EarlyFrame[] | null = [];
+  /** Bytes held in `early`. */
+  earlyBytes = 0;
+  /** Protocol errors made on this socket (closed with 4400 at WS_PROTOCOL_ERROR_LIMIT). */
+  protocolErrors = 0;
+  /** Counted in crowdplay_connections (after the welcome). */
+  counted = false;
+  /** Crowd: member of its channel's fan-out set. */
+  joined = false;
+  /** Crowd: an update (broadcast or snapshot) was delivered or is pending; a late snapshot reply is then dropped. */
+  gotUpdate = false;
+  /** Crowd: the newest update skipped while the send buffer was over the skip limit. */
+  pendingUpdate: Buffer | undefined;
+  /** Game: the `ch.<C>.game` subscription. */
+  gameSub: Subscription | undefined;
+  /** Game: inbound messages waiting for their `ch.<C>.ctl` request (processed one at a time, in order). */
+  readonly gameQueue: GameInbound[] = [];
+  /** Game: a queue pump is running. */
+  gamePumping = false;
+  /**
+   * Write callback given to every update/ack send: once a write completed,
+   * a pending (skipped) update goes out if the buffer is now under the skip
+   * limit. Pre-bound per connection so the hot path allocates nothing.
+   */
+  afterWrite: (err?: Error | null) => void = () => undefined;
+
+  constructor(
+    readonly id: number,
+    readonly ws: WebSocket,
+    readonly role: ConnRole,
+    readonly channel: string,
+    readonly address: string,
+  ) {}
+
+  /** True while frames may be written (`open`, and the socket is OPEN). */
+  get writable(): boolean {
+    return this.state === 'open' && this.ws.readyState === 1;
+  }
+}
+
+/** Serialises an error frame `{"t":"error","code","message"}`. */
+export function errorFrame(code: string, message: string): string {
+  const frame: ErrorFrame = { t: 'error', code, message };
+  return JSON.stringify(frame);
+}
+
+/**
+ * Sends an error frame if the socket is still OPEN (state `auth`, `open` or
+ * `closing` before the close frame went out). Never throws.
+ */
+export function sendErrorFrame(conn: Conn, code: string, message: string): void {
+  if (conn.ws.readyState !== 1) return;
+  conn.ws.send(errorFrame(code, message));
+}
+
+/**
+ * Ends a connection with an error: sends the error frame, then closes with
+ * `closeCode` (default: the catalogue's close code of `code`, else 4500).
+ * The close reason is the error code (at most 123 bytes by RFC 6455; codes are short).
+ */
+export function closeWithError(conn: Conn, code: ErrorCode, message: string = formatMessage(code, []), closeCode?: number): void {
+  const spec: ErrorSpec = ERRORS[code];
+  const wsCode = closeCode ?? spec.closeCode ?? CloseCode.internal;
+  if (conn.state !== 'closed') conn.state = 'closing';
+  if (conn.ws.readyState !== 1) return;
+  conn.ws.send(errorFrame(code, message));
+  conn.ws.close(wsCode, code);
+}

@@ -1,0 +1,193 @@
+/**
+ * Channel fan-out: per channel, the set of local viewer sockets and one
+ * `ch.<C>.out` subscription held while the set is not empty. Each update
+ * arrives as the bytes of a serialised `update` frame and is written, as the
+ * same Buffer, to every member (serialised once, by the shard).
+ *
+ * Per socket, by its unsent bytes (`ws.bufferedAmount`):
+ * - over `maxBufferedBytes` (WS_MAX_BUFFERED_BYTES): slow consumer, `onSlow`
+ *   closes it with 4008;
+ * - over `skipBufferedBytes` (WS_SKIP_BUFFERED_BYTES): the update is skipped
+ *   and only the newest skipped one is remembered; it goes out on the next
+ *   update or as soon as a write completes under the limit (newest state,
+ *   never the backlog: updates are full states, see ChannelUpdate).
+ */
+import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
+import type { Logger } from '@crowdplay/telemetry';
+import { TEXT_FRAME, type Conn } from './connection.ts';
+import type { GatewayMetrics } from './metrics.ts';
+
+/** Options of {@link ChannelFanout}. */
+export interface FanoutOptions {
+  /** WS_MAX_BUFFERED_BYTES: over it a socket is a slow consumer (closed 4008), bytes. */
+  maxBufferedBytes: number;
+  /** WS_SKIP_BUFFERED_BYTES: over it a socket skips updates, bytes. */
+  skipBufferedBytes: number;
+}
+
+/** One channel with local viewers. */
+interface ChannelEntry {
+  readonly channel: string;
+  readonly members: Set<Conn>;
+  sub: Subscription | undefined;
+  /** The newest update seen on this channel while subscribed (broadcast or snapshot reply). */
+  latest: Buffer | undefined;
+  /** `ev` of `latest`, parsed lazily (undefined until needed; NaN when it has none). */
+  latestEv: number | undefined;
+}
+
+/** Outcome of writing one update to one socket (plain constants: no enums, so Node's type stripping runs this file). */
+const Delivery = { Sent: 0, Skipped: 1, Dropped: 2 } as const;
+type Delivery = (typeof Delivery)[keyof typeof Delivery];
+
+/** Per-channel membership and update fan-out. See the module comment. */
+export class ChannelFanout {
+  private readonly channels = new Map<string, ChannelEntry>();
+
+  /**
+   * @param onSlow closes a slow consumer (error frame + 4008) and removes it
+   *   from its channel (through {@link leave}); called at most once per socket
+   */
+  constructor(
+    private readonly bus: Bus,
+    private readonly subjects: Subjects,
+    private readonly opts: FanoutOptions,
+    private readonly metrics: GatewayMetrics,
+    private readonly logger: Logger,
+    private readonly onSlow: (conn: Conn) => void,
+  ) {}
+
+  /** Channels with at least one local member. */
+  get size(): number {
+    return this.channels.size;
+  }
+
+  /** Local members of `channel` (0 when none). */
+  members(channel: string): number {
+    return this.channels.get(channel)?.members.size ?? 0;
+  }
+
+  /**
+   * Adds a viewer socket to its channel; the first member subscribes to
+   * `ch.<C>.out`. Also wires `conn.afterWrite`.
+   * @throws BusError `closed` when the bus is closed (the caller ends the socket)
+   */
+  join(conn: Conn): void {
+    let entry = this.channels.get(conn.channel);
+    if (!entry) {
+      const created: ChannelEntry = { channel: conn.channel, members: new Set(), sub: undefined, latest: undefined, latestEv: undefined };
+      created.sub = this.bus.subscribe(this.subjects.channelOut(conn.channel), (msg) => this.broadcast(created, msg.data));
+      this.channels.set(conn.channel, created);
+      entry = created;
+    }
+    conn.afterWrite = (err) => {
+      if (err || conn.pendingUpdate === undefined || !conn.writable) return;
+      if (this.deliver(conn, conn.pendingUpdate) === Delivery.Sent) this.metrics.updatesSent.add(1);
+    };
+    entry.members.add(conn);
+    conn.joined = true;
+  }
+
+  /** Removes a socket from its channel; the last member unsubscribes. Safe to call twice. */
+  leave(conn: Conn): void {
+    if (!conn.joined) return;
+    conn.joined = false;
+    conn.pendingUpdate = undefined;
+    const entry = this.channels.get(conn.channel);
+    if (!entry) return;
+    entry.members.delete(conn);
+    if (entry.members.size === 0) {
+      entry.sub?.unsubscribe();
+      this.channels.delete(conn.channel);
+    }
+  }
+
+  /**
+   * The newest update this gateway holds for the channel, if any, with its
+   * `ev` (parsed once per update, only when asked).
+   */
+  latest(channel: string): { bytes: Buffer; ev: number } | undefined {
+    const entry = this.channels.get(channel);
+    if (!entry?.latest) return undefined;
+    if (entry.latestEv === undefined) entry.latestEv = parseEv(entry.latest);
+    return { bytes: entry.latest, ev: entry.latestEv };
+  }
+
+  /**
+   * Remembers a snapshot reply as the channel's latest update unless a
+   * broadcast arrived meanwhile (a broadcast is at least as new).
+   */
+  offerSnapshot(channel: string, bytes: Buffer): void {
+    const entry = this.channels.get(channel);
+    if (entry && entry.latest === undefined) {
+      entry.latest = bytes;
+      entry.latestEv = undefined;
+    }
+  }
+
+  /**
+   * Writes one update to one member (join-time snapshot or a replay).
+   * Applies the same buffer limits as a broadcast.
+   */
+  sendTo(conn: Conn, bytes: Buffer): void {
+    const r = this.deliver(conn, bytes);
+    if (r === Delivery.Sent) this.metrics.updatesSent.add(1);
+    else if (r === Delivery.Skipped) this.metrics.updatesSkipped.add(1);
+  }
+
+  /** Unsubscribes every channel (close). Members are ended by the gateway. */
+  close(): void {
+    for (const entry of this.channels.values()) entry.sub?.unsubscribe();
+    this.channels.clear();
+  }
+
+  private broadcast(entry: ChannelEntry, data: Uint8Array): void {
+    // No copy: the bus payload's bytes are the frame.
+    const bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    entry.latest = bytes;
+    entry.latestEv = undefined;
+    this.metrics.broadcastBytes.record(bytes.length);
+    let sent = 0;
+    let skipped = 0;
+    for (const conn of entry.members) {
+      const r = this.deliver(conn, bytes);
+      if (r === Delivery.Sent) sent++;
+      else if (r === Delivery.Skipped) skipped++;
+    }
+    if (sent > 0) this.metrics.updatesSent.add(sent);
+    if (skipped > 0) this.metrics.updatesSkipped.add(skipped);
+  }
+
+  private deliver(conn: Conn, bytes: Buffer): Delivery {
+    if (!conn.writable) return Delivery.Dropped;
+    conn.gotUpdate = true;
+    const buffered = conn.ws.bufferedAmount;
+    if (buffered > this.opts.maxBufferedBytes) {
+      conn.pendingUpdate = undefined;
+      this.onSlow(conn);
+      return Delivery.Dropped;
+    }
+    if (buffered > this.opts.skipBufferedBytes) {
+      conn.pendingUpdate = bytes;
+      return Delivery.Skipped;
+    }
+    conn.pendingUpdate = undefined;
+    try {
+      conn.ws.send(bytes, TEXT_FRAME, conn.afterWrite);
+    } catch (err) {
+      this.logger.debug({ err, conn: conn.id }, 'update send failed');
+      return Delivery.Dropped;
+    }
+    return Delivery.Sent;
+  }
+}
+
+/** The `ev` field of a serialised update (NaN when absent or not JSON). */
+function parseEv(bytes: Buffer): number {
+  try {
+    const ev = (JSON.parse(bytes.toString('utf8')) as { ev?: unknown }).ev;
+    return typeof ev === 'number' ? ev : NaN;
+  } catch {
+    return NaN;
+  }
+}

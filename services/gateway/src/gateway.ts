@@ -1,0 +1,712 @@
+/**
+ * The gateway: fastify (HTTP) + ws (WebSocket) edge of crowdplay. See
+ * docs/architecture.md (data flow) and PROTOCOL-NOTES.md (every frame, close
+ * code and route implemented here).
+ *
+ * `createGateway(deps)` builds the app without listening (tests use
+ * `gateway.app.inject()`); `listen()` starts serving; `drain()` is the ordered
+ * shutdown; `close()` releases everything (idempotent).
+ *
+ * One connection, in order:
+ * 1. Upgrade request on `/v1/ws`: refused with a raw HTTP response when the
+ *    gateway is not serving (503), the client address (/64 for IPv6) is over
+ *    its connection bucket (429 + Retry-After), or the gateway holds
+ *    WS_MAX_CONNECTIONS sockets (503).
+ * 2. Upgrade (ws, noServer, perMessageDeflate off, maxPayload =
+ *    WS_MAX_MESSAGE_BYTES for crowd). Frames arriving from here on are
+ *    buffered (bounded) until the welcome.
+ * 3. Auth (so that a refusal reaches the client as an error frame and a
+ *    documented close code), then `router.assign(channel)`, then `welcome`.
+ * 4. Crowd: member of the channel's fan-out; `act` frames are rate limited per
+ *    viewer and micro-batched onto `ch.<C>.in`; acks come back on
+ *    `gw.<id>.acks`. Game: `declare`/`state` become `ch.<C>.ctl` requests;
+ *    `ch.<C>.game` batches are forwarded as they are.
+ */
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import { WebSocketServer, type RawData, type ServerOptions, type WebSocket } from 'ws';
+import {
+  CHANNEL_ID_RE,
+  CloseCode,
+  CrowdplayError,
+  formatMessage,
+  parseInbound,
+  PROTOCOL_VERSION,
+  type AckBatch,
+  type ActAck,
+  type BusIntent,
+  type ErrorCode,
+  type GameInbound,
+  type Welcome,
+} from '@crowdplay/protocol';
+import type { Config } from '@crowdplay/config';
+import { decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
+import type { Store } from '@crowdplay/store';
+import type { Logger, Telemetry } from '@crowdplay/telemetry';
+import { addressKey, KeyedLimiter } from '@crowdplay/ratelimit';
+import type { RouterApi } from '@crowdplay/router';
+import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
+import { Authenticator } from './auth.ts';
+import { closeWithError, Conn, sendErrorFrame, TEXT_FRAME, type ConnRole } from './connection.ts';
+import { ChannelFanout } from './fanout.ts';
+import { registerRoutes } from './http.ts';
+import { IntentBatcher } from './intents.ts';
+import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
+
+/** Path of the WebSocket endpoint. */
+export const WS_PATH = '/v1/ws';
+/**
+ * Frames a client may send before its welcome (they are replayed in order
+ * after it). More closes the socket with 4400: a client must wait for the
+ * welcome, this bound only absorbs an eager SDK. The buffered bytes are also
+ * capped at this × WS_MAX_MESSAGE_BYTES (a game socket's larger frame limit
+ * does not raise it).
+ */
+export const PRE_AUTH_MAX_FRAMES = 32;
+/**
+ * Game `declare`/`state` messages queued for their `ch.<C>.ctl` request; at
+ * this length the gateway stops reading the game socket (TCP backpressure)
+ * until half of it is done.
+ */
+export const GAME_QUEUE_MAX = 64;
+/**
+ * Largest game frame, bytes, unless WS_MAX_MESSAGE_BYTES is larger: a full
+ * `declare` (32 actions × 32 options of 32 characters, messages.ts) is ~40 KB,
+ * and a `state` may carry MAX_GAME_STATE_BYTES plus its envelope.
+ */
+export const GAME_MIN_MESSAGE_BYTES = 65_536;
+/**
+ * How long a closing socket may take to finish the close handshake before it
+ * is destroyed, ms (ws' `closeTimeout`; its default of 30 s would hold a slow
+ * consumer's send buffer that long).
+ */
+export const CLOSE_HANDSHAKE_MS = 5_000;
+
+/** What the gateway needs from the process. It owns none of these (it never closes them). */
+export interface GatewayDeps {
+  config: Config;
+  bus: Bus;
+  store: Store;
+  router: RouterApi;
+  telemetry: Telemetry;
+}
+
+/** `created` (not listening) → `ready` (serving) → `draining` → `closed`. */
+export type GatewayState = 'created' | 'ready' | 'draining' | 'closed';
+
+/** Counts for tests and operators. */
+export interface GatewayStats {
+  /** Sockets this gateway holds (authenticating, open or closing). */
+  sockets: number;
+  /** Channels with local viewers (one `ch.<C>.out` subscription each). */
+  channels: number;
+  /** Channels with a local game connection. */
+  games: number;
+  /** Intents waiting in micro-batches. */
+  pendingIntents: number;
+}
+
+/** A gateway instance. */
+export interface Gateway {
+  /** GATEWAY_ID: this gateway's id on the bus (acks come back on `gw.<id>.acks`). */
+  readonly id: string;
+  /** The fastify instance (routes registered; `inject()` works before `listen()`). */
+  readonly app: FastifyInstance;
+  readonly state: GatewayState;
+  stats(): GatewayStats;
+  /**
+   * Subscribes to this gateway's acks and listens on HOST:PORT (PORT 0 = any free port).
+   * @returns the bound port
+   * @throws the listen error (e.g. EADDRINUSE); Error when called after drain/close
+   */
+  listen(): Promise<{ port: number }>;
+  /**
+   * Ordered shutdown: readiness turns false (/readyz 503) and new upgrades get
+   * 503; every socket gets an error frame CP_ERR_LIMIT_DRAINING and close 1001;
+   * pending micro-batches are published; then waits (at most
+   * min(SHUTDOWN_DEADLINE_MS, CLOSE_HANDSHAKE_MS)) for the sockets to close and
+   * destroys the rest. HTTP keeps answering until `close()`. Safe to call twice.
+   */
+  drain(): Promise<void>;
+  /** Drains (if not yet), unsubscribes and closes the HTTP server. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Builds a gateway. See the module comment for the connection lifecycle.
+ * @throws RangeError on limiter settings that are out of range (config validates them first)
+ */
+export function createGateway(deps: GatewayDeps): Gateway {
+  return new GatewayImpl(deps);
+}
+
+/** Writes a plain HTTP response on a socket whose upgrade is refused, then destroys it. */
+function rejectUpgrade(socket: Duplex, status: number, code: ErrorCode, message: string, headers: Record<string, string> = {}): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const body = JSON.stringify({ code, message });
+  const lines = [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}`,
+    'Connection: close',
+    'Content-Type: application/json; charset=utf-8',
+    `Content-Length: ${Buffer.byteLength(body)}`,
+    ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+  ];
+  socket.once('finish', () => socket.destroy());
+  socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
+}
+
+/** The resume point from the query (`lastEventId`; `lastEvent` is accepted as an alias). */
+function parseLastEventId(query: URLSearchParams): number | undefined {
+  const raw = query.get('lastEventId') ?? query.get('lastEvent');
+  if (raw === null || raw === '') return undefined;
+  const n = /^\d{1,16}$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(n)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['lastEventId must be a non-negative integer']);
+  return n;
+}
+
+function toBuffer(data: RawData): Buffer {
+  if (Buffer.isBuffer(data)) return data;
+  if (Array.isArray(data)) return Buffer.concat(data);
+  return Buffer.from(data);
+}
+
+class GatewayImpl implements Gateway {
+  readonly id: string;
+  readonly app: FastifyInstance;
+  private lifecycle: GatewayState = 'created';
+  private readonly config: Config;
+  private readonly bus: Bus;
+  private readonly router: RouterApi;
+  private readonly telemetry: Telemetry;
+  private readonly logger: Logger;
+  private readonly subjects: Subjects;
+  private readonly metrics: GatewayMetrics;
+  private readonly auth: Authenticator;
+  private readonly fanout: ChannelFanout;
+  private readonly batcher: IntentBatcher;
+  private readonly connLimiter: KeyedLimiter;
+  private readonly intentLimiter: KeyedLimiter;
+  private readonly crowdWss: WebSocketServer;
+  private readonly gameWss: WebSocketServer;
+  private readonly conns = new Map<number, Conn>();
+  /** The local game connection of each channel (at most one per channel per gateway). */
+  private readonly games = new Map<string, Conn>();
+  /** In-flight `router.assign` per channel (a join storm makes one call). */
+  private readonly assigning = new Map<string, Promise<void>>();
+  /** In-flight snapshot request per channel. */
+  private readonly snapshotting = new Map<string, Promise<Buffer | undefined>>();
+  private idleWaiters: Array<() => void> = [];
+  private nextConnId = 0;
+  private ackSub: Subscription | undefined;
+  private listening: Promise<{ port: number }> | undefined;
+  private draining: Promise<void> | undefined;
+  private closing: Promise<void> | undefined;
+
+  constructor(deps: GatewayDeps) {
+    const { config, bus, store, router, telemetry } = deps;
+    this.config = config;
+    this.bus = bus;
+    this.router = router;
+    this.telemetry = telemetry;
+    this.id = config.gateway.id;
+    this.logger = telemetry.logger.child({ component: 'gateway', gatewayId: this.id });
+    this.subjects = makeSubjects(config.bus.subjectPrefix);
+    const g = config.gateway;
+    this.metrics = createGatewayMetrics(telemetry.metrics, () => this.fanout.size);
+    this.auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS });
+    this.fanout = new ChannelFanout(
+      bus,
+      this.subjects,
+      { maxBufferedBytes: g.maxBufferedBytes, skipBufferedBytes: g.skipBufferedBytes },
+      this.metrics,
+      this.logger,
+      (conn) => this.slowConsumer(conn),
+    );
+    this.batcher = new IntentBatcher(bus, this.subjects, { gatewayId: this.id, batchMs: g.intentBatchMs, batchMax: g.intentBatchMax }, this.metrics, this.logger);
+    this.connLimiter = new KeyedLimiter({ ratePerS: g.connRatePerS, burst: g.connBurst });
+    this.intentLimiter = new KeyedLimiter({ ratePerS: g.intentRatePerS, burst: g.intentBurst });
+    const wsOptions = (maxPayload: number): ServerOptions & { closeTimeout: number } => ({
+      noServer: true,
+      clientTracking: false,
+      perMessageDeflate: false,
+      maxPayload,
+      closeTimeout: CLOSE_HANDSHAKE_MS,
+    });
+    this.crowdWss = new WebSocketServer(wsOptions(g.maxMessageBytes));
+    this.gameWss = new WebSocketServer(wsOptions(Math.max(g.maxMessageBytes, config.engine.maxGameStateBytes + 1_024, GAME_MIN_MESSAGE_BYTES)));
+
+    this.app = Fastify({
+      loggerInstance: telemetry.logger.child({ component: 'http' }),
+      // Per-request lines would drown the log (every /metrics scrape); errors are still logged.
+      logController: new LogController({ disableRequestLogging: true }),
+    }) as unknown as FastifyInstance;
+    registerRoutes(this.app, {
+      config,
+      telemetry,
+      ready: () => this.lifecycle === 'ready',
+      state: () => this.lifecycle,
+    });
+    this.app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head));
+  }
+
+  get state(): GatewayState {
+    return this.lifecycle;
+  }
+
+  stats(): GatewayStats {
+    return { sockets: this.conns.size, channels: this.fanout.size, games: this.games.size, pendingIntents: this.batcher.waiting };
+  }
+
+  listen(): Promise<{ port: number }> {
+    this.listening ??= this.start();
+    return this.listening;
+  }
+
+  drain(): Promise<void> {
+    this.draining ??= this.doDrain();
+    return this.draining;
+  }
+
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  // ------------------------------------------------------------------ lifecycle
+
+  private async start(): Promise<{ port: number }> {
+    if (this.lifecycle !== 'created') throw new Error(`gateway cannot listen: it is ${this.lifecycle}`);
+    this.ackSub = this.bus.subscribe(this.subjects.gatewayAcks(this.id), (msg) => this.onAcks(msg.data));
+    const { host, port } = this.config.http;
+    await this.app.listen({ host, port });
+    const addr = this.app.server.address();
+    const bound = typeof addr === 'object' && addr !== null ? addr.port : port;
+    if (this.lifecycle === 'created') this.lifecycle = 'ready';
+    this.logger.info({ host, port: bound, bus: this.bus.kind }, 'gateway listening');
+    return { port: bound };
+  }
+
+  private async doDrain(): Promise<void> {
+    if (this.lifecycle === 'created' || this.lifecycle === 'ready') this.lifecycle = 'draining';
+    const open = [...this.conns.values()].filter((c) => c.state === 'auth' || c.state === 'open');
+    for (const conn of open) this.end(conn, 'CP_ERR_LIMIT_DRAINING');
+    this.batcher.flushAll();
+    const waitMs = Math.min(this.config.gateway.shutdownMs, CLOSE_HANDSHAKE_MS);
+    await this.waitForSockets(waitMs);
+    const left = this.conns.size;
+    for (const conn of [...this.conns.values()]) conn.ws.terminate();
+    this.logger.info({ closed: open.length, destroyed: left }, 'gateway drained');
+  }
+
+  private async doClose(): Promise<void> {
+    await this.drain();
+    this.lifecycle = 'closed';
+    this.ackSub?.unsubscribe();
+    this.batcher.close();
+    this.fanout.close();
+    this.crowdWss.close();
+    this.gameWss.close();
+    await this.app.close();
+  }
+
+  /** Resolves when no socket is left, or after `ms`. */
+  private waitForSockets(ms: number): Promise<void> {
+    if (this.conns.size === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.idleWaiters.push(done);
+    });
+  }
+
+  // ------------------------------------------------------------------ upgrade and auth
+
+  private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    socket.on('error', () => undefined); // a reset during the handshake must not crash the process
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://gateway.invalid');
+    } catch {
+      rejectUpgrade(socket, 400, 'CP_ERR_PROTO_INVALID', 'bad request URL');
+      return;
+    }
+    if (url.pathname !== WS_PATH) {
+      rejectUpgrade(socket, 404, 'CP_ERR_PROTO_INVALID', `the WebSocket endpoint is ${WS_PATH}`);
+      return;
+    }
+    const address = req.socket.remoteAddress ?? '';
+    if (this.lifecycle !== 'ready') {
+      this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_DRAINING', { address });
+      rejectUpgrade(socket, 503, 'CP_ERR_LIMIT_DRAINING', formatMessage('CP_ERR_LIMIT_DRAINING', []));
+      return;
+    }
+    let key: string;
+    try {
+      key = addressKey(address);
+    } catch {
+      key = address;
+    }
+    const decision = this.connLimiter.take(key);
+    if (!decision.allowed) {
+      this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_CONNECTION_RATE', { address: key });
+      rejectUpgrade(socket, 429, 'CP_ERR_LIMIT_CONNECTION_RATE', formatMessage('CP_ERR_LIMIT_CONNECTION_RATE', []), {
+        'Retry-After': String(Math.max(1, Math.ceil(decision.retryAfterMs / 1_000))),
+      });
+      return;
+    }
+    if (this.conns.size >= this.config.gateway.maxConnections) {
+      this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_MAX_CONNECTIONS', { address: key, sockets: this.conns.size });
+      rejectUpgrade(socket, 503, 'CP_ERR_LIMIT_MAX_CONNECTIONS', formatMessage('CP_ERR_LIMIT_MAX_CONNECTIONS', [this.config.gateway.maxConnections]));
+      return;
+    }
+    const wss = url.searchParams.get('role') === 'game' ? this.gameWss : this.crowdWss;
+    wss.handleUpgrade(req, socket, head, (ws) => this.onSocket(ws, url, address));
+  }
+
+  private onSocket(ws: WebSocket, url: URL, address: string): void {
+    const roleParam = url.searchParams.get('role');
+    const role: ConnRole = roleParam === 'crowd' || roleParam === 'game' ? roleParam : 'invalid';
+    const conn = new Conn(++this.nextConnId, ws, role, url.searchParams.get('channel') ?? '', address);
+    this.conns.set(conn.id, conn);
+    ws.on('message', (data: RawData, isBinary: boolean) => this.onMessage(conn, data, isBinary));
+    ws.on('error', (err: Error) => this.onSocketError(conn, err));
+    ws.on('close', () => this.onClose(conn));
+    void this.authenticate(conn, url.searchParams);
+  }
+
+  private async authenticate(conn: Conn, query: URLSearchParams): Promise<void> {
+    try {
+      if (conn.role === 'invalid') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['query parameter role must be crowd or game']);
+      if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+      if (conn.role === 'crowd') {
+        conn.lastEventId = parseLastEventId(query);
+        const id = await this.auth.crowd(conn.channel, query.get('token'));
+        conn.tenantId = id.tenantId;
+        conn.viewer = id.viewer;
+      } else {
+        conn.tenantId = (await this.auth.game(conn.channel, query.get('key'))).tenantId;
+        if (conn.state !== 'auth') return;
+        if (this.games.has(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_GAME_CONNECTED', [conn.channel]);
+        this.games.set(conn.channel, conn);
+      }
+      if (conn.state !== 'auth') return;
+      await this.assign(conn.channel);
+      if (conn.state !== 'auth') return;
+      if (this.lifecycle !== 'ready') throw new CrowdplayError('CP_ERR_LIMIT_DRAINING');
+      this.open(conn);
+    } catch (err) {
+      const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_INTERNAL', [], { cause: err });
+      if (e.code === 'CP_ERR_INTERNAL') this.logger.error({ err, channel: conn.channel, role: conn.role }, 'connection setup failed');
+      else this.refuse(e.code, conn);
+      if (conn.state === 'auth') {
+        const closeCode = e.closeCode ?? (e.code === 'CP_ERR_PROTO_INVALID' ? CloseCode.protocolViolation : CloseCode.internal);
+        this.end(conn, e.code, e.message, closeCode);
+      }
+    }
+  }
+
+  /** `router.assign`, one call in flight per channel. @throws CrowdplayError (CP_ERR_CHANNEL_UNAVAILABLE when the router fails without one) */
+  private assign(channel: string): Promise<void> {
+    let p = this.assigning.get(channel);
+    if (!p) {
+      p = this.router
+        .assign(channel)
+        .then(
+          () => undefined,
+          (err: unknown) => {
+            throw err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: err });
+          },
+        )
+        .finally(() => this.assigning.delete(channel));
+      this.assigning.set(channel, p);
+    }
+    return p;
+  }
+
+  /** Auth passed: welcome, membership, initial update, replay of early frames. */
+  private open(conn: Conn): void {
+    try {
+      // Subscribe before the welcome: nothing can be delivered in between (delivery is asynchronous).
+      if (conn.role === 'crowd') this.fanout.join(conn);
+      else {
+        conn.gameSub = this.bus.subscribe(this.subjects.channelGame(conn.channel), (msg) => this.sendToGame(conn, msg.data));
+        conn.afterWrite = () => undefined;
+      }
+    } catch (err) {
+      this.logger.error({ err, channel: conn.channel }, 'bus subscribe failed');
+      this.end(conn, 'CP_ERR_INTERNAL');
+      return;
+    }
+    conn.state = 'open';
+    conn.counted = true;
+    const attrs = { role: conn.role };
+    this.metrics.connections.add(1, attrs);
+    this.metrics.opened.add(1, attrs);
+    const welcome: Welcome = {
+      t: 'welcome',
+      v: PROTOCOL_VERSION,
+      role: conn.role === 'game' ? 'game' : 'crowd',
+      channel: conn.channel,
+      serverTime: Date.now(),
+      tickMs: this.config.engine.tickMs,
+    };
+    if (conn.role === 'crowd') welcome.viewer = conn.viewer;
+    conn.ws.send(JSON.stringify(welcome));
+    if (conn.role === 'crowd') void this.sendInitialUpdate(conn);
+    const early = conn.early ?? [];
+    conn.early = null;
+    for (const f of early) {
+      if (conn.state !== 'open') break;
+      this.handleFrame(conn, f.data, f.isBinary);
+    }
+  }
+
+  /**
+   * The joining viewer's first update: the newest one this gateway holds for
+   * the channel, else the shard's current one (`ch.<C>.ctl` snapshot, one
+   * request in flight per channel). Skipped when it is not newer than the
+   * viewer's `lastEventId`, or when a broadcast reached the viewer first.
+   */
+  private async sendInitialUpdate(conn: Conn): Promise<void> {
+    let latest = this.fanout.latest(conn.channel);
+    if (!latest) {
+      let bytes: Buffer | undefined;
+      try {
+        bytes = await this.snapshot(conn.channel);
+      } catch (err) {
+        this.logger.debug({ err, channel: conn.channel }, 'snapshot request failed; the viewer gets the next update');
+        return;
+      }
+      if (!bytes || !conn.writable || conn.gotUpdate) return;
+      this.fanout.offerSnapshot(conn.channel, bytes);
+      latest = this.fanout.latest(conn.channel);
+      if (!latest) return;
+    }
+    if (conn.lastEventId !== undefined && !(latest.ev > conn.lastEventId)) return;
+    this.fanout.sendTo(conn, latest.bytes);
+  }
+
+  private snapshot(channel: string): Promise<Buffer | undefined> {
+    let p = this.snapshotting.get(channel);
+    if (!p) {
+      p = this.requestSnapshot(channel).finally(() => this.snapshotting.delete(channel));
+      this.snapshotting.set(channel, p);
+    }
+    return p;
+  }
+
+  private async requestSnapshot(channel: string): Promise<Buffer | undefined> {
+    const req: ChannelCtlRequest = { op: 'snapshot' };
+    const msg = await this.bus.request(this.subjects.channelCtl(channel), encodeJson(req), { timeoutMs: this.config.bus.requestTimeoutMs });
+    const reply = decodeJson<ChannelCtlReply>(msg.data);
+    return reply.ok && typeof reply.update === 'string' ? Buffer.from(reply.update, 'utf8') : undefined;
+  }
+
+  // ------------------------------------------------------------------ inbound frames
+
+  private onMessage(conn: Conn, data: RawData, isBinary: boolean): void {
+    if (conn.state === 'auth') {
+      const early = conn.early;
+      if (!early) return;
+      const buf = toBuffer(data);
+      conn.earlyBytes += buf.length;
+      if (early.length >= PRE_AUTH_MAX_FRAMES || conn.earlyBytes > PRE_AUTH_MAX_FRAMES * this.config.gateway.maxMessageBytes) {
+        this.refuse('CP_ERR_PROTO_VIOLATIONS', conn, { reason: 'frames before the welcome' });
+        this.end(conn, 'CP_ERR_PROTO_VIOLATIONS', `more than ${PRE_AUTH_MAX_FRAMES} frames (or their bytes) before the welcome`);
+        return;
+      }
+      early.push({ data: buf, isBinary });
+      return;
+    }
+    if (conn.state !== 'open') return;
+    this.handleFrame(conn, toBuffer(data), isBinary);
+  }
+
+  private handleFrame(conn: Conn, data: Buffer, isBinary: boolean): void {
+    if (isBinary) {
+      this.protocolError(conn, new CrowdplayError('CP_ERR_PROTO_INVALID', ['binary frames are not accepted: send JSON text']));
+      return;
+    }
+    if (conn.role === 'crowd') this.onCrowdText(conn, data.toString('utf8'));
+    else this.onGameText(conn, data.toString('utf8'));
+  }
+
+  private onCrowdText(conn: Conn, text: string): void {
+    let msg;
+    try {
+      msg = parseInbound('crowd', text);
+    } catch (err) {
+      this.protocolError(conn, err);
+      return;
+    }
+    const decision = this.intentLimiter.take(`${conn.tenantId}|${conn.viewer}`);
+    if (!decision.allowed) {
+      this.refuse('CP_ERR_INTENT_RATE_LIMITED', conn);
+      const ack: ActAck = { t: 'ack', seq: msg.seq, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' };
+      conn.ws.send(JSON.stringify(ack), conn.afterWrite);
+      return;
+    }
+    const intent: BusIntent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };
+    if (msg.option !== undefined) intent.option = msg.option;
+    this.batcher.add(conn.channel, intent);
+  }
+
+  private onGameText(conn: Conn, text: string): void {
+    let msg: GameInbound;
+    try {
+      msg = parseInbound('game', text);
+    } catch (err) {
+      this.protocolError(conn, err);
+      return;
+    }
+    conn.gameQueue.push(msg);
+    if (conn.gameQueue.length >= GAME_QUEUE_MAX && !conn.ws.isPaused) conn.ws.pause();
+    if (!conn.gamePumping) void this.pumpGame(conn);
+  }
+
+  /** Sends the game's messages to the shard one at a time, in order. Never rejects. */
+  private async pumpGame(conn: Conn): Promise<void> {
+    conn.gamePumping = true;
+    try {
+      for (let msg = conn.gameQueue.shift(); msg !== undefined && conn.state === 'open'; msg = conn.gameQueue.shift()) {
+        if (conn.ws.isPaused && conn.gameQueue.length <= GAME_QUEUE_MAX / 2) conn.ws.resume();
+        await this.forwardGame(conn, msg);
+      }
+    } finally {
+      conn.gamePumping = false;
+    }
+  }
+
+  private async forwardGame(conn: Conn, msg: GameInbound): Promise<void> {
+    const req: ChannelCtlRequest = msg.t === 'declare' ? { op: 'declare', actions: msg.actions } : { op: 'state', state: msg.state };
+    let reply: ChannelCtlReply;
+    try {
+      const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), { timeoutMs: this.config.bus.requestTimeoutMs });
+      reply = decodeJson<ChannelCtlReply>(res.data);
+    } catch (err) {
+      this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');
+      sendErrorFrame(conn, 'CP_ERR_CHANNEL_UNAVAILABLE', formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]));
+      return;
+    }
+    if (!reply.ok) sendErrorFrame(conn, reply.code, reply.message);
+  }
+
+  /**
+   * Reports a bad frame (error frame + refusal); at WS_PROTOCOL_ERROR_LIMIT
+   * errors the socket is closed with 4400 CP_ERR_PROTO_VIOLATIONS.
+   */
+  private protocolError(conn: Conn, err: unknown): void {
+    const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_PROTO_MALFORMED', [], { cause: err });
+    this.refuse(e.code, conn);
+    sendErrorFrame(conn, e.code, e.message);
+    if (++conn.protocolErrors >= this.config.gateway.protocolErrorLimit) {
+      this.refuse('CP_ERR_PROTO_VIOLATIONS', conn);
+      this.end(conn, 'CP_ERR_PROTO_VIOLATIONS');
+    }
+  }
+
+  private onSocketError(conn: Conn, err: Error): void {
+    const code = (err as { code?: unknown }).code;
+    if (code === 'WS_ERR_UNSUPPORTED_MESSAGE_LENGTH') {
+      // ws has already closed the socket with 1009 (no error frame can precede it).
+      this.refuse('CP_ERR_PROTO_TOO_BIG', conn, { maxMessageBytes: this.config.gateway.maxMessageBytes });
+    } else if (typeof code === 'string' && code.startsWith('WS_ERR_')) {
+      this.refuse('CP_ERR_PROTO_MALFORMED', conn, { wsError: code });
+    } else {
+      this.logger.debug({ err, conn: conn.id }, 'socket error');
+    }
+    this.detach(conn);
+  }
+
+  // ------------------------------------------------------------------ outbound
+
+  private onAcks(data: Uint8Array): void {
+    let batch: AckBatch;
+    try {
+      batch = decodeJson<AckBatch>(data);
+    } catch (err) {
+      this.logger.warn({ err }, 'undecodable AckBatch dropped');
+      return;
+    }
+    if (!Array.isArray(batch.acks)) return;
+    for (const a of batch.acks) {
+      const conn = this.conns.get(a.conn);
+      if (!conn?.writable) continue;
+      const ack: ActAck = { t: 'ack', seq: a.seq, ok: a.ok };
+      if (a.cost !== undefined) ack.cost = a.cost;
+      if (a.code !== undefined) ack.code = a.code;
+      conn.ws.send(JSON.stringify(ack), conn.afterWrite);
+    }
+  }
+
+  /** Forwards one `ch.<C>.game` message (Batch bytes) to the game socket as a text frame. */
+  private sendToGame(conn: Conn, data: Uint8Array): void {
+    if (!conn.writable) return;
+    if (conn.ws.bufferedAmount > this.config.gateway.maxBufferedBytes) {
+      this.slowConsumer(conn);
+      return;
+    }
+    conn.ws.send(Buffer.from(data.buffer, data.byteOffset, data.byteLength), TEXT_FRAME);
+  }
+
+  private slowConsumer(conn: Conn): void {
+    if (conn.state !== 'open') return;
+    const max = this.config.gateway.maxBufferedBytes;
+    this.metrics.slowConsumerCloses.add(1);
+    this.refuse('CP_ERR_LIMIT_SLOW_CONSUMER', conn, { bufferedBytes: conn.ws.bufferedAmount, maxBufferedBytes: max });
+    this.end(conn, 'CP_ERR_LIMIT_SLOW_CONSUMER', formatMessage('CP_ERR_LIMIT_SLOW_CONSUMER', [max]));
+  }
+
+  // ------------------------------------------------------------------ teardown
+
+  /** Ends a socket with an error frame and close code (default: the catalogue's). */
+  private end(conn: Conn, code: ErrorCode, message?: string, closeCode?: number): void {
+    this.detach(conn);
+    closeWithError(conn, code, message, closeCode);
+  }
+
+  /** Stops all traffic to a socket: leaves its channel, drops its game subscription and slot. Idempotent. */
+  private detach(conn: Conn): void {
+    if (conn.state === 'auth' || conn.state === 'open') conn.state = 'closing';
+    conn.early = null;
+    this.fanout.leave(conn);
+    conn.gameSub?.unsubscribe();
+    conn.gameSub = undefined;
+    conn.gameQueue.length = 0;
+    if (this.games.get(conn.channel) === conn) this.games.delete(conn.channel);
+  }
+
+  private onClose(conn: Conn): void {
+    if (conn.state === 'closed') return;
+    this.detach(conn);
+    conn.state = 'closed';
+    this.conns.delete(conn.id);
+    if (conn.counted) {
+      conn.counted = false;
+      this.metrics.connections.add(-1, { role: conn.role });
+    }
+    if (this.conns.size === 0 && this.idleWaiters.length > 0) {
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+
+  /** Counts (and rate-logs) a refusal in area `gateway`. */
+  private refuse(code: ErrorCode, conn: Conn, detail?: Record<string, unknown>): void {
+    this.telemetry.refusals.refuse('gateway', code, {
+      channel: conn.channel.slice(0, 64),
+      role: conn.role,
+      viewer: conn.viewer || undefined,
+      address: conn.address,
+      ...detail,
+    });
+  }
+}

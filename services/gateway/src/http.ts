@@ -1,0 +1,151 @@
+/**
+ * The gateway's HTTP routes (fastify): health, readiness, metrics, the viewer
+ * web page and its SDK bundle, and standalone's dev-token endpoint.
+ */
+import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { CHANNEL_ID_RE, CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import type { Config } from '@crowdplay/config';
+import type { Telemetry } from '@crowdplay/telemetry';
+import { mintDevToken } from './auth.ts';
+
+/** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js. */
+export const SDK_VIEWER_ENTRY = fileURLToPath(new URL('../../../libs/sdk-viewer/src/index.ts', import.meta.url));
+/** Static files of the viewer page. */
+export const PUBLIC_DIR = fileURLToPath(new URL('../public/', import.meta.url));
+/** Largest POST /v1/tokens/dev body, bytes. */
+export const DEV_TOKEN_BODY_LIMIT_BYTES = 1_024;
+/** Prometheus text exposition content type. */
+export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/** What the routes need from the gateway. */
+export interface HttpContext {
+  config: Config;
+  telemetry: Telemetry;
+  /** True when the gateway serves traffic (listening, not draining). */
+  ready(): boolean;
+  /** Lifecycle state for /readyz. */
+  state(): string;
+}
+
+/** Static assets of the page: path → file and content type. */
+const STATIC: Record<string, { file: string; type: string }> = {
+  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
+  '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8' },
+  '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+};
+
+function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | string): FastifyReply {
+  const e = typeof err === 'string' ? new CrowdplayError(code, [err]) : err;
+  return reply.status(e.httpStatus).send({ code: e.code, message: e.message });
+}
+
+/**
+ * Registers every route on `app`.
+ *
+ * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
+ * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
+ * - `GET /metrics` → Prometheus text.
+ * - `GET /`, `/app.js` → the viewer page (read once, cached).
+ * - `GET /sdk-viewer.js` → libs/sdk-viewer bundled by esbuild on first request (cached; a failed build is retried next time).
+ * - `GET /v1/ws` without an upgrade → 426.
+ * - `POST /v1/tokens/dev` (standalone only, dev-only) → `{token}` for the dev tenant.
+ */
+export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
+  const { config, telemetry } = ctx;
+
+  app.setErrorHandler((err, _req, reply) => {
+    if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
+    const status = (err as { statusCode?: number }).statusCode ?? 500;
+    if (status === 413) return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [DEV_TOKEN_BODY_LIMIT_BYTES]));
+    if (status >= 400 && status < 500) {
+      const code: ErrorCode = (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
+      return reply.status(status).send({ code, message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request' });
+    }
+    telemetry.logger.error({ err }, 'http handler failed');
+    return sendError(reply, 'CP_ERR_INTERNAL', new CrowdplayError('CP_ERR_INTERNAL'));
+  });
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+
+  app.get('/readyz', async (_req, reply) => {
+    if (ctx.ready()) return { ready: true };
+    return reply.status(503).send({ ready: false, state: ctx.state() });
+  });
+
+  app.get('/metrics', async (_req, reply) => {
+    const text = await telemetry.metrics.prometheusText();
+    return reply.type(PROMETHEUS_CONTENT_TYPE).send(text);
+  });
+
+  const files = new Map<string, Promise<Buffer>>();
+  for (const [path, { file, type }] of Object.entries(STATIC)) {
+    app.get(path, async (_req, reply) => {
+      let body = files.get(file);
+      if (!body) {
+        body = readFile(join(PUBLIC_DIR, file));
+        files.set(file, body);
+        body.catch(() => files.delete(file));
+      }
+      return reply.type(type).header('cache-control', 'no-cache').send(await body);
+    });
+  }
+
+  let bundle: Promise<string> | undefined;
+  app.get('/sdk-viewer.js', async (_req, reply) => {
+    if (!bundle) {
+      const building = buildSdkBundle();
+      bundle = building;
+      building.catch(() => {
+        if (bundle === building) bundle = undefined;
+      });
+    }
+    return reply.type('text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(await bundle);
+  });
+
+  app.get('/v1/ws', async (_req, reply) =>
+    reply.status(426).header('upgrade', 'websocket').send({ code: 'CP_ERR_PROTO_INVALID', message: 'GET /v1/ws needs a WebSocket upgrade' }),
+  );
+
+  if (config.mode === 'standalone') {
+    // DEV ONLY: anyone who can reach the gateway gets a viewer token for the dev tenant.
+    // Registered only in standalone mode (never in cluster mode).
+    app.post('/v1/tokens/dev', { bodyLimit: DEV_TOKEN_BODY_LIMIT_BYTES }, async (req) => {
+      const body = req.body;
+      if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+        throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['body must be a JSON object {channel, viewer?}']);
+      }
+      const { channel, viewer } = body as { channel?: unknown; viewer?: unknown };
+      if (typeof channel !== 'string' || !CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+      if (viewer !== undefined && typeof viewer !== 'string') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer must be a string']);
+      const id = viewer ?? `v-${randomBytes(6).toString('hex')}`;
+      const token = await mintDevToken(config.standalone.tenantSecret, { viewer: id, channel });
+      return { token, viewer: id, channel };
+    });
+  }
+}
+
+/**
+ * Bundles libs/sdk-viewer for browsers (ESM). esbuild is imported on first
+ * use, so a gateway that never serves the page never loads it.
+ * @throws the esbuild build error
+ */
+export async function buildSdkBundle(): Promise<string> {
+  const esbuild = await import('esbuild');
+  const result = await esbuild.build({
+    entryPoints: [SDK_VIEWER_ENTRY],
+    bundle: true,
+    format: 'esm',
+    platform: 'browser',
+    target: 'es2022',
+    minify: true,
+    write: false,
+    logLevel: 'silent',
+  });
+  const out = result.outputFiles[0];
+  if (!out) throw new Error('esbuild produced no output for the viewer SDK bundle');
+  return out.text;
+}

@@ -1,0 +1,27 @@
+/**
+ * @crowdplay/gateway — the WebSocket + HTTP edge. See PROTOCOL-NOTES.md for
+ * every frame, close code and route it implements.
+ */
+export {
+  createGateway,
+  WS_PATH,
+  PRE_AUTH_MAX_FRAMES,
+  GAME_QUEUE_MAX,
+  GAME_MIN_MESSAGE_BYTES,
+  CLOSE_HANDSHAKE_MS,
+} from './gateway.ts';
+export type { Gateway, GatewayDeps, GatewayState, GatewayStats } from './gateway.ts';
+export {
+  Authenticator,
+  mintDevToken,
+  tenantKey,
+  DEV_TENANT_ID,
+  DEV_TOKEN_TTL_S,
+  MAX_VIEWER_ID_CHARS,
+  AUTH_CACHE_TTL_MS,
+  UNKNOWN_CHANNEL_TTL_MS,
+  AUTH_CACHE_MAX_ENTRIES,
+} from './auth.ts';
+export type { AuthenticatorOptions, CrowdIdentity } from './auth.ts';
+export { buildSdkBundle, SDK_VIEWER_ENTRY, PUBLIC_DIR, PROMETHEUS_CONTENT_TYPE, DEV_TOKEN_BODY_LIMIT_BYTES } from './http.ts';
+export type { GatewayMetrics } from './metrics.ts';

@@ -1,0 +1,41 @@
+import type { Counter, Histogram, UpDownCounter } from '@opentelemetry/api';
+import type { Metrics } from '@crowdplay/telemetry';
+
+/** The gateway's own instruments (refusals go through `telemetry.refusals`). */
+export interface GatewayMetrics {
+  /** Authenticated sockets now open, by `role` (crowd | game). */
+  connections: UpDownCounter;
+  /** Sockets that completed auth and got a welcome, by `role`. */
+  opened: Counter;
+  /** Intents published to the bus inside IntentBatches. */
+  intentsForwarded: Counter;
+  /** IntentBatch messages published (intents / batches = the micro-batching factor). */
+  intentBatches: Counter;
+  /** Update frames written to sockets (one per socket per update). */
+  updatesSent: Counter;
+  /** Updates a socket skipped because its send buffer was over WS_SKIP_BUFFERED_BYTES. */
+  updatesSkipped: Counter;
+  /** Size of each channel update broadcast (bytes, once per broadcast, not per socket). */
+  broadcastBytes: Histogram;
+  /** Sockets closed with 4008 because their send buffer passed WS_MAX_BUFFERED_BYTES. */
+  slowConsumerCloses: Counter;
+}
+
+/**
+ * Creates the gateway instruments on `metrics`. Call once per Metrics
+ * instance (OpenTelemetry would merge a second registration of a name).
+ * `channels` is read at scrape time for `crowdplay_gateway_channels`.
+ */
+export function createGatewayMetrics(metrics: Metrics, channels: () => number): GatewayMetrics {
+  metrics.gauge('crowdplay_gateway_channels', 'Channels with at least one local viewer (each holds one ch.<C>.out subscription)', channels);
+  return {
+    connections: metrics.upDown('crowdplay_connections', 'Open authenticated WebSocket connections, by role'),
+    opened: metrics.counter('crowdplay_connections_opened_total', 'WebSocket connections that completed auth (welcome sent), by role'),
+    intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total', 'Intents forwarded to shards in IntentBatches'),
+    intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages published to ch.<C>.in'),
+    updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),
+    updatesSkipped: metrics.counter('crowdplay_updates_skipped_total', 'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)'),
+    broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
+    slowConsumerCloses: metrics.counter('crowdplay_slow_consumer_closes_total', 'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES'),
+  };
+}

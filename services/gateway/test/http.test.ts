@@ -1,0 +1,126 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { jwtVerify } from 'jose';
+import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
+
+describe('gateway http', () => {
+  it('health - /healthz is 200 from creation; /readyz is 503 until listen, 200 serving, 503 after drain', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      assert.equal((await h.gateway.app.inject({ url: '/healthz' })).statusCode, 200);
+      const notStarted = await h.gateway.app.inject({ url: '/readyz' });
+      assert.equal(notStarted.statusCode, 503);
+      assert.deepEqual(notStarted.json(), { ready: false, state: 'created' });
+      await h.gateway.listen();
+      assert.deepEqual((await h.gateway.app.inject({ url: '/readyz' })).json(), { ready: true });
+      await h.gateway.drain();
+      const draining = await h.gateway.app.inject({ url: '/readyz' });
+      assert.equal(draining.statusCode, 503);
+      assert.deepEqual(draining.json(), { ready: false, state: 'draining' });
+      assert.equal((await h.gateway.app.inject({ url: '/healthz' })).statusCode, 200, 'alive while draining');
+    } finally {
+      await h.close();
+    }
+    await h.gateway.close(); // idempotent
+    assert.equal(h.gateway.state, 'closed');
+  });
+
+  it('metrics - /metrics is Prometheus text with the gateway instruments', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      h.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_CONNECTION_RATE');
+      const res = await h.gateway.app.inject({ url: '/metrics' });
+      assert.equal(res.statusCode, 200);
+      assert.equal(res.headers['content-type'], 'text/plain; version=0.0.4; charset=utf-8');
+      assert.match(res.body, /^crowdplay_gateway_channels\{[^}]*\} 0$/m);
+      assert.equal(metricValue(res.body, 'crowdplay_refusals_total', { area: 'gateway', reason: 'CP_ERR_LIMIT_CONNECTION_RATE' }), 1);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('page - / serves the viewer page, /app.js its script, /sdk-viewer.js the bundled SDK (cached)', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      const page = await h.gateway.app.inject({ url: '/' });
+      assert.equal(page.statusCode, 200);
+      assert.match(String(page.headers['content-type']), /^text\/html/);
+      assert.match(page.body, /<script type="module" src="\/app\.js">/);
+      assert.match(page.body, /data-testid="state"/);
+      const app = await h.gateway.app.inject({ url: '/app.js' });
+      assert.equal(app.statusCode, 200);
+      assert.match(String(app.headers['content-type']), /^text\/javascript/);
+      assert.match(app.body, /from '\/sdk-viewer\.js'/);
+      const sdk = await h.gateway.app.inject({ url: '/sdk-viewer.js' });
+      assert.equal(sdk.statusCode, 200);
+      assert.match(String(sdk.headers['content-type']), /^text\/javascript/);
+      assert.match(sdk.body, /ViewerClient/);
+      assert.doesNotMatch(sdk.body, /from\s*["']ws["']|require\(["']ws["']\)/, 'browser bundle: no ws import');
+      const again = await h.gateway.app.inject({ url: '/sdk-viewer.js' });
+      assert.equal(again.body, sdk.body);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('dev tokens - standalone mints a dev-tenant viewer token; bad input gets 400 with a code', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      const res = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', viewer: 'ann' } });
+      assert.equal(res.statusCode, 200);
+      const { token, viewer } = res.json<{ token: string; viewer: string }>();
+      assert.equal(viewer, 'ann');
+      const { payload, protectedHeader } = await jwtVerify(token, new TextEncoder().encode(h.config.standalone.tenantSecret));
+      assert.equal(protectedHeader.alg, 'HS256');
+      assert.equal(payload.sub, 'ann');
+      assert.equal(payload.tid, 'dev');
+      assert.equal(payload.ch, 'demo');
+      assert.ok(typeof payload.exp === 'number' && payload.exp > Date.now() / 1_000);
+      const anon = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo' } });
+      assert.match(anon.json<{ viewer: string }>().viewer, /^v-[0-9a-f]{12}$/);
+
+      const badChannel = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'no spaces' } });
+      assert.equal(badChannel.statusCode, 400);
+      assert.equal(badChannel.json<{ code: string }>().code, 'CP_ERR_CHANNEL_INVALID_ID');
+      const badViewer = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', viewer: 'x'.repeat(129) } });
+      assert.equal(badViewer.statusCode, 400);
+      assert.equal(badViewer.json<{ code: string }>().code, 'CP_ERR_PROTO_INVALID');
+      const badJson = await h.gateway.app.inject({
+        method: 'POST',
+        url: '/v1/tokens/dev',
+        headers: { 'content-type': 'application/json' },
+        payload: '{"channel":',
+      });
+      assert.equal(badJson.statusCode, 400);
+      assert.equal(badJson.json<{ code: string }>().code, 'CP_ERR_PROTO_MALFORMED');
+      const tooBig = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', pad: 'x'.repeat(2_000) } });
+      assert.equal(tooBig.statusCode, 413);
+      assert.equal(tooBig.json<{ code: string }>().code, 'CP_ERR_PROTO_TOO_BIG');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('dev tokens - the route does not exist in cluster mode', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false, mode: 'cluster' });
+    try {
+      const res = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo' } });
+      assert.equal(res.statusCode, 404);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('ws - /v1/ws without an upgrade is 426; an upgrade on another path is 404', async () => {
+    const h = await startHarness({ store: unusedStore() });
+    try {
+      assert.equal((await h.gateway.app.inject({ url: '/v1/ws' })).statusCode, 426);
+      const c = new Client(`ws://127.0.0.1:${h.port}/elsewhere`);
+      const refused = await c.refused;
+      assert.equal(refused.status, 404);
+      assert.equal(h.gateway.stats().sockets, 0);
+    } finally {
+      await h.close();
+    }
+  });
+});
