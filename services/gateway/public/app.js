@@ -97,6 +97,8 @@ function render(update) {
 }
 
 function showAck(ack) {
+  const counter = $(ack.ok ? 'acks-ok' : 'acks-refused');
+  counter.textContent = String(Number(counter.textContent) + 1);
   const el = $('last-ack');
   el.textContent = ack.ok ? `ok #${ack.seq}${ack.cost ? ` (cost ${ack.cost})` : ''}` : `refused #${ack.seq}: ${ack.code}`;
   el.dataset.ok = String(ack.ok);
@@ -120,6 +122,8 @@ async function join(event) {
   await leave();
   showError('');
   actionsKey = '';
+  $('acks-ok').textContent = '0';
+  $('acks-refused').textContent = '0';
   const channel = $('channel').value.trim();
   const pasted = $('token').value.trim();
   let viewer = $('viewer').value.trim() || undefined;

@@ -159,9 +159,9 @@ function rejectUpgrade(socket: Duplex, status: number, code: ErrorCode, message:
   socket.end(`${lines.join('\r\n')}\r\n\r\n${body}`);
 }
 
-/** The resume point from the query (`lastEventId`; `lastEvent` is accepted as an alias). */
+/** The resume point from the query (`lastEventId`). */
 function parseLastEventId(query: URLSearchParams): number | undefined {
-  const raw = query.get('lastEventId') ?? query.get('lastEvent');
+  const raw = query.get('lastEventId');
   if (raw === null || raw === '') return undefined;
   const n = /^\d{1,16}$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isSafeInteger(n)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['lastEventId must be a non-negative integer']);

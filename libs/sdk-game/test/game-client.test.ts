@@ -1,0 +1,252 @@
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { WebSocketServer, type WebSocket } from 'ws';
+import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch } from '@crowdplay/protocol';
+import { GameClient, type ConnectionState, type GameClientOptions, type GameEvents } from '@crowdplay/sdk-game';
+
+interface TestServer {
+  url: string;
+  conns: URL[];
+  /** Parsed frames received, per connection. */
+  frames: unknown[][];
+  close(): Promise<void>;
+}
+
+async function startServer(onConn: (ws: WebSocket, url: URL, index: number) => void): Promise<TestServer> {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await once(wss, 'listening');
+  const conns: URL[] = [];
+  const frames: unknown[][] = [];
+  wss.on('connection', (ws, req) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    const i = conns.length;
+    conns.push(url);
+    frames.push([]);
+    ws.on('message', (raw) => frames[i]?.push(JSON.parse(String(raw))));
+    onConn(ws, url, i);
+  });
+  const { port } = wss.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    conns,
+    frames,
+    close: async () => {
+      for (const ws of wss.clients) ws.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}
+
+function welcome(ws: WebSocket): void {
+  ws.send(JSON.stringify({ t: 'welcome', v: 1, role: 'game', channel: 'g1', serverTime: Date.now(), tickMs: 250 }));
+}
+
+function batch(ev: number): Batch {
+  return {
+    t: 'batch',
+    channel: 'g1',
+    ev,
+    tick: ev,
+    closedAt: Date.now(),
+    actions: { vote: { tally: { a: 2, b: 1 }, intents: [{ viewer: 'v1', option: 'a', at: Date.now() - 5 }], dropped: 0 } },
+  };
+}
+
+const VOTE: ActionSpec[] = [{ name: 'vote', options: ['a', 'b', 'c'], maxPerTick: 1_000 }];
+
+function client(t: TestContext, server: TestServer, opts: Partial<GameClientOptions> = {}): GameClient {
+  const c = new GameClient({ url: server.url, channel: 'g1', apiKey: 'cpk_test', backoff: { initialMs: 20, maxMs: 200, jitter: 'none' }, ...opts });
+  t.after(() => c.close()); // also when an assertion failed mid-test: no client keeps reconnecting
+  return c;
+}
+
+function next<K extends keyof GameEvents>(c: GameClient, event: K, pred: (...args: Parameters<GameEvents[K]>) => boolean = () => true): Promise<Parameters<GameEvents[K]>> {
+  return new Promise((resolve) => {
+    const listener = ((...args: Parameters<GameEvents[K]>) => {
+      if (!pred(...args)) return;
+      off();
+      resolve(args);
+    }) as unknown as GameEvents[K];
+    const off = c.on(event, listener);
+  });
+}
+
+/** Resolves once connection `i` of `server` has received `n` frames. */
+async function framesOf(server: TestServer, i: number, n: number, deadlineMs = 5_000): Promise<unknown[]> {
+  const until = Date.now() + deadlineMs;
+  for (;;) {
+    const f = server.frames[i];
+    if (f && f.length >= n) return f;
+    if (Date.now() > until) assert.fail(`connection ${i} got ${f?.length ?? 0} frames, expected ${n}: ${JSON.stringify(f)}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+test('sdk-game - connects as role=game with the key; a declaration made before the welcome follows it', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server);
+  c.declare(VOTE);
+  const w = await c.connect();
+  assert.equal(w.role, 'game');
+  const u = server.conns[0];
+  assert.equal(u?.pathname, '/v1/ws');
+  assert.equal(u?.searchParams.get('role'), 'game');
+  assert.equal(u?.searchParams.get('channel'), 'g1');
+  assert.equal(u?.searchParams.get('key'), 'cpk_test');
+  assert.deepEqual(await framesOf(server, 0, 1), [{ t: 'declare', actions: VOTE }]);
+  assert.ok(!String(c).includes('cpk_test'), 'toString hides the key');
+  await c.close();
+});
+
+test('sdk-game - declare and publishState after open are sent at once', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  c.declare(VOTE);
+  assert.equal(c.publishState({ rope: 3 }), true);
+  assert.deepEqual(await framesOf(server, 0, 2), [
+    { t: 'declare', actions: VOTE },
+    { t: 'state', state: { rope: 3 } },
+  ]);
+  await c.close();
+});
+
+test('sdk-game - batch events are typed and carry the receipt time', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send(JSON.stringify(batch(11)));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const got = next(c, 'batch');
+  await c.connect();
+  const [b, info] = await got;
+  assert.equal(b.ev, 11);
+  assert.deepEqual(b.actions.vote?.tally, { a: 2, b: 1 });
+  assert.equal(b.actions.vote?.intents[0]?.viewer, 'v1');
+  assert.ok(info.receivedAtMs >= b.closedAt);
+  assert.ok(info.bytes > 100);
+  await c.close();
+});
+
+test('sdk-game - reconnects with backoff and re-sends its declaration and latest state', async (t) => {
+  const server = await startServer((ws, _u, i) => {
+    welcome(ws);
+    if (i === 0) ws.on('message', (raw) => String(raw).includes('"state"') && ws.terminate());
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { backoff: { initialMs: 50, maxMs: 1_000, jitter: 'none' } });
+  const states: ConnectionState[] = [];
+  c.on('state', (s) => states.push(s));
+  await c.connect();
+  c.declare(VOTE);
+  const reconnecting = next(c, 'state', (s) => s === 'reconnecting');
+  c.publishState({ round: 1 });
+  await reconnecting;
+  const droppedAt = Date.now();
+  await next(c, 'welcome');
+  assert.ok(Date.now() - droppedAt >= 40, 'waited the backoff');
+  assert.deepEqual(await framesOf(server, 1, 2), [
+    { t: 'declare', actions: VOTE },
+    { t: 'state', state: { round: 1 } },
+  ]);
+  assert.deepEqual(states, ['connecting', 'open', 'reconnecting', 'open']);
+  await c.close();
+});
+
+test('sdk-game - an invalid declaration throws and changes nothing', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  c.declare(VOTE);
+  await framesOf(server, 0, 1);
+  const bad: unknown[] = [
+    [],
+    [{ name: 'vote', maxPerTick: 0 }],
+    [{ name: 'has space', maxPerTick: 1 }],
+    [{ name: 'vote', maxPerTick: 1, extra: true }],
+  ];
+  for (const actions of bad) {
+    assert.throws(
+      () => c.declare(actions as ActionSpec[]),
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_INVALID_DECLARE'),
+    );
+  }
+  assert.deepEqual(c.actions, VOTE);
+  assert.throws(
+    () => c.publishState([1] as unknown as Record<string, unknown>),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_PROTO_INVALID'),
+  );
+  // a round trip proves nothing else was sent in between
+  c.publishState({ ok: true });
+  const frames = await framesOf(server, 0, 2);
+  assert.deepEqual(frames, [
+    { t: 'declare', actions: VOTE },
+    { t: 'state', state: { ok: true } },
+  ]);
+  await c.close();
+});
+
+test('sdk-game - 4001 ends the client without reconnecting', async (t) => {
+  const server = await startServer((ws) => {
+    ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_AUTH_INVALID', message: 'credentials rejected: unknown key' }));
+    ws.close(CloseCode.unauthorized);
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+  await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_AUTH_INVALID') && err.message.includes('unknown key'));
+  assert.equal(c.state, 'closed');
+  await new Promise((r) => setTimeout(r, 60)); // absence of a reconnect: wait 12× the backoff
+  assert.equal(server.conns.length, 1);
+  assert.throws(() => c.declare(VOTE), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+});
+
+test('sdk-game - bad frames are reported as errors, the client stays open', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send('{nope');
+    ws.send(JSON.stringify({ t: 'strange' }));
+    ws.send(JSON.stringify({ t: 'batch', ev: 'one' }));
+    ws.send(Buffer.from([0, 1]), { binary: true });
+    ws.send(JSON.stringify(batch(2)));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const codes: string[] = [];
+  c.on('error', (e) => codes.push(e.code));
+  const good = next(c, 'batch');
+  await c.connect();
+  const [b] = await good;
+  assert.equal(b.ev, 2);
+  assert.deepEqual(codes, ['CP_ERR_PROTO_MALFORMED', 'CP_ERR_PROTO_UNKNOWN_TYPE', 'CP_ERR_PROTO_INVALID', 'CP_ERR_PROTO_MALFORMED']);
+  assert.equal(c.state, 'open');
+  await c.close();
+});
+
+test('sdk-game - close() is idempotent; bad options are refused', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const p = c.close();
+  assert.equal(c.close(), p);
+  await p;
+  assert.equal(c.state, 'closed');
+  const code = (fn: () => unknown): string => {
+    try {
+      fn();
+    } catch (err) {
+      if (err instanceof CrowdplayError) return err.code;
+      throw err;
+    }
+    return 'no error';
+  };
+  assert.equal(code(() => client(t, server, { channel: 'a b' })), 'CP_ERR_CHANNEL_INVALID_ID');
+  assert.equal(code(() => client(t, server, { apiKey: '' })), 'CP_ERR_AUTH_MISSING');
+  assert.equal(code(() => client(t, server, { url: 'mailto:x' })), 'CP_ERR_CONFIG_INVALID');
+});

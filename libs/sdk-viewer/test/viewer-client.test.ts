@@ -1,0 +1,429 @@
+import { test, type TestContext } from 'node:test';
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { WebSocketServer, WebSocket } from 'ws';
+import type { AddressInfo } from 'node:net';
+import { CloseCode, CrowdplayError, isCrowdplayError, type ActAck, type ChannelUpdate } from '@crowdplay/protocol';
+import {
+  backoffDelayMs,
+  buildWsUrl,
+  NO_RECONNECT_CLOSE_CODES,
+  ViewerClient,
+  type ConnectionState,
+  type ViewerClientOptions,
+  type ViewerEvents,
+  type WebSocketConstructor,
+} from '@crowdplay/sdk-viewer';
+
+// Type-level check: the browser's WebSocket class satisfies the SDK's constructor type.
+type BrowserFits = typeof globalThis.WebSocket extends WebSocketConstructor ? true : false;
+const browserFits: BrowserFits = true;
+void browserFits;
+
+interface TestServer {
+  url: string;
+  /** Request URL of every connection, in order. */
+  conns: URL[];
+  /** Server-side sockets, in order. */
+  sockets: WebSocket[];
+  close(): Promise<void>;
+}
+
+/** A tiny ws server on a random loopback port; `onConn` scripts each connection. */
+async function startServer(onConn: (ws: WebSocket, url: URL, index: number) => void): Promise<TestServer> {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await once(wss, 'listening');
+  const conns: URL[] = [];
+  const sockets: WebSocket[] = [];
+  wss.on('connection', (ws, req) => {
+    const url = new URL(req.url ?? '/', 'http://x');
+    conns.push(url);
+    sockets.push(ws);
+    onConn(ws, url, conns.length - 1);
+  });
+  const { port } = wss.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    conns,
+    sockets,
+    close: async () => {
+      for (const ws of wss.clients) ws.terminate();
+      await new Promise<void>((resolve) => wss.close(() => resolve()));
+    },
+  };
+}
+
+function welcome(ws: WebSocket, channel = 'c1'): void {
+  ws.send(JSON.stringify({ t: 'welcome', v: 1, role: 'crowd', channel, viewer: 'v1', serverTime: Date.now(), tickMs: 250 }));
+}
+
+function update(ev: number, extra: Partial<ChannelUpdate> = {}): string {
+  return JSON.stringify({ t: 'update', channel: 'c1', ev, at: Date.now(), actions: [], tally: {}, ...extra });
+}
+
+function client(t: TestContext, server: TestServer, opts: Partial<ViewerClientOptions> = {}): ViewerClient {
+  const c = new ViewerClient({
+    url: server.url,
+    channel: 'c1',
+    token: 'tok',
+    WebSocket: WebSocket,
+    backoff: { initialMs: 20, maxMs: 200, jitter: 'none' },
+    ...opts,
+  });
+  t.after(() => c.close()); // also when an assertion failed mid-test: no client keeps reconnecting
+  return c;
+}
+
+/** Resolves with the arguments of the next `event` that satisfies `pred`. */
+function next<K extends keyof ViewerEvents>(
+  c: ViewerClient,
+  event: K,
+  pred: (...args: Parameters<ViewerEvents[K]>) => boolean = () => true,
+): Promise<Parameters<ViewerEvents[K]>> {
+  return new Promise((resolve) => {
+    const listener = ((...args: Parameters<ViewerEvents[K]>) => {
+      if (!pred(...args)) return;
+      off();
+      resolve(args);
+    }) as unknown as ViewerEvents[K];
+    const off = c.on(event, listener);
+  });
+}
+
+test('sdk-viewer - connect sends role, channel, token and resolves with the welcome', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server, { lastEventId: 9 });
+  const states: ConnectionState[] = [];
+  c.on('state', (s) => states.push(s));
+  const w = await c.connect();
+  assert.equal(w.t, 'welcome');
+  assert.equal(c.state, 'open');
+  assert.deepEqual(states, ['connecting', 'open']);
+  const u = server.conns[0];
+  assert.ok(u);
+  assert.equal(u.pathname, '/v1/ws');
+  assert.equal(u.searchParams.get('role'), 'crowd');
+  assert.equal(u.searchParams.get('channel'), 'c1');
+  assert.equal(u.searchParams.get('token'), 'tok');
+  assert.equal(u.searchParams.get('lastEventId'), '9');
+  assert.equal(c.connect(), c.connect(), 'connect() is memoised');
+  await c.close();
+});
+
+test('sdk-viewer - act acks are correlated by seq, also when answered out of order and refused', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    const got: Array<{ seq: number }> = [];
+    ws.on('message', (raw) => {
+      got.push(JSON.parse(String(raw)) as { seq: number });
+      if (got.length < 3) return;
+      // answer in reverse order; the middle one refused
+      for (const m of [...got].reverse()) {
+        const ack: ActAck = m === got[1] ? { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' } : { t: 'ack', seq: m.seq, ok: true, cost: m.seq * 10 };
+        ws.send(JSON.stringify(ack));
+      }
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const ackEvents: number[] = [];
+  c.on('ack', (a) => ackEvents.push(a.seq));
+  const [a1, a2, a3] = await Promise.all([c.act('pull', 'left'), c.act('pull', 'right'), c.act('boost')]);
+  assert.deepEqual(a1, { t: 'ack', seq: 1, ok: true, cost: 10 });
+  assert.deepEqual(a2, { t: 'ack', seq: 2, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' });
+  assert.deepEqual(a3, { t: 'ack', seq: 3, ok: true, cost: 30 });
+  assert.deepEqual(ackEvents, [3, 2, 1]);
+  assert.equal(c.pendingActs, 0);
+  await c.close();
+});
+
+test('sdk-viewer - act frames are exactly the v1 CrowdAct shape', async (t) => {
+  const frames: unknown[] = [];
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const m = JSON.parse(String(raw)) as { seq: number };
+      frames.push(m);
+      ws.send(JSON.stringify({ t: 'ack', seq: m.seq, ok: true, cost: 0 }));
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  await c.act('vote', 'a');
+  await c.act('jump');
+  assert.deepEqual(frames, [
+    { t: 'act', seq: 1, action: 'vote', option: 'a' },
+    { t: 'act', seq: 2, action: 'jump' },
+  ]);
+  await c.close();
+});
+
+test('sdk-viewer - update events carry the frame and advance lastEventId', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send(update(5, { tally: { vote: { a: 1 } } }));
+    ws.send(update(7));
+    ws.send(update(6)); // an older id never moves lastEventId back
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const seen: Array<[number, number]> = [];
+  const third = next(c, 'update', (u) => u.ev === 6);
+  c.on('update', (u, info) => seen.push([u.ev, info.raw.length]));
+  await c.connect();
+  const [u, info] = await third;
+  assert.equal(u.ev, 6);
+  assert.ok(info.receivedAtMs >= u.at);
+  assert.deepEqual(
+    seen.map(([ev]) => ev),
+    [5, 7, 6],
+  );
+  assert.ok(seen.every(([, len]) => len > 50));
+  assert.equal(c.lastEventId, 7);
+  await c.close();
+});
+
+test('sdk-viewer - reconnects with backoff after a drop, resumes from lastEventId and refreshes the token', async (t) => {
+  const server = await startServer((ws, _url, i) => {
+    welcome(ws);
+    if (i === 0) {
+      ws.send(update(42));
+      // drop without a close frame (1006) once the client has the update
+      ws.on('message', () => ws.terminate());
+    }
+  });
+  t.after(() => server.close());
+  let tokens = 0;
+  const c = client(t, server, {
+    getToken: async () => `tok-${++tokens}`,
+    backoff: { initialMs: 60, maxMs: 1_000, jitter: 'none' },
+  });
+  const states: ConnectionState[] = [];
+  c.on('state', (s) => states.push(s));
+  const closes: number[] = [];
+  c.on('close', (code) => closes.push(code));
+  const firstUpdate = next(c, 'update');
+  await c.connect();
+  await firstUpdate;
+  // an act in flight when the socket drops is rejected, never re-sent
+  const lost = c.act('vote', 'a');
+  const reconnecting = next(c, 'state', (s) => s === 'reconnecting');
+  const reopened = next(c, 'welcome');
+  await assert.rejects(lost, (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'));
+  await reconnecting;
+  const droppedAt = Date.now();
+  await reopened;
+  assert.ok(Date.now() - droppedAt >= 50, `waited the 60 ms backoff (got ${Date.now() - droppedAt} ms)`);
+  assert.equal(server.conns.length, 2);
+  assert.equal(server.conns[1]?.searchParams.get('lastEventId'), '42');
+  assert.equal(server.conns[0]?.searchParams.get('token'), 'tok-1');
+  assert.equal(server.conns[1]?.searchParams.get('token'), 'tok-2');
+  assert.deepEqual(states, ['connecting', 'open', 'reconnecting', 'open']);
+  assert.deepEqual(closes, [1006]);
+  await c.close();
+});
+
+test('sdk-viewer - keeps retrying with growing backoff while the server refuses to welcome', async (t) => {
+  const server = await startServer((ws, _url, i) => {
+    if (i < 3) ws.close(CloseCode.internal, 'try later');
+    else welcome(ws);
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { backoff: { initialMs: 20, maxMs: 1_000, jitter: 'none' } });
+  const states: ConnectionState[] = [];
+  c.on('state', (s) => states.push(s));
+  const t0 = Date.now();
+  await c.connect();
+  // waits 20 + 40 + 80 ms between the four attempts
+  assert.ok(Date.now() - t0 >= 130, `backoff doubled (${Date.now() - t0} ms)`);
+  assert.equal(server.conns.length, 4);
+  assert.deepEqual(states, ['connecting', 'open'], 'first connect stays "connecting" until its welcome');
+  await c.close();
+});
+
+test('sdk-viewer - no reconnect after 4001; connect rejects with the server error code', async (t) => {
+  const server = await startServer((ws) => {
+    ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_AUTH_INVALID', message: 'credentials rejected: bad signature' }));
+    ws.close(CloseCode.unauthorized, 'unauthorized');
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+  const errors: string[] = [];
+  c.on('error', (e) => errors.push(e.code));
+  await assert.rejects(c.connect(), (err: unknown) => {
+    assert.ok(isCrowdplayError(err, 'CP_ERR_AUTH_INVALID'));
+    assert.equal(err.message, 'credentials rejected: bad signature');
+    return true;
+  });
+  assert.equal(c.state, 'closed');
+  // absence of a reconnect can only be shown by waiting: 20× the 5 ms backoff
+  await new Promise((r) => setTimeout(r, 100));
+  assert.equal(server.conns.length, 1);
+  assert.deepEqual(errors, ['CP_ERR_AUTH_INVALID']);
+  await assert.rejects(c.act('vote'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  await c.close(); // still fine after a server-side end
+});
+
+test('sdk-viewer - 4003/4004 after a welcome also end the client; pending acts reject', async (t) => {
+  for (const code of [CloseCode.forbidden, CloseCode.unknownChannel]) {
+    const server = await startServer((ws) => {
+      welcome(ws);
+      ws.on('message', () => ws.close(code, 'go away'));
+    });
+    t.after(() => server.close());
+    const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+    await c.connect();
+    const closed = next(c, 'state', (s) => s === 'closed');
+    await assert.rejects(c.act('vote', 'a'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED') && err.message.includes(String(code)));
+    await closed;
+    await new Promise((r) => setTimeout(r, 60));
+    assert.equal(server.conns.length, 1, `no reconnect after ${code}`);
+  }
+  assert.deepEqual([...NO_RECONNECT_CLOSE_CODES].sort(), [4001, 4003, 4004]);
+});
+
+test('sdk-viewer - autoReconnect false: a drop ends the client', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', () => ws.terminate());
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { autoReconnect: false });
+  await c.connect();
+  const closed = next(c, 'state', (s) => s === 'closed');
+  await assert.rejects(c.act('vote'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'));
+  await closed;
+  assert.equal(server.conns.length, 1);
+});
+
+test('sdk-viewer - bad frames from the server are reported as errors and change nothing', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send('not json');
+    ws.send('[1,2]');
+    ws.send(JSON.stringify({ t: 'bogus' }));
+    ws.send(Buffer.from([1, 2, 3]), { binary: true });
+    ws.send(JSON.stringify({ t: 'ack', seq: 999, ok: true }));
+    ws.send(JSON.stringify({ t: 'update', ev: 'x' }));
+    ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_FROM_THE_FUTURE', message: 'newer server' }));
+    ws.send(update(3));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const errors: Array<[string, string | undefined]> = [];
+  c.on('error', (e, frame) => errors.push([e.code, frame?.code]));
+  const good = next(c, 'update');
+  await c.connect();
+  const [u] = await good;
+  assert.equal(u.ev, 3);
+  assert.deepEqual(errors, [
+    ['CP_ERR_PROTO_MALFORMED', undefined],
+    ['CP_ERR_PROTO_MALFORMED', undefined],
+    ['CP_ERR_PROTO_UNKNOWN_TYPE', undefined],
+    ['CP_ERR_PROTO_MALFORMED', undefined],
+    ['CP_ERR_PROTO_INVALID', undefined],
+    ['CP_ERR_PROTO_INVALID', undefined],
+    ['CP_ERR_INTERNAL', 'CP_ERR_FROM_THE_FUTURE'],
+  ]);
+  assert.equal(c.state, 'open');
+  assert.equal(c.lastEventId, 3, 'only the valid update moved lastEventId');
+  assert.equal(server.conns.length, 1);
+  await c.close();
+});
+
+test('sdk-viewer - a missing welcome hits the welcome deadline', async (t) => {
+  const server = await startServer(() => {
+    /* never welcomes */
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { autoReconnect: false, welcomeDeadlineMs: 80 });
+  await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_WELCOME_TIMEOUT'));
+  assert.equal(c.state, 'closed');
+});
+
+test('sdk-viewer - close() is idempotent and rejects what is pending', async (t) => {
+  const server = await startServer((ws) => welcome(ws)); // never acks
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const pending = c.act('vote', 'a');
+  const p1 = c.close();
+  const p2 = c.close();
+  assert.equal(p1, p2);
+  await assert.rejects(pending, (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'));
+  await p1;
+  assert.equal(c.state, 'closed');
+  await assert.rejects(c.act('vote'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  const neverConnected = client(t, server);
+  await neverConnected.close();
+  assert.equal(neverConnected.state, 'closed');
+  await assert.rejects(neverConnected.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  assert.equal(server.conns.length, 1, 'a closed client never opens a socket');
+});
+
+test('sdk-viewer - close() while the first attempt is still connecting rejects connect()', async (t) => {
+  const server = await startServer(() => {});
+  t.after(() => server.close());
+  const c = client(t, server);
+  const p = c.connect();
+  await c.close();
+  await assert.rejects(p, (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'));
+  await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'));
+});
+
+test('sdk-viewer - bad options are refused at construction', () => {
+  const base = { url: 'http://127.0.0.1:1', channel: 'c1', token: 't', WebSocket } satisfies ViewerClientOptions;
+  const code = (fn: () => unknown): string => {
+    try {
+      fn();
+    } catch (err) {
+      if (err instanceof CrowdplayError) return err.code;
+      throw err;
+    }
+    return 'no error';
+  };
+  assert.equal(code(() => new ViewerClient({ ...base, channel: 'bad channel!' })), 'CP_ERR_CHANNEL_INVALID_ID');
+  assert.equal(code(() => new ViewerClient({ ...base, token: undefined })), 'CP_ERR_AUTH_MISSING');
+  assert.equal(code(() => new ViewerClient({ ...base, url: 'ftp://x' })), 'CP_ERR_CONFIG_INVALID');
+  assert.equal(code(() => new ViewerClient({ ...base, url: 'nope' })), 'CP_ERR_CONFIG_INVALID');
+  assert.equal(code(() => new ViewerClient({ ...base, backoff: { initialMs: 10, maxMs: 5 } })), 'CP_ERR_CONFIG_INVALID');
+  assert.equal(code(() => new ViewerClient({ ...base, WebSocket: undefined })), 'CP_ERR_CONFIG_INVALID', 'Node 20 has no global WebSocket');
+});
+
+test('sdk-viewer - buildWsUrl maps schemes and keeps a base path', () => {
+  assert.equal(buildWsUrl('http://h:1', '/v1/ws', { a: 1, b: undefined }), 'ws://h:1/v1/ws?a=1');
+  assert.equal(buildWsUrl('https://h/prefix/', '/v1/ws', { t: 'x y' }), 'wss://h/prefix/v1/ws?t=x+y');
+  assert.equal(buildWsUrl('ws://h:2?old=1', '/v1/ws', {}), 'ws://h:2/v1/ws');
+});
+
+test('sdk-viewer - backoff is full jitter under a doubling cap', () => {
+  const opts = { initialMs: 100, maxMs: 1_000, jitter: 'full' as const };
+  assert.equal(backoffDelayMs(0, opts, () => 0.999_999), 99);
+  assert.equal(backoffDelayMs(2, opts, () => 0.5), 200);
+  assert.equal(backoffDelayMs(10, opts, () => 0.5), 500, 'capped at maxMs');
+  assert.equal(backoffDelayMs(3, opts, () => 0), 0);
+  assert.equal(backoffDelayMs(3, { ...opts, jitter: 'none' }), 800);
+  assert.equal(backoffDelayMs(1_000, { ...opts, jitter: 'none' }), 1_000);
+});
+
+test('sdk-viewer - the browser bundle pulls in neither ws nor Node built-ins', async () => {
+  const entry = fileURLToPath(new URL('../src/index.ts', import.meta.url));
+  const out = await build({ entryPoints: [entry], bundle: true, platform: 'browser', format: 'esm', write: false, logLevel: 'silent', metafile: true });
+  const inputs = Object.keys(out.metafile.inputs);
+  assert.ok(inputs.some((p) => p.includes('sdk-viewer/src/viewer-client.ts')));
+  assert.ok(!inputs.some((p) => /node_modules\/ws\//.test(p)), 'ws is not bundled');
+  assert.ok(!inputs.some((p) => p.startsWith('node:')), 'no node: built-ins');
+});
+
+test('sdk-viewer - a refused connection rejects connect() with the socket error', async (t) => {
+  const server = await startServer(() => {});
+  await server.close(); // nothing listens on this port any more
+  const c = client(t, server, { autoReconnect: false });
+  await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_SOCKET') && /ECONNREFUSED/.test(err.message));
+  assert.equal(c.state, 'closed');
+});

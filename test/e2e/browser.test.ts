@@ -1,0 +1,75 @@
+/**
+ * The viewer page in a real browser: Debian's chromium driven by
+ * playwright-core. A missing browser fails this test (`.ci/run` installs it).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium, type Browser } from 'playwright-core';
+import { ROOT, startStandalone, type InProcess } from '../helpers.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+describe('viewer page (browser)', () => {
+  let s: InProcess;
+  let browser: Browser;
+  before(async () => {
+    assert.ok(existsSync(CHROMIUM), `chromium not found at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+    s = await startStandalone({ standalone: { demoMotion: false } });
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+  });
+  after(async () => {
+    await browser?.close();
+    await s?.stop();
+  });
+
+  it('presses an action N times and the tally rises by exactly the accepted presses', async () => {
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(s.baseUrl);
+    await page.fill('#channel', 'demo');
+    await page.click('[data-testid="join"]');
+    await page.waitForFunction(() => document.querySelector('[data-testid="state"]')?.textContent === 'open');
+    const tally = page.locator('[data-testid="tally-pull-left"]');
+    await tally.waitFor();
+    const before = Number(await tally.textContent());
+    const n = 7;
+    for (let i = 0; i < n; i++) await page.click('[data-testid="act-pull-left"]');
+    await page.waitForFunction(
+      (want) => Number(document.getElementById('acks-ok')?.textContent) + Number(document.getElementById('acks-refused')?.textContent) === want,
+      n,
+    );
+    const accepted = Number(await page.locator('[data-testid="acks-ok"]').textContent());
+    assert.equal(accepted, n, 'every press within the rate limit is accepted');
+    await page.waitForFunction(
+      ({ want }) => Number(document.querySelector('[data-testid="tally-pull-left"]')?.textContent) >= want,
+      { want: before + accepted },
+    );
+    // Quiet channel (motion paused): nothing else moves the tally.
+    await page.waitForTimeout(3 * s.config.engine.updateIntervalMs);
+    assert.equal(Number(await tally.textContent()), before + accepted);
+    assert.equal(Number(await page.locator('[data-testid="tally-pull-right"]').textContent()), 0);
+    assert.ok(Number(await page.locator('[data-testid="position"]').textContent()) < 0, 'the rope moved left');
+    mkdirSync(join(ROOT, 'docs/img'), { recursive: true });
+    await page.screenshot({ path: join(ROOT, 'docs/img/viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 360 } });
+    assert.deepEqual(errors, [], 'no page errors');
+    await page.close();
+  });
+
+  it('a forged token is refused with its documented close code and shown', async () => {
+    const page = await browser.newPage();
+    await page.goto(s.baseUrl);
+    await page.fill('#channel', 'demo');
+    await page.click('text=Viewer token');
+    await page.fill('#token', 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.forged');
+    await page.click('[data-testid="join"]');
+    await page.locator('[data-testid="error"]').waitFor({ state: 'visible' });
+    assert.match((await page.locator('[data-testid="error"]').textContent()) ?? '', /CP_ERR_AUTH_INVALID|4001/);
+    await page.close();
+  });
+});
