@@ -107,6 +107,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         // Edge first (no new work), then the shard hands its channels back, then the rest.
         if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         if (parts.shard) await parts.shard.drain().catch((err: unknown) => logger.error({ err }, 'shard drain failed'));
+        await parts.gateway?.close();
         await parts.router?.close();
         await parts.sequencer?.close();
         await bus.drain().catch(() => undefined);

@@ -135,16 +135,23 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
  */
 export async function buildSdkBundle(): Promise<string> {
   const esbuild = await import('esbuild');
-  const result = await esbuild.build({
-    entryPoints: [SDK_VIEWER_ENTRY],
-    bundle: true,
-    format: 'esm',
-    platform: 'browser',
-    target: 'es2022',
-    minify: true,
-    write: false,
-    logLevel: 'silent',
-  });
+  let result;
+  try {
+    result = await esbuild.build({
+      entryPoints: [SDK_VIEWER_ENTRY],
+      bundle: true,
+      format: 'esm',
+      platform: 'browser',
+      target: 'es2022',
+      minify: true,
+      write: false,
+      logLevel: 'silent',
+    });
+  } finally {
+    // esbuild keeps a helper process (which holds the event loop open) until stopped;
+    // the bundle is built once, so stop it (a later call would start it again).
+    await esbuild.stop();
+  }
   const out = result.outputFiles[0];
   if (!out) throw new Error('esbuild produced no output for the viewer SDK bundle');
   return out.text;
