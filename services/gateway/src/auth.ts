@@ -34,7 +34,7 @@ export const DEV_TOKEN_TTL_S = 3_600;
 const utf8 = new TextEncoder();
 
 /** The HS256 key of a tenant: the UTF-8 bytes of its signing secret. */
-export function tenantKey(signingSecret: string): Uint8Array {
+export function tenantKey(signingSecret: string): Uint8Array<ArrayBuffer> {
   return utf8.encode(signingSecret);
 }
 
@@ -46,7 +46,13 @@ export interface CrowdIdentity {
 
 interface TenantEntry {
   tenant: Tenant | null;
-  key: Uint8Array | undefined;
+  /** Imported once per cache entry: jose given raw bytes imports the key on every verify (measured ~53 vs ~31 µs CPU per verify). */
+  key: CryptoKey | undefined;
+}
+
+/** The tenant's HS256 key as a WebCrypto key (verify only). */
+export function importTenantKey(signingSecret: string): Promise<CryptoKey> {
+  return crypto.subtle.importKey('raw', tenantKey(signingSecret), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
 }
 
 interface ChannelEntry {
@@ -97,7 +103,7 @@ export class Authenticator {
       ttl,
       fetchMethod: async (id) => {
         const tenant = await this.store.tenants.get(id);
-        return { tenant, key: tenant ? tenantKey(tenant.signingSecret) : undefined };
+        return { tenant, key: tenant ? await importTenantKey(tenant.signingSecret) : undefined };
       },
     });
     this.channels = new LRUCache<string, ChannelEntry>({
