@@ -125,3 +125,26 @@ export class CrowdplayError extends Error {
 export function isCrowdplayError(err: unknown, code?: ErrorCode): err is CrowdplayError {
   return err instanceof CrowdplayError && (code === undefined || err.code === code);
 }
+
+export const ERRORS_BEGIN = '<!-- errors:begin (generated from libs/protocol/src/errors.ts by `npm run docs:settings`; do not edit) -->';
+export const ERRORS_END = '<!-- errors:end -->';
+
+/** The error catalogue as a Markdown table (for docs/protocol.md). */
+export function errorTable(): string {
+  const rows = Object.entries(ERRORS).map(([code, spec]: [string, ErrorSpec]) => {
+    const msg = spec.message.replace(/\|/g, '\\|').replace(/\n/g, ' ');
+    return `| \`${code}\` | ${spec.httpStatus} | ${spec.closeCode ?? '—'} | ${msg} |`;
+  });
+  return ['| code | HTTP status | close code | message |', '|---|---|---|---|', ...rows].join('\n');
+}
+
+/**
+ * `doc` with the text between the errors markers replaced by `errorTable()`.
+ * @throws Error when the markers are missing
+ */
+export function renderErrorTable(doc: string): string {
+  const a = doc.indexOf(ERRORS_BEGIN);
+  const b = doc.indexOf(ERRORS_END);
+  if (a < 0 || b < a) throw new Error('no errors markers in the document');
+  return `${doc.slice(0, a + ERRORS_BEGIN.length)}\n${errorTable()}\n${doc.slice(b)}`;
+}

@@ -1,0 +1,59 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { CloseCode, CrowdplayError, ERRORS, isCrowdplayError, parseInbound, renderErrorTable } from '../src/index.ts';
+
+const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+describe('protocol', () => {
+  it('parseInbound - accepts valid crowd and game frames', () => {
+    assert.deepEqual(parseInbound('crowd', '{"t":"act","seq":1,"action":"pull","option":"left"}'), { t: 'act', seq: 1, action: 'pull', option: 'left' });
+    const d = parseInbound('game', '{"t":"declare","actions":[{"name":"vote","options":["a","b"],"maxPerTick":10,"cost":5}]}');
+    assert.equal(d.t, 'declare');
+  });
+
+  it('parseInbound - bad frames get their code', () => {
+    const cases: Array<[role: 'crowd' | 'game', raw: string, code: string]> = [
+      ['crowd', '{not json', 'CP_ERR_PROTO_MALFORMED'],
+      ['crowd', '[1,2]', 'CP_ERR_PROTO_MALFORMED'],
+      ['crowd', 'null', 'CP_ERR_PROTO_MALFORMED'],
+      ['crowd', '{"t":"declare","actions":[]}', 'CP_ERR_PROTO_UNKNOWN_TYPE'],
+      ['crowd', '{"seq":1}', 'CP_ERR_PROTO_UNKNOWN_TYPE'],
+      ['game', '{"t":"act","seq":1,"action":"x"}', 'CP_ERR_PROTO_UNKNOWN_TYPE'],
+      ['crowd', '{"t":"act","seq":-1,"action":"x"}', 'CP_ERR_PROTO_INVALID'],
+      ['crowd', '{"t":"act","seq":1.5,"action":"x"}', 'CP_ERR_PROTO_INVALID'],
+      ['crowd', '{"t":"act","seq":1,"action":"x","extra":1}', 'CP_ERR_PROTO_INVALID'],
+      ['crowd', '{"t":"act","seq":1,"action":"has space"}', 'CP_ERR_PROTO_INVALID'],
+      ['game', '{"t":"declare","actions":[{"name":"x","maxPerTick":0}]}', 'CP_ERR_PROTO_INVALID'],
+      ['game', '{"t":"declare","actions":[{"name":"x","maxPerTick":1,"cost":-5}]}', 'CP_ERR_PROTO_INVALID'],
+      ['game', '{"t":"declare","actions":[{"name":"x","maxPerTick":1,"cost":1.5}]}', 'CP_ERR_PROTO_INVALID'],
+      ['game', '{"t":"declare","actions":[{"name":"x","maxPerTick":1,"options":["a","a"]}]}', 'CP_ERR_PROTO_INVALID'],
+      ['game', '{"t":"state","state":[1]}', 'CP_ERR_PROTO_INVALID'],
+    ];
+    for (const [role, raw, code] of cases) {
+      assert.throws(
+        () => parseInbound(role as 'crowd', raw),
+        (e: unknown) => isCrowdplayError(e) && e.code === code,
+        `${role} ${raw} → ${code}`,
+      );
+    }
+  });
+
+  it('errors - codes follow CP_ERR_<AREA>_<WHAT>, close codes are in the documented set', () => {
+    const closeCodes = new Set<number>(Object.values(CloseCode));
+    for (const [code, spec] of Object.entries(ERRORS)) {
+      assert.match(code, /^CP_ERR_[A-Z]+(_[A-Z]+)*$/);
+      const closeCode = (spec as { closeCode?: number }).closeCode;
+      if (closeCode !== undefined) assert.ok(closeCodes.has(closeCode), `${code} close code ${closeCode}`);
+    }
+    const e = new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', ['demo']);
+    assert.equal(e.message, 'unknown channel demo');
+    assert.deepEqual([e.httpStatus, e.closeCode], [404, 4004]);
+  });
+
+  it('docs - the error table in docs/protocol.md matches the catalogue', () => {
+    const doc = readFileSync(`${root}docs/protocol.md`, 'utf8');
+    assert.equal(renderErrorTable(doc), doc, 'docs/protocol.md error table drifted: run `npm run docs:settings`');
+  });
+});
