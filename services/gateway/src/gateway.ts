@@ -518,7 +518,7 @@ class GatewayImpl implements Gateway {
       const buf = toBuffer(data);
       conn.earlyBytes += buf.length;
       if (early.length >= PRE_AUTH_MAX_FRAMES || conn.earlyBytes > PRE_AUTH_MAX_FRAMES * this.config.gateway.maxMessageBytes) {
-        this.refuse('CP_ERR_PROTO_VIOLATIONS', conn, { reason: 'frames before the welcome' });
+        this.refuse('CP_ERR_PROTO_VIOLATIONS', conn, { why: 'frames before the welcome' });
         this.end(conn, 'CP_ERR_PROTO_VIOLATIONS', `more than ${PRE_AUTH_MAX_FRAMES} frames (or their bytes) before the welcome`);
         return;
       }
