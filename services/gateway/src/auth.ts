@@ -13,6 +13,7 @@
  * concurrent look-ups of one key are collapsed into one query), so a
  * reconnect storm of a channel's viewers costs one query, not one per viewer.
  */
+import { createSecretKey, type KeyObject } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
@@ -46,13 +47,18 @@ export interface CrowdIdentity {
 
 interface TenantEntry {
   tenant: Tenant | null;
-  /** Imported once per cache entry: jose given raw bytes imports the key on every verify (measured ~53 vs ~31 µs CPU per verify). */
-  key: CryptoKey | undefined;
+  /** Made once per cache entry, not per verify. */
+  key: KeyObject | undefined;
 }
 
-/** The tenant's HS256 key as a WebCrypto key (verify only). */
-export function importTenantKey(signingSecret: string): Promise<CryptoKey> {
-  return crypto.subtle.importKey('raw', tenantKey(signingSecret), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
+/**
+ * The tenant's HS256 key as a node:crypto KeyObject. jose 5's Node build
+ * verifies HMAC with node:crypto on the calling thread; jose 6 goes through
+ * WebCrypto jobs, whose dispatch took 14 % of the gateway's CPU while it
+ * ramped 1,500 connections/s (docs/benchmarks.md), so the gateway pins jose 5.
+ */
+export function importTenantKey(signingSecret: string): KeyObject {
+  return createSecretKey(tenantKey(signingSecret));
 }
 
 interface ChannelEntry {
@@ -103,7 +109,7 @@ export class Authenticator {
       ttl,
       fetchMethod: async (id) => {
         const tenant = await this.store.tenants.get(id);
-        return { tenant, key: tenant ? await importTenantKey(tenant.signingSecret) : undefined };
+        return { tenant, key: tenant ? importTenantKey(tenant.signingSecret) : undefined };
       },
     });
     this.channels = new LRUCache<string, ChannelEntry>({

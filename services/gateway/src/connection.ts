@@ -50,12 +50,6 @@ export class Conn {
   readonly gameQueue: GameInbound[] = [];
   /** Game: a queue pump is running. */
   gamePumping = false;
-  /**
-   * Write callback given to every update/ack send: once a write completed,
-   * a pending (skipped) update goes out if the buffer is now under the skip
-   * limit. Pre-bound per connection so the hot path allocates nothing.
-   */
-  afterWrite: (err?: Error | null) => void = () => undefined;
 
   constructor(
     readonly id: number,

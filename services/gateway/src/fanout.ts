@@ -41,8 +41,17 @@ const Delivery = { Sent: 0, Skipped: 1, Dropped: 2 } as const;
 type Delivery = (typeof Delivery)[keyof typeof Delivery];
 
 /** Per-channel membership and update fan-out. See the module comment. */
+/**
+ * How often sockets that skipped an update are checked for room to take the
+ * newest one, ms. Only sockets in the lagging set are looked at.
+ */
+export const LAG_SWEEP_MS = 50;
+
 export class ChannelFanout {
   private readonly channels = new Map<string, ChannelEntry>();
+  /** Sockets holding a skipped update (their send buffer was over the skip limit). */
+  private readonly lagging = new Set<Conn>();
+  private sweepTimer: NodeJS.Timeout | undefined;
 
   /**
    * @param onSlow closes a slow consumer (error frame + 4008) and removes it
@@ -69,7 +78,7 @@ export class ChannelFanout {
 
   /**
    * Adds a viewer socket to its channel; the first member subscribes to
-   * `ch.<C>.out`. Also wires `conn.afterWrite`.
+   * `ch.<C>.out`.
    * @throws BusError `closed` when the bus is closed (the caller ends the socket)
    */
   join(conn: Conn): void {
@@ -80,10 +89,6 @@ export class ChannelFanout {
       this.channels.set(conn.channel, created);
       entry = created;
     }
-    conn.afterWrite = (err) => {
-      if (err || conn.pendingUpdate === undefined || !conn.writable) return;
-      if (this.deliver(conn, conn.pendingUpdate) === Delivery.Sent) this.metrics.updatesSent.add(1);
-    };
     entry.members.add(conn);
     conn.joined = true;
   }
@@ -93,6 +98,7 @@ export class ChannelFanout {
     if (!conn.joined) return;
     conn.joined = false;
     conn.pendingUpdate = undefined;
+    this.lagging.delete(conn);
     const entry = this.channels.get(conn.channel);
     if (!entry) return;
     entry.members.delete(conn);
@@ -137,6 +143,9 @@ export class ChannelFanout {
 
   /** Unsubscribes every channel (close). Members are ended by the gateway. */
   close(): void {
+    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    this.sweepTimer = undefined;
+    this.lagging.clear();
     for (const entry of this.channels.values()) entry.sub?.unsubscribe();
     this.channels.clear();
   }
@@ -158,6 +167,29 @@ export class ChannelFanout {
     if (skipped > 0) this.metrics.updatesSkipped.add(skipped);
   }
 
+  private armSweep(): void {
+    if (this.sweepTimer) return;
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      this.sweep();
+    }, LAG_SWEEP_MS);
+  }
+
+  /** Sends each lagging socket its newest skipped update once its buffer is under the skip limit. */
+  private sweep(): void {
+    let sent = 0;
+    for (const conn of this.lagging) {
+      const bytes = conn.pendingUpdate;
+      if (bytes === undefined || !conn.writable || !conn.joined) {
+        this.lagging.delete(conn);
+        continue;
+      }
+      if (this.deliver(conn, bytes) === Delivery.Sent) sent++;
+    }
+    if (sent > 0) this.metrics.updatesSent.add(sent);
+    if (this.lagging.size > 0) this.armSweep();
+  }
+
   private deliver(conn: Conn, bytes: Buffer): Delivery {
     if (!conn.writable) return Delivery.Dropped;
     conn.gotUpdate = true;
@@ -169,11 +201,17 @@ export class ChannelFanout {
     }
     if (buffered > this.opts.skipBufferedBytes) {
       conn.pendingUpdate = bytes;
+      this.lagging.add(conn);
+      this.armSweep();
       return Delivery.Skipped;
     }
-    conn.pendingUpdate = undefined;
+    if (conn.pendingUpdate !== undefined) {
+      conn.pendingUpdate = undefined;
+      this.lagging.delete(conn);
+    }
     try {
-      conn.ws.send(bytes, TEXT_FRAME, conn.afterWrite);
+      // No write callback: a callback per send costs a nextTick per socket per broadcast.
+      conn.ws.send(bytes, TEXT_FRAME);
     } catch (err) {
       this.logger.debug({ err, conn: conn.id }, 'update send failed');
       return Delivery.Dropped;

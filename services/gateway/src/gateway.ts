@@ -34,7 +34,6 @@ import {
   parseInbound,
   PROTOCOL_VERSION,
   type AckBatch,
-  type ActAck,
   type BusIntent,
   type ErrorCode,
   type GameInbound,
@@ -282,7 +281,7 @@ class GatewayImpl implements Gateway {
     if (this.lifecycle !== 'created') throw new Error(`gateway cannot listen: it is ${this.lifecycle}`);
     this.ackSub = this.bus.subscribe(this.subjects.gatewayAcks(this.id), (msg) => this.onAcks(msg.data));
     const { host, port } = this.config.http;
-    await this.app.listen({ host, port });
+    await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
     const addr = this.app.server.address();
     const bound = typeof addr === 'object' && addr !== null ? addr.port : port;
     if (this.lifecycle === 'created') this.lifecycle = 'ready';
@@ -437,7 +436,6 @@ class GatewayImpl implements Gateway {
       if (conn.role === 'crowd') this.fanout.join(conn);
       else {
         conn.gameSub = this.bus.subscribe(this.subjects.channelGame(conn.channel), (msg) => this.sendToGame(conn, msg.data));
-        conn.afterWrite = () => undefined;
       }
     } catch (err) {
       this.logger.error({ err, channel: conn.channel }, 'bus subscribe failed');
@@ -549,8 +547,7 @@ class GatewayImpl implements Gateway {
     const decision = this.intentLimiter.take(`${conn.tenantId}|${conn.viewer}`);
     if (!decision.allowed) {
       this.refuse('CP_ERR_INTENT_RATE_LIMITED', conn);
-      const ack: ActAck = { t: 'ack', seq: msg.seq, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' };
-      conn.ws.send(JSON.stringify(ack), conn.afterWrite);
+      conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_INTENT_RATE_LIMITED'));
       return;
     }
     const intent: BusIntent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };
@@ -639,10 +636,7 @@ class GatewayImpl implements Gateway {
     for (const a of batch.acks) {
       const conn = this.conns.get(a.conn);
       if (!conn?.writable) continue;
-      const ack: ActAck = { t: 'ack', seq: a.seq, ok: a.ok };
-      if (a.cost !== undefined) ack.cost = a.cost;
-      if (a.code !== undefined) ack.code = a.code;
-      conn.ws.send(JSON.stringify(ack), conn.afterWrite);
+      conn.ws.send(ackFrame(a.seq, a.ok, a.cost, a.code));
     }
   }
 
@@ -709,4 +703,17 @@ class GatewayImpl implements Gateway {
       ...detail,
     });
   }
+}
+
+/**
+ * The act ack frame (ActAck) as JSON text, built without JSON.stringify: it is
+ * written once per intent, the hottest send after broadcasts. Numbers are
+ * checked so a malformed AckBatch cannot inject text.
+ */
+export function ackFrame(seq: number, ok: boolean, cost: number | undefined, code: string | undefined): string {
+  const s = Number.isSafeInteger(seq) ? seq : -1;
+  let text = `{"t":"ack","seq":${s},"ok":${ok === true}`;
+  if (cost !== undefined && Number.isSafeInteger(cost)) text += `,"cost":${cost}`;
+  if (code !== undefined) text += `,"code":${JSON.stringify(String(code))}`;
+  return `${text}}`;
 }
