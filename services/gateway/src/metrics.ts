@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import type { Counter, Histogram, UpDownCounter } from '@opentelemetry/api';
 import type { Metrics } from '@crowdplay/telemetry';
 
@@ -28,6 +29,14 @@ export interface GatewayMetrics {
  */
 export function createGatewayMetrics(metrics: Metrics, channels: () => number): GatewayMetrics {
   metrics.gauge('crowdplay_gateway_channels', 'Channels with at least one local viewer (each holds one ch.<C>.out subscription)', channels);
+  metrics.gauge(
+    'crowdplay_listen_overflows',
+    'Kernel count of connections dropped because an accept queue was full (TcpExt ListenOverflows, this network namespace; HTTP_LISTEN_BACKLOG); absent off Linux',
+    () => {
+      const n = listenOverflows();
+      return n === undefined ? [] : n;
+    },
+  );
   return {
     connections: metrics.upDown('crowdplay_connections', 'Open authenticated WebSocket connections, by role'),
     opened: metrics.counter('crowdplay_connections_opened_total', 'WebSocket connections that completed auth (welcome sent), by role'),
@@ -38,4 +47,27 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
     broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
     slowConsumerCloses: metrics.counter('crowdplay_slow_consumer_closes_total', 'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES'),
   };
+}
+
+/**
+ * TcpExt ListenOverflows from /proc/net/netstat: SYNs dropped because an
+ * accept queue was full (the whole network namespace, not only this port).
+ * @returns the count, or undefined where the file does not exist (not Linux)
+ */
+export function listenOverflows(path = '/proc/net/netstat'): number | undefined {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+  const lines = text.split('\n');
+  for (let i = 0; i + 1 < lines.length; i += 2) {
+    if (!lines[i]!.startsWith('TcpExt:')) continue;
+    const names = lines[i]!.split(/\s+/);
+    const values = lines[i + 1]!.split(/\s+/);
+    const at = names.indexOf('ListenOverflows');
+    if (at > 0 && values[at] !== undefined) return Number(values[at]);
+  }
+  return undefined;
 }

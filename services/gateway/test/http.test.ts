@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { jwtVerify } from 'jose';
 import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
+import { listenOverflows } from '../src/metrics.ts';
 
 describe('gateway http', () => {
   it('health - /healthz is 200 from creation; /readyz is 503 until listen, 200 serving, 503 after drain', async () => {
@@ -122,5 +123,18 @@ describe('gateway http', () => {
     } finally {
       await h.close();
     }
+  });
+});
+
+describe('gateway metrics - accept queue', () => {
+  it('listenOverflows reads TcpExt ListenOverflows, undefined without the file', async () => {
+    const { writeFileSync, mkdtempSync } = await import('node:fs');
+    const { join } = await import('node:path');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(join(tmpdir(), 'netstat-'));
+    const file = join(dir, 'netstat');
+    writeFileSync(file, 'TcpExt: SyncookiesSent ListenOverflows ListenDrops\nTcpExt: 0 42 43\nIpExt: InNoRoutes\nIpExt: 0\n');
+    assert.equal(listenOverflows(file), 42);
+    assert.equal(listenOverflows(join(dir, 'missing')), undefined);
   });
 });
