@@ -4,7 +4,8 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type Browser } from 'playwright-core';
 import { ROOT, startStandalone, type InProcess } from '../helpers.ts';
@@ -55,8 +56,10 @@ describe('viewer page (browser)', () => {
     assert.equal(Number(await tally.textContent()), before + accepted);
     assert.equal(Number(await page.locator('[data-testid="tally-pull-right"]').textContent()), 0);
     assert.ok(Number(await page.locator('[data-testid="position"]').textContent()) < 0, 'the rope moved left');
-    mkdirSync(join(ROOT, 'docs/img'), { recursive: true });
-    await page.screenshot({ path: join(ROOT, 'docs/img/viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 360 } });
+    // UPDATE_SCREENSHOT=1 refreshes the README's picture; otherwise the shot goes to a temp dir.
+    const dir = process.env.UPDATE_SCREENSHOT ? join(ROOT, 'docs/img') : mkdtempSync(join(tmpdir(), 'crowdplay-shot-'));
+    mkdirSync(dir, { recursive: true });
+    await page.screenshot({ path: join(dir, 'viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 360 } });
     assert.deepEqual(errors, [], 'no page errors');
     await page.close();
   });
