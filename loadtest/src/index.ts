@@ -2,7 +2,18 @@
  * @crowdplay/loadtest — load scenarios from the seeds (`crowd`), the frozen
  * bare-ws reference server, and the report format. CLI: main.ts.
  */
-export { runCrowdScenario, runCrowdWithBaseline, machineInfo, DEV_TENANT, SEED_FAN_IN_PER_S, MAX_SOCKETS_PER_WORKER, DEFAULT_VIEWERS_PER_ADDRESS, GENERATOR_BOUND_PCT, GENERATOR_BOUND_PEAK_PCT, MACHINE_SATURATED_PCT } from './crowd/scenario.ts';
+export {
+  runCrowdScenario,
+  runCrowdWithBaseline,
+  machineInfo,
+  DEV_TENANT,
+  SEED_FAN_IN_PER_S,
+  MAX_SOCKETS_PER_WORKER,
+  DEFAULT_VIEWERS_PER_ADDRESS,
+  GENERATOR_BOUND_PCT,
+  GENERATOR_BOUND_PEAK_PCT,
+  MACHINE_SATURATED_PCT,
+} from './crowd/scenario.ts';
 export type { CrowdOptions } from './crowd/scenario.ts';
 export { formatReport } from './crowd/report.ts';
 export type { CrowdReport, CrowdReport as Report, MachineInfo } from './crowd/report.ts';

@@ -99,7 +99,19 @@ export async function startReferenceServer(opts: ReferenceServerOptions = {}): P
   const channel = (id: string): Channel => {
     let ch = channels.get(id);
     if (!ch) {
-      ch = { id, crowd: new Set(), games: new Set(), actions: [], tally: {}, game: undefined, tick: new Map(), tickNo: 0, ev: 0, changedAt: Date.now(), dirty: false };
+      ch = {
+        id,
+        crowd: new Set(),
+        games: new Set(),
+        actions: [],
+        tally: {},
+        game: undefined,
+        tick: new Map(),
+        tickNo: 0,
+        ev: 0,
+        changedAt: Date.now(),
+        dirty: false,
+      };
       channels.set(id, ch);
     }
     return ch;
@@ -121,7 +133,15 @@ export async function startReferenceServer(opts: ReferenceServerOptions = {}): P
     }
     const ch = channel(channelId);
     const viewer = role === 'crowd' ? viewerFromToken(url.searchParams.get('token'), `anon-${++anon}`) : undefined;
-    const welcome: Welcome = { t: 'welcome', v: 1, role, channel: channelId, serverTime: Date.now(), tickMs, ...(viewer ? { viewer } : {}) };
+    const welcome: Welcome = {
+      t: 'welcome',
+      v: 1,
+      role,
+      channel: channelId,
+      serverTime: Date.now(),
+      tickMs,
+      ...(viewer ? { viewer } : {}),
+    };
     ws.send(JSON.stringify(welcome));
     if (role === 'crowd') {
       ch.crowd.add(ws);
@@ -151,7 +171,8 @@ export async function startReferenceServer(opts: ReferenceServerOptions = {}): P
         }
         ta.tally[key] = (ta.tally[key] ?? 0) + 1;
         const cap = ch.actions.find((a) => a.name === m.action)?.maxPerTick ?? DEFAULT_MAX_PER_TICK;
-        if (ta.intents.length < cap) ta.intents.push(option === undefined ? { viewer: viewer ?? '', at: now } : { viewer: viewer ?? '', option, at: now });
+        if (ta.intents.length < cap)
+          ta.intents.push(option === undefined ? { viewer: viewer ?? '', at: now } : { viewer: viewer ?? '', option, at: now });
         else ta.dropped++;
         changed(ch);
       });
@@ -199,7 +220,15 @@ export async function startReferenceServer(opts: ReferenceServerOptions = {}): P
       if (!ch.dirty) continue;
       ch.dirty = false;
       if (ch.crowd.size === 0) continue;
-      const update: ChannelUpdate = { t: 'update', channel: ch.id, ev: ch.ev, at: ch.changedAt, actions: ch.actions, tally: ch.tally, ...(ch.game ? { game: ch.game } : {}) };
+      const update: ChannelUpdate = {
+        t: 'update',
+        channel: ch.id,
+        ev: ch.ev,
+        at: ch.changedAt,
+        actions: ch.actions,
+        tally: ch.tally,
+        ...(ch.game ? { game: ch.game } : {}),
+      };
       const frame = JSON.stringify(update);
       for (const s of ch.crowd) s.send(frame);
     }

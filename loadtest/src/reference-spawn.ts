@@ -26,10 +26,16 @@ const SERVER_FILE = fileURLToPath(new URL('./reference-server.ts', import.meta.u
  * @param opts.startDeadlineMs how long the child may take to listen, ms; default 30_000
  * @throws CrowdplayError CP_ERR_INTERNAL when it does not listen in time or exits
  */
-export async function spawnReferenceServer(opts: { channelUpdateMs?: number; tickMs?: number; startDeadlineMs?: number } = {}): Promise<SpawnedReferenceServer> {
-  const child = forkTs(SERVER_FILE, ['--port', '0', '--update-ms', String(opts.channelUpdateMs ?? 250), '--tick-ms', String(opts.tickMs ?? 250)], {
-    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-  });
+export async function spawnReferenceServer(
+  opts: { channelUpdateMs?: number; tickMs?: number; startDeadlineMs?: number } = {},
+): Promise<SpawnedReferenceServer> {
+  const child = forkTs(
+    SERVER_FILE,
+    ['--port', '0', '--update-ms', String(opts.channelUpdateMs ?? 250), '--tick-ms', String(opts.tickMs ?? 250)],
+    {
+      stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+    },
+  );
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');

@@ -7,7 +7,9 @@ import { formatReport, runCrowdScenario, runCrowdWithBaseline, spawnReferenceSer
 const ACT_ACK_P95_LIMIT_MS = 250;
 
 function get(obj: unknown, path: string): unknown {
-  return path.split('.').reduce<unknown>((o, k) => (typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[k] : undefined), obj);
+  return path
+    .split('.')
+    .reduce<unknown>((o, k) => (typeof o === 'object' && o !== null ? (o as Record<string, unknown>)[k] : undefined), obj);
 }
 
 const NUMERIC_FIELDS = [
@@ -58,7 +60,15 @@ test('loadtest crowd - smoke against the reference server: 2 workers, nothing lo
   const ref = await spawnReferenceServer();
   t.after(() => ref.close());
   const progress: string[] = [];
-  const r = await runCrowdScenario({ url: ref.url, viewers: 200, channels: 2, durationS: 4, workers: 2, drainS: 5, onProgress: (l) => progress.push(l) });
+  const r = await runCrowdScenario({
+    url: ref.url,
+    viewers: 200,
+    channels: 2,
+    durationS: 4,
+    workers: 2,
+    drainS: 5,
+    onProgress: (l) => progress.push(l),
+  });
   // JSON round trip: what --json writes is what is checked
   const report = JSON.parse(JSON.stringify(r)) as CrowdReport;
   assertShape(report);
@@ -96,7 +106,15 @@ test('loadtest crowd - smoke against the reference server: 2 workers, nothing lo
 test('loadtest crowd - --baseline reports ours/reference ratios', async (t) => {
   const ours = await spawnReferenceServer(); // stands in for the product here
   t.after(() => ours.close());
-  const r = await runCrowdWithBaseline({ url: ours.url, serverPid: ours.pid, viewers: 60, channels: 1, durationS: 2, workers: 2, drainS: 5 });
+  const r = await runCrowdWithBaseline({
+    url: ours.url,
+    serverPid: ours.pid,
+    viewers: 60,
+    channels: 1,
+    durationS: 2,
+    workers: 2,
+    drainS: 5,
+  });
   assert.ok(r.baseline, 'baseline present');
   assert.ok(r.ratios, 'ratios present');
   assertShape(r.baseline);
@@ -122,8 +140,7 @@ test('loadtest crowd - bad options are refused before anything starts', async ()
       JSON.stringify(c),
     );
   }
-  await assert.rejects(
-    runCrowdScenario({ url: 'ftp://x', viewers: 1, channels: 1, durationS: 1 }),
-    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
+  await assert.rejects(runCrowdScenario({ url: 'ftp://x', viewers: 1, channels: 1, durationS: 1 }), (err: unknown) =>
+    isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
   );
 });

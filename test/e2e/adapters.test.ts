@@ -21,17 +21,29 @@ describe('standalone on PostgreSQL and NATS', () => {
   it('a viewer acts on the demo over NATS: acked, tallied, and the update comes back', async () => {
     assert.equal(s.running.bus.kind, 'nats');
     assert.equal(s.running.store.kind, 'postgres');
-    const { token } = (await (await fetch(`${s.baseUrl}/v1/tokens/dev`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ channel: 'demo' }) })).json()) as { token: string };
+    const { token } = (await (
+      await fetch(`${s.baseUrl}/v1/tokens/dev`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ channel: 'demo' }),
+      })
+    ).json()) as { token: string };
     const v = new ViewerClient({ url: s.baseUrl, channel: 'demo', token, WebSocket, autoReconnect: false });
     const updates: ChannelUpdate[] = [];
     v.on('update', (u) => updates.push(u));
     await v.connect();
     const acks = await Promise.all([v.act('pull', 'right'), v.act('pull', 'right'), v.act('pull', 'sideways')]);
-    assert.deepEqual(acks.map((a) => a.ok), [true, true, false]);
+    assert.deepEqual(
+      acks.map((a) => a.ok),
+      [true, true, false],
+    );
     assert.equal(acks[2]!.code, 'CP_ERR_INTENT_UNKNOWN_OPTION');
     const deadline = Date.now() + 5_000;
     while (!updates.some((u) => u.tally.pull?.right === 2) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    assert.ok(updates.some((u) => u.tally.pull?.right === 2), 'the update carries the two accepted pulls');
+    assert.ok(
+      updates.some((u) => u.tally.pull?.right === 2),
+      'the update carries the two accepted pulls',
+    );
     await v.close();
   });
 });

@@ -20,7 +20,15 @@ describe('viewer page (browser)', () => {
     s = await startStandalone({ standalone: { demoMotion: false } });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
   });
   after(async () => {
@@ -42,15 +50,15 @@ describe('viewer page (browser)', () => {
     const n = 7;
     for (let i = 0; i < n; i++) await page.click('[data-testid="act-pull-left"]');
     await page.waitForFunction(
-      (want) => Number(document.getElementById('acks-ok')?.textContent) + Number(document.getElementById('acks-refused')?.textContent) === want,
+      (want) =>
+        Number(document.getElementById('acks-ok')?.textContent) + Number(document.getElementById('acks-refused')?.textContent) === want,
       n,
     );
     const accepted = Number(await page.locator('[data-testid="acks-ok"]').textContent());
     assert.equal(accepted, n, 'every press within the rate limit is accepted');
-    await page.waitForFunction(
-      ({ want }) => Number(document.querySelector('[data-testid="tally-pull-left"]')?.textContent) >= want,
-      { want: before + accepted },
-    );
+    await page.waitForFunction(({ want }) => Number(document.querySelector('[data-testid="tally-pull-left"]')?.textContent) >= want, {
+      want: before + accepted,
+    });
     // Quiet channel (motion paused): nothing else moves the tally.
     await page.waitForTimeout(3 * s.config.engine.updateIntervalMs);
     assert.equal(Number(await tally.textContent()), before + accepted);

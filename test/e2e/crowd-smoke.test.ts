@@ -16,7 +16,16 @@ describe('crowd scenario (smoke) against standalone', () => {
   after(() => s?.stop());
 
   it('300 viewers: 0 failed, every intent acked or refused with a code, act ack p95 ≤ 50 ms, batch lag p95 ≤ 300 ms', async () => {
-    const r = await runCrowdScenario({ url: s.baseUrl, viewers: 300, channels: 3, durationS: 4, workers: 2, rampS: 1, drainS: 5, command: 'e2e smoke' });
+    const r = await runCrowdScenario({
+      url: s.baseUrl,
+      viewers: 300,
+      channels: 3,
+      durationS: 4,
+      workers: 2,
+      rampS: 1,
+      drainS: 5,
+      command: 'e2e smoke',
+    });
     assert.equal(r.viewers.requested, 300);
     assert.equal(r.viewers.failed, 0, JSON.stringify(r.viewers.failedByCode));
     assert.equal(r.viewers.connected, 300);

@@ -92,7 +92,11 @@ describe('external game process (sdk-game)', () => {
     }
     assert.deepEqual([a, b], [6, 4]);
     const evs = batches.map((x) => x.ev);
-    assert.deepEqual([...evs].sort((x, y) => x - y), evs, 'event ids rise');
+    assert.deepEqual(
+      [...evs].sort((x, y) => x - y),
+      evs,
+      'event ids rise',
+    );
     assert.equal(new Set(evs).size, evs.length);
     await v1.close();
     await v2.close();

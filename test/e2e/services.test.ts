@@ -25,7 +25,11 @@ describe('services as separate processes (PostgreSQL + NATS)', () => {
   let gatewayUrl = '';
 
   function start(name: string, extra: Record<string, string> = {}): Promise<string> {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'service', name], { cwd: ROOT, env: { ...process.env, ...env, ...extra }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'service', name], {
+      cwd: ROOT,
+      env: { ...process.env, ...env, ...extra },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
@@ -73,12 +77,20 @@ describe('services as separate processes (PostgreSQL + NATS)', () => {
   });
 
   it('tenant create, a game creates its channel, a viewer acts: acked and batched across processes', async () => {
-    const created = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'create', 'acme', '--name', 'Acme'], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+    const created = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'create', 'acme', '--name', 'Acme'], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      encoding: 'utf8',
+    });
     assert.equal(created.status, 0, created.stderr);
     const apiKey = /api key:\s+(\S+)/.exec(created.stdout)?.[1];
     const secret = /signing secret:\s+(\S+)/.exec(created.stdout)?.[1];
     assert.ok(apiKey && secret, created.stdout);
-    const dup = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'create', 'acme'], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+    const dup = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'create', 'acme'], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      encoding: 'utf8',
+    });
     assert.equal(dup.status, 1);
     assert.match(dup.stderr, /already exists/);
 
@@ -88,7 +100,11 @@ describe('services as separate processes (PostgreSQL + NATS)', () => {
     await game.connect();
     game.declare([{ name: 'cheer', maxPerTick: 100 }]);
 
-    const token = await new SignJWT({ tid: 'acme' }).setProtectedHeader({ alg: 'HS256' }).setSubject('zoe').setExpirationTime('5m').sign(new TextEncoder().encode(secret));
+    const token = await new SignJWT({ tid: 'acme' })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject('zoe')
+      .setExpirationTime('5m')
+      .sign(new TextEncoder().encode(secret));
     const viewer = new ViewerClient({ url: gatewayUrl, channel: 'hall', token, WebSocket, autoReconnect: false });
     await viewer.connect();
     let ack = await viewer.act('cheer');
@@ -104,7 +120,11 @@ describe('services as separate processes (PostgreSQL + NATS)', () => {
     await viewer.close();
     await game.close();
 
-    const list = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'list'], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8' });
+    const list = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'tenant', 'list'], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      encoding: 'utf8',
+    });
     assert.match(list.stdout, /^acme\tAcme\t/m);
   });
 });

@@ -22,6 +22,9 @@ describe('standalone process (npm start)', () => {
   });
 
   it('refuses a bad setting at start with a message naming the variable, and exits non-zero', async () => {
-    await assert.rejects(spawnCrowdplay({ TICK_MS: 'soon' }, 30_000), (err: Error) => /TICK_MS: expected an integer/.test(err.message) && /exited with 2/.test(err.message));
+    await assert.rejects(
+      spawnCrowdplay({ TICK_MS: 'soon' }, 30_000),
+      (err: Error) => /TICK_MS: expected an integer/.test(err.message) && /exited with 2/.test(err.message),
+    );
   });
 });

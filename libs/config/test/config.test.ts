@@ -20,7 +20,12 @@ describe('config', () => {
   });
 
   it('load - parses typed values, digit separators and booleans', () => {
-    const c = loadConfig({ TICK_MS: '100', WS_MAX_BUFFERED_BYTES: '2_097_152', DEMO_MOTION: 'off', NATS_URL: 'nats://a:4222,nats://b:4222' });
+    const c = loadConfig({
+      TICK_MS: '100',
+      WS_MAX_BUFFERED_BYTES: '2_097_152',
+      DEMO_MOTION: 'off',
+      NATS_URL: 'nats://a:4222,nats://b:4222',
+    });
     assert.equal(c.engine.tickMs, 100);
     assert.equal(c.gateway.maxBufferedBytes, 2_097_152);
     assert.equal(c.standalone.demoMotion, false);
@@ -41,7 +46,11 @@ describe('config', () => {
   it('load - cluster mode requires every real engine URL', () => {
     assert.throws(
       () => loadConfig({ CROWDPLAY_MODE: 'cluster', DATABASE_URL: 'postgres://x/y' }),
-      (err: unknown) => isCrowdplayError(err) && /NATS_URL: required/.test(err.message) && /REDIS_URL: required/.test(err.message) && !/DATABASE_URL/.test(err.message),
+      (err: unknown) =>
+        isCrowdplayError(err) &&
+        /NATS_URL: required/.test(err.message) &&
+        /REDIS_URL: required/.test(err.message) &&
+        !/DATABASE_URL/.test(err.message),
     );
   });
 

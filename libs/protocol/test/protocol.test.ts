@@ -8,7 +8,12 @@ const root = fileURLToPath(new URL('../../../', import.meta.url));
 
 describe('protocol', () => {
   it('parseInbound - accepts valid crowd and game frames', () => {
-    assert.deepEqual(parseInbound('crowd', '{"t":"act","seq":1,"action":"pull","option":"left"}'), { t: 'act', seq: 1, action: 'pull', option: 'left' });
+    assert.deepEqual(parseInbound('crowd', '{"t":"act","seq":1,"action":"pull","option":"left"}'), {
+      t: 'act',
+      seq: 1,
+      action: 'pull',
+      option: 'left',
+    });
     const d = parseInbound('game', '{"t":"declare","actions":[{"name":"vote","options":["a","b"],"maxPerTick":10,"cost":5}]}');
     assert.equal(d.t, 'declare');
   });

@@ -77,7 +77,11 @@ export class ChannelRepository {
    * @returns false when the channel moved on (nothing changed)
    */
   async release(id: string, shardId: string, epoch: number): Promise<boolean> {
-    const { rowCount } = await this.db.query('UPDATE channels SET owner = NULL WHERE id = $1 AND owner = $2 AND epoch = $3', [id, shardId, epoch]);
+    const { rowCount } = await this.db.query('UPDATE channels SET owner = NULL WHERE id = $1 AND owner = $2 AND epoch = $3', [
+      id,
+      shardId,
+      epoch,
+    ]);
     return rowCount === 1;
   }
 

@@ -110,7 +110,10 @@ export class TenantRepository {
   /** The tenant whose API key this is, or null (looked up by hash; compared in constant time). */
   async byApiKey(apiKey: string): Promise<Tenant | null> {
     const hash = hashApiKey(apiKey);
-    const { rows } = await this.db.query<Row & { api_key_hash: Buffer }>(`SELECT ${COLS}, api_key_hash FROM tenants WHERE api_key_hash = $1`, [hash]);
+    const { rows } = await this.db.query<Row & { api_key_hash: Buffer }>(
+      `SELECT ${COLS}, api_key_hash FROM tenants WHERE api_key_hash = $1`,
+      [hash],
+    );
     const r = rows[0];
     if (!r || !timingSafeEqual(r.api_key_hash, hash)) return null;
     return toTenant(r);

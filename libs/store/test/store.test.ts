@@ -28,14 +28,20 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       assert.notEqual(rotated.apiKey, apiKey);
       assert.equal(await store.tenants.byApiKey(apiKey), null, 'old key stops working');
       assert.equal((await store.tenants.byApiKey(rotated.apiKey))?.id, 'acme');
-      assert.deepEqual((await store.tenants.list()).map((t) => t.id), ['acme']);
+      assert.deepEqual(
+        (await store.tenants.list()).map((t) => t.id),
+        ['acme'],
+      );
     });
 
     it('tenants - bad input is refused and changes nothing', async () => {
       await assert.rejects(store.tenants.create('bad id!', 'x'), TypeError);
       await assert.rejects(store.tenants.create('acme', 'dup'), (e: { code?: string }) => e.code === '23505');
       await assert.rejects(store.tenants.rotateKey('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
-      assert.deepEqual((await store.tenants.list()).map((t) => [t.id, t.name]), [['acme', 'Acme']]);
+      assert.deepEqual(
+        (await store.tenants.list()).map((t) => [t.id, t.name]),
+        [['acme', 'Acme']],
+      );
     });
 
     it('channels - belong to one tenant', async () => {
@@ -54,13 +60,18 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       await store.channels.saveSnapshot('room-2', e1, 10, { n: 1 });
       const e2 = await store.channels.acquire('room-2', 'shard-b');
       assert.equal(e2, e1 + 1);
-      await assert.rejects(store.channels.saveSnapshot('room-2', e1, 11, { n: 666 }), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'));
+      await assert.rejects(store.channels.saveSnapshot('room-2', e1, 11, { n: 666 }), (e) =>
+        isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'),
+      );
       const snap = await store.channels.loadSnapshot('room-2');
       assert.deepEqual([snap?.epoch, snap?.eventId, snap?.state], [e1, 10, { n: 1 }], 'the stale write changed nothing');
       await store.channels.saveSnapshot('room-2', e2, 12, { n: 2 });
       assert.deepEqual((await store.channels.loadSnapshot('room-2'))?.state, { n: 2 });
       assert.equal(await store.channels.release('room-2', 'shard-a', e1), false, 'old owner cannot release');
-      assert.deepEqual((await store.channels.listOwned('shard-b')).map((c) => c.id), ['room-2']);
+      assert.deepEqual(
+        (await store.channels.listOwned('shard-b')).map((c) => c.id),
+        ['room-2'],
+      );
       assert.equal(await store.channels.release('room-2', 'shard-b', e2), true);
       assert.equal((await store.channels.get('room-2'))?.owner, null);
     });

@@ -35,7 +35,10 @@ export class Refusals {
     const now = this.now();
     const last = this.lastLogMs.get(key);
     if (last === undefined || now - last >= this.intervalMs) {
-      this.logger.warn({ ...detail, area, reason, refused: count, intervalMs: this.intervalMs }, `refused: ${reason} (${count} since last report)`);
+      this.logger.warn(
+        { ...detail, area, reason, refused: count, intervalMs: this.intervalMs },
+        `refused: ${reason} (${count} since last report)`,
+      );
       this.lastLogMs.set(key, now);
       this.sinceLog.set(key, 0);
     } else this.sinceLog.set(key, count);

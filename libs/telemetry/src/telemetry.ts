@@ -12,7 +12,12 @@ export interface Telemetry {
 }
 
 /** Builds the process's telemetry. `refusalLogIntervalMs` is REFUSAL_LOG_INTERVAL_MS. */
-export function createTelemetry(opts: { service: string; level: LevelWithSilent; refusalLogIntervalMs: number; logger?: Logger }): Telemetry {
+export function createTelemetry(opts: {
+  service: string;
+  level: LevelWithSilent;
+  refusalLogIntervalMs: number;
+  logger?: Logger;
+}): Telemetry {
   const logger = opts.logger ?? createLogger({ level: opts.level, service: opts.service });
   const metrics = new Metrics({ service: opts.service });
   const refusals = new Refusals(metrics, logger, opts.refusalLogIntervalMs);

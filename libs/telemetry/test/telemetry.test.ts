@@ -27,7 +27,11 @@ describe('telemetry', () => {
     r.refuse('gateway', 'CP_ERR_AUTH_INVALID');
     await new Promise((res) => setImmediate(res));
     const rate = lines.filter((l) => l.reason === 'CP_ERR_INTENT_RATE_LIMITED');
-    assert.deepEqual(rate.map((l) => l.refused), [1, 5], 'first line at once, second carries the 4 suppressed + 1');
+    assert.deepEqual(
+      rate.map((l) => l.refused),
+      [1, 5],
+      'first line at once, second carries the 4 suppressed + 1',
+    );
     assert.equal(lines.filter((l) => l.reason === 'CP_ERR_AUTH_INVALID').length, 1);
     const text = await metrics.prometheusText();
     assert.match(text, /crowdplay_refusals_total\{area="gateway",reason="CP_ERR_INTENT_RATE_LIMITED"[^}]*\} 6/);

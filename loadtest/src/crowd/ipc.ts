@@ -84,4 +84,8 @@ export interface WorkerFinal {
   cpu: { avgPct: number; peakPct: number };
 }
 
-export type WorkerMessage = { type: 'ready'; workerIndex: number; mintMs: number } | WorkerProgress | WorkerFinal | { type: 'fatal'; workerIndex: number; message: string };
+export type WorkerMessage =
+  | { type: 'ready'; workerIndex: number; mintMs: number }
+  | WorkerProgress
+  | WorkerFinal
+  | { type: 'fatal'; workerIndex: number; message: string };

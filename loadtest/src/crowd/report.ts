@@ -84,8 +84,10 @@ export interface CrowdReport {
   ratios?: { actAckP95: number | null; serverCpuPerIntent: number | null };
 }
 
-const fmt = (n: number | null | undefined, unit = ''): string => (n === null || n === undefined ? 'n/a' : `${Number.isInteger(n) ? n.toLocaleString('en-US') : n.toFixed(2)}${unit}`);
-const lat = (s: LatencySummary): string => `p50 ${fmt(s.p50)}  p95 ${fmt(s.p95)}  p99 ${fmt(s.p99)}  max ${fmt(s.max)}  (n=${s.count.toLocaleString('en-US')})`;
+const fmt = (n: number | null | undefined, unit = ''): string =>
+  n === null || n === undefined ? 'n/a' : `${Number.isInteger(n) ? n.toLocaleString('en-US') : n.toFixed(2)}${unit}`;
+const lat = (s: LatencySummary): string =>
+  `p50 ${fmt(s.p50)}  p95 ${fmt(s.p95)}  p99 ${fmt(s.p99)}  max ${fmt(s.max)}  (n=${s.count.toLocaleString('en-US')})`;
 const codes = (m: Record<string, number>): string => {
   const e = Object.entries(m);
   return e.length === 0 ? '' : `  [${e.map(([k, v]) => `${k}: ${v}`).join(', ')}]`;
@@ -96,8 +98,14 @@ export function formatReport(r: CrowdReport): string {
   const rows: Array<[string, string]> = [
     ['command', r.command],
     ['url', r.url],
-    ['machine', `${r.machine.cpuCount}× ${r.machine.cpuModel}, ${(r.machine.memoryBytes / 2 ** 30).toFixed(1)} GiB, node ${r.machine.nodeVersion}`],
-    ['config', `${r.config.viewers} viewers, ${r.config.channels} channels, ramp ${fmt(r.config.rampS)} s, ${r.config.durationS} s, ${r.config.workers} workers, ${r.config.sourceAddresses.length} source addresses`],
+    [
+      'machine',
+      `${r.machine.cpuCount}× ${r.machine.cpuModel}, ${(r.machine.memoryBytes / 2 ** 30).toFixed(1)} GiB, node ${r.machine.nodeVersion}`,
+    ],
+    [
+      'config',
+      `${r.config.viewers} viewers, ${r.config.channels} channels, ramp ${fmt(r.config.rampS)} s, ${r.config.durationS} s, ${r.config.workers} workers, ${r.config.sourceAddresses.length} source addresses`,
+    ],
     ['viewers connected', `${fmt(r.viewers.connected)} / ${fmt(r.viewers.requested)}`],
     ['viewers failed', fmt(r.viewers.failed) + codes(r.viewers.failedByCode)],
     ['viewers dropped', fmt(r.viewers.dropped) + codes(r.viewers.droppedByCode)],
@@ -114,8 +122,16 @@ export function formatReport(r: CrowdReport): string {
     ['updates per second', `${fmt(r.updatesPerSecond)} (${fmt(r.updatesPerViewerPerSecond)} per viewer)`],
     ['bytes per broadcast', `${fmt(r.bytesPerBroadcast)} (max ${fmt(r.maxBytesPerBroadcast)})`],
     ['batches / dropped over cap', `${fmt(r.batches)} / ${fmt(r.droppedOverCap)}`],
-    ['server cpu %', r.serverCpuPct === null ? `unknown (${r.serverCpuNote ?? 'no pid'})` : `${fmt(r.serverCpuPct)} (pid ${r.serverPid}, ${r.serverPidSource}); ${fmt(r.serverCpuMsPerIntent)} ms per intent`],
-    ['generator cpu %', `${r.generatorCpuPct.map((p) => fmt(p)).join(' ')} (peak ${r.generatorCpuPeakPct.map((p) => fmt(p)).join(' ')}); coordinator ${fmt(r.coordinatorCpuPct)}`],
+    [
+      'server cpu %',
+      r.serverCpuPct === null
+        ? `unknown (${r.serverCpuNote ?? 'no pid'})`
+        : `${fmt(r.serverCpuPct)} (pid ${r.serverPid}, ${r.serverPidSource}); ${fmt(r.serverCpuMsPerIntent)} ms per intent`,
+    ],
+    [
+      'generator cpu %',
+      `${r.generatorCpuPct.map((p) => fmt(p)).join(' ')} (peak ${r.generatorCpuPeakPct.map((p) => fmt(p)).join(' ')}); coordinator ${fmt(r.coordinatorCpuPct)}`,
+    ],
     ['machine cpu % (all cores)', fmt(r.machineCpuPct)],
     ['generator bound', r.generatorBound ? 'YES: the load generator, not the server, may be the limit' : 'no'],
     ['duration s (steady) / elapsed s', `${fmt(r.durationS)} / ${fmt(r.elapsedS)}`],

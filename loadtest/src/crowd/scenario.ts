@@ -21,7 +21,16 @@ import { clockTicksPerSecond, findListeningPid, machineCpuTicks, processCpuMs } 
 import { createTokenMinter } from '../tokens.ts';
 import { forkTs, waitExit } from '../fork.ts';
 import { spawnReferenceServer } from '../reference-spawn.ts';
-import { ACTION, OPTIONS, type CoordinatorMessage, type WorkerConfig, type WorkerCounters, type WorkerFinal, type WorkerMessage, type WorkerProgress } from './ipc.ts';
+import {
+  ACTION,
+  OPTIONS,
+  type CoordinatorMessage,
+  type WorkerConfig,
+  type WorkerCounters,
+  type WorkerFinal,
+  type WorkerMessage,
+  type WorkerProgress,
+} from './ipc.ts';
 import type { CrowdReport, MachineInfo } from './report.ts';
 
 /** The standalone dev tenant (libs/config: STANDALONE_TENANT_SECRET / STANDALONE_TENANT_KEY defaults). */
@@ -117,7 +126,9 @@ function resolveOptions(o: CrowdOptions): Resolved {
   if (!(rampS >= 0)) throw invalid(`rampS must be ≥ 0, got ${rampS}`);
   const workers = Math.min(viewers, int('workers', o.workers ?? Math.max(2, Math.ceil(viewers / VIEWERS_PER_WORKER)), 1));
   if (Math.ceil(viewers / workers) > MAX_SOCKETS_PER_WORKER) {
-    throw invalid(`${Math.ceil(viewers / workers)} viewers per worker is over ${MAX_SOCKETS_PER_WORKER}: use --workers ≥ ${Math.ceil(viewers / MAX_SOCKETS_PER_WORKER)}`);
+    throw invalid(
+      `${Math.ceil(viewers / workers)} viewers per worker is over ${MAX_SOCKETS_PER_WORKER}: use --workers ≥ ${Math.ceil(viewers / MAX_SOCKETS_PER_WORKER)}`,
+    );
   }
   try {
     const u = new URL(o.url);
@@ -142,7 +153,8 @@ function resolveOptions(o: CrowdOptions): Resolved {
     welcomeDeadlineMs: int('welcomeDeadlineMs', o.welcomeDeadlineMs ?? 15_000, 1),
     channelPrefix: o.channelPrefix ?? 'load-',
     onProgress: o.onProgress ?? (() => {}),
-    command: o.command ?? `runCrowdScenario(${JSON.stringify({ url: o.url, viewers: o.viewers, durationS: o.durationS, channels: o.channels })})`,
+    command:
+      o.command ?? `runCrowdScenario(${JSON.stringify({ url: o.url, viewers: o.viewers, durationS: o.durationS, channels: o.channels })})`,
   };
 }
 
@@ -181,7 +193,18 @@ function addCodes(into: Record<string, number>, from: Record<string, number>): v
 }
 
 function sumCounters(list: WorkerCounters[]): WorkerCounters {
-  const total: WorkerCounters = { viewers: 0, started: 0, connected: 0, failed: 0, dropped: 0, sent: 0, acked: 0, refused: 0, lost: 0, updates: 0 };
+  const total: WorkerCounters = {
+    viewers: 0,
+    started: 0,
+    connected: 0,
+    failed: 0,
+    dropped: 0,
+    sent: 0,
+    acked: 0,
+    refused: 0,
+    lost: 0,
+    updates: 0,
+  };
   for (const c of list) for (const k of Object.keys(total) as Array<keyof WorkerCounters>) total[k] += c[k];
   return total;
 }
@@ -206,8 +229,20 @@ const round2 = (n: number): number => Math.round(n * 100) / 100;
  * @returns acts made, how many were accepted, and a warning if the channel never accepted one
  * @throws CrowdplayError the connect error (e.g. CP_ERR_AUTH_INVALID): no viewer would get in either
  */
-async function probeChannel(o: Resolved, channel: string, token: string): Promise<{ acts: number; accepted: number; warning: string | null }> {
-  const viewer = new ViewerClient({ url: o.url, channel, token, WebSocket, autoReconnect: false, welcomeDeadlineMs: o.welcomeDeadlineMs, wsOptions: { perMessageDeflate: false } });
+async function probeChannel(
+  o: Resolved,
+  channel: string,
+  token: string,
+): Promise<{ acts: number; accepted: number; warning: string | null }> {
+  const viewer = new ViewerClient({
+    url: o.url,
+    channel,
+    token,
+    WebSocket,
+    autoReconnect: false,
+    welcomeDeadlineMs: o.welcomeDeadlineMs,
+    wsOptions: { perMessageDeflate: false },
+  });
   try {
     await viewer.connect();
     const until = Date.now() + PROBE_DEADLINE_MS;
@@ -216,8 +251,14 @@ async function probeChannel(o: Resolved, channel: string, token: string): Promis
       acts++;
       const ack = await viewer.act(ACTION, OPTIONS[0]);
       if (ack.ok) return { acts, accepted: 1, warning: null };
-      if (ack.code !== 'CP_ERR_INTENT_NO_GAME') return { acts, accepted: 0, warning: `probe on ${channel}: act refused with ${ack.code ?? 'no code'}` };
-      if (Date.now() > until) return { acts, accepted: 0, warning: `probe on ${channel}: the game's declaration was not in effect after ${PROBE_DEADLINE_MS} ms` };
+      if (ack.code !== 'CP_ERR_INTENT_NO_GAME')
+        return { acts, accepted: 0, warning: `probe on ${channel}: act refused with ${ack.code ?? 'no code'}` };
+      if (Date.now() > until)
+        return {
+          acts,
+          accepted: 0,
+          warning: `probe on ${channel}: the game's declaration was not in effect after ${PROBE_DEADLINE_MS} ms`,
+        };
       await new Promise((r) => setTimeout(r, 100));
     }
   } finally {
@@ -263,7 +304,13 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
   let droppedOverCap = 0;
   let lastGameError = 'none';
   const games = channelNames.map((channel) => {
-    const g = new GameClient({ url: o.url, channel, apiKey: o.tenantKey, backoff: { initialMs: 250, maxMs: 2_000 }, welcomeDeadlineMs: o.welcomeDeadlineMs });
+    const g = new GameClient({
+      url: o.url,
+      channel,
+      apiKey: o.tenantKey,
+      backoff: { initialMs: 250, maxMs: 2_000 },
+      welcomeDeadlineMs: o.welcomeDeadlineMs,
+    });
     g.on('error', (e) => (lastGameError = `${e.code}: ${e.message}`));
     g.on('batch', (b, info) => {
       batches++;
@@ -278,7 +325,11 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
   });
   const children: ChildProcess[] = [];
   try {
-    await withDeadline(Promise.all(games.map((g) => g.connect())), o.welcomeDeadlineMs + 5_000, () => `game clients (last error: ${lastGameError})`);
+    await withDeadline(
+      Promise.all(games.map((g) => g.connect())),
+      o.welcomeDeadlineMs + 5_000,
+      () => `game clients (last error: ${lastGameError})`,
+    );
 
     // readiness probe: the declaration is in effect on every channel
     const minter = await createTokenMinter(o.tenantId, o.tenantSecret);
@@ -372,16 +423,13 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
       coord0 = process.cpuUsage();
       window0 = performance.now();
     }, START_DELAY_MS);
-    const sampleEnd = setTimeout(
-      () => {
-        server1 = serverPid === null ? null : processCpuMs(serverPid, ticksPerS);
-        machine1 = machineCpuTicks();
-        const c = process.cpuUsage(coord0);
-        windowMs = performance.now() - window0;
-        coordCpuPct = ((c.user + c.system) / 1000 / windowMs) * 100;
-      },
-      actEnd - Date.now(),
-    );
+    const sampleEnd = setTimeout(() => {
+      server1 = serverPid === null ? null : processCpuMs(serverPid, ticksPerS);
+      machine1 = machineCpuTicks();
+      const c = process.cpuUsage(coord0);
+      windowMs = performance.now() - window0;
+      coordCpuPct = ((c.user + c.system) / 1000 / windowMs) * 100;
+    }, actEnd - Date.now());
 
     // progress line every 2 s
     let prevAcked = 0;
@@ -490,14 +538,19 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
     const generatorCpuPct = fl.map((f) => round2(f.cpu.avgPct));
     const generatorCpuPeakPct = fl.map((f) => round2(f.cpu.peakPct));
     const generatorBound =
-      generatorCpuPct.some((p) => p > GENERATOR_BOUND_PCT) || generatorCpuPeakPct.some((p) => p > GENERATOR_BOUND_PEAK_PCT) || coordCpuPct > GENERATOR_BOUND_PCT;
-    if (generatorBound) warnings.push('generator-bound: a load process was near one full core; latencies and failures may be the generator\'s');
+      generatorCpuPct.some((p) => p > GENERATOR_BOUND_PCT) ||
+      generatorCpuPeakPct.some((p) => p > GENERATOR_BOUND_PEAK_PCT) ||
+      coordCpuPct > GENERATOR_BOUND_PCT;
+    if (generatorBound)
+      warnings.push("generator-bound: a load process was near one full core; latencies and failures may be the generator's");
     // assigned in the timer callbacks above, which TS's narrowing does not see
     const m0 = machine0 as { busy: number; total: number } | null;
     const m1 = machine1 as { busy: number; total: number } | null;
     const machineCpuPct = m0 && m1 && m1.total > m0.total ? round2(((m1.busy - m0.busy) / (m1.total - m0.total)) * 100) : null;
     if (machineCpuPct !== null && machineCpuPct > MACHINE_SATURATED_PCT) {
-      warnings.push(`machine CPU ${machineCpuPct} % of all cores: server and generator compete for cores; latencies include that contention`);
+      warnings.push(
+        `machine CPU ${machineCpuPct} % of all cores: server and generator compete for cores; latencies include that contention`,
+      );
     }
     const steadyS = o.durationS;
 
@@ -519,8 +572,24 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
         sourceAddresses: addrs,
         tenantId: o.tenantId,
       },
-      viewers: { requested: o.viewers, connected: counters.connected, failed: counters.failed, failedByCode, dropped: counters.dropped, droppedByCode },
-      intents: { sent: counters.sent, acked: counters.acked, refused: counters.refused, refusedByCode, lost: counters.lost, inFlight, tallied, probe: probeActs },
+      viewers: {
+        requested: o.viewers,
+        connected: counters.connected,
+        failed: counters.failed,
+        failedByCode,
+        dropped: counters.dropped,
+        droppedByCode,
+      },
+      intents: {
+        sent: counters.sent,
+        acked: counters.acked,
+        refused: counters.refused,
+        refusedByCode,
+        lost: counters.lost,
+        inFlight,
+        tallied,
+        probe: probeActs,
+      },
       actAckMs: actAckSummary,
       connectMs: summarize(connect),
       batchLagMs: { ...summarize(batchLag, intakeOffsetMs), intakeOffsetMs },
@@ -535,7 +604,8 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
       serverPid,
       serverPidSource,
       serverCpuPct: serverCpuMs === null || windowMs <= 0 ? null : round2((serverCpuMs / windowMs) * 100),
-      serverCpuMsPerIntent: serverCpuMs === null || intentsAnswered === 0 ? null : Math.round((serverCpuMs / intentsAnswered) * 10_000) / 10_000,
+      serverCpuMsPerIntent:
+        serverCpuMs === null || intentsAnswered === 0 ? null : Math.round((serverCpuMs / intentsAnswered) * 10_000) / 10_000,
       serverCpuNote: serverCpuMs === null ? serverCpuNote : null,
       generatorCpuPct,
       generatorCpuPeakPct,
@@ -578,14 +648,21 @@ export async function runCrowdWithBaseline(opts: CrowdOptions): Promise<CrowdRep
   const ours = await runCrowdScenario(opts);
   const ref = await spawnReferenceServer();
   try {
-    const baseline = await runCrowdScenario({ ...opts, url: ref.url, serverPid: ref.pid, command: `${ours.command} (baseline: bare-ws reference server)` });
+    const baseline = await runCrowdScenario({
+      ...opts,
+      url: ref.url,
+      serverPid: ref.pid,
+      command: `${ours.command} (baseline: bare-ws reference server)`,
+    });
     return {
       ...ours,
       baseline,
-      ratios: { actAckP95: ratio(ours.actAckMs.p95, baseline.actAckMs.p95), serverCpuPerIntent: ratio(ours.serverCpuMsPerIntent, baseline.serverCpuMsPerIntent) },
+      ratios: {
+        actAckP95: ratio(ours.actAckMs.p95, baseline.actAckMs.p95),
+        serverCpuPerIntent: ratio(ours.serverCpuMsPerIntent, baseline.serverCpuMsPerIntent),
+      },
     };
   } finally {
     await ref.close();
   }
 }
-

@@ -15,7 +15,15 @@ import { ViewerClient } from '@crowdplay/sdk-viewer';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { encodeHistogram, newHistogram, recordUs } from '../hist.ts';
 import { createTokenMinter } from '../tokens.ts';
-import { ACTION, OPTIONS, type CoordinatorMessage, type WorkerConfig, type WorkerCounters, type WorkerFinal, type WorkerMessage } from './ipc.ts';
+import {
+  ACTION,
+  OPTIONS,
+  type CoordinatorMessage,
+  type WorkerConfig,
+  type WorkerCounters,
+  type WorkerFinal,
+  type WorkerMessage,
+} from './ipc.ts';
 
 /** Granularity of act phases, ms: a viewer acts in one of actIntervalMs / SLOT_MS slots. */
 const SLOT_MS = 20;
@@ -52,7 +60,15 @@ async function prepare(cfg: WorkerConfig): Promise<Viewer[]> {
   const minter = await createTokenMinter(cfg.tenantId, cfg.tenantSecret);
   const viewers: Viewer[] = [];
   for (let i = cfg.workerIndex; i < cfg.viewers; i += cfg.workers) {
-    viewers.push({ i, channel: cfg.channels[i % cfg.channels.length] ?? 'load-0', token: '', client: null, connected: false, closedByUs: false, sawUpdate: false });
+    viewers.push({
+      i,
+      channel: cfg.channels[i % cfg.channels.length] ?? 'load-0',
+      token: '',
+      client: null,
+      connected: false,
+      closedByUs: false,
+      sawUpdate: false,
+    });
   }
   const CHUNK = 1_000;
   for (let k = 0; k < viewers.length; k += CHUNK) {
@@ -64,7 +80,18 @@ async function prepare(cfg: WorkerConfig): Promise<Viewer[]> {
 }
 
 function run(cfg: WorkerConfig, viewers: Viewer[], t0: number, stopSignal: { stop: () => void }): void {
-  const counters: WorkerCounters = { viewers: viewers.length, started: 0, connected: 0, failed: 0, dropped: 0, sent: 0, acked: 0, refused: 0, lost: 0, updates: 0 };
+  const counters: WorkerCounters = {
+    viewers: viewers.length,
+    started: 0,
+    connected: 0,
+    failed: 0,
+    dropped: 0,
+    sent: 0,
+    acked: 0,
+    refused: 0,
+    lost: 0,
+    updates: 0,
+  };
   const refusedByCode: Record<string, number> = {};
   const failedByCode: Record<string, number> = {};
   const droppedByCode: Record<string, number> = {};
@@ -96,7 +123,10 @@ function run(cfg: WorkerConfig, viewers: Viewer[], t0: number, stopSignal: { sto
 
   function startViewer(v: Viewer): void {
     counters.started++;
-    const addr = cfg.sourceAddresses.length > 0 ? cfg.sourceAddresses[Math.floor(v.i / cfg.viewersPerAddress) % cfg.sourceAddresses.length] : undefined;
+    const addr =
+      cfg.sourceAddresses.length > 0
+        ? cfg.sourceAddresses[Math.floor(v.i / cfg.viewersPerAddress) % cfg.sourceAddresses.length]
+        : undefined;
     let client: ViewerClient;
     try {
       client = new ViewerClient({

@@ -143,7 +143,14 @@ export class ChannelRuntime {
   /** The viewer update for the current state, serialised once; clears `dirty`. */
   takeUpdate(): string {
     this.dirty = false;
-    const u: ChannelUpdate = { t: 'update', channel: this.id, ev: this.ev, at: this.changedAtMs, actions: this.actionList, tally: this.tally };
+    const u: ChannelUpdate = {
+      t: 'update',
+      channel: this.id,
+      ev: this.ev,
+      at: this.changedAtMs,
+      actions: this.actionList,
+      tally: this.tally,
+    };
     if (this.game) u.game = this.game;
     this.updateText = JSON.stringify(u);
     return this.updateText;

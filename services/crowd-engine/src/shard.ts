@@ -28,7 +28,14 @@ import { IdAllocator, type IdBlock } from './ids.ts';
  * code. The ledger (issue 3) implements it; until a wallet exists the
  * default refuses every paid intent as CP_ERR_INTENT_INSUFFICIENT_FUNDS.
  */
-export type ChargeFn = (req: { channel: string; epoch: number; viewer: string; action: string; cost: number; idempotencyKey: string }) => Promise<{ ok: true } | { ok: false; code: ErrorCode }>;
+export type ChargeFn = (req: {
+  channel: string;
+  epoch: number;
+  viewer: string;
+  action: string;
+  cost: number;
+  idempotencyKey: string;
+}) => Promise<{ ok: true } | { ok: false; code: ErrorCode }>;
 
 const noWallet: ChargeFn = () => Promise.resolve({ ok: false, code: 'CP_ERR_INTENT_INSUFFICIENT_FUNDS' });
 
@@ -89,7 +96,10 @@ export class Shard {
     this.ids = new IdAllocator(() => this.leaseBlock(), Math.max(1, Math.floor(blockSize / 5)));
     const mx = telemetry.metrics;
     this.m = {
-      intents: mx.counter('crowdplay_intents_total', 'Intents taken by shards, by outcome (accepted, dropped_over_cap, refused) and reason'),
+      intents: mx.counter(
+        'crowdplay_intents_total',
+        'Intents taken by shards, by outcome (accepted, dropped_over_cap, refused) and reason',
+      ),
       actAckMs: mx.latencyMs('crowdplay_act_ack_ms', 'Gateway receipt of an intent → its act ack published by the shard, ms'),
       batchLagMs: mx.latencyMs('crowdplay_batch_lag_ms', 'Gateway receipt of an intent → the batch carrying it closed, ms'),
       batches: mx.counter('crowdplay_batches_total', 'Batches closed (non-empty ticks)'),
@@ -119,7 +129,10 @@ export class Shard {
 
   private heartbeat(): void {
     const { bus, subjects } = this.deps;
-    bus.publish(subjects.shardHeartbeat(), encodeJson({ id: this.id, channels: this.owned.size, draining: this.draining, atMs: this.now() }));
+    bus.publish(
+      subjects.shardHeartbeat(),
+      encodeJson({ id: this.id, channels: this.owned.size, draining: this.draining, atMs: this.now() }),
+    );
   }
 
   private async leaseBlock(): Promise<IdBlock> {
@@ -280,7 +293,14 @@ export class Shard {
   private async takePaid(o: Owned, gw: string, it: IntentBatch['intents'][number], cost: number): Promise<void> {
     let ack: AckBatch['acks'][number];
     try {
-      const r = await this.charge({ channel: o.rt.id, epoch: o.epoch, viewer: it.viewer, action: it.action, cost, idempotencyKey: `${gw}:${it.conn}:${it.seq}` });
+      const r = await this.charge({
+        channel: o.rt.id,
+        epoch: o.epoch,
+        viewer: it.viewer,
+        action: it.action,
+        cost,
+        idempotencyKey: `${gw}:${it.conn}:${it.seq}`,
+      });
       if (r.ok && this.owned.get(o.rt.id) === o) {
         const isListed = this.accept(o, it.viewer, it.action, it.option, it.at);
         this.countIntake(o, isListed ? 1 : 0, isListed ? 0 : 1);
@@ -456,7 +476,8 @@ export class Shard {
     this.heartbeat();
     await this.tick();
     for (const o of this.owned.values()) if (o.rt.dirty) this.sendUpdate(o);
-    for (const ch of [...this.owned.keys()]) await this.release(ch).catch((err: unknown) => this.deps.telemetry.logger.error({ err, channel: ch }, 'release failed'));
+    for (const ch of [...this.owned.keys()])
+      await this.release(ch).catch((err: unknown) => this.deps.telemetry.logger.error({ err, channel: ch }, 'release failed'));
     await this.close();
   }
 

@@ -20,7 +20,10 @@ describe('crowd-engine', () => {
     assert.deepEqual([b.epoch, c.epoch], [1, 1], 'no second acquire');
     assert.deepEqual(h.shard.channels, ['room']);
     await assert.rejects(h.router.assign('nope'), (e: { code?: string }) => e.code === 'CP_ERR_CHANNEL_UNKNOWN');
-    assert.deepEqual((await h.router.membership()).map((m) => m.id), ['s1']);
+    assert.deepEqual(
+      (await h.router.membership()).map((m) => m.id),
+      ['s1'],
+    );
   });
 
   it('intents - refused with NO_GAME before the game declares, and nothing is batched', async () => {
@@ -33,18 +36,33 @@ describe('crowd-engine', () => {
   });
 
   it('declare - publishes an update with the actions and a zeroed tally', async () => {
-    const r = await h.ctl('room', { op: 'declare', actions: [{ name: 'vote', options: ['a', 'b'], maxPerTick: 10 }, { name: 'cheer', maxPerTick: 100 }] });
+    const r = await h.ctl('room', {
+      op: 'declare',
+      actions: [
+        { name: 'vote', options: ['a', 'b'], maxPerTick: 10 },
+        { name: 'cheer', maxPerTick: 100 },
+      ],
+    });
     assert.equal(r.ok, true);
     const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.actions.length === 2));
     assert.deepEqual(u.tally, { vote: { a: 0, b: 0 }, cheer: { _: 0 } });
-    const dup = await h.ctl('room', { op: 'declare', actions: [{ name: 'x', maxPerTick: 1 }, { name: 'x', maxPerTick: 2 }] });
+    const dup = await h.ctl('room', {
+      op: 'declare',
+      actions: [
+        { name: 'x', maxPerTick: 1 },
+        { name: 'x', maxPerTick: 2 },
+      ],
+    });
     assert.deepEqual([dup.ok, dup.code], [false, 'CP_ERR_GAME_INVALID_DECLARE']);
   });
 
   it('intents - acked, batched per tick with the maxPerTick cap, tallied in the next update', async () => {
     h.acks.length = 0;
     const n = 15;
-    h.send('room', Array.from({ length: n }, (_, i) => ({ action: 'vote', option: i % 3 === 0 ? 'b' : 'a', seq: 1000 + i })));
+    h.send(
+      'room',
+      Array.from({ length: n }, (_, i) => ({ action: 'vote', option: i % 3 === 0 ? 'b' : 'a', seq: 1000 + i })),
+    );
     h.send('room', [{ action: 'cheer', seq: 2000 }]);
     await h.waitFor(() => h.acks.length === n + 1);
     assert.ok(h.acks.every((a) => a.ok && a.cost === 0));
@@ -54,7 +72,10 @@ describe('crowd-engine', () => {
     assert.equal(vote.dropped, 5, 'the rest counted as dropped');
     assert.deepEqual(vote.tally, { a: 10, b: 5 }, 'tally counts every accepted intent');
     assert.equal(batch.actions.cheer?.tally._, 1);
-    assert.match(await h.telemetry.metrics.prometheusText(), /crowdplay_refusals_total\{area="engine",reason="CP_ERR_INTENT_OVER_CAP"[^}]*\} 5/);
+    assert.match(
+      await h.telemetry.metrics.prometheusText(),
+      /crowdplay_refusals_total\{area="engine",reason="CP_ERR_INTENT_OVER_CAP"[^}]*\} 5/,
+    );
     const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.vote?.a === 10));
     assert.deepEqual(u.tally, { vote: { a: 10, b: 5 }, cheer: { _: 1 } });
     assert.equal(u.ev, batch.ev);
@@ -136,7 +157,11 @@ describe('crowd-engine', () => {
     const row = await h.store.channels.get('room');
     assert.deepEqual([row?.epoch, row?.owner], [newEpoch, 's2'], 'the stale owner changed nothing');
     const snap = await h.store.channels.loadSnapshot('room');
-    assert.equal((snap?.state as { tally: { cheer: { _: number } } }).tally.cheer._, 9, 'still the snapshot written at the last release: the stale one (11) was refused');
+    assert.equal(
+      (snap?.state as { tally: { cheer: { _: number } } }).tally.cheer._,
+      9,
+      'still the snapshot written at the last release: the stale one (11) was refused',
+    );
   });
 });
 
@@ -151,9 +176,16 @@ describe('crowd-engine - built-in game', () => {
   it('tug-of-war - declares pull, moves the rope with each batch, refuses external declares', async () => {
     await h.router.assign('demo');
     const first = await h.waitFor(() => h.updates.find((u) => u.channel === 'demo'));
-    assert.deepEqual(first.actions.map((a) => a.name), ['pull']);
+    assert.deepEqual(
+      first.actions.map((a) => a.name),
+      ['pull'],
+    );
     assert.equal((first.game as { position: number }).position, 0);
-    h.send('demo', [{ action: 'pull', option: 'right' }, { action: 'pull', option: 'right' }, { action: 'pull', option: 'left' }]);
+    h.send('demo', [
+      { action: 'pull', option: 'right' },
+      { action: 'pull', option: 'right' },
+      { action: 'pull', option: 'left' },
+    ]);
     const moved = await h.waitFor(() => h.updates.find((u) => u.channel === 'demo' && (u.game as { position: number }).position !== 0));
     assert.equal((moved.game as { position: number }).position, 3.33);
     const r = await h.ctl('demo', { op: 'declare', actions: [{ name: 'x', maxPerTick: 1 }] });

@@ -31,7 +31,9 @@ export interface Harness {
 
 let seq = 0;
 
-export async function startHarness(opts: { gameFor?: (c: string) => GameModule | undefined; charge?: ChargeFn; engine?: Partial<Config['engine']> } = {}): Promise<Harness & { schema: TestSchema }> {
+export async function startHarness(
+  opts: { gameFor?: (c: string) => GameModule | undefined; charge?: ChargeFn; engine?: Partial<Config['engine']> } = {},
+): Promise<Harness & { schema: TestSchema }> {
   const schema = await testSchema();
   const config = defaultConfig({
     db: { url: schema.databaseUrl, schema: schema.schema, poolMax: 4, pgliteDir: 'memory' },
@@ -80,7 +82,14 @@ export async function startHarness(opts: { gameFor?: (c: string) => GameModule |
     send(channel, intents) {
       const batch: IntentBatch = {
         gw: 'gw-t',
-        intents: intents.map((i) => ({ conn: i.conn ?? ++conn, viewer: i.viewer ?? `v${conn}`, seq: i.seq ?? conn, action: i.action, option: i.option, at: i.at ?? Date.now() })),
+        intents: intents.map((i) => ({
+          conn: i.conn ?? ++conn,
+          viewer: i.viewer ?? `v${conn}`,
+          seq: i.seq ?? conn,
+          action: i.action,
+          option: i.option,
+          at: i.at ?? Date.now(),
+        })),
       };
       bus.publish(subjects.channelIn(channel), encodeJson(batch));
     },

@@ -225,7 +225,13 @@ class GatewayImpl implements Gateway {
       this.logger,
       (conn) => this.slowConsumer(conn),
     );
-    this.batcher = new IntentBatcher(bus, this.subjects, { gatewayId: this.id, batchMs: g.intentBatchMs, batchMax: g.intentBatchMax }, this.metrics, this.logger);
+    this.batcher = new IntentBatcher(
+      bus,
+      this.subjects,
+      { gatewayId: this.id, batchMs: g.intentBatchMs, batchMax: g.intentBatchMax },
+      this.metrics,
+      this.logger,
+    );
     this.connLimiter = new KeyedLimiter({ ratePerS: g.connRatePerS, burst: g.connBurst });
     this.intentLimiter = new KeyedLimiter({ ratePerS: g.intentRatePerS, burst: g.intentBurst });
     const wsOptions = (maxPayload: number): ServerOptions & { closeTimeout: number } => ({
@@ -236,7 +242,9 @@ class GatewayImpl implements Gateway {
       closeTimeout: CLOSE_HANDSHAKE_MS,
     });
     this.crowdWss = new WebSocketServer(wsOptions(g.maxMessageBytes));
-    this.gameWss = new WebSocketServer(wsOptions(Math.max(g.maxMessageBytes, config.engine.maxGameStateBytes + 1_024, GAME_MIN_MESSAGE_BYTES)));
+    this.gameWss = new WebSocketServer(
+      wsOptions(Math.max(g.maxMessageBytes, config.engine.maxGameStateBytes + 1_024, GAME_MIN_MESSAGE_BYTES)),
+    );
 
     this.app = Fastify({
       loggerInstance: telemetry.logger.child({ component: 'http' }),
@@ -362,7 +370,12 @@ class GatewayImpl implements Gateway {
     }
     if (this.conns.size >= this.config.gateway.maxConnections) {
       this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_MAX_CONNECTIONS', { address: key, sockets: this.conns.size });
-      rejectUpgrade(socket, 503, 'CP_ERR_LIMIT_MAX_CONNECTIONS', formatMessage('CP_ERR_LIMIT_MAX_CONNECTIONS', [this.config.gateway.maxConnections]));
+      rejectUpgrade(
+        socket,
+        503,
+        'CP_ERR_LIMIT_MAX_CONNECTIONS',
+        formatMessage('CP_ERR_LIMIT_MAX_CONNECTIONS', [this.config.gateway.maxConnections]),
+      );
       return;
     }
     const wss = url.searchParams.get('role') === 'game' ? this.gameWss : this.crowdWss;
@@ -585,7 +598,9 @@ class GatewayImpl implements Gateway {
     const req: ChannelCtlRequest = msg.t === 'declare' ? { op: 'declare', actions: msg.actions } : { op: 'state', state: msg.state };
     let reply: ChannelCtlReply;
     try {
-      const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), { timeoutMs: this.config.bus.requestTimeoutMs });
+      const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), {
+        timeoutMs: this.config.bus.requestTimeoutMs,
+      });
       reply = decodeJson<ChannelCtlReply>(res.data);
     } catch (err) {
       this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');

@@ -60,10 +60,17 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   app.setErrorHandler((err, _req, reply) => {
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
     const status = (err as { statusCode?: number }).statusCode ?? 500;
-    if (status === 413) return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [DEV_TOKEN_BODY_LIMIT_BYTES]));
+    if (status === 413)
+      return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [DEV_TOKEN_BODY_LIMIT_BYTES]));
     if (status >= 400 && status < 500) {
-      const code: ErrorCode = (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
-      return reply.status(status).send({ code, message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request' });
+      const code: ErrorCode =
+        (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
+      return reply
+        .status(status)
+        .send({
+          code,
+          message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request',
+        });
     }
     telemetry.logger.error({ err }, 'http handler failed');
     return sendError(reply, 'CP_ERR_INTERNAL', new CrowdplayError('CP_ERR_INTERNAL'));
@@ -90,7 +97,10 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
         files.set(file, body);
         body.catch(() => files.delete(file));
       }
-      return reply.type(type).header('cache-control', 'no-cache').send(await body);
+      return reply
+        .type(type)
+        .header('cache-control', 'no-cache')
+        .send(await body);
     });
   }
 
@@ -103,11 +113,17 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
         if (bundle === building) bundle = undefined;
       });
     }
-    return reply.type('text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(await bundle);
+    return reply
+      .type('text/javascript; charset=utf-8')
+      .header('cache-control', 'no-cache')
+      .send(await bundle);
   });
 
   app.get('/v1/ws', async (_req, reply) =>
-    reply.status(426).header('upgrade', 'websocket').send({ code: 'CP_ERR_PROTO_INVALID', message: 'GET /v1/ws needs a WebSocket upgrade' }),
+    reply
+      .status(426)
+      .header('upgrade', 'websocket')
+      .send({ code: 'CP_ERR_PROTO_INVALID', message: 'GET /v1/ws needs a WebSocket upgrade' }),
   );
 
   if (config.mode === 'standalone') {

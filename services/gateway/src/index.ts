@@ -2,14 +2,7 @@
  * @crowdplay/gateway — the WebSocket + HTTP edge. See PROTOCOL-NOTES.md for
  * every frame, close code and route it implements.
  */
-export {
-  createGateway,
-  WS_PATH,
-  PRE_AUTH_MAX_FRAMES,
-  GAME_QUEUE_MAX,
-  GAME_MIN_MESSAGE_BYTES,
-  CLOSE_HANDSHAKE_MS,
-} from './gateway.ts';
+export { createGateway, WS_PATH, PRE_AUTH_MAX_FRAMES, GAME_QUEUE_MAX, GAME_MIN_MESSAGE_BYTES, CLOSE_HANDSHAKE_MS } from './gateway.ts';
 export type { Gateway, GatewayDeps, GatewayState, GatewayStats } from './gateway.ts';
 export {
   Authenticator,

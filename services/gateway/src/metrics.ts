@@ -43,9 +43,15 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
     intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total', 'Intents forwarded to shards in IntentBatches'),
     intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages published to ch.<C>.in'),
     updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),
-    updatesSkipped: metrics.counter('crowdplay_updates_skipped_total', 'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)'),
+    updatesSkipped: metrics.counter(
+      'crowdplay_updates_skipped_total',
+      'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)',
+    ),
     broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
-    slowConsumerCloses: metrics.counter('crowdplay_slow_consumer_closes_total', 'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES'),
+    slowConsumerCloses: metrics.counter(
+      'crowdplay_slow_consumer_closes_total',
+      'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES',
+    ),
   };
 }
 

@@ -1,7 +1,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { CrowdplayError } from '@crowdplay/protocol';
-import { Client, connected, fakeRouter, metricValue, openSuiteStore, startHarness, viewerToken, waitUntil, type Harness, type SuiteStore } from './helpers.ts';
+import {
+  Client,
+  connected,
+  fakeRouter,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  viewerToken,
+  waitUntil,
+  type Harness,
+  type SuiteStore,
+} from './helpers.ts';
 
 let suite: SuiteStore;
 let h: Harness;
@@ -19,7 +30,12 @@ after(async () => {
  * `closeCode`, and checks that nothing changed: no welcome, no intent
  * forwarded, no connection opened, the socket is gone, and the refusal was counted.
  */
-async function expectRefused(harness: Harness, query: Record<string, string | number | undefined>, code: string, closeCode: number): Promise<void> {
+async function expectRefused(
+  harness: Harness,
+  query: Record<string, string | number | undefined>,
+  code: string,
+  closeCode: number,
+): Promise<void> {
   const before = await harness.metricsText();
   const refusedBefore = metricValue(before, 'crowdplay_refusals_total', { reason: code });
   const intentsBefore = harness.shard.intents;
@@ -81,11 +97,33 @@ describe('gateway auth', () => {
 
   it('crowd - claims: sub is required, tid must be the tenant, ch must be the channel', async () => {
     const secret = suite.acme.tenant.signingSecret;
-    await expectRefused(h, { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: '' }) }, 'CP_ERR_AUTH_INVALID', 4001);
-    await expectRefused(h, { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: 'x'.repeat(129) }) }, 'CP_ERR_AUTH_INVALID', 4001);
-    await expectRefused(h, { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { tid: 'rival' }) }, 'CP_ERR_AUTH_INVALID', 4001);
-    await expectRefused(h, { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { ch: 'otherroom' }) }, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL', 4003);
-    const ok = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { tid: 'acme', ch: suite.channel }) }));
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: '' }) },
+      'CP_ERR_AUTH_INVALID',
+      4001,
+    );
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: 'x'.repeat(129) }) },
+      'CP_ERR_AUTH_INVALID',
+      4001,
+    );
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { tid: 'rival' }) },
+      'CP_ERR_AUTH_INVALID',
+      4001,
+    );
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { ch: 'otherroom' }) },
+      'CP_ERR_AUTH_FORBIDDEN_CHANNEL',
+      4003,
+    );
+    const ok = await connected(
+      h.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { tid: 'acme', ch: suite.channel }) }),
+    );
     await ok.close();
   });
 

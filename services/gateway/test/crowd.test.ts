@@ -1,7 +1,17 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Socket } from 'node:net';
-import { connected, Client, metricValue, openSuiteStore, startHarness, updateFrame, viewerToken, waitUntil, type SuiteStore } from './helpers.ts';
+import {
+  connected,
+  Client,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  updateFrame,
+  viewerToken,
+  waitUntil,
+  type SuiteStore,
+} from './helpers.ts';
 
 let suite: SuiteStore;
 before(async () => {
@@ -11,7 +21,11 @@ after(async () => {
   await suite.close();
 });
 
-async function viewer(h: Awaited<ReturnType<typeof startHarness>>, sub: string, extra: Record<string, string | number> = {}): Promise<Client> {
+async function viewer(
+  h: Awaited<ReturnType<typeof startHarness>>,
+  sub: string,
+  extra: Record<string, string | number> = {},
+): Promise<Client> {
   const token = await viewerToken(suite.acme.tenant.signingSecret, { sub });
   return connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, ...extra }));
 }
@@ -75,11 +89,17 @@ describe('gateway crowd', () => {
         'one batch sent early at INTENT_BATCH_MAX, the rest after INTENT_BATCH_MS',
       );
       const all = h.shard.batches.flatMap((x) => x.intents);
-      assert.deepEqual(
-        all.map((i) => `${i.viewer}:${i.seq}:${i.action}:${i.option ?? '-'}`).sort(),
-        ['alice:1:pull:left', 'alice:2:pull:left', 'alice:3:cheer:-', 'bob:1:pull:right', 'bob:2:pull:left'],
+      assert.deepEqual(all.map((i) => `${i.viewer}:${i.seq}:${i.action}:${i.option ?? '-'}`).sort(), [
+        'alice:1:pull:left',
+        'alice:2:pull:left',
+        'alice:3:cheer:-',
+        'bob:1:pull:right',
+        'bob:2:pull:left',
+      ]);
+      assert.equal(
+        all.filter((i) => i.viewer === 'alice').every((i) => i.conn === all.find((j) => j.viewer === 'alice')!.conn),
+        true,
       );
-      assert.equal(all.filter((i) => i.viewer === 'alice').every((i) => i.conn === all.find((j) => j.viewer === 'alice')!.conn), true);
       const text = await h.metricsText();
       assert.equal(metricValue(text, 'crowdplay_intent_batches_total'), 2);
       assert.equal(metricValue(text, 'crowdplay_intents_forwarded_total'), 5);

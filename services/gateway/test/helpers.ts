@@ -128,7 +128,15 @@ export class FakeShard {
 
 /** A minimal update frame. */
 export function updateFrame(channel: string, ev: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return { t: 'update', channel, ev, at: Date.now(), actions: [{ name: 'pull', maxPerTick: 100, options: ['left', 'right'] }], tally: { pull: { left: 0, right: 0 } }, ...extra };
+  return {
+    t: 'update',
+    channel,
+    ev,
+    at: Date.now(),
+    actions: [{ name: 'pull', maxPerTick: 100, options: ['left', 'right'] }],
+    tally: { pull: { left: 0, right: 0 } },
+    ...extra,
+  };
 }
 
 /** A router that assigns every channel to shard s1 at epoch 1 (or runs `assign`). */

@@ -83,7 +83,11 @@ describe('gateway http', () => {
       const badChannel = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'no spaces' } });
       assert.equal(badChannel.statusCode, 400);
       assert.equal(badChannel.json<{ code: string }>().code, 'CP_ERR_CHANNEL_INVALID_ID');
-      const badViewer = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', viewer: 'x'.repeat(129) } });
+      const badViewer = await h.gateway.app.inject({
+        method: 'POST',
+        url: '/v1/tokens/dev',
+        payload: { channel: 'demo', viewer: 'x'.repeat(129) },
+      });
       assert.equal(badViewer.statusCode, 400);
       assert.equal(badViewer.json<{ code: string }>().code, 'CP_ERR_PROTO_INVALID');
       const badJson = await h.gateway.app.inject({
@@ -94,7 +98,11 @@ describe('gateway http', () => {
       });
       assert.equal(badJson.statusCode, 400);
       assert.equal(badJson.json<{ code: string }>().code, 'CP_ERR_PROTO_MALFORMED');
-      const tooBig = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', pad: 'x'.repeat(2_000) } });
+      const tooBig = await h.gateway.app.inject({
+        method: 'POST',
+        url: '/v1/tokens/dev',
+        payload: { channel: 'demo', pad: 'x'.repeat(2_000) },
+      });
       assert.equal(tooBig.statusCode, 413);
       assert.equal(tooBig.json<{ code: string }>().code, 'CP_ERR_PROTO_TOO_BIG');
     } finally {

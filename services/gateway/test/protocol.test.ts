@@ -2,7 +2,18 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Assignment } from '@crowdplay/router';
 import { PRE_AUTH_MAX_FRAMES } from '../src/index.ts';
-import { Client, connected, fakeRouter, metricValue, openSuiteStore, startHarness, viewerToken, waitUntil, type Harness, type SuiteStore } from './helpers.ts';
+import {
+  Client,
+  connected,
+  fakeRouter,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  viewerToken,
+  waitUntil,
+  type Harness,
+  type SuiteStore,
+} from './helpers.ts';
 
 let suite: SuiteStore;
 let h: Harness;
@@ -16,7 +27,9 @@ after(async () => {
 });
 
 async function viewer(harness: Harness, sub = 'v'): Promise<Client> {
-  return connected(harness.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret, { sub }) }));
+  return connected(
+    harness.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret, { sub }) }),
+  );
 }
 
 /**
@@ -36,7 +49,10 @@ async function expectFrameError(frame: string | Buffer, code: string): Promise<v
   c.act(9);
   assert.equal((await c.ack(9)).ok, true);
   assert.equal(h.shard.intents, intentsBefore + 1, 'only the valid act was forwarded');
-  assert.deepEqual(h.shard.batches.at(-1)?.intents.map((i) => i.seq), [9]);
+  assert.deepEqual(
+    h.shard.batches.at(-1)?.intents.map((i) => i.seq),
+    [9],
+  );
   assert.equal(metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'gateway', reason: code }), refusedBefore + 1);
   assert.equal(c.ws.readyState, c.ws.OPEN, 'one bad frame does not close the socket');
   await c.close();
@@ -72,9 +88,15 @@ describe('gateway protocol', () => {
     c.send(big);
     const closed = await c.closed;
     assert.equal(closed.code, 1009);
-    await waitUntil(async () => metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason: 'CP_ERR_PROTO_TOO_BIG' }) === 1, 'refusal counted');
+    await waitUntil(
+      async () => metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason: 'CP_ERR_PROTO_TOO_BIG' }) === 1,
+      'refusal counted',
+    );
     assert.equal(h.shard.intents, intentsBefore);
-    assert.equal(metricValue(await h.metricsText(), 'crowdplay_intents_forwarded_total'), metricValue(before, 'crowdplay_intents_forwarded_total'));
+    assert.equal(
+      metricValue(await h.metricsText(), 'crowdplay_intents_forwarded_total'),
+      metricValue(before, 'crowdplay_intents_forwarded_total'),
+    );
     // A frame of exactly the limit is accepted (and merely invalid here).
     const d = await viewer(h);
     const atLimit = JSON.stringify({ t: 'act', seq: 1, action: 'pull', pad: '' });
@@ -106,7 +128,9 @@ describe('gateway protocol', () => {
       }),
     });
     try {
-      const c = new Client(slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }));
+      const c = new Client(
+        slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }),
+      );
       await c.opened;
       c.act(1);
       c.act(2);
@@ -141,7 +165,9 @@ describe('gateway protocol', () => {
       }),
     });
     try {
-      const c = new Client(slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }));
+      const c = new Client(
+        slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }),
+      );
       await c.opened;
       for (let seq = 1; seq <= PRE_AUTH_MAX_FRAMES + 1; seq++) c.act(seq);
       const closed = await c.closed;

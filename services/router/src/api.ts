@@ -21,14 +21,10 @@ export interface ShardInfo {
 }
 
 export type RouterRequest =
-  | { op: 'assign'; channel: string }
-  | { op: 'lookup'; channel: string }
-  | { op: 'release'; channel: string }
-  | { op: 'membership' };
+  { op: 'assign'; channel: string } | { op: 'lookup'; channel: string } | { op: 'release'; channel: string } | { op: 'membership' };
 
 export type RouterReply =
-  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[] }
-  | { ok: false; code: ErrorCode; message: string };
+  { ok: true; assignment?: Assignment | null; shards?: ShardInfo[] } | { ok: false; code: ErrorCode; message: string };
 
 /** The router's operations, as a service or through the bus. */
 export interface RouterApi {
