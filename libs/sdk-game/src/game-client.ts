@@ -11,9 +11,17 @@
  *   game.declare([{ name: 'vote', options: ['a', 'b', 'c'], maxPerTick: 1_000 }]);
  */
 import WebSocket from 'ws';
-import type { ActionSpec, Batch, ErrorCode, ErrorFrame, GameDeclare, GameState, Welcome } from '@crowdplay/protocol';
-import { CHANNEL_ID_RE, CloseCode, CrowdplayError, ERRORS, isCrowdplayError, parseInbound } from '@crowdplay/protocol';
-import { backoffDelayMs, buildWsUrl, DEFAULT_BACKOFF, NO_RECONNECT_CLOSE_CODES, TypedEmitter, type BackoffOptions, type ConnectionState } from '@crowdplay/sdk-viewer';
+import type { ActionSpec, Batch, ErrorFrame, GameDeclare, GameState, Welcome } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CloseCode, CrowdplayError, isCrowdplayError, parseInbound } from '@crowdplay/protocol';
+import {
+  buildWsUrl,
+  ReconnectingSocket,
+  TypedEmitter,
+  WS_OPEN,
+  type BackoffOptions,
+  type ConnectionState,
+  type FrameInfo,
+} from '@crowdplay/sdk-viewer';
 
 export type { ConnectionState };
 
@@ -68,40 +76,20 @@ export interface GameClientOptions {
   random?: () => number;
 }
 
-function isKnownCode(code: unknown): code is ErrorCode {
-  return typeof code === 'string' && Object.hasOwn(ERRORS, code);
-}
-
 /**
- * One game process's connection to a channel. See the module comment.
+ * One game process's connection to a channel. See the module comment. The
+ * connection lifecycle (welcome deadline, states, backoff, close codes) is the
+ * viewer SDK's ReconnectingSocket over `ws`; this class adds the declaration,
+ * the game state and batches.
  */
 export class GameClient extends TypedEmitter<GameEvents> {
   readonly #url: string;
   readonly #apiKey: string;
   readonly #channel: string;
-  readonly #backoff: BackoffOptions;
-  readonly #autoReconnect: boolean;
-  readonly #noReconnect: ReadonlySet<number>;
-  readonly #welcomeDeadlineMs: number;
-  readonly #closeDeadlineMs: number;
-  readonly #wsOptions: WebSocket.ClientOptions;
-  readonly #random: () => number;
-
-  #state: ConnectionState = 'idle';
-  #sock: WebSocket | null = null;
-  #attempt = 0;
-  #welcome: Welcome | null = null;
-  #failure: CrowdplayError | null = null;
+  readonly #conn: ReconnectingSocket<WebSocket>;
   #declared: string | null = null;
   #declaredActions: ActionSpec[] | null = null;
   #gameState: string | null = null;
-  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
-  #welcomeTimer: ReturnType<typeof setTimeout> | undefined;
-  #connectPromise: Promise<Welcome> | null = null;
-  #connectSettle: { resolve: (w: Welcome) => void; reject: (err: CrowdplayError) => void } | null = null;
-  #userClosed = false;
-  #closePromise: Promise<void> | null = null;
-  #closeResolve: (() => void) | null = null;
 
   /**
    * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_MISSING (empty
@@ -111,32 +99,41 @@ export class GameClient extends TypedEmitter<GameEvents> {
     super();
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (!options.apiKey) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
-    this.#url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
-    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
-    if (!(this.#backoff.initialMs >= 0 && this.#backoff.maxMs >= this.#backoff.initialMs)) {
-      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['backoff: need 0 ≤ initialMs ≤ maxMs']);
-    }
-    this.#welcomeDeadlineMs = options.welcomeDeadlineMs ?? 10_000;
-    this.#closeDeadlineMs = options.closeDeadlineMs ?? 5_000;
-    if (!(this.#welcomeDeadlineMs > 0) || !(this.#closeDeadlineMs >= 0)) {
-      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['welcomeDeadlineMs must be > 0 and closeDeadlineMs ≥ 0']);
-    }
+    const url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
+    this.#url = url;
     this.#apiKey = options.apiKey;
     this.#channel = options.channel;
-    this.#autoReconnect = options.autoReconnect ?? true;
-    this.#noReconnect = new Set(options.noReconnectCloseCodes ?? NO_RECONNECT_CLOSE_CODES);
-    this.#wsOptions = { perMessageDeflate: false, ...options.wsOptions };
-    this.#random = options.random ?? Math.random;
+    this.#conn = new ReconnectingSocket<WebSocket>(
+      {
+        ...options, // backoff, autoReconnect, noReconnectCloseCodes, the deadlines, random: same names and meaning
+        url: () => url,
+        WebSocket,
+        wsOptions: { perMessageDeflate: false, ...options.wsOptions },
+        terminate: (sock) => sock.terminate(),
+      },
+      {
+        checkWelcome: (w) => (typeof w.serverTime !== 'number' ? 'welcome without serverTime' : undefined),
+        onState: (state, previous) => this.emit('state', state, previous),
+        onWelcome: (w) => {
+          if (this.#declared !== null) this.#send(this.#declared);
+          if (this.#gameState !== null) this.#send(this.#gameState);
+          this.emit('welcome', w);
+        },
+        onFrame: (t, msg, info) => this.#onFrame(t, msg, info),
+        onError: (err, frame) => this.emit('error', err, frame),
+        onClose: (code, reason) => this.emit('close', code, reason),
+      },
+    );
   }
 
   /** Current connection state. */
   get state(): ConnectionState {
-    return this.#state;
+    return this.#conn.state;
   }
 
   /** The latest welcome frame, or null before the first one. */
   get welcome(): Welcome | null {
-    return this.#welcome;
+    return this.#conn.welcome;
   }
 
   /** The channel this client serves. */
@@ -158,14 +155,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *   CP_ERR_CLIENT_WELCOME_TIMEOUT, CP_ERR_CLIENT_CLOSED, or CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
   connect(): Promise<Welcome> {
-    if (this.#connectPromise) return this.#connectPromise;
-    if (this.#userClosed) return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']));
-    this.#connectPromise = new Promise<Welcome>((resolve, reject) => {
-      this.#connectSettle = { resolve, reject };
-    });
-    this.#setState('connecting');
-    this.#openSocket();
-    return this.#connectPromise;
+    return this.#conn.connect();
   }
 
   /**
@@ -178,7 +168,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *   remembered), CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
   declare(actions: ActionSpec[]): void {
-    if (this.#userClosed) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
+    if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
     const msg: GameDeclare = { t: 'declare', actions };
     const raw = JSON.stringify(msg);
     try {
@@ -189,7 +179,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
     }
     this.#declared = raw;
     this.#declaredActions = structuredClone(actions);
-    if (this.#state === 'open') this.#send(raw);
+    if (this.#conn.state === 'open') this.#send(raw);
   }
 
   /**
@@ -203,7 +193,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *   CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
   publishState(state: Record<string, unknown>): boolean {
-    if (this.#userClosed) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
+    if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
     if (typeof state !== 'object' || state === null || Array.isArray(state)) {
       throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['/state must be a JSON object']);
     }
@@ -215,7 +205,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
       throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['/state is not JSON-serialisable'], { cause: err });
     }
     this.#gameState = raw;
-    if (this.#state !== 'open') return false;
+    if (this.#conn.state !== 'open') return false;
     this.#send(raw);
     return true;
   }
@@ -223,158 +213,31 @@ export class GameClient extends TypedEmitter<GameEvents> {
   /**
    * Closes for good: stops reconnecting, rejects an unsettled `connect()` with
    * CP_ERR_CLIENT_CLOSED, closes the socket. Idempotent (same promise); resolves
-   * when the socket has closed or after `closeDeadlineMs`.
+   * when the socket has closed or after `closeDeadlineMs` (then the socket is terminated).
    */
   close(code: number = CloseCode.normal, reason = 'client closed'): Promise<void> {
-    if (this.#closePromise) return this.#closePromise;
-    this.#userClosed = true;
-    clearTimeout(this.#reconnectTimer);
-    clearTimeout(this.#welcomeTimer);
-    this.#connectSettle?.reject(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
-    this.#connectSettle = null;
-    const sock = this.#sock;
-    if (sock === null) {
-      this.#closePromise = Promise.resolve();
-    } else {
-      this.#closePromise = new Promise<void>((resolve) => {
-        const deadline = setTimeout(() => {
-          this.#closeResolve = null;
-          sock.terminate();
-          resolve();
-        }, this.#closeDeadlineMs);
-        this.#closeResolve = () => {
-          clearTimeout(deadline);
-          resolve();
-        };
-      });
-      sock.close(code, reason);
-    }
-    this.#setState('closed');
-    return this.#closePromise;
+    return this.#conn.close(code, reason);
   }
 
-  #setState(next: ConnectionState): void {
-    const prev = this.#state;
-    if (prev === next) return;
-    this.#state = next;
-    this.emit('state', next, prev);
-  }
-
+  /** Sends on the open socket (dropped when there is none); a failed write is reported as CP_ERR_CLIENT_SOCKET. */
   #send(raw: string): void {
-    const sock = this.#sock;
-    if (!sock || sock.readyState !== WebSocket.OPEN) return;
+    const sock = this.#conn.socket;
+    if (!sock || sock.readyState !== WS_OPEN) return;
     sock.send(raw, (err) => {
-      if (err && this.#sock === sock) this.emit('error', new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err }));
+      if (err && this.#conn.socket === sock) this.emit('error', new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err }));
     });
   }
 
-  #openSocket(): void {
-    this.#failure = null;
-    if (this.#userClosed) return;
-    const sock = new WebSocket(this.#url, this.#wsOptions);
-    this.#sock = sock;
-    this.#welcomeTimer = setTimeout(() => {
-      if (this.#sock !== sock) return;
-      const e = new CrowdplayError('CP_ERR_CLIENT_WELCOME_TIMEOUT', [this.#welcomeDeadlineMs]);
-      this.#failure = e;
-      this.emit('error', e);
-      sock.terminate();
-    }, this.#welcomeDeadlineMs);
-    sock.on('message', (data, isBinary) => {
-      if (this.#sock === sock) this.#onFrame(data, isBinary);
-    });
-    sock.on('error', (err) => {
-      if (this.#sock !== sock || this.#userClosed) return;
-      const e = new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err });
-      if (this.#failure === null && this.#state !== 'open') this.#failure = e;
-      this.emit('error', e);
-    });
-    sock.on('close', (code, reasonBuf) => {
-      if (this.#sock !== sock) return;
-      this.#sock = null;
-      clearTimeout(this.#welcomeTimer);
-      const reason = reasonBuf.toString();
-      this.emit('close', code, reason);
-      if (this.#userClosed) {
-        this.#closeResolve?.();
-        this.#closeResolve = null;
-        return;
-      }
-      this.#afterDrop(code, reason, this.#noReconnect.has(code));
-    });
-  }
-
-  #afterDrop(code: number, reason: string, fatal: boolean): void {
-    if (fatal || !this.#autoReconnect) {
-      const err = this.#failure ?? new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']);
-      this.#userClosed = true;
-      this.#closePromise = Promise.resolve();
-      this.#setState('closed');
-      this.#connectSettle?.reject(err);
-      this.#connectSettle = null;
-      return;
-    }
-    this.#setState(this.#connectSettle ? 'connecting' : 'reconnecting');
-    const delayMs = backoffDelayMs(this.#attempt++, this.#backoff, this.#random);
-    this.#reconnectTimer = setTimeout(() => {
-      this.#reconnectTimer = undefined;
-      this.#openSocket();
-    }, delayMs);
-  }
-
-  #onFrame(data: WebSocket.RawData, isBinary: boolean): void {
-    const receivedAtMs = Date.now();
-    if (isBinary) {
-      this.emit('error', new CrowdplayError('CP_ERR_PROTO_MALFORMED'));
-      return;
-    }
-    const raw = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
-    let msg: unknown;
-    try {
-      msg = JSON.parse(raw.toString('utf8'));
-    } catch {
-      this.emit('error', new CrowdplayError('CP_ERR_PROTO_MALFORMED'));
-      return;
-    }
-    if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
-      this.emit('error', new CrowdplayError('CP_ERR_PROTO_MALFORMED'));
-      return;
-    }
-    const t = (msg as { t?: unknown }).t;
+  /** Frames other than `welcome` and `error` (those are the ReconnectingSocket's). */
+  #onFrame(t: unknown, msg: object, info: FrameInfo): void {
     switch (t) {
-      case 'welcome': {
-        const w = msg as Welcome;
-        if (typeof w.serverTime !== 'number') {
-          this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['welcome without serverTime']));
-          return;
-        }
-        clearTimeout(this.#welcomeTimer);
-        this.#attempt = 0;
-        this.#failure = null;
-        this.#welcome = w;
-        this.#setState('open');
-        if (this.#declared !== null) this.#send(this.#declared);
-        if (this.#gameState !== null) this.#send(this.#gameState);
-        this.emit('welcome', w);
-        this.#connectSettle?.resolve(w);
-        this.#connectSettle = null;
-        return;
-      }
       case 'batch': {
         const b = msg as Batch;
         if (typeof b.ev !== 'number' || typeof b.actions !== 'object' || b.actions === null) {
           this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['batch without numeric ev / actions object']));
           return;
         }
-        this.emit('batch', b, { receivedAtMs, bytes: raw.length });
-        return;
-      }
-      case 'error': {
-        const frame = msg as ErrorFrame;
-        const err = isKnownCode(frame.code) ? new CrowdplayError(frame.code) : new CrowdplayError('CP_ERR_INTERNAL');
-        if (typeof frame.message === 'string') err.message = frame.message;
-        this.#failure = err;
-        this.emit('error', err, frame);
+        this.emit('batch', b, { receivedAtMs: info.receivedAtMs, bytes: Buffer.byteLength(info.raw, 'utf8') });
         return;
       }
       case 'update':

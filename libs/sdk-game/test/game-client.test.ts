@@ -57,12 +57,22 @@ function batch(ev: number): Batch {
 const VOTE: ActionSpec[] = [{ name: 'vote', options: ['a', 'b', 'c'], maxPerTick: 1_000 }];
 
 function client(t: TestContext, server: TestServer, opts: Partial<GameClientOptions> = {}): GameClient {
-  const c = new GameClient({ url: server.url, channel: 'g1', apiKey: 'cpk_test', backoff: { initialMs: 20, maxMs: 200, jitter: 'none' }, ...opts });
+  const c = new GameClient({
+    url: server.url,
+    channel: 'g1',
+    apiKey: 'cpk_test',
+    backoff: { initialMs: 20, maxMs: 200, jitter: 'none' },
+    ...opts,
+  });
   t.after(() => c.close()); // also when an assertion failed mid-test: no client keeps reconnecting
   return c;
 }
 
-function next<K extends keyof GameEvents>(c: GameClient, event: K, pred: (...args: Parameters<GameEvents[K]>) => boolean = () => true): Promise<Parameters<GameEvents[K]>> {
+function next<K extends keyof GameEvents>(
+  c: GameClient,
+  event: K,
+  pred: (...args: Parameters<GameEvents[K]>) => boolean = () => true,
+): Promise<Parameters<GameEvents[K]>> {
   return new Promise((resolve) => {
     const listener = ((...args: Parameters<GameEvents[K]>) => {
       if (!pred(...args)) return;
@@ -203,7 +213,10 @@ test('sdk-game - 4001 ends the client without reconnecting', async (t) => {
   assert.equal(c.state, 'closed');
   await new Promise((r) => setTimeout(r, 60)); // absence of a reconnect: wait 12× the backoff
   assert.equal(server.conns.length, 1);
-  assert.throws(() => c.declare(VOTE), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  assert.throws(
+    () => c.declare(VOTE),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'),
+  );
 });
 
 test('sdk-game - bad frames are reported as errors, the client stays open', async (t) => {
@@ -246,7 +259,16 @@ test('sdk-game - close() is idempotent; bad options are refused', async (t) => {
     }
     return 'no error';
   };
-  assert.equal(code(() => client(t, server, { channel: 'a b' })), 'CP_ERR_CHANNEL_INVALID_ID');
-  assert.equal(code(() => client(t, server, { apiKey: '' })), 'CP_ERR_AUTH_MISSING');
-  assert.equal(code(() => client(t, server, { url: 'mailto:x' })), 'CP_ERR_CONFIG_INVALID');
+  assert.equal(
+    code(() => client(t, server, { channel: 'a b' })),
+    'CP_ERR_CHANNEL_INVALID_ID',
+  );
+  assert.equal(
+    code(() => client(t, server, { apiKey: '' })),
+    'CP_ERR_AUTH_MISSING',
+  );
+  assert.equal(
+    code(() => client(t, server, { url: 'mailto:x' })),
+    'CP_ERR_CONFIG_INVALID',
+  );
 });

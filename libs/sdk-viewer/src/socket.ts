@@ -27,8 +27,13 @@ export interface WebSocketLike {
  * A WebSocket class: `new (url, protocols?, options?)`. The third argument is
  * the `ws` package's client options (Node only: `localAddress`,
  * `perMessageDeflate`, `handshakeTimeout`, …); browsers take two arguments.
+ * `S` is the instance type (e.g. `ws`' own WebSocket type for its extra methods).
  */
-export type WebSocketConstructor = new (url: string, protocols?: string | string[], options?: object) => WebSocketLike;
+export type WebSocketConstructor<S extends WebSocketLike = WebSocketLike> = new (
+  url: string,
+  protocols?: string | string[],
+  options?: object,
+) => S;
 
 /** `WebSocket.OPEN` (WHATWG): the only readyState in which `send` is allowed. */
 export const WS_OPEN = 1;

@@ -12,27 +12,12 @@
  *   await viewer.connect();
  *   const ack = await viewer.act('pull', 'left'); // { t: 'ack', seq: 1, ok: true, cost: 0 }
  */
-import type { ActAck, ChannelUpdate, CrowdAct, ErrorCode, ErrorFrame, Welcome } from '@crowdplay/protocol';
-import { CHANNEL_ID_RE, CloseCode, CrowdplayError, ERRORS } from '@crowdplay/protocol';
-import { backoffDelayMs, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
+import type { ActAck, ChannelUpdate, CrowdAct, ErrorFrame, Welcome } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CloseCode, CrowdplayError } from '@crowdplay/protocol';
+import type { BackoffOptions } from './backoff.ts';
 import { TypedEmitter } from './emitter.ts';
-import { describeSocketError, WS_OPEN, type WebSocketConstructor, type WebSocketLike } from './socket.ts';
-
-/**
- * Connection state. `idle` before `connect()`; `connecting` until the first
- * welcome; `open` after a welcome; `reconnecting` from a drop until the next
- * welcome (backoff wait and attempts); `closed` for good (by `close()`, a
- * do-not-reconnect close code, or a drop with `autoReconnect: false`).
- */
-export type ConnectionState = 'idle' | 'connecting' | 'open' | 'reconnecting' | 'closed';
-
-/** Extra facts about a received frame. */
-export interface FrameInfo {
-  /** Local wall clock (ms since epoch) when the frame was handed to the SDK, before parsing. */
-  receivedAtMs: number;
-  /** The frame's text exactly as received (its UTF-8 length is the bytes the server sent). */
-  raw: string;
-}
+import { ReconnectingSocket, type ConnectionState, type FrameInfo } from './reconnecting-socket.ts';
+import { WS_OPEN, type WebSocketConstructor } from './socket.ts';
 
 /** Events of a {@link ViewerClient}; subscribe with `on(name, listener)`. */
 export interface ViewerEvents {
@@ -67,11 +52,11 @@ export interface ViewerClientOptions {
   getToken?: () => string | Promise<string>;
   /** Resume point: sent as `lastEventId` on the first connect; afterwards the newest `update.ev` seen. */
   lastEventId?: number;
-  /** Reconnect backoff (full jitter). @defaultValue {@link DEFAULT_BACKOFF} */
+  /** Reconnect backoff (full jitter). @defaultValue DEFAULT_BACKOFF (250 ms doubling to 30 s) */
   backoff?: Partial<BackoffOptions>;
   /** Reconnect after a drop. @defaultValue true */
   autoReconnect?: boolean;
-  /** Close codes after which the client never reconnects. @defaultValue {@link NO_RECONNECT_CLOSE_CODES} */
+  /** Close codes after which the client never reconnects. @defaultValue NO_RECONNECT_CLOSE_CODES (4001, 4003, 4004) */
   noReconnectCloseCodes?: readonly number[];
   /** A connection attempt without a welcome frame this long after it started is abandoned (and retried), ms. @defaultValue 10_000 */
   welcomeDeadlineMs?: number;
@@ -90,24 +75,11 @@ export interface ViewerClientOptions {
   random?: () => number;
 }
 
-/**
- * Close codes that mean "do not reconnect": the credentials or the channel are
- * wrong and a retry would fail the same way (docs/protocol.md, close codes).
- */
-export const NO_RECONNECT_CLOSE_CODES: readonly number[] = Object.freeze([CloseCode.unauthorized, CloseCode.forbidden, CloseCode.unknownChannel]);
-
-const DEFAULT_WELCOME_DEADLINE_MS = 10_000;
-const DEFAULT_CLOSE_DEADLINE_MS = 5_000;
 const DEFAULT_PATH = '/v1/ws';
 
 interface PendingAct {
   resolve: (ack: ActAck) => void;
   reject: (err: CrowdplayError) => void;
-}
-
-/** True when `code` is in the error catalogue of this SDK's protocol version. */
-function isKnownCode(code: unknown): code is ErrorCode {
-  return typeof code === 'string' && Object.hasOwn(ERRORS, code);
 }
 
 /**
@@ -140,39 +112,15 @@ export function buildWsUrl(base: string, path: string, params: Record<string, st
  * Acts are numbered by the client (`seq` 1, 2, … for the client's lifetime);
  * each `act()` promise resolves with the matching act ack (accepted or refused
  * with a code) and rejects with CP_ERR_CLIENT_CLOSED if the socket closes
- * first (an act is never re-sent on the next socket).
+ * first (an act is never re-sent on the next socket). The connection
+ * lifecycle (welcome deadline, states, backoff, close codes) is a
+ * {@link ReconnectingSocket}.
  */
 export class ViewerClient extends TypedEmitter<ViewerEvents> {
-  readonly #url: string;
-  readonly #channel: string;
-  readonly #token: string | undefined;
-  readonly #getToken: (() => string | Promise<string>) | undefined;
-  readonly #backoff: BackoffOptions;
-  readonly #autoReconnect: boolean;
-  readonly #noReconnect: ReadonlySet<number>;
-  readonly #welcomeDeadlineMs: number;
-  readonly #closeDeadlineMs: number;
-  readonly #WS: WebSocketConstructor;
-  readonly #wsOptions: object | undefined;
-  readonly #path: string;
-  readonly #random: () => number;
-
-  #state: ConnectionState = 'idle';
-  #sock: WebSocketLike | null = null;
+  readonly #conn: ReconnectingSocket;
   #seq = 0;
   readonly #pending = new Map<number, PendingAct>();
   #lastEventId: number | undefined;
-  #attempt = 0;
-  #welcome: Welcome | null = null;
-  /** Why the current attempt failed, if known (server error frame, welcome deadline). */
-  #failure: CrowdplayError | null = null;
-  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
-  #welcomeTimer: ReturnType<typeof setTimeout> | undefined;
-  #connectPromise: Promise<Welcome> | null = null;
-  #connectSettle: { resolve: (w: Welcome) => void; reject: (err: CrowdplayError) => void } | null = null;
-  #userClosed = false;
-  #closePromise: Promise<void> | null = null;
-  #closeResolve: (() => void) | null = null;
 
   /**
    * @throws CrowdplayError CP_ERR_CONFIG_INVALID (bad url, no WebSocket class,
@@ -184,33 +132,44 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (options.token === undefined && options.getToken === undefined) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
-    if (!WS) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['WebSocket: no global WebSocket here; pass the `ws` class as options.WebSocket']);
-    this.#path = options.path ?? DEFAULT_PATH;
-    buildWsUrl(options.url, this.#path, {}); // validates the URL now rather than on the first connect
-    this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
-    if (!(this.#backoff.initialMs >= 0 && this.#backoff.maxMs >= this.#backoff.initialMs)) {
-      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['backoff: need 0 ≤ initialMs ≤ maxMs']);
-    }
-    this.#welcomeDeadlineMs = options.welcomeDeadlineMs ?? DEFAULT_WELCOME_DEADLINE_MS;
-    this.#closeDeadlineMs = options.closeDeadlineMs ?? DEFAULT_CLOSE_DEADLINE_MS;
-    if (!(this.#welcomeDeadlineMs > 0) || !(this.#closeDeadlineMs >= 0)) {
-      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['welcomeDeadlineMs must be > 0 and closeDeadlineMs ≥ 0']);
-    }
-    this.#url = options.url;
-    this.#channel = options.channel;
-    this.#token = options.token;
-    this.#getToken = options.getToken;
-    this.#autoReconnect = options.autoReconnect ?? true;
-    this.#noReconnect = new Set(options.noReconnectCloseCodes ?? NO_RECONNECT_CLOSE_CODES);
-    this.#WS = WS;
-    this.#wsOptions = options.wsOptions;
-    this.#random = options.random ?? Math.random;
+    if (!WS)
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['WebSocket: no global WebSocket here; pass the `ws` class as options.WebSocket']);
+    const path = options.path ?? DEFAULT_PATH;
+    buildWsUrl(options.url, path, {}); // validates the URL now rather than on the first connect
+    const { token, getToken } = options;
     this.#lastEventId = options.lastEventId;
+    this.#conn = new ReconnectingSocket(
+      {
+        ...options, // backoff, autoReconnect, noReconnectCloseCodes, the deadlines, wsOptions, random: same names and meaning
+        WebSocket: WS,
+        url: async () => {
+          let t: string;
+          try {
+            t = getToken ? await getToken() : (token ?? '');
+          } catch (err) {
+            throw err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_AUTH_MISSING', [], { cause: err });
+          }
+          return buildWsUrl(options.url, path, { role: 'crowd', channel: options.channel, token: t, lastEventId: this.#lastEventId });
+        },
+      },
+      {
+        checkWelcome: (w) =>
+          typeof w.serverTime !== 'number' || typeof w.channel !== 'string' ? 'welcome without serverTime/channel' : undefined,
+        onState: (state, previous) => this.emit('state', state, previous),
+        onWelcome: (w) => this.emit('welcome', w),
+        onFrame: (t, msg, info) => this.#onFrame(t, msg, info),
+        onError: (err, frame) => this.emit('error', err, frame),
+        onClose: (code, reason) => {
+          this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
+          this.emit('close', code, reason);
+        },
+      },
+    );
   }
 
   /** Current connection state. */
   get state(): ConnectionState {
-    return this.#state;
+    return this.#conn.state;
   }
 
   /** Newest event id seen in an update (or the `lastEventId` option until one arrives). */
@@ -220,7 +179,7 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
 
   /** The latest welcome frame, or null before the first one. */
   get welcome(): Welcome | null {
-    return this.#welcome;
+    return this.#conn.welcome;
   }
 
   /** Acts sent on the current socket and not yet acked. */
@@ -230,7 +189,7 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
 
   /** Bytes queued on the socket and not yet sent (0 when there is no socket). */
   get bufferedAmount(): number {
-    return this.#sock?.bufferedAmount ?? 0;
+    return this.#conn.socket?.bufferedAmount ?? 0;
   }
 
   /**
@@ -246,14 +205,7 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
    *   only a do-not-reconnect close code or `close()` rejects.
    */
   connect(): Promise<Welcome> {
-    if (this.#connectPromise) return this.#connectPromise;
-    if (this.#userClosed) return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']));
-    this.#connectPromise = new Promise<Welcome>((resolve, reject) => {
-      this.#connectSettle = { resolve, reject };
-    });
-    this.#setState('connecting');
-    void this.#openSocket();
-    return this.#connectPromise;
+    return this.#conn.connect();
   }
 
   /**
@@ -266,9 +218,9 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
    *   CP_ERR_CLIENT_SOCKET when the send itself throws.
    */
   act(action: string, option?: string): Promise<ActAck> {
-    const sock = this.#sock;
-    if (this.#state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
-      return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#state]));
+    const sock = this.#conn.socket;
+    if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
+      return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));
     }
     const seq = ++this.#seq;
     const frame: CrowdAct = option === undefined ? { t: 'act', seq, action } : { t: 'act', seq, action, option };
@@ -292,44 +244,8 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
    * @param code close code sent to the server (1000 or 3000–4999). @defaultValue 1000
    */
   close(code: number = CloseCode.normal, reason = 'client closed'): Promise<void> {
-    if (this.#closePromise) return this.#closePromise;
-    this.#userClosed = true;
-    clearTimeout(this.#reconnectTimer);
-    clearTimeout(this.#welcomeTimer);
-    const err = new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']);
-    this.#rejectPending(err);
-    this.#connectSettle?.reject(err);
-    this.#connectSettle = null;
-    const sock = this.#sock;
-    if (sock === null) {
-      this.#closePromise = Promise.resolve();
-    } else {
-      this.#closePromise = new Promise<void>((resolve) => {
-        const deadline = setTimeout(() => {
-          this.#closeResolve = null;
-          resolve();
-        }, this.#closeDeadlineMs);
-        this.#closeResolve = () => {
-          clearTimeout(deadline);
-          resolve();
-        };
-      });
-      try {
-        sock.close(code, reason);
-      } catch {
-        this.#sock = null;
-        this.#closeResolve?.();
-      }
-    }
-    this.#setState('closed');
-    return this.#closePromise;
-  }
-
-  #setState(next: ConnectionState): void {
-    const prev = this.#state;
-    if (prev === next) return;
-    this.#state = next;
-    this.emit('state', next, prev);
+    this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
+    return this.#conn.close(code, reason);
   }
 
   #rejectPending(err: CrowdplayError): void {
@@ -339,150 +255,22 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     for (const p of pending) p.reject(err);
   }
 
-  async #resolveToken(): Promise<string> {
-    if (this.#getToken) return await this.#getToken();
-    return this.#token ?? '';
-  }
-
-  async #openSocket(): Promise<void> {
-    this.#failure = null;
-    let token: string;
-    try {
-      token = await this.#resolveToken();
-    } catch (err) {
-      if (this.#userClosed) return;
-      const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_AUTH_MISSING', [], { cause: err });
-      this.#failure = e;
-      this.emit('error', e);
-      this.#afterDrop(1006, 'getToken failed', false);
-      return;
-    }
-    if (this.#userClosed) return;
-    const url = buildWsUrl(this.#url, this.#path, {
-      role: 'crowd',
-      channel: this.#channel,
-      token,
-      lastEventId: this.#lastEventId,
-    });
-    let sock: WebSocketLike;
-    try {
-      sock = this.#wsOptions === undefined ? new this.#WS(url) : new this.#WS(url, undefined, this.#wsOptions);
-    } catch (err) {
-      const e = new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err instanceof Error ? err.message : String(err)], { cause: err });
-      this.#failure = e;
-      this.emit('error', e);
-      this.#afterDrop(1006, 'WebSocket constructor failed', false);
-      return;
-    }
-    this.#sock = sock;
-    this.#welcomeTimer = setTimeout(() => {
-      if (this.#sock !== sock) return;
-      const e = new CrowdplayError('CP_ERR_CLIENT_WELCOME_TIMEOUT', [this.#welcomeDeadlineMs]);
-      this.#failure = e;
-      this.emit('error', e);
-      try {
-        sock.close(CloseCode.normal, 'no welcome');
-      } catch {
-        // a CONNECTING socket may refuse close() in some engines; the close event still follows
-      }
-    }, this.#welcomeDeadlineMs);
-    sock.onmessage = (ev) => {
-      if (this.#sock === sock) this.#onFrame(ev.data);
-    };
-    sock.onerror = (ev) => {
-      if (this.#sock !== sock || this.#userClosed) return;
-      const e = new CrowdplayError('CP_ERR_CLIENT_SOCKET', [describeSocketError(ev)]);
-      if (this.#failure === null && this.#state !== 'open') this.#failure = e; // e.g. refused, or HTTP 429/503 instead of an upgrade
-      this.emit('error', e);
-    };
-    sock.onclose = (ev) => {
-      if (this.#sock !== sock) return;
-      this.#sock = null;
-      clearTimeout(this.#welcomeTimer);
-      this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [ev.code, ev.reason ? `: ${ev.reason}` : '']));
-      this.emit('close', ev.code, ev.reason);
-      if (this.#userClosed) {
-        this.#closeResolve?.();
-        this.#closeResolve = null;
-        return;
-      }
-      this.#afterDrop(ev.code, ev.reason, this.#noReconnect.has(ev.code));
-    };
-  }
-
-  /** After a failed attempt or a dropped socket: reconnect with backoff, or end. */
-  #afterDrop(code: number, reason: string, fatal: boolean): void {
-    if (this.#userClosed) return;
-    if (fatal || !this.#autoReconnect) {
-      const err = this.#failure ?? new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']);
-      this.#userClosed = true; // nothing will reopen this client
-      this.#closePromise = Promise.resolve();
-      this.#setState('closed');
-      this.#connectSettle?.reject(err);
-      this.#connectSettle = null;
-      return;
-    }
-    this.#setState(this.#connectSettle ? 'connecting' : 'reconnecting');
-    const delayMs = backoffDelayMs(this.#attempt++, this.#backoff, this.#random);
-    this.#reconnectTimer = setTimeout(() => {
-      this.#reconnectTimer = undefined;
-      void this.#openSocket();
-    }, delayMs);
-  }
-
-  #protoError(code: ErrorCode, args: readonly unknown[]): void {
+  #protoError(code: 'CP_ERR_PROTO_INVALID' | 'CP_ERR_PROTO_UNKNOWN_TYPE', args: readonly unknown[]): void {
     this.emit('error', new CrowdplayError(code, args));
   }
 
-  #onFrame(data: unknown): void {
-    const receivedAtMs = Date.now();
-    if (typeof data !== 'string') {
-      this.#protoError('CP_ERR_PROTO_MALFORMED', []);
-      return;
-    }
-    let msg: unknown;
-    try {
-      msg = JSON.parse(data);
-    } catch {
-      this.#protoError('CP_ERR_PROTO_MALFORMED', []);
-      return;
-    }
-    if (typeof msg !== 'object' || msg === null || Array.isArray(msg)) {
-      this.#protoError('CP_ERR_PROTO_MALFORMED', []);
-      return;
-    }
-    const t = (msg as { t?: unknown }).t;
+  /** Frames other than `welcome` and `error` (those are the ReconnectingSocket's). */
+  #onFrame(t: unknown, msg: object, info: FrameInfo): void {
     switch (t) {
-      case 'welcome':
-        this.#onWelcome(msg as Welcome);
-        return;
       case 'ack':
         this.#onAck(msg as ActAck);
         return;
       case 'update':
-        this.#onUpdate(msg as ChannelUpdate, { receivedAtMs, raw: data });
-        return;
-      case 'error':
-        this.#onServerError(msg as ErrorFrame);
+        this.#onUpdate(msg as ChannelUpdate, info);
         return;
       default:
         this.#protoError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), 'crowd']);
     }
-  }
-
-  #onWelcome(w: Welcome): void {
-    if (typeof w.serverTime !== 'number' || typeof w.channel !== 'string') {
-      this.#protoError('CP_ERR_PROTO_INVALID', ['welcome without serverTime/channel']);
-      return;
-    }
-    clearTimeout(this.#welcomeTimer);
-    this.#attempt = 0;
-    this.#failure = null;
-    this.#welcome = w;
-    this.#setState('open');
-    this.emit('welcome', w);
-    this.#connectSettle?.resolve(w);
-    this.#connectSettle = null;
   }
 
   #onAck(ack: ActAck): void {
@@ -507,12 +295,5 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     }
     if (this.#lastEventId === undefined || u.ev > this.#lastEventId) this.#lastEventId = u.ev;
     this.emit('update', u, info);
-  }
-
-  #onServerError(frame: ErrorFrame): void {
-    const err = isKnownCode(frame.code) ? new CrowdplayError(frame.code, []) : new CrowdplayError('CP_ERR_INTERNAL', []);
-    if (typeof frame.message === 'string') err.message = frame.message;
-    this.#failure = err;
-    this.emit('error', err, frame);
   }
 }

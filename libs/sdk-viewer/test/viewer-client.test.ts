@@ -122,7 +122,10 @@ test('sdk-viewer - act acks are correlated by seq, also when answered out of ord
       if (got.length < 3) return;
       // answer in reverse order; the middle one refused
       for (const m of [...got].reverse()) {
-        const ack: ActAck = m === got[1] ? { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' } : { t: 'ack', seq: m.seq, ok: true, cost: m.seq * 10 };
+        const ack: ActAck =
+          m === got[1]
+            ? { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_INTENT_RATE_LIMITED' }
+            : { t: 'ack', seq: m.seq, ok: true, cost: m.seq * 10 };
         ws.send(JSON.stringify(ack));
       }
     });
@@ -279,7 +282,10 @@ test('sdk-viewer - 4003/4004 after a welcome also end the client; pending acts r
     const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
     await c.connect();
     const closed = next(c, 'state', (s) => s === 'closed');
-    await assert.rejects(c.act('vote', 'a'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED') && err.message.includes(String(code)));
+    await assert.rejects(
+      c.act('vote', 'a'),
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED') && err.message.includes(String(code)),
+    );
     await closed;
     await new Promise((r) => setTimeout(r, 60));
     assert.equal(server.conns.length, 1, `no reconnect after ${code}`);
@@ -387,12 +393,31 @@ test('sdk-viewer - bad options are refused at construction', () => {
     }
     return 'no error';
   };
-  assert.equal(code(() => new ViewerClient({ ...base, channel: 'bad channel!' })), 'CP_ERR_CHANNEL_INVALID_ID');
-  assert.equal(code(() => new ViewerClient({ ...base, token: undefined })), 'CP_ERR_AUTH_MISSING');
-  assert.equal(code(() => new ViewerClient({ ...base, url: 'ftp://x' })), 'CP_ERR_CONFIG_INVALID');
-  assert.equal(code(() => new ViewerClient({ ...base, url: 'nope' })), 'CP_ERR_CONFIG_INVALID');
-  assert.equal(code(() => new ViewerClient({ ...base, backoff: { initialMs: 10, maxMs: 5 } })), 'CP_ERR_CONFIG_INVALID');
-  assert.equal(code(() => new ViewerClient({ ...base, WebSocket: undefined })), 'CP_ERR_CONFIG_INVALID', 'Node 20 has no global WebSocket');
+  assert.equal(
+    code(() => new ViewerClient({ ...base, channel: 'bad channel!' })),
+    'CP_ERR_CHANNEL_INVALID_ID',
+  );
+  assert.equal(
+    code(() => new ViewerClient({ ...base, token: undefined })),
+    'CP_ERR_AUTH_MISSING',
+  );
+  assert.equal(
+    code(() => new ViewerClient({ ...base, url: 'ftp://x' })),
+    'CP_ERR_CONFIG_INVALID',
+  );
+  assert.equal(
+    code(() => new ViewerClient({ ...base, url: 'nope' })),
+    'CP_ERR_CONFIG_INVALID',
+  );
+  assert.equal(
+    code(() => new ViewerClient({ ...base, backoff: { initialMs: 10, maxMs: 5 } })),
+    'CP_ERR_CONFIG_INVALID',
+  );
+  assert.equal(
+    code(() => new ViewerClient({ ...base, WebSocket: undefined })),
+    'CP_ERR_CONFIG_INVALID',
+    'Node 20 has no global WebSocket',
+  );
 });
 
 test('sdk-viewer - buildWsUrl maps schemes and keeps a base path', () => {
@@ -403,17 +428,38 @@ test('sdk-viewer - buildWsUrl maps schemes and keeps a base path', () => {
 
 test('sdk-viewer - backoff is full jitter under a doubling cap', () => {
   const opts = { initialMs: 100, maxMs: 1_000, jitter: 'full' as const };
-  assert.equal(backoffDelayMs(0, opts, () => 0.999_999), 99);
-  assert.equal(backoffDelayMs(2, opts, () => 0.5), 200);
-  assert.equal(backoffDelayMs(10, opts, () => 0.5), 500, 'capped at maxMs');
-  assert.equal(backoffDelayMs(3, opts, () => 0), 0);
+  assert.equal(
+    backoffDelayMs(0, opts, () => 0.999_999),
+    99,
+  );
+  assert.equal(
+    backoffDelayMs(2, opts, () => 0.5),
+    200,
+  );
+  assert.equal(
+    backoffDelayMs(10, opts, () => 0.5),
+    500,
+    'capped at maxMs',
+  );
+  assert.equal(
+    backoffDelayMs(3, opts, () => 0),
+    0,
+  );
   assert.equal(backoffDelayMs(3, { ...opts, jitter: 'none' }), 800);
   assert.equal(backoffDelayMs(1_000, { ...opts, jitter: 'none' }), 1_000);
 });
 
 test('sdk-viewer - the browser bundle pulls in neither ws nor Node built-ins', async () => {
   const entry = fileURLToPath(new URL('../src/index.ts', import.meta.url));
-  const out = await build({ entryPoints: [entry], bundle: true, platform: 'browser', format: 'esm', write: false, logLevel: 'silent', metafile: true });
+  const out = await build({
+    entryPoints: [entry],
+    bundle: true,
+    platform: 'browser',
+    format: 'esm',
+    write: false,
+    logLevel: 'silent',
+    metafile: true,
+  });
   const inputs = Object.keys(out.metafile.inputs);
   assert.ok(inputs.some((p) => p.includes('sdk-viewer/src/viewer-client.ts')));
   assert.ok(!inputs.some((p) => /node_modules\/ws\//.test(p)), 'ws is not bundled');
