@@ -53,15 +53,27 @@ export const ERRORS = {
   CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
   CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
   // auth
-  CP_ERR_AUTH_MISSING: { message: 'no credentials: pass token= (crowd) or key= (game)', httpStatus: 401, closeCode: CloseCode.unauthorized },
+  CP_ERR_AUTH_MISSING: {
+    message: 'no credentials: pass token= (crowd) or key= (game)',
+    httpStatus: 401,
+    closeCode: CloseCode.unauthorized,
+  },
   CP_ERR_AUTH_INVALID: { message: 'credentials rejected: %s', httpStatus: 401, closeCode: CloseCode.unauthorized },
   CP_ERR_AUTH_EXPIRED: { message: 'token expired', httpStatus: 401, closeCode: CloseCode.unauthorized },
   CP_ERR_AUTH_FORBIDDEN_CHANNEL: { message: 'channel %s belongs to another tenant', httpStatus: 403, closeCode: CloseCode.forbidden },
   // channels
   CP_ERR_CHANNEL_UNKNOWN: { message: 'unknown channel %s', httpStatus: 404, closeCode: CloseCode.unknownChannel },
-  CP_ERR_CHANNEL_INVALID_ID: { message: 'channel id must match ^[A-Za-z0-9_-]{1,64}$', httpStatus: 400, closeCode: CloseCode.unknownChannel },
+  CP_ERR_CHANNEL_INVALID_ID: {
+    message: 'channel id must match ^[A-Za-z0-9_-]{1,64}$',
+    httpStatus: 400,
+    closeCode: CloseCode.unknownChannel,
+  },
   CP_ERR_CHANNEL_UNAVAILABLE: { message: 'no shard serves channel %s right now', httpStatus: 503 },
-  CP_ERR_CHANNEL_GAME_CONNECTED: { message: 'channel %s already has a game connection', httpStatus: 409, closeCode: CloseCode.gameConflict },
+  CP_ERR_CHANNEL_GAME_CONNECTED: {
+    message: 'channel %s already has a game connection',
+    httpStatus: 409,
+    closeCode: CloseCode.gameConflict,
+  },
   CP_ERR_CHANNEL_STALE_EPOCH: { message: 'write for channel %s at epoch %s refused: the channel moved', httpStatus: 409 },
   CP_ERR_CHANNEL_NOT_OWNED: { message: 'this shard does not own channel %s', httpStatus: 409 },
   // intents (act acks)
@@ -72,13 +84,22 @@ export const ERRORS = {
   CP_ERR_INTENT_INSUFFICIENT_FUNDS: { message: 'not enough points: the action costs %s', httpStatus: 402 },
   CP_ERR_INTENT_OVERLOADED: { message: 'the shard is over its intake queue limit', httpStatus: 503 },
   /** Not sent to viewers (their intent is accepted and tallied); counted when an intent is not listed in the batch. */
-  CP_ERR_INTENT_OVER_CAP: { message: 'intent over the action\'s maxPerTick: tallied, not listed in the batch', httpStatus: 200 },
+  CP_ERR_INTENT_OVER_CAP: { message: "intent over the action's maxPerTick: tallied, not listed in the batch", httpStatus: 200 },
   // game
   CP_ERR_GAME_INVALID_DECLARE: { message: 'invalid action declaration: %s', httpStatus: 400 },
   CP_ERR_GAME_STATE_TOO_BIG: { message: 'game state larger than %s bytes', httpStatus: 413 },
   // limits
-  CP_ERR_LIMIT_CONNECTION_RATE: { message: 'too many connections from your address', httpStatus: 429, closeCode: CloseCode.connectionRateLimited },
-  CP_ERR_LIMIT_SLOW_CONSUMER: { message: 'send buffer over %s bytes: the client is not reading', httpStatus: 503, closeCode: CloseCode.slowConsumer },
+  CP_ERR_LIMIT_CONNECTION_RATE: {
+    message: 'too many connections from your address',
+    httpStatus: 429,
+    closeCode: CloseCode.connectionRateLimited,
+  },
+  CP_ERR_LIMIT_SLOW_CONSUMER: {
+    message: 'send buffer over %s bytes: the client is not reading',
+    httpStatus: 503,
+    closeCode: CloseCode.slowConsumer,
+  },
+  CP_ERR_LIMIT_PING_TIMEOUT: { message: 'no pong within WS_PING_INTERVAL_MS: the peer is gone', httpStatus: 408 },
   CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
   // tenants and config
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
@@ -91,6 +112,26 @@ export const ERRORS = {
   CP_ERR_CLIENT_WELCOME_TIMEOUT: { message: 'no welcome frame within %s ms of connecting', httpStatus: 504 },
   // limits (appended)
   CP_ERR_LIMIT_MAX_CONNECTIONS: { message: 'the gateway holds its maximum of %s connections; try another', httpStatus: 503 },
+  // markets (libs/lmsr: the LMSR cash-out market)
+  CP_ERR_MARKET_INVALID_BOOK: { message: 'invalid market: %s', httpStatus: 400 },
+  CP_ERR_MARKET_INVALID_QUANTITY: { message: 'invalid %s %s: must be %s', httpStatus: 400 },
+  CP_ERR_MARKET_INVALID_TRADE: { message: 'invalid trade: %s', httpStatus: 400 },
+  CP_ERR_MARKET_UNKNOWN_OUTCOME: { message: 'unknown outcome %s: the market has %s outcomes', httpStatus: 400 },
+  CP_ERR_MARKET_SLIPPAGE: { message: 'the price moved: the trade would %s %s points, past your limit of %s', httpStatus: 409 },
+  CP_ERR_MARKET_INSUFFICIENT_SHARES: { message: 'you hold %s shares of outcome %s, fewer than %s', httpStatus: 409 },
+  CP_ERR_MARKET_INSUFFICIENT_FUNDS: { message: 'not enough points: the trade costs %s', httpStatus: 402 },
+  CP_ERR_MARKET_BUDGET_TOO_SMALL: { message: 'a budget of %s points buys no whole share of outcome %s', httpStatus: 409 },
+  CP_ERR_MARKET_DUPLICATE_ID: { message: 'trade id %s was already used with other fields', httpStatus: 409 },
+  CP_ERR_MARKET_CLOSED: { message: 'the market is %s: trading is over', httpStatus: 409 },
+  CP_ERR_MARKET_ALREADY_FINAL: { message: 'the market was already %s', httpStatus: 409 },
+  // ledger
+  CP_ERR_LEDGER_INVALID_AMOUNT: { message: 'amount must be a positive safe integer number of points, got %s', httpStatus: 400 },
+  CP_ERR_LEDGER_INVALID_TRANSFER: { message: 'invalid transfer: %s', httpStatus: 400 },
+  CP_ERR_LEDGER_INSUFFICIENT_FUNDS: { message: 'not enough points in %s account %s for a transfer of %s', httpStatus: 402 },
+  CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT: { message: 'transfer id %s was already used with different fields', httpStatus: 409 },
+  CP_ERR_LEDGER_OVERLOADED: { message: 'the ledger holds its maximum of %s queued transfers', httpStatus: 503 },
+  CP_ERR_LEDGER_CLOSED: { message: 'the ledger is draining or closed', httpStatus: 503 },
+  CP_ERR_LEDGER_UNAVAILABLE: { message: 'the ledger could not commit: %s', httpStatus: 503 },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -7,6 +7,7 @@
  *   crowdplay tenant create <id> [--name NAME]
  *   crowdplay tenant rotate-key <id>
  *   crowdplay tenant list
+ *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
  *   crowdplay settings                   the settings table (Markdown)
  *
  * The only place that reads process.env: it becomes the frozen Config here.
@@ -15,12 +16,14 @@ import { parseArgs } from 'node:util';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { openStore } from '@crowdplay/store';
+import { verifyLedger } from '@crowdplay/ledger';
 import { SERVICES, startServices, type ServiceName, type Running } from './compose.ts';
 
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | list
+  crowdplay ledger verify
   crowdplay settings`;
 
 function fail(msg: string, code = 2): never {
@@ -76,8 +79,28 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
   }
 }
 
+/** `crowdplay ledger verify`: prints each failed invariant; exit code 1 when any failed. */
+async function ledgerCommand(config: Config, args: string[]): Promise<void> {
+  if (args.length !== 1 || args[0] !== 'verify') fail(USAGE);
+  const store = await openStore(config.db);
+  try {
+    const { ok, failures } = await verifyLedger(store.db);
+    if (ok) process.stdout.write('ledger verify: ok\n');
+    else {
+      for (const f of failures) process.stdout.write(`${f.check}: ${f.detail}\n`);
+      process.stdout.write(`ledger verify: ${failures.length} failure(s)\n`);
+      process.exitCode = 1;
+    }
+  } finally {
+    await store.close();
+  }
+}
+
 async function main(): Promise<void> {
-  const { positionals, values } = parseArgs({ allowPositionals: true, options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+  });
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
   if (cmd === 'settings') {
@@ -95,18 +118,23 @@ async function main(): Promise<void> {
   });
   switch (cmd) {
     case 'start':
-      if (config.mode === 'cluster') fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
+      if (config.mode === 'cluster')
+        fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
       await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true }));
       break;
     case 'service': {
       const name = rest[0] as ServiceName | undefined;
       if (!name || !SERVICES.includes(name)) fail(USAGE);
-      if (!config.bus.natsUrl) process.stderr.write(`warning: ${name} alone on the in-process bus talks to no other service; set NATS_URL\n`);
+      if (!config.bus.natsUrl)
+        process.stderr.write(`warning: ${name} alone on the in-process bus talks to no other service; set NATS_URL\n`);
       await runUntilSignal(config, () => startServices(config, [name], { standalone: false }));
       break;
     }
     case 'tenant':
       await tenantCommand(config, rest, values.name);
+      break;
+    case 'ledger':
+      await ledgerCommand(config, rest);
       break;
     default:
       fail(USAGE);

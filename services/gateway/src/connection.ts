@@ -50,6 +50,8 @@ export class Conn {
   readonly gameQueue: GameInbound[] = [];
   /** Game: a queue pump is running. */
   gamePumping = false;
+  /** Answered the last ping (or was just opened). */
+  alive = true;
 
   constructor(
     readonly id: number,

@@ -202,6 +202,7 @@ class GatewayImpl implements Gateway {
   private nextConnId = 0;
   private ackSub: Subscription | undefined;
   private listening: Promise<{ port: number }> | undefined;
+  private pingTimer: NodeJS.Timeout | undefined;
   private draining: Promise<void> | undefined;
   private closing: Promise<void> | undefined;
 
@@ -293,6 +294,8 @@ class GatewayImpl implements Gateway {
     const addr = this.app.server.address();
     const bound = typeof addr === 'object' && addr !== null ? addr.port : port;
     if (this.lifecycle === 'created') this.lifecycle = 'ready';
+    const pingMs = this.config.gateway.pingIntervalMs;
+    if (pingMs > 0) this.pingTimer = setInterval(() => this.pingAll(), pingMs);
     this.logger.info({ host, port: bound, bus: this.bus.kind }, 'gateway listening');
     return { port: bound };
   }
@@ -309,7 +312,30 @@ class GatewayImpl implements Gateway {
     this.logger.info({ closed: open.length, destroyed: left }, 'gateway drained');
   }
 
+  /**
+   * Heartbeat: a socket that did not answer the previous ping is terminated
+   * (counted as CP_ERR_LIMIT_PING_TIMEOUT); every other one is pinged again.
+   * One timer for all sockets, WS_PING_INTERVAL_MS apart.
+   */
+  private pingAll(): void {
+    for (const conn of this.conns.values()) {
+      if (!conn.alive) {
+        this.refuse('CP_ERR_LIMIT_PING_TIMEOUT', conn);
+        conn.ws.terminate();
+        continue;
+      }
+      conn.alive = false;
+      try {
+        conn.ws.ping();
+      } catch {
+        // not open yet or already closing: the close handler cleans up
+      }
+    }
+  }
+
   private async doClose(): Promise<void> {
+    if (this.pingTimer) clearInterval(this.pingTimer);
+    this.pingTimer = undefined;
     await this.drain();
     this.lifecycle = 'closed';
     this.ackSub?.unsubscribe();
@@ -390,6 +416,9 @@ class GatewayImpl implements Gateway {
     ws.on('message', (data: RawData, isBinary: boolean) => this.onMessage(conn, data, isBinary));
     ws.on('error', (err: Error) => this.onSocketError(conn, err));
     ws.on('close', () => this.onClose(conn));
+    ws.on('pong', () => {
+      conn.alive = true;
+    });
     void this.authenticate(conn, url.searchParams);
   }
 

@@ -65,12 +65,10 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     if (status >= 400 && status < 500) {
       const code: ErrorCode =
         (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
-      return reply
-        .status(status)
-        .send({
-          code,
-          message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request',
-        });
+      return reply.status(status).send({
+        code,
+        message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request',
+      });
     }
     telemetry.logger.error({ err }, 'http handler failed');
     return sendError(reply, 'CP_ERR_INTERNAL', new CrowdplayError('CP_ERR_INTERNAL'));

@@ -253,6 +253,24 @@ describe('gateway crowd', () => {
     }
   });
 
+  it('heartbeat - a socket that does not answer pings is terminated and counted; one that does stays', async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel], gateway: { pingIntervalMs: 40 } });
+    try {
+      const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'mute' });
+      const mute = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token }), { autoPong: false });
+      const live = await connected(
+        h.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret, { sub: 'live' }) }),
+      );
+      const closed = await mute.closed;
+      assert.equal(closed.code, 1006, 'terminated without a close frame');
+      assert.equal(live.ws.readyState, live.ws.OPEN, 'a socket that answers pings stays open');
+      assert.equal(metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason: 'CP_ERR_LIMIT_PING_TIMEOUT' }), 1);
+      await live.close();
+    } finally {
+      await h.close();
+    }
+  });
+
   it('drain - readiness turns false, sockets get CP_ERR_LIMIT_DRAINING and 1001, pending intents are published', async () => {
     const h = await startHarness({ store: suite.store, channels: [suite.channel], gateway: { intentBatchMs: 100, intentBatchMax: 100 } });
     try {

@@ -270,8 +270,8 @@ export class Client {
   readonly refused: Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: string }>;
   private waiters: Array<() => void> = [];
 
-  constructor(url: string) {
-    this.ws = new WebSocket(url, { perMessageDeflate: false });
+  constructor(url: string, opts: { autoPong?: boolean } = {}) {
+    this.ws = new WebSocket(url, { perMessageDeflate: false, autoPong: opts.autoPong ?? true });
     this.opened = new Promise((resolve, reject) => {
       this.ws.once('open', () => resolve());
       this.ws.once('unexpected-response', () => reject(new Error('upgrade refused')));
@@ -340,8 +340,8 @@ export class Client {
 }
 
 /** Connects and waits for the welcome. */
-export async function connected(url: string): Promise<Client> {
-  const c = new Client(url);
+export async function connected(url: string, opts: { autoPong?: boolean } = {}): Promise<Client> {
+  const c = new Client(url, opts);
   await c.welcome();
   return c;
 }

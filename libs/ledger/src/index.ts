@@ -1,0 +1,3 @@
+export * from './parimutuel.ts';
+export * from './ledger.ts';
+export * from './verify.ts';

@@ -1,0 +1,2 @@
+export * from './lmsr.ts';
+export * from './market.ts';
