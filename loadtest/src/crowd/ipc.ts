@@ -55,6 +55,11 @@ export interface WorkerCounters {
   updates: number;
 }
 
+/** Counters all at zero (a worker's start, or the sum's identity). */
+export function emptyCounters(viewers = 0): WorkerCounters {
+  return { viewers, started: 0, connected: 0, failed: 0, dropped: 0, sent: 0, acked: 0, refused: 0, lost: 0, updates: 0 };
+}
+
 export interface WorkerProgress {
   type: 'progress';
   workerIndex: number;

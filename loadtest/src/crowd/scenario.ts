@@ -24,6 +24,7 @@ import { spawnReferenceServer } from '../reference-spawn.ts';
 import {
   ACTION,
   OPTIONS,
+  emptyCounters,
   type CoordinatorMessage,
   type WorkerConfig,
   type WorkerCounters,
@@ -193,18 +194,7 @@ function addCodes(into: Record<string, number>, from: Record<string, number>): v
 }
 
 function sumCounters(list: WorkerCounters[]): WorkerCounters {
-  const total: WorkerCounters = {
-    viewers: 0,
-    started: 0,
-    connected: 0,
-    failed: 0,
-    dropped: 0,
-    sent: 0,
-    acked: 0,
-    refused: 0,
-    lost: 0,
-    updates: 0,
-  };
+  const total: WorkerCounters = emptyCounters();
   for (const c of list) for (const k of Object.keys(total) as Array<keyof WorkerCounters>) total[k] += c[k];
   return total;
 }

@@ -18,6 +18,7 @@ import { createTokenMinter } from '../tokens.ts';
 import {
   ACTION,
   OPTIONS,
+  emptyCounters,
   type CoordinatorMessage,
   type WorkerConfig,
   type WorkerCounters,
@@ -80,18 +81,7 @@ async function prepare(cfg: WorkerConfig): Promise<Viewer[]> {
 }
 
 function run(cfg: WorkerConfig, viewers: Viewer[], t0: number, stopSignal: { stop: () => void }): void {
-  const counters: WorkerCounters = {
-    viewers: viewers.length,
-    started: 0,
-    connected: 0,
-    failed: 0,
-    dropped: 0,
-    sent: 0,
-    acked: 0,
-    refused: 0,
-    lost: 0,
-    updates: 0,
-  };
+  const counters: WorkerCounters = emptyCounters(viewers.length);
   const refusedByCode: Record<string, number> = {};
   const failedByCode: Record<string, number> = {};
   const droppedByCode: Record<string, number> = {};
