@@ -193,3 +193,48 @@ describe('crowd-engine - built-in game', () => {
     assert.equal(h.batches.length, 0, 'built-in games get batches in process, not on the bus');
   });
 });
+
+describe('crowd-engine - limits', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ engine: { maxPendingIntents: 3, maxChannels: 1, maxGameStateBytes: 64 } });
+    await h.store.channels.ensure('one', 'acme');
+    await h.store.channels.ensure('two', 'acme');
+  });
+  after(() => h.close());
+
+  it('SHARD_MAX_CHANNELS - a shard at its limit refuses to acquire; counted and logged', async () => {
+    await h.router.assign('one');
+    await assert.rejects(h.router.assign('two'), (e: { code?: string }) => e.code === 'CP_ERR_CHANNEL_UNAVAILABLE');
+    assert.deepEqual(h.shard.channels, ['one'], 'nothing else changed');
+    assert.equal((await h.store.channels.get('two'))?.owner, null, 'the router cleared the owner the shard refused');
+  });
+
+  it('SHARD_MAX_PENDING_INTENTS - over it intents are refused CP_ERR_INTENT_OVERLOADED until the tick closes', async () => {
+    await h.ctl('one', { op: 'declare', actions: [{ name: 'go', maxPerTick: 100 }] });
+    h.acks.length = 0;
+    h.send(
+      'one',
+      Array.from({ length: 5 }, (_, i) => ({ action: 'go', seq: 100 + i })),
+    );
+    await h.waitFor(() => h.acks.length === 5);
+    assert.deepEqual(
+      h.acks.map((a) => (a.ok ? 'ok' : a.code)),
+      ['ok', 'ok', 'ok', 'CP_ERR_INTENT_OVERLOADED', 'CP_ERR_INTENT_OVERLOADED'],
+    );
+    const batch = await h.waitFor(() => h.batches.find((b) => b.channel === 'one'));
+    assert.equal(batch.actions.go?.tally._, 3, 'refused intents were not tallied');
+    h.acks.length = 0;
+    h.send('one', [{ action: 'go', seq: 200 }]);
+    await h.waitFor(() => h.acks.length === 1);
+    assert.equal(h.acks[0]!.ok, true, 'room again after the tick');
+  });
+
+  it('MAX_GAME_STATE_BYTES - a larger state is refused and the old one stays', async () => {
+    assert.equal((await h.ctl('one', { op: 'state', state: { a: 1 } })).ok, true);
+    const r = await h.ctl('one', { op: 'state', state: { big: 'x'.repeat(100) } });
+    assert.deepEqual([r.ok, r.code], [false, 'CP_ERR_GAME_STATE_TOO_BIG']);
+    const snap = JSON.parse((await h.ctl('one', { op: 'snapshot' })).update!) as { game?: unknown };
+    assert.deepEqual(snap.game, { a: 1 });
+  });
+});

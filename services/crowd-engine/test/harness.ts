@@ -1,8 +1,10 @@
+import assert from 'node:assert/strict';
 /** An engine under test: real store (own Postgres schema), in-process bus, sequencer, router, one shard. */
 import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import type { AckBatch, Batch, ChannelUpdate, IntentBatch } from '@crowdplay/protocol';
 import { openStore, type Store } from '@crowdplay/store';
+import { pino } from 'pino';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { Router } from '@crowdplay/router';
@@ -21,6 +23,8 @@ export interface Harness {
   acks: AckBatch['acks'];
   batches: Batch[];
   updates: ChannelUpdate[];
+  /** Warn-and-above log lines (refusals log once per 60 s per reason here). */
+  logs: Array<Record<string, unknown>>;
   /** Publishes intents as gateway `gw-t` would. */
   send(channel: string, intents: Array<Partial<IntentBatch['intents'][number]> & { action: string }>): void;
   ctl(channel: string, req: unknown): Promise<{ ok: boolean; code?: string; update?: string }>;
@@ -43,7 +47,9 @@ export async function startHarness(
   });
   const bus = new InProcessBus();
   const subjects = makeSubjects(`t${process.pid}x${++seq}`);
-  const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 10_000 });
+  const logs: Array<Record<string, unknown>> = [];
+  const logger = pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });
+  const telemetry = createTelemetry({ service: 'test', level: 'warn', refusalLogIntervalMs: 60_000, logger });
   const store = await openStore(config.db);
   await store.tenants.create('acme', 'Acme');
   const sequencer = new SequencerService({ bus, subjects, store, telemetry });
@@ -79,6 +85,7 @@ export async function startHarness(
     acks,
     batches,
     updates,
+    logs,
     send(channel, intents) {
       const batch: IntentBatch = {
         gw: 'gw-t',
@@ -108,6 +115,7 @@ export async function startHarness(
     },
     newShard,
     async close() {
+      assertRefusalsLoggedOnce(await telemetry.metrics.prometheusText(), logs);
       for (const s of shards) await s.close();
       await router.close();
       await sequencer.close();
@@ -118,4 +126,20 @@ export async function startHarness(
     },
   };
   return h;
+}
+
+/**
+ * Every reason counted in crowdplay_refusals_total was logged exactly once
+ * (the harness logs at most once per 60 s per reason): "how you'd notice".
+ * @throws AssertionError naming the reason
+ */
+export function assertRefusalsLoggedOnce(metricsText: string, logs: ReadonlyArray<Record<string, unknown>>): void {
+  for (const line of metricsText.split('\n')) {
+    const m = /^crowdplay_refusals_total\{([^}]*)\} (\d+)/.exec(line);
+    if (!m || Number(m[2]) === 0) continue;
+    const area = /area="([^"]*)"/.exec(m[1]!)?.[1];
+    const reason = /reason="([^"]*)"/.exec(m[1]!)?.[1];
+    const logged = logs.filter((l) => l.area === area && l.reason === reason);
+    assert.equal(logged.length, 1, `${area}/${reason}: refused ${m[2]} times, logged ${logged.length} times`);
+  }
 }

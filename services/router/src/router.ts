@@ -111,11 +111,20 @@ export class Router implements RouterApi {
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     const shard = await this.pickShard();
     const epoch = await store.channels.acquire(channel, shard.id);
-    const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
-      timeoutMs: this.opts.requestTimeoutMs,
-    });
-    const reply = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string; channels?: number }>(msg.data);
-    if (!reply.ok) throw new CrowdplayError(reply.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: reply.message });
+    let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
+    try {
+      const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
+        timeoutMs: this.opts.requestTimeoutMs,
+      });
+      reply = decodeJson(msg.data);
+    } catch (err) {
+      reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+    }
+    if (!reply.ok) {
+      // The shard did not take it: clear the owner (at this epoch only) so nobody believes it is served.
+      await store.channels.release(channel, shard.id, epoch);
+      throw new CrowdplayError(reply.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: reply.message });
+    }
     shard.channels = reply.channels ?? shard.channels + 1;
     const a: Assignment = { channel, shard: shard.id, epoch };
     this.assignments.set(channel, a);
