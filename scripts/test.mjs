@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // `npm test`: type check, lint, then every test file with node's test runner
-// (through tsx). Integration suites use the PostgreSQL, Redis and NATS named by
+// (through tsx): first the `*.serial.test.ts` files alone, one after the
+// other (the load smoke test asserts latency thresholds, which another suite
+// sharing the two cores would make flaky), then every other `*.test.ts` two
+// at a time. Integration suites use the PostgreSQL, Redis and NATS named by
 // DATABASE_URL / REDIS_URL / NATS_URL (defaults: this machine's), or
 // testcontainers where a container runtime answers (libs/testing).
 //
@@ -40,6 +43,8 @@ function walk(dir, out) {
 const files = [];
 for (const top of ['libs', 'services', 'loadtest', 'test']) walk(join(root, top), files);
 const selected = files.filter((f) => filters.length === 0 || filters.some((x) => f.startsWith(x))).sort();
+const serial = selected.filter((f) => f.endsWith('.serial.test.ts'));
+const parallel = selected.filter((f) => !f.endsWith('.serial.test.ts'));
 if (selected.length === 0) {
   console.error('[test] no test files matched', filters);
   process.exit(1);
@@ -51,13 +56,9 @@ if (!process.env.SKIP_STATIC) {
   status ||= run('npx', ['eslint', '--max-warnings=0', '.']);
   if (status !== 0) process.exit(status);
 }
-status = run(process.execPath, [
-  '--import',
-  'tsx',
-  '--test',
-  '--test-concurrency=2',
-  '--test-timeout=180000',
-  '--test-reporter=spec',
-  ...selected,
-]);
+const runner = (concurrency, list) =>
+  run(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=180000', '--test-reporter=spec', ...list]);
+// Serial files first, on a quiet machine; the big run's summary is the last thing printed.
+if (serial.length > 0) status = runner(1, serial);
+if (parallel.length > 0) status = runner(2, parallel) || status;
 process.exit(status);
