@@ -32,9 +32,10 @@ interface Common<T> {
 export function int(o: Common<number> & { min?: number; max?: number }): Setting<number> {
   const min = o.min ?? Number.MIN_SAFE_INTEGER;
   const max = o.max ?? Number.MAX_SAFE_INTEGER;
+  const range = o.min !== undefined || o.max !== undefined ? ` ${o.min ?? '…'}–${o.max ?? '…'}` : '';
   return {
     env: o.env,
-    type: 'integer',
+    type: `integer${range}`,
     default: o.default,
     unit: o.unit ?? '',
     doc: o.doc,

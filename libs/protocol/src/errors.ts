@@ -47,10 +47,11 @@ export type CloseCodeValue = (typeof CloseCode)[keyof typeof CloseCode];
 
 export const ERRORS = {
   // protocol (frames on a socket)
-  CP_ERR_PROTO_MALFORMED: { message: 'frame is not valid JSON', httpStatus: 400 },
+  CP_ERR_PROTO_MALFORMED: { message: 'frame is not a JSON object', httpStatus: 400 },
   CP_ERR_PROTO_INVALID: { message: 'message does not match the v1 schema: %s', httpStatus: 400 },
   CP_ERR_PROTO_UNKNOWN_TYPE: { message: 'unknown message type "%s" for role %s', httpStatus: 400 },
   CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
+  CP_ERR_HTTP_NOT_FOUND: { message: 'no such route', httpStatus: 404 },
   CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
   // auth
   CP_ERR_AUTH_MISSING: {
@@ -103,6 +104,11 @@ export const ERRORS = {
   CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
   // tenants and config
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
+  CP_ERR_STORE_DATA_DIR_IN_USE: {
+    message:
+      'the PGlite data directory %s is in use by process %s: stop that process, or set DATABASE_URL so several processes share a PostgreSQL',
+    httpStatus: 503,
+  },
   CP_ERR_CONFIG_INVALID: { message: 'invalid configuration:\n%s', httpStatus: 500 },
   CP_ERR_INTERNAL: { message: 'internal error', httpStatus: 500, closeCode: CloseCode.internal },
   // clients (libs/sdk-viewer, libs/sdk-game): raised on the client side, never sent by the server

@@ -1,11 +1,13 @@
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { CrowdInbound, GameInbound, type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
+import { CrowdAct, GameDeclare, GameState, type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
 import { CrowdplayError } from './errors.ts';
 
-const crowdCheck = TypeCompiler.Compile(CrowdInbound);
-const gameCheck = TypeCompiler.Compile(GameInbound);
-const CROWD_TYPES = new Set(['act']);
-const GAME_TYPES = new Set(['declare', 'state']);
+// One compiled checker per message type (not the union), so an error names the field that is wrong.
+const CROWD = new Map([['act', TypeCompiler.Compile(CrowdAct)]]);
+const GAME = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
+  ['declare', TypeCompiler.Compile(GameDeclare)],
+  ['state', TypeCompiler.Compile(GameState)],
+]);
 
 /**
  * Parses and validates one inbound text frame from a client of `role`.
@@ -28,11 +30,10 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     throw new CrowdplayError('CP_ERR_PROTO_MALFORMED');
   }
   const t = (value as { t?: unknown }).t;
-  const types = role === 'crowd' ? CROWD_TYPES : GAME_TYPES;
-  if (typeof t !== 'string' || !types.has(t)) {
-    throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), role]);
+  const check = typeof t === 'string' ? (role === 'crowd' ? CROWD : GAME).get(t) : undefined;
+  if (!check) {
+    throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [t === undefined ? '(no t field)' : String(t).slice(0, 32), role]);
   }
-  const check = role === 'crowd' ? crowdCheck : gameCheck;
   if (!check.Check(value)) {
     const first = check.Errors(value).First();
     throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);

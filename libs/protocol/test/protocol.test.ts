@@ -62,3 +62,16 @@ describe('protocol', () => {
     assert.equal(renderErrorTable(doc), doc, 'docs/protocol.md error table drifted: run `npm run docs:settings`');
   });
 });
+
+describe('protocol - error messages name the field', () => {
+  it('a game declare without maxPerTick says so', () => {
+    assert.throws(
+      () => parseInbound('game', '{"t":"declare","actions":[{"name":"vote","options":["a","b"]}]}'),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_PROTO_INVALID') && /maxPerTick/.test(e.message),
+    );
+    assert.throws(
+      () => parseInbound('crowd', '{}'),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_PROTO_UNKNOWN_TYPE') && /no t field/.test(e.message),
+    );
+  });
+});

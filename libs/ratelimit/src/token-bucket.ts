@@ -67,5 +67,7 @@ export function takeToken(state: Readonly<BucketState>, nowMs: number, ratePerS:
   let retryAfterMs = Math.max(1, Math.ceil(((cost - tokens) * 1000) / ratePerS));
   // Guard against float rounding: the promised wait must really suffice under the refill formula above.
   while (tokens + (retryAfterMs * ratePerS) / 1000 < cost) retryAfterMs++;
+  // …and must be the shortest such wait (ceil of a float quotient can overshoot by 1 ms).
+  while (retryAfterMs > 1 && tokens + ((retryAfterMs - 1) * ratePerS) / 1000 >= cost) retryAfterMs--;
   return { allowed: false, state: { tokens, updatedMs }, retryAfterMs };
 }

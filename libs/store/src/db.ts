@@ -109,7 +109,11 @@ async function pgliteQuery<R>(runner: PgliteRunner, sql: string, params?: unknow
 export class PgliteDb implements Db {
   readonly kind = 'pglite';
   private closed = false;
-  constructor(readonly pglite: PGlite) {}
+  /** @param onClose runs after PGlite closed (releases the data-directory lock) */
+  constructor(
+    readonly pglite: PGlite,
+    private readonly onClose: () => void = () => undefined,
+  ) {}
 
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
     return pgliteQuery<R>(this.pglite, sql, params);
@@ -126,6 +130,10 @@ export class PgliteDb implements Db {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await this.pglite.close();
+    try {
+      await this.pglite.close();
+    } finally {
+      this.onClose();
+    }
   }
 }

@@ -1,8 +1,9 @@
-import { mkdirSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { runner } from 'node-pg-migrate';
+import { CrowdplayError } from '@crowdplay/protocol';
 import { PgDb, PgliteDb, type Db } from './db.ts';
 import { TenantRepository } from './tenants.ts';
 import { ChannelRepository } from './channels.ts';
@@ -66,9 +67,16 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       dataDir = resolve(opts.pgliteDir);
       mkdirSync(dataDir, { recursive: true });
     }
-    const pglite = await PGlite.create(dataDir ? { dataDir } : {});
-    await pglite.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
-    db = new PgliteDb(pglite);
+    const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
+    let pglite;
+    try {
+      pglite = await PGlite.create(dataDir ? { dataDir } : {});
+      await pglite.exec(`CREATE SCHEMA IF NOT EXISTS ${schema}; SET search_path TO ${schema}`);
+    } catch (err) {
+      unlock();
+      throw err;
+    }
+    db = new PgliteDb(pglite, unlock);
   }
   try {
     if (opts.migrate !== false) await migrate(db, opts.schema, opts.log);
@@ -84,6 +92,40 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     sequencer: new SequencerRepository(db),
     close: () => db.close(),
   };
+}
+
+/**
+ * Takes the PGlite data directory for this process: PGlite does not lock it,
+ * and two processes on one directory silently lose writes and reuse event
+ * ids. A lock file holds the owner's pid; a lock whose process is gone is
+ * taken over.
+ * @returns the release function (removes the lock file)
+ * @throws CrowdplayError CP_ERR_STORE_DATA_DIR_IN_USE when a live process holds it
+ */
+export function lockDataDir(dataDir: string): () => void {
+  const lock = join(dataDir, 'crowdplay.lock');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      writeFileSync(lock, String(process.pid), { flag: 'wx' });
+      return () => rmSync(lock, { force: true });
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'EEXIST' || attempt > 0) throw err;
+      const pid = Number(readFileSync(lock, 'utf8').trim());
+      if (Number.isInteger(pid) && pid > 0 && (pid === process.pid || isAlive(pid))) {
+        throw new CrowdplayError('CP_ERR_STORE_DATA_DIR_IN_USE', [dataDir, pid]);
+      }
+      rmSync(lock, { force: true }); // stale: its process is gone
+    }
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as { code?: string }).code === 'EPERM';
+  }
 }
 
 /**

@@ -121,3 +121,29 @@ describe('store - migrations', () => {
     }
   });
 });
+
+describe('store - PGlite data directory', () => {
+  it('a second process cannot open a directory in use; a stale lock is taken over', async () => {
+    const { mkdtempSync, writeFileSync, existsSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { spawnSync } = await import('node:child_process');
+    const dir = mkdtempSync(join(tmpdir(), 'cp-pglite-'));
+    // Held by a live process that is not us (our parent, the test runner).
+    writeFileSync(join(dir, 'crowdplay.lock'), String(process.ppid));
+    await assert.rejects(
+      openStore({ url: '', schema: 'public', poolMax: 1, pgliteDir: dir }),
+      (e) => isCrowdplayError(e, 'CP_ERR_STORE_DATA_DIR_IN_USE') && e.message.includes(String(process.ppid)),
+    );
+    assert.equal(existsSync(join(dir, 'pgdata')) || existsSync(join(dir, 'PG_VERSION')), false, 'nothing was created');
+    // A lock left by a dead process is taken over.
+    const dead = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' });
+    writeFileSync(join(dir, 'crowdplay.lock'), dead.stdout);
+    const store = await openStore({ url: '', schema: 'public', poolMax: 1, pgliteDir: dir });
+    await assert.rejects(openStore({ url: '', schema: 'public', poolMax: 1, pgliteDir: dir }), (e) =>
+      isCrowdplayError(e, 'CP_ERR_STORE_DATA_DIR_IN_USE'),
+    );
+    await store.close();
+    assert.equal(existsSync(join(dir, 'crowdplay.lock')), false, 'released on close');
+  });
+});

@@ -45,7 +45,10 @@ async function base(config: Config, service: string): Promise<{ telemetry: Telem
   const { logger } = telemetry;
   const t0 = Date.now();
   const store = await openStore({ ...config.db, log: (msg) => logger.debug({ msg }, 'migration') });
-  logger.info({ store: store.kind, schema: config.db.schema, ms: Date.now() - t0 }, store.kind === 'pglite' ? 'store: embedded PGlite (one session)' : 'store: PostgreSQL');
+  logger.info(
+    { store: store.kind, schema: config.db.schema, ms: Date.now() - t0 },
+    store.kind === 'pglite' ? 'store: embedded PGlite (one session)' : 'store: PostgreSQL',
+  );
   const bus = await openBus({
     natsUrl: config.bus.natsUrl,
     name: `${service}-${hostname()}-${process.pid}`,
@@ -82,7 +85,10 @@ export async function startServices(config: Config, names: readonly ServiceName[
         subjects,
         store,
         telemetry,
-        gameFor: (c) => (demo && c === DEMO_CHANNEL ? tugOfWar({ maxPerTick: config.engine.defaultMaxPerTick, motion: config.standalone.demoMotion }) : undefined),
+        gameFor: (c) =>
+          demo && c === DEMO_CHANNEL
+            ? tugOfWar({ maxPerTick: config.engine.defaultMaxPerTick, motion: config.standalone.demoMotion })
+            : undefined,
       });
       await parts.shard.start();
     }
@@ -104,9 +110,14 @@ export async function startServices(config: Config, names: readonly ServiceName[
     let stopping: Promise<void> | undefined;
     const stop = (): Promise<void> => {
       stopping ??= (async () => {
-        // Edge first (no new work), then the shard hands its channels back, then the rest.
-        if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
+        // 1. The edge takes no new work and publishes what it accepted; its sockets stay open.
+        parts.gateway?.pauseIntake();
+        await bus.flush().catch(() => undefined);
+        // 2. The shard closes its open ticks (batches reach the still-connected games), acks, snapshots, releases.
         if (parts.shard) await parts.shard.drain().catch((err: unknown) => logger.error({ err }, 'shard drain failed'));
+        await bus.flush().catch(() => undefined);
+        // 3. Now the sockets close (1001), then everything else.
+        if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         await parts.gateway?.close();
         await parts.router?.close();
         await parts.sequencer?.close();

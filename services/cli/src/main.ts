@@ -97,10 +97,13 @@ async function ledgerCommand(config: Config, args: string[]): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const { positionals, values } = parseArgs({
-    allowPositionals: true,
-    options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-  });
+  let parsed;
+  try {
+    parsed = parseArgs({ allowPositionals: true, options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+  } catch (err) {
+    fail(`${err instanceof Error ? err.message : String(err)}\n${USAGE}`);
+  }
+  const { positionals, values } = parsed;
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
   if (cmd === 'settings') {
@@ -141,7 +144,28 @@ async function main(): Promise<void> {
   }
 }
 
+/** System errors a user can act on: one line, no stack (set LOG_LEVEL=debug for it). */
+const EXPECTED_CODES = new Set([
+  'EADDRINUSE',
+  'EADDRNOTAVAIL',
+  'EACCES',
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'CONNECTION_REFUSED',
+]);
+
 main().catch((err: unknown) => {
-  process.stderr.write(`crowdplay: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  const e = err as { code?: unknown; message?: string; stack?: string };
+  const expected = isCrowdplayError(err) || (typeof e.code === 'string' && EXPECTED_CODES.has(e.code));
+  const verbose = ['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '');
+  const text =
+    err instanceof Error
+      ? expected && !verbose
+        ? `${e.message}${typeof e.code === 'string' && !isCrowdplayError(err) ? ` (${e.code})` : ''}`
+        : (e.stack ?? e.message)
+      : String(err);
+  process.stderr.write(`crowdplay: ${text}\n`);
   process.exit(1);
 });

@@ -139,14 +139,21 @@ export class Authenticator {
     if (!entry?.tenant || !entry.key) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     let payload: Record<string, unknown>;
     try {
-      ({ payload } = await jwtVerify(token, entry.key, { algorithms: ['HS256'], clockTolerance: this.clockSkewS }));
+      ({ payload } = await jwtVerify(token, entry.key, {
+        algorithms: ['HS256'],
+        clockTolerance: this.clockSkewS,
+        requiredClaims: ['exp'],
+      }));
     } catch (err) {
       if (err instanceof joseErrors.JWTExpired) throw new CrowdplayError('CP_ERR_AUTH_EXPIRED', [], { cause: err });
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', [joseReason(err)], { cause: err });
     }
     const sub = payload.sub;
-    if (typeof sub !== 'string' || sub.length < 1 || sub.length > MAX_VIEWER_ID_CHARS) {
-      throw new CrowdplayError('CP_ERR_AUTH_INVALID', [`sub must be a viewer id of 1–${MAX_VIEWER_ID_CHARS} characters`]);
+    // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+    if (typeof sub !== 'string' || sub.length < 1 || sub.length > MAX_VIEWER_ID_CHARS || /[\u0000-\u001f\u007f]/.test(sub)) {
+      throw new CrowdplayError('CP_ERR_AUTH_INVALID', [
+        `sub must be a viewer id of 1–${MAX_VIEWER_ID_CHARS} characters, no control characters`,
+      ]);
     }
     if (payload.tid !== undefined && payload.tid !== ch.tenantId) {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', ["tid is not the channel's tenant"]);

@@ -121,6 +121,12 @@ export interface Gateway {
    */
   listen(): Promise<{ port: number }>;
   /**
+   * First phase of a shutdown: readiness false, upgrades refused, new acts
+   * refused (CP_ERR_LIMIT_DRAINING in the act ack), accepted intents
+   * published; sockets stay open for acks and final batches. Idempotent.
+   */
+  pauseIntake(): void;
+  /**
    * Ordered shutdown: readiness turns false (/readyz 503) and new upgrades get
    * 503; every socket gets an error frame CP_ERR_LIMIT_DRAINING and close 1001;
    * pending micro-batches are published; then waits (at most
@@ -203,6 +209,7 @@ class GatewayImpl implements Gateway {
   private ackSub: Subscription | undefined;
   private listening: Promise<{ port: number }> | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
+  private intakeClosed = false;
   private draining: Promise<void> | undefined;
   private closing: Promise<void> | undefined;
 
@@ -272,6 +279,19 @@ class GatewayImpl implements Gateway {
   listen(): Promise<{ port: number }> {
     this.listening ??= this.start();
     return this.listening;
+  }
+
+  /**
+   * First phase of an ordered shutdown: readiness turns false, new upgrades
+   * are refused, new acts are refused in their act ack (CP_ERR_LIMIT_DRAINING),
+   * and the intents already accepted are published. Sockets stay open so the
+   * acks and the shard's final batches still reach them; `drain()` closes them.
+   * Safe to call twice.
+   */
+  pauseIntake(): void {
+    if (this.lifecycle === 'created' || this.lifecycle === 'ready') this.lifecycle = 'draining';
+    this.intakeClosed = true;
+    this.batcher.flushAll();
   }
 
   drain(): Promise<void> {
@@ -584,6 +604,11 @@ class GatewayImpl implements Gateway {
       msg = parseInbound('crowd', text);
     } catch (err) {
       this.protocolError(conn, err);
+      return;
+    }
+    if (this.intakeClosed) {
+      this.refuse('CP_ERR_LIMIT_DRAINING', conn);
+      conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_LIMIT_DRAINING'));
       return;
     }
     const decision = this.intentLimiter.take(`${conn.tenantId}|${conn.viewer}`);

@@ -74,6 +74,10 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     return sendError(reply, 'CP_ERR_INTERNAL', new CrowdplayError('CP_ERR_INTERNAL'));
   });
 
+  app.setNotFoundHandler((req, reply) =>
+    reply.status(404).send({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]?.slice(0, 200)}` }),
+  );
+
   app.get('/healthz', async () => ({ status: 'ok' }));
 
   app.get('/readyz', async (_req, reply) => {

@@ -1,3 +1,4 @@
+import { SignJWT } from 'jose';
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { CrowdplayError } from '@crowdplay/protocol';
@@ -97,6 +98,14 @@ describe('gateway auth', () => {
 
   it('crowd - claims: sub is required, tid must be the tenant, ch must be the channel', async () => {
     const secret = suite.acme.tenant.signingSecret;
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: 'a\u0000b' }) },
+      'CP_ERR_AUTH_INVALID',
+      4001,
+    );
+    const noExp = await new SignJWT({}).setProtectedHeader({ alg: 'HS256' }).setSubject('forever').sign(new TextEncoder().encode(secret));
+    await expectRefused(h, { role: 'crowd', channel: suite.channel, token: noExp }, 'CP_ERR_AUTH_INVALID', 4001);
     await expectRefused(
       h,
       { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: '' }) },

@@ -134,6 +134,19 @@ describe('gateway http', () => {
   });
 });
 
+describe('gateway http - unknown routes', () => {
+  it('an unknown route is 404 with the documented {code, message} body', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      const res = await h.gateway.app.inject({ method: 'GET', url: '/nope?x=1' });
+      assert.equal(res.statusCode, 404);
+      assert.deepEqual(res.json(), { code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route GET /nope' });
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe('gateway metrics - accept queue', () => {
   it('listenOverflows reads TcpExt ListenOverflows, undefined without the file', async () => {
     const { writeFileSync, mkdtempSync } = await import('node:fs');
