@@ -101,4 +101,18 @@ describe('external game process (sdk-game)', () => {
     await v1.close();
     await v2.close();
   });
+
+  it('drain - every acked intent reaches the game before its socket closes', async () => {
+    const v = await viewer('carol');
+    const before = batches.reduce((n, b) => n + (b.actions.vote?.tally.b ?? 0), 0);
+    const acks = await Promise.all(Array.from({ length: 15 }, () => v.act('vote', 'b')));
+    const accepted = acks.filter((a) => a.ok).length;
+    assert.equal(accepted, 15);
+    // Stop at once: these intents are still in the open tick.
+    await s.stop();
+    const deadline = Date.now() + 5_000;
+    const tallied = (): number => batches.reduce((n, b) => n + (b.actions.vote?.tally.b ?? 0), 0) - before;
+    while (tallied() < accepted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(tallied(), accepted, 'no acked intent was lost in the drain');
+  });
 });
