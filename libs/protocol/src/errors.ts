@@ -62,6 +62,7 @@ export const ERRORS = {
   CP_ERR_AUTH_INVALID: { message: 'credentials rejected: %s', httpStatus: 401, closeCode: CloseCode.unauthorized },
   CP_ERR_AUTH_EXPIRED: { message: 'token expired', httpStatus: 401, closeCode: CloseCode.unauthorized },
   CP_ERR_AUTH_FORBIDDEN_CHANNEL: { message: 'channel %s belongs to another tenant', httpStatus: 403, closeCode: CloseCode.forbidden },
+  CP_ERR_AUTH_WRONG_CHANNEL: { message: 'the token is for another channel, not %s', httpStatus: 403, closeCode: CloseCode.forbidden },
   // channels
   CP_ERR_CHANNEL_UNKNOWN: { message: 'unknown channel %s', httpStatus: 404, closeCode: CloseCode.unknownChannel },
   CP_ERR_CHANNEL_INVALID_ID: {

@@ -95,6 +95,21 @@ export class TenantRepository {
     return { tenant: toTenant(rows[0]!), apiKey };
   }
 
+  /**
+   * Replaces a tenant's signing secret; viewer tokens signed with the old one
+   * stop verifying once gateways' tenant caches expire (5 s).
+   * @returns the tenant with its new secret
+   * @throws CrowdplayError CP_ERR_TENANT_UNKNOWN
+   */
+  async rotateSecret(id: string): Promise<Tenant> {
+    const { rows } = await this.db.query<Row>(`UPDATE tenants SET signing_secret = $2 WHERE id = $1 RETURNING ${COLS}`, [
+      id,
+      newSigningSecret(),
+    ]);
+    if (rows.length === 0) throw new CrowdplayError('CP_ERR_TENANT_UNKNOWN', [id]);
+    return toTenant(rows[0]!);
+  }
+
   /** Every tenant, by id. */
   async list(): Promise<Tenant[]> {
     const { rows } = await this.db.query<Row>(`SELECT ${COLS} FROM tenants ORDER BY id`);

@@ -33,6 +33,11 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
         (await store.tenants.list()).map((t) => t.id),
         ['acme'],
       );
+      const oldSecret = (await store.tenants.get('acme'))!.signingSecret;
+      const rotatedSecret = await store.tenants.rotateSecret('acme');
+      assert.notEqual(rotatedSecret.signingSecret, oldSecret);
+      assert.equal((await store.tenants.get('acme'))!.signingSecret, rotatedSecret.signingSecret);
+      await assert.rejects(store.tenants.rotateSecret('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
     });
 
     it('tenants - bad input is refused and changes nothing', async () => {

@@ -6,6 +6,7 @@
  *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer
  *   crowdplay tenant create <id> [--name NAME]
  *   crowdplay tenant rotate-key <id>
+ *   crowdplay tenant rotate-secret <id>
  *   crowdplay tenant list
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
  *   crowdplay settings                   the settings table (Markdown)
@@ -22,7 +23,7 @@ import { SERVICES, startServices, type ServiceName, type Running } from './compo
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
-  crowdplay tenant create <id> [--name NAME] | rotate-key <id> | list
+  crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
   crowdplay settings`;
 
@@ -60,6 +61,11 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
       process.stdout.write(
         `tenant:         ${tenant.id}\nname:           ${tenant.name}\napi key:        ${apiKey}\nsigning secret: ${tenant.signingSecret}\n` +
           `(the API key is shown only now; store it safely)\n`,
+      );
+    } else if (sub === 'rotate-secret' && id) {
+      const tenant = await store.tenants.rotateSecret(id);
+      process.stdout.write(
+        `tenant:         ${tenant.id}\nsigning secret: ${tenant.signingSecret}\n(tokens signed with the old secret stop working within 5 s)\n`,
       );
     } else if (sub === 'rotate-key' && id) {
       const { tenant, apiKey } = await store.tenants.rotateKey(id);

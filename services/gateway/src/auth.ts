@@ -158,7 +158,7 @@ export class Authenticator {
     if (payload.tid !== undefined && payload.tid !== ch.tenantId) {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', ["tid is not the channel's tenant"]);
     }
-    if (payload.ch !== undefined && payload.ch !== channel) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
+    if (payload.ch !== undefined && payload.ch !== channel) throw new CrowdplayError('CP_ERR_AUTH_WRONG_CHANNEL', [channel]);
     return { tenantId: ch.tenantId, viewer: sub };
   }
 

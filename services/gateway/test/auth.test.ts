@@ -127,7 +127,7 @@ describe('gateway auth', () => {
     await expectRefused(
       h,
       { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { ch: 'otherroom' }) },
-      'CP_ERR_AUTH_FORBIDDEN_CHANNEL',
+      'CP_ERR_AUTH_WRONG_CHANNEL',
       4003,
     );
     const ok = await connected(
