@@ -1,2 +1,3 @@
 export * from './services.ts';
 export * from './isolation.ts';
+export * from './refusals.ts';

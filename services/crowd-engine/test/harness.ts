@@ -1,4 +1,3 @@
-import assert from 'node:assert/strict';
 /** An engine under test: real store (own Postgres schema), in-process bus, sequencer, router, one shard. */
 import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import { defaultConfig, type Config } from '@crowdplay/config';
@@ -6,7 +5,7 @@ import type { AckBatch, Batch, ChannelUpdate, IntentBatch } from '@crowdplay/pro
 import { openStore, type Store } from '@crowdplay/store';
 import { pino } from 'pino';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { testSchema, type TestSchema } from '@crowdplay/testing';
+import { assertRefusalsLoggedOnce, testSchema, type TestSchema } from '@crowdplay/testing';
 import { Router } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { Shard, type ChargeFn, type GameModule } from '../src/index.ts';
@@ -126,20 +125,4 @@ export async function startHarness(
     },
   };
   return h;
-}
-
-/**
- * Every reason counted in crowdplay_refusals_total was logged exactly once
- * (the harness logs at most once per 60 s per reason): "how you'd notice".
- * @throws AssertionError naming the reason
- */
-export function assertRefusalsLoggedOnce(metricsText: string, logs: ReadonlyArray<Record<string, unknown>>): void {
-  for (const line of metricsText.split('\n')) {
-    const m = /^crowdplay_refusals_total\{([^}]*)\} (\d+)/.exec(line);
-    if (!m || Number(m[2]) === 0) continue;
-    const area = /area="([^"]*)"/.exec(m[1]!)?.[1];
-    const reason = /reason="([^"]*)"/.exec(m[1]!)?.[1];
-    const logged = logs.filter((l) => l.area === area && l.reason === reason);
-    assert.equal(logged.length, 1, `${area}/${reason}: refused ${m[2]} times, logged ${logged.length} times`);
-  }
 }

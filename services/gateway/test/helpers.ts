@@ -1,4 +1,3 @@
-import assert from 'node:assert/strict';
 /**
  * Test harness for the gateway: a real InProcessBus, a real store (Postgres
  * schema per suite, or a stub for HTTP-only tests), a fake router, a fake
@@ -12,7 +11,7 @@ import { decodeJson, encodeJson, InProcessBus, subjects, type Subjects } from '@
 import type { AckBatch, IntentBatch } from '@crowdplay/protocol';
 import { openStore, type Store, type TenantCredentials } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { testSchema, uniqueName } from '@crowdplay/testing';
+import { assertRefusalsLoggedOnce, testSchema, uniqueName } from '@crowdplay/testing';
 import type { Assignment, RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '../src/index.ts';
@@ -235,25 +234,6 @@ export function metricValue(text: string, name: string, labels: Record<string, s
     sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return sum;
-}
-
-/**
- * "How you'd notice": every reason counted in crowdplay_refusals_total was
- * logged, and (the harness logs at most once per 60 s) exactly once however
- * often it was refused. Called by every harness's close(), so each test that
- * trips a limit checks both the metric and the log.
- * @throws AssertionError naming the reason
- */
-export function assertRefusalsLoggedOnce(metricsText: string, logs: ReadonlyArray<Record<string, unknown>>): void {
-  for (const line of metricsText.split('\n')) {
-    const m = /^crowdplay_refusals_total\{([^}]*)\} (\d+)/.exec(line);
-    if (!m || Number(m[2]) === 0) continue;
-    const area = /area="([^"]*)"/.exec(m[1]!)?.[1];
-    const reason = /reason="([^"]*)"/.exec(m[1]!)?.[1];
-    const logged = logs.filter((l) => l.area === area && l.reason === reason);
-    assert.equal(logged.length, 1, `${area}/${reason}: refused ${m[2]} times, logged ${logged.length} times (want exactly 1 per interval)`);
-    assert.equal(typeof logged[0]!.refused, 'number');
-  }
 }
 
 /** A parsed server frame. */
