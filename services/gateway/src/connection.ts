@@ -52,6 +52,8 @@ export class Conn {
   gamePumping = false;
   /** Answered the last ping (or was just opened). */
   alive = true;
+  /** performance.now() when the upgrade completed (for crowdplay_connect_setup_ms). */
+  readonly upgradedAt = performance.now();
 
   constructor(
     readonly id: number,

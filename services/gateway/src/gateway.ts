@@ -519,6 +519,7 @@ class GatewayImpl implements Gateway {
     };
     if (conn.role === 'crowd') welcome.viewer = conn.viewer;
     conn.ws.send(JSON.stringify(welcome));
+    this.metrics.connectSetupMs.record(performance.now() - conn.upgradedAt, attrs);
     if (conn.role === 'crowd') void this.sendInitialUpdate(conn);
     const early = conn.early ?? [];
     conn.early = null;

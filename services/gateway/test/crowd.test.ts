@@ -63,6 +63,7 @@ describe('gateway crowd', () => {
       assert.equal(metricValue(text, 'crowdplay_connections', { role: 'crowd' }), 1);
       assert.equal(metricValue(text, 'crowdplay_connections_opened_total', { role: 'crowd' }), 1);
       assert.equal(metricValue(text, 'crowdplay_intents_forwarded_total'), 1);
+      assert.equal(metricValue(text, 'crowdplay_connect_setup_ms_count', { role: 'crowd' }), 1, 'connect setup time recorded once');
       await c.close();
       await waitUntil(() => h.gateway.stats().sockets === 0, 'socket gone');
       assert.equal(metricValue(await h.metricsText(), 'crowdplay_connections', { role: 'crowd' }), 0);
