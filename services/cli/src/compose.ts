@@ -9,6 +9,7 @@ import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@cro
 import type { Config } from '@crowdplay/config';
 import { Shard, tugOfWar } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
+import { Ledger } from '@crowdplay/ledger';
 import { Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, type Store } from '@crowdplay/store';
@@ -35,6 +36,7 @@ export interface Running {
 
 interface Parts {
   gateway?: Gateway;
+  ledger?: Ledger;
   shard?: Shard;
   router?: Router;
   sequencer?: SequencerService;
@@ -103,7 +105,8 @@ export async function startServices(config: Config, names: readonly ServiceName[
     let port: number | undefined;
     if (names.includes('gateway')) {
       const router = new RouterClient(bus, subjects, config.bus.requestTimeoutMs);
-      parts.gateway = createGateway({ config, bus, store, router, telemetry });
+      parts.ledger = new Ledger(store.db, config.ledger, telemetry);
+      parts.gateway = createGateway({ config, bus, store, router, telemetry, ledger: parts.ledger });
       port = (await parts.gateway.listen()).port;
       logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);
     }
@@ -119,6 +122,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         // 3. Now the sockets close (1001), then everything else.
         if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         await parts.gateway?.close();
+        await parts.ledger?.drain();
         await parts.router?.close();
         await parts.sequencer?.close();
         await bus.drain().catch(() => undefined);
@@ -131,6 +135,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
     return { port, telemetry, store, bus, stop };
   } catch (err) {
     await parts.gateway?.close();
+    await parts.ledger?.close();
     await parts.shard?.close();
     await parts.router?.close();
     await parts.sequencer?.close();

@@ -22,6 +22,8 @@
  *    `gw.<id>.acks`. Game: `declare`/`state` become `ch.<C>.ctl` requests;
  *    `ch.<C>.game` batches are forwarded as they are.
  */
+import type { Ledger } from '@crowdplay/ledger';
+import { registerFundingRoutes } from './funding.ts';
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
@@ -89,6 +91,8 @@ export interface GatewayDeps {
   store: Store;
   router: RouterApi;
   telemetry: Telemetry;
+  /** When given, the funding routes (grants, balances) are served. */
+  ledger?: Ledger;
 }
 
 /** `created` (not listening) → `ready` (serving) → `draining` → `closed`. */
@@ -258,6 +262,8 @@ class GatewayImpl implements Gateway {
       loggerInstance: telemetry.logger.child({ component: 'http' }),
       // Per-request lines would drown the log (every /metrics scrape); errors are still logged.
       logController: new LogController({ disableRequestLogging: true }),
+      // Bodies are validated as sent: "5" is not the integer 5 and an unknown field is an error (fastify coerces and strips by default).
+      ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
     }) as unknown as FastifyInstance;
     registerRoutes(this.app, {
       config,
@@ -265,6 +271,7 @@ class GatewayImpl implements Gateway {
       ready: () => this.lifecycle === 'ready',
       state: () => this.lifecycle,
     });
+    if (deps.ledger) registerFundingRoutes(this.app, { store, ledger: deps.ledger, auth: this.auth, telemetry });
     this.app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head));
   }
 

@@ -50,7 +50,10 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
       'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)',
     ),
     broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
-    connectSetupMs: metrics.latencyMs('crowdplay_connect_setup_ms', 'WebSocket upgrade completed → welcome sent (auth, tenant and channel look-up, router assign), ms, by role'),
+    connectSetupMs: metrics.latencyMs(
+      'crowdplay_connect_setup_ms',
+      'WebSocket upgrade completed → welcome sent (auth, tenant and channel look-up, router assign), ms, by role',
+    ),
     slowConsumerCloses: metrics.counter(
       'crowdplay_slow_consumer_closes_total',
       'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES',

@@ -1,3 +1,4 @@
+import type { Ledger } from '@crowdplay/ledger';
 /**
  * Test harness for the gateway: a real InProcessBus, a real store (Postgres
  * schema per suite, or a stub for HTTP-only tests), a fake router, a fake
@@ -166,6 +167,8 @@ export interface HarnessOptions {
   channels?: string[];
   /** Call listen() (default true). */
   listen?: boolean;
+  /** Serves the funding routes with this ledger. */
+  ledger?: Ledger;
 }
 
 export interface Harness {
@@ -199,7 +202,7 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
   const logger = pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });
   const telemetry = createTelemetry({ service: 'gateway', level: 'warn', refusalLogIntervalMs: 60_000, logger });
   const shard = new FakeShard(bus, subj, opts.channels ?? []);
-  const gateway = createGateway({ config, bus, store: opts.store, router: opts.router ?? fakeRouter(), telemetry });
+  const gateway = createGateway({ config, bus, store: opts.store, router: opts.router ?? fakeRouter(), telemetry, ledger: opts.ledger });
   const port = opts.listen === false ? 0 : (await gateway.listen()).port;
   return {
     gateway,

@@ -1,0 +1,100 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Ledger } from '@crowdplay/ledger';
+import { createTelemetry } from '@crowdplay/telemetry';
+import { openSuiteStore, startHarness, viewerToken, type Harness, type SuiteStore } from './helpers.ts';
+
+describe('gateway funding', () => {
+  let suite: SuiteStore;
+  let h: Harness;
+  let ledger: Ledger;
+  before(async () => {
+    suite = await openSuiteStore();
+    ledger = new Ledger(
+      suite.store.db,
+      { commitMs: 1, commitMaxTransfers: 100, maxQueued: 1_000 },
+      createTelemetry({ service: 'ledger-test', level: 'silent', refusalLogIntervalMs: 60_000 }),
+    );
+    h = await startHarness({ store: suite.store, ledger, listen: false });
+  });
+  after(async () => {
+    await h.close();
+    await ledger.close();
+    await suite.close();
+  });
+
+  const grant = (body: unknown, key: string | null = suite.acme.apiKey) =>
+    h.gateway.app.inject({
+      method: 'POST',
+      url: '/v1/grants',
+      headers: key ? { authorization: `Bearer ${key}` } : {},
+      payload: body as object,
+    });
+  const balanceOf = async (viewer: string) =>
+    (
+      await h.gateway.app.inject({
+        method: 'GET',
+        url: `/v1/balances/${encodeURIComponent(viewer)}`,
+        headers: { authorization: `Bearer ${suite.acme.apiKey}` },
+      })
+    ).json() as { balance: number };
+
+  it('grants - a tenant grants points, committed before the answer; a replay is a no-op', async () => {
+    const r = await grant({ viewer: 'alice', points: 500, id: 'welcome-alice' });
+    assert.equal(r.statusCode, 200, r.body);
+    assert.deepEqual(r.json(), { viewer: 'alice', points: 500, balance: 500, replayed: false });
+    const again = await grant({ viewer: 'alice', points: 500, id: 'welcome-alice' });
+    assert.deepEqual(again.json(), { viewer: 'alice', points: 500, balance: 500, replayed: true });
+    assert.equal((await balanceOf('alice')).balance, 500);
+    const conflict = await grant({ viewer: 'alice', points: 999, id: 'welcome-alice' });
+    assert.equal(conflict.statusCode, 409);
+    assert.equal((conflict.json() as { code: string }).code, 'CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT');
+    assert.equal((await balanceOf('alice')).balance, 500, 'the conflict changed nothing');
+  });
+
+  it('grants - bad input and bad keys are refused with a code and change no balance', async () => {
+    const bad: unknown[] = [
+      { viewer: 'bob', points: 0, id: 'a' },
+      { viewer: 'bob', points: -5, id: 'b' },
+      { viewer: 'bob', points: 1.5, id: 'c' },
+      { viewer: 'bob', points: 1e13, id: 'd' },
+      { viewer: 'bob', points: '5', id: 'e' },
+      { viewer: '', points: 5, id: 'f' },
+      { viewer: 'bob', points: 5 },
+      { viewer: 'bob', points: 5, id: 'has space' },
+      { viewer: 'bob', points: 5, id: 'g', extra: 1 },
+    ];
+    for (const body of bad) {
+      const r = await grant(body);
+      assert.equal(r.statusCode, 400, `${JSON.stringify(body)} → ${r.body}`);
+      assert.equal((r.json() as { code: string }).code, 'CP_ERR_PROTO_INVALID');
+    }
+    assert.equal((await grant({ viewer: 'bob', points: 5, id: 'h' }, null)).statusCode, 401);
+    const wrongKey = await grant({ viewer: 'bob', points: 5, id: 'i' }, 'cpk_acme_000');
+    assert.deepEqual([wrongKey.statusCode, (wrongKey.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
+    assert.equal((await balanceOf('bob')).balance, 0);
+  });
+
+  it("balances - a tenant sees only its own viewers' wallets; a viewer sees its own with its token", async () => {
+    await grant({ viewer: 'carol', points: 70, id: 'c1' });
+    const rival = await h.gateway.app.inject({
+      method: 'GET',
+      url: '/v1/balances/carol',
+      headers: { authorization: `Bearer ${suite.rival.apiKey}` },
+    });
+    assert.deepEqual(rival.json(), { viewer: 'carol', balance: 0 }, "the rival tenant's carol is another wallet");
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'carol' });
+    const me = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.deepEqual(me.json(), { viewer: 'carol', balance: 70 });
+    const forged = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: 'Bearer x.y.z' },
+    });
+    assert.deepEqual([forged.statusCode, (forged.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
+  });
+});
