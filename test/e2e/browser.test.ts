@@ -44,6 +44,8 @@ describe('viewer page (browser)', () => {
     await page.fill('#channel', 'demo');
     await page.click('[data-testid="join"]');
     await page.waitForFunction(() => document.querySelector('[data-testid="state"]')?.textContent === 'open');
+    await page.waitForFunction(() => /^\d+$/.test(document.querySelector('[data-testid="balance"]')?.textContent ?? ''));
+    assert.equal(await page.locator('[data-testid="balance"]').textContent(), '0', 'a new viewer has no points yet');
     const tally = page.locator('[data-testid="tally-pull-left"]');
     await tally.waitFor();
     const before = Number(await tally.textContent());

@@ -105,6 +105,17 @@ function showAck(ack) {
   el.dataset.code = ack.code ?? '';
 }
 
+/** The viewer's points (GET /v1/me/balance); '—' when the gateway has no ledger or the token is refused. */
+async function showBalance(channel, token) {
+  const el = $('balance');
+  try {
+    const res = await fetch(`/v1/me/balance?channel=${encodeURIComponent(channel)}`, { headers: { authorization: `Bearer ${token}` } });
+    el.textContent = res.ok ? String((await res.json()).balance) : '—';
+  } catch {
+    el.textContent = '—';
+  }
+}
+
 function act(action, option) {
   if (!client) return;
   client.act(action, option).catch((err) => showError(describeError(err)));
@@ -128,6 +139,7 @@ async function join(event) {
   const pasted = $('token').value.trim();
   let viewer = $('viewer').value.trim() || undefined;
   let auth;
+  let balanceToken = pasted;
   if (pasted) auth = { token: pasted };
   else {
     let first;
@@ -140,6 +152,7 @@ async function join(event) {
       return;
     }
     viewer = first.viewer;
+    balanceToken = first.token;
     let token = first.token;
     // The first connect uses the token just fetched; reconnects fetch a fresh one for the same viewer.
     auth = {
@@ -168,6 +181,7 @@ async function join(event) {
   c.on('welcome', (w) => {
     $('viewer-id').textContent = w.viewer ?? '—';
     showError('');
+    void showBalance(channel, balanceToken);
   });
   c.on('update', (u) => render(u));
   c.on('ack', (a) => showAck(a));
