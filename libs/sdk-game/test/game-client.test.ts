@@ -1,6 +1,7 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { nextEvent } from '@crowdplay/testing';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch } from '@crowdplay/protocol';
@@ -68,20 +69,8 @@ function client(t: TestContext, server: TestServer, opts: Partial<GameClientOpti
   return c;
 }
 
-function next<K extends keyof GameEvents>(
-  c: GameClient,
-  event: K,
-  pred: (...args: Parameters<GameEvents[K]>) => boolean = () => true,
-): Promise<Parameters<GameEvents[K]>> {
-  return new Promise((resolve) => {
-    const listener = ((...args: Parameters<GameEvents[K]>) => {
-      if (!pred(...args)) return;
-      off();
-      resolve(args);
-    }) as unknown as GameEvents[K];
-    const off = c.on(event, listener);
-  });
-}
+const next = <K extends keyof GameEvents>(c: GameClient, event: K, pred?: (...args: Parameters<GameEvents[K]>) => boolean) =>
+  nextEvent<GameEvents, K>(c, event, pred);
 
 /** Resolves once connection `i` of `server` has received `n` frames. */
 async function framesOf(server: TestServer, i: number, n: number, deadlineMs = 5_000): Promise<unknown[]> {

@@ -1,6 +1,7 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
+import { nextEvent } from '@crowdplay/testing';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { WebSocketServer, WebSocket } from 'ws';
@@ -76,21 +77,8 @@ function client(t: TestContext, server: TestServer, opts: Partial<ViewerClientOp
   return c;
 }
 
-/** Resolves with the arguments of the next `event` that satisfies `pred`. */
-function next<K extends keyof ViewerEvents>(
-  c: ViewerClient,
-  event: K,
-  pred: (...args: Parameters<ViewerEvents[K]>) => boolean = () => true,
-): Promise<Parameters<ViewerEvents[K]>> {
-  return new Promise((resolve) => {
-    const listener = ((...args: Parameters<ViewerEvents[K]>) => {
-      if (!pred(...args)) return;
-      off();
-      resolve(args);
-    }) as unknown as ViewerEvents[K];
-    const off = c.on(event, listener);
-  });
-}
+const next = <K extends keyof ViewerEvents>(c: ViewerClient, event: K, pred?: (...args: Parameters<ViewerEvents[K]>) => boolean) =>
+  nextEvent<ViewerEvents, K>(c, event, pred);
 
 test('sdk-viewer - connect sends role, channel, token and resolves with the welcome', async (t) => {
   const server = await startServer((ws) => welcome(ws));
