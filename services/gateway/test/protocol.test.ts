@@ -58,6 +58,26 @@ async function expectFrameError(frame: string | Buffer, code: string): Promise<v
   await c.close();
 }
 
+/**
+ * A gateway whose router answers only after `release()`, and a viewer socket
+ * on it that is upgraded but not yet welcomed (auth waits on the router).
+ */
+async function gatedViewer(): Promise<{ slow: Harness; release: () => void; c: Client }> {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((r) => (release = r));
+  const slow = await startHarness({
+    store: suite.store,
+    channels: [suite.channel],
+    router: fakeRouter(async (channel): Promise<Assignment> => {
+      await gate;
+      return { channel, shard: 's1', epoch: 1 };
+    }),
+  });
+  const c = new Client(slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }));
+  await c.opened;
+  return { slow, release, c };
+}
+
 describe('gateway protocol', () => {
   it('crowd - malformed JSON gets CP_ERR_PROTO_MALFORMED and changes nothing', async () => {
     await expectFrameError('{"t":"act",', 'CP_ERR_PROTO_MALFORMED');
@@ -117,21 +137,8 @@ describe('gateway protocol', () => {
   });
 
   it('crowd - frames sent before the welcome are processed after it, in order', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((r) => (release = r));
-    const slow = await startHarness({
-      store: suite.store,
-      channels: [suite.channel],
-      router: fakeRouter(async (channel): Promise<Assignment> => {
-        await gate;
-        return { channel, shard: 's1', epoch: 1 };
-      }),
-    });
+    const { slow, release, c } = await gatedViewer();
     try {
-      const c = new Client(
-        slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }),
-      );
-      await c.opened;
       c.act(1);
       c.act(2);
       await waitUntil(() => slow.gateway.stats().sockets === 1, 'socket accepted');
@@ -154,21 +161,8 @@ describe('gateway protocol', () => {
   });
 
   it('crowd - more than PRE_AUTH_MAX_FRAMES frames before the welcome close the socket with 4400', async () => {
-    let release: () => void = () => undefined;
-    const gate = new Promise<void>((r) => (release = r));
-    const slow = await startHarness({
-      store: suite.store,
-      channels: [suite.channel],
-      router: fakeRouter(async (channel): Promise<Assignment> => {
-        await gate;
-        return { channel, shard: 's1', epoch: 1 };
-      }),
-    });
+    const { slow, release, c } = await gatedViewer();
     try {
-      const c = new Client(
-        slow.wsUrl({ role: 'crowd', channel: suite.channel, token: await viewerToken(suite.acme.tenant.signingSecret) }),
-      );
-      await c.opened;
       for (let seq = 1; seq <= PRE_AUTH_MAX_FRAMES + 1; seq++) c.act(seq);
       const closed = await c.closed;
       assert.equal(closed.code, 4400);
