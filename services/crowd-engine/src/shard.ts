@@ -121,7 +121,7 @@ export class Shard {
     const { config, bus, subjects } = this.deps;
     this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
     this.tickTimer = setInterval(() => void this.tick(), config.engine.tickMs);
-    this.snapshotTimer = setInterval(() => void this.snapshotAll(false), config.engine.snapshotIntervalMs);
+    this.snapshotTimer = setInterval(() => void this.snapshotAll(), config.engine.snapshotIntervalMs);
     this.heartbeat();
     this.heartbeatTimer = setInterval(() => this.heartbeat(), 1_000);
     await bus.flush();
@@ -461,7 +461,7 @@ export class Shard {
     }
   }
 
-  private async snapshotAll(_final: boolean): Promise<void> {
+  private async snapshotAll(): Promise<void> {
     for (const o of [...this.owned.values()]) await this.saveSnapshot(o);
   }
 
