@@ -23,6 +23,8 @@ export interface Subjects {
   channelGame(channel: string): string;
   /** Game connection → shard: declare/state (request/reply). */
   channelCtl(channel: string): string;
+  /** Shard → gateways: balance changes of a channel's viewers (WalletBatch: payouts, refunds). */
+  channelWallet(channel: string): string;
   /** Shard → one gateway: act acks (AckBatch). */
   gatewayAcks(gatewayId: string): string;
   /** Router → one shard: acquire / release (request/reply). */
@@ -46,6 +48,7 @@ export function subjects(prefix: string): Subjects {
     channelOut: (c) => `${prefix}.ch.${token('channel', c)}.out`,
     channelGame: (c) => `${prefix}.ch.${token('channel', c)}.game`,
     channelCtl: (c) => `${prefix}.ch.${token('channel', c)}.ctl`,
+    channelWallet: (c) => `${prefix}.ch.${token('channel', c)}.wallet`,
     gatewayAcks: (g) => `${prefix}.gw.${token('gateway', g)}.acks`,
     shardCtl: (s) => `${prefix}.shard.${token('shard', s)}.ctl`,
     sequencerLease: () => `${prefix}.seq.lease`,

@@ -92,6 +92,16 @@ export const TransferKinds = {
   refund: 'refund',
   /** escrow → house: the house take. */
   take: 'take',
+  /** treasury → maker (market round): the LMSR subsidy ceil(b·ln n). */
+  subsidy: 'subsidy',
+  /** wallet → maker (market round): a buy's charge. */
+  buy: 'buy',
+  /** maker → wallet (market round): a sell's (cash-out's) proceeds. */
+  sell: 'sell',
+  /** wallet → maker (market round, cancel): taking back a profitable cash-out. */
+  clawback: 'clawback',
+  /** maker ↔ treasury (market round, at the end): what the maker account holds goes back (or its loss is covered). */
+  makerClose: 'maker_close',
 } as const;
 
 /** Pattern of a transfer kind (the migration's CHECK is the same). */
@@ -453,6 +463,57 @@ export class Ledger {
       [tenantId, ref.kind, ref.owner],
     );
     return rows[0] ? Number(rows[0].balance) : 0;
+  }
+
+  /**
+   * Committed balances of many wallets of one tenant in one query, points
+   * (0 for a wallet that does not exist yet).
+   * @param viewers wallet owners (at most 10,000 per call)
+   * @returns viewer → balance, for every viewer asked
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed tenant or viewer, or too many viewers
+   */
+  async walletBalances(tenantId: string, viewers: readonly string[]): Promise<Map<string, number>> {
+    if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
+    if (viewers.length > 10_000) throw invalid('at most 10,000 wallets per walletBalances call');
+    for (const v of viewers) checkRef({ kind: 'wallet', owner: v }, 'wallet');
+    const out = new Map<string, number>(viewers.map((v) => [v, 0]));
+    if (viewers.length === 0) return out;
+    const { rows } = await this.db.query<{ owner: string; balance: string | number }>(
+      "SELECT owner, balance FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = ANY($2::text[])",
+      [tenantId, viewers],
+    );
+    for (const r of rows) out.set(r.owner, Number(r.balance));
+    return out;
+  }
+
+  /**
+   * What each viewer moved into a round, net of what the round moved back
+   * BEFORE it ended (payouts, refunds and claw-backs excluded), from the
+   * committed transfers named with `roundId` (uses transfers_round_idx):
+   * Σ `in` kinds from the wallet − Σ `back` kinds to the wallet.
+   * For a pool: in = stake, back = none; for a market: in = buy, back = sell.
+   * This is what a cancel refunds (a negative net is a claw-back).
+   * @returns viewer → net points (viewers with a zero net omitted), sorted by viewer
+   */
+  async roundNets(
+    tenantId: string,
+    roundId: string,
+    inKinds: readonly string[],
+    backKinds: readonly string[],
+  ): Promise<Array<[string, number]>> {
+    if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
+    if (typeof roundId !== 'string' || !TRANSFER_ID_RE.test(roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
+    const { rows } = await this.db.query<{ owner: string; net: string | number }>(
+      `SELECT a.owner, sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) AS net
+       FROM transfers t
+       JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id
+         AND (a.id = t.from_account AND t.kind = ANY($3::text[]) OR a.id = t.to_account AND t.kind = ANY($4::text[]))
+       WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
+       GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
+       ORDER BY a.owner`,
+      [tenantId, roundId, inKinds, backKinds],
+    );
+    return rows.map((r) => [r.owner, Number(r.net)]);
   }
 
   /**

@@ -22,7 +22,14 @@ export type LedgerCheck =
    * nothing else moved points in or out of it, and every transfer touching it
    * names its round.
    */
-  | 'round_escrow';
+  | 'round_escrow'
+  /**
+   * Each finished round (settled or cancelled, and marked paid in the
+   * `rounds` table) holds nothing: its escrow (pool) and maker (market)
+   * accounts are at zero — every point went to payouts, refunds, the take
+   * or back to the treasury.
+   */
+  | 'round_final';
 
 export interface LedgerFailure {
   check: LedgerCheck;
@@ -155,6 +162,20 @@ export async function verifyLedger(db: Queryable): Promise<LedgerVerification> {
       if (Number(r.wrong_round) !== 0) parts.push(`${r.wrong_round} transfers name another round`);
       return `tenant ${r.tenant_id}: round ${r.round_id} leaks: ${parts.join('; ')}`;
     }),
+    failures,
+  );
+
+  const unfinishedMoney = await db.query<{ tenant_id: string; channel_id: string; id: string; state: string; kind: string; balance: Num }>(
+    `SELECT r.tenant_id, r.channel_id, r.id, r.state, a.kind, a.balance
+     FROM rounds r JOIN accounts a ON a.tenant_id = r.tenant_id AND a.owner = r.uid AND a.kind IN ('escrow', 'maker')
+     WHERE r.paid AND a.balance <> 0
+     ORDER BY r.tenant_id, r.channel_id, r.id, a.kind`,
+  );
+  capped(
+    'round_final',
+    unfinishedMoney.rows.map(
+      (r) => `tenant ${r.tenant_id}: round ${r.channel_id}/${r.id} is ${r.state} and paid, but its ${r.kind} account holds ${r.balance}`,
+    ),
     failures,
   );
 

@@ -428,6 +428,20 @@ function ledgerSuite(name: string, open: () => Promise<{ store: Store; cleanup: 
         await store.db.query('UPDATE accounts SET balance = balance - 10 WHERE id = $1', [ann]);
         assert.deepEqual(await checks(), []);
       });
+
+      it('a finished round that still holds points', async () => {
+        // r-refuse's escrow holds 100: mark the round settled and paid as if every payout had been made.
+        await store.db.query(
+          `INSERT INTO rounds (channel_id, id, uid, tenant_id, kind, outcomes, opened_at, deadline_at, state, winner, book, paid, epoch)
+           VALUES ('ch-1', 'corrupt', 'r-refuse', 'acme', 'pool', '["x","y"]', now(), now(), 'settled', 0, '{}', true, $1)`,
+          [epoch],
+        );
+        const v = await verifyLedger(store.db);
+        assert.deepEqual(await checks(), ['round_final']);
+        assert.equal(v.failures[0]!.detail, 'tenant acme: round ch-1/corrupt is settled and paid, but its escrow account holds 100');
+        await store.db.query("DELETE FROM rounds WHERE id = 'corrupt'");
+        assert.deepEqual(await checks(), []);
+      });
     });
   });
 }

@@ -525,6 +525,47 @@ export class Market {
   }
 
   /**
+   * Undoes a recorded trade in the book: q, the viewer's position, charged or
+   * proceeds, and the maker account go back by exactly what the trade moved,
+   * and its id is forgotten (it may be used again). The wallet is NOT
+   * touched: the caller moves the points back (it is the caller whose
+   * durable write of the trade failed, so it knows where they are). Only
+   * while the market is open.
+   *
+   * Other trades priced after this one keep their prices: undoing a buy of
+   * outcome i after others traded is like selling it back at its original
+   * charge, so the maker's bound b·ln n may be off by the price move since;
+   * callers undo only trades their ledger refused (rare), never as a feature.
+   *
+   * @returns the undone trade, or undefined when no trade has this id
+   * @throws CrowdplayError `CP_ERR_MARKET_CLOSED` when not open;
+   *   `CP_ERR_MARKET_INSUFFICIENT_SHARES` when undoing a buy whose shares the
+   *   viewer has sold since (nothing changes)
+   */
+  revert(id: string): TradeResult | undefined {
+    const t = this.#trades.get(id);
+    if (t === undefined) return undefined;
+    if (this.#state !== 'open') throw new CrowdplayError('CP_ERR_MARKET_CLOSED', [this.#state]);
+    const book = this.#books.get(t.viewer)!;
+    const o = t.outcome;
+    if (t.kind === 'sell') {
+      this.#q[o] = this.#q[o]! + t.shares;
+      book.shares[o] = book.shares[o]! + t.shares;
+      book.proceeds -= t.points;
+      this.#maker += t.points;
+    } else {
+      if (book.shares[o]! < t.shares) throw new CrowdplayError('CP_ERR_MARKET_INSUFFICIENT_SHARES', [book.shares[o]!, o, t.shares]);
+      this.#q[o] = this.#q[o]! - t.shares;
+      book.shares[o] = book.shares[o]! - t.shares;
+      book.charged -= t.points;
+      this.#maker -= t.points;
+    }
+    this.#w[o] = Math.exp((this.#q[o]! - this.#ref) / this.b);
+    this.#trades.delete(id);
+    return t;
+  }
+
+  /**
    * Stops trading (at the round's deadline); settle or cancel follow. Calling
    * it again, or after settle/cancel, does nothing.
    */

@@ -267,3 +267,36 @@ void test('market - overflow-sized positions: a dominant outcome costs and pays 
   assert.ok(res.makerPnl >= -market.subsidy);
   assert.equal(wallet.total() + market.makerBalance, total);
 });
+
+void test('market - revert undoes a buy or a sell exactly in the book, not in the wallet', () => {
+  const { market, wallet } = setup();
+  const before = market.snapshot();
+  const prices = market.prices();
+  const buy = market.buy('t1', 'alice', 0, 10, 6);
+  assert.equal(market.revert('t1'), buy);
+  assert.deepEqual(market.prices(), prices);
+  assert.deepEqual(
+    { ...market.snapshot(), viewers: [] },
+    { ...before, viewers: [] },
+    'q, maker balance and trade count are back where they were',
+  );
+  assert.deepEqual(market.viewer('alice'), { shares: [0, 0], charged: 0, proceeds: 0 });
+  assert.equal(wallet.balance('alice'), 994, 'the wallet is the caller’s to restore');
+  assert.equal(market.trade('t1'), undefined, 'the id is forgotten');
+
+  market.buy('t2', 'bob', 1, 20, 1_000);
+  const afterBuy = market.snapshot();
+  const sell = market.sell('t3', 'bob', 1, 5, 0);
+  assert.equal(market.revert('t3'), sell);
+  assert.deepEqual(market.snapshot(), afterBuy);
+  assert.equal(market.revert('nope'), undefined);
+});
+
+void test('market - revert refuses a buy whose shares were sold since, and any revert once locked', () => {
+  const { market, wallet } = setup();
+  market.buy('t1', 'alice', 0, 10, 1_000);
+  market.sell('t2', 'alice', 0, 10, 0);
+  refuses(market, wallet, 'CP_ERR_MARKET_INSUFFICIENT_SHARES', () => market.revert('t1'));
+  market.lock();
+  refuses(market, wallet, 'CP_ERR_MARKET_CLOSED', () => market.revert('t2'));
+});

@@ -139,6 +139,21 @@ export const ERRORS = {
   CP_ERR_LEDGER_OVERLOADED: { message: 'the ledger holds its maximum of %s queued transfers', httpStatus: 503 },
   CP_ERR_LEDGER_CLOSED: { message: 'the ledger is draining or closed', httpStatus: 503 },
   CP_ERR_LEDGER_UNAVAILABLE: { message: 'the ledger could not commit: %s', httpStatus: 503 },
+  // rounds (services/crowd-engine rounds: pool and market rounds of a channel)
+  CP_ERR_ROUND_INVALID: { message: 'invalid round: %s', httpStatus: 400 },
+  CP_ERR_ROUND_UNKNOWN: { message: 'unknown round %s', httpStatus: 404 },
+  CP_ERR_ROUND_EXISTS: { message: 'round %s already exists in this channel (round ids are never reused)', httpStatus: 409 },
+  CP_ERR_ROUND_TOO_MANY: { message: 'the channel has its maximum of %s unfinished rounds (ROUND_MAX_OPEN)', httpStatus: 429 },
+  CP_ERR_ROUND_UNKNOWN_OUTCOME: { message: 'unknown outcome %s of round %s', httpStatus: 400 },
+  CP_ERR_ROUND_WRONG_KIND: { message: 'round %s is a %s round: use %s', httpStatus: 400 },
+  CP_ERR_ROUND_CLOSED: { message: 'round %s is %s: its deadline has passed, no more stakes or trades', httpStatus: 409 },
+  CP_ERR_ROUND_ALREADY_FINAL: { message: 'round %s was already %s', httpStatus: 409 },
+  CP_ERR_ROUND_DUPLICATE_ID: { message: 'key %s was already used in round %s with other fields', httpStatus: 409 },
+  CP_ERR_ROUND_INSUFFICIENT_FUNDS: { message: 'not enough points: %s needed, %s available', httpStatus: 402 },
+  CP_ERR_ROUND_VIEWER_BUSY: {
+    message: 'more than %s of your stakes and trades are waiting in this round (ROUND_MAX_PENDING_PER_VIEWER)',
+    httpStatus: 429,
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -37,7 +37,16 @@ export const ActionSpec = Type.Object(
 export type ActionSpec = Static<typeof ActionSpec>;
 
 export const GameDeclare = Type.Object(
-  { t: Type.Literal('declare'), actions: Type.Array(ActionSpec, { minItems: 1, maxItems: 32 }) },
+  {
+    t: Type.Literal('declare'),
+    actions: Type.Array(ActionSpec, { minItems: 1, maxItems: 32 }),
+    /**
+     * Points granted once per (channel, viewer) from the tenant's treasury
+     * when the viewer first joins (0 or absent = none; at most
+     * WELCOME_GRANT_MAX_POINTS).
+     */
+    welcomeGrant: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000_000 })),
+  },
   { additionalProperties: false },
 );
 /** Game-owned state broadcast to viewers on the next update (any JSON object). */
@@ -45,9 +54,46 @@ export const GameState = Type.Object(
   { t: Type.Literal('state'), state: Type.Record(Type.String(), Type.Unknown()) },
   { additionalProperties: false },
 );
-export const GameInbound = Type.Union([GameDeclare, GameState]);
+/** A request reference the game picks; echoed in the `result` (or `error`) frame that answers it. */
+export const REF_PATTERN = '^[A-Za-z0-9_.:-]{1,64}$';
+const Ref = Type.String({ pattern: REF_PATTERN });
+/** Most points in one stake, budget or limit, and most shares in one trade (1e15 < 2^53: exact in a double). */
+export const MAX_POINTS = 1e15;
+
+/**
+ * Opens a round (docs/protocol.md "Rounds"). `kind: 'pool'`: parimutuel
+ * stakes; `kind: 'market'`: an LMSR market with liquidity `liquidity`
+ * (shares; the maker's subsidy ceil(liquidity·ln n) points comes from the
+ * tenant's treasury). The server sets the deadline: now + `durationMs`.
+ */
+export const RoundOpen = Type.Object(
+  {
+    t: Type.Literal('round.open'),
+    ref: Type.Optional(Ref),
+    round: Name,
+    kind: Type.Union([Type.Literal('pool'), Type.Literal('market')]),
+    outcomes: Type.Array(Name, { minItems: 2, maxItems: 10, uniqueItems: true }),
+    durationMs: Type.Integer({ minimum: 1, maximum: 604_800_000 }),
+    liquidity: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000_000 })),
+  },
+  { additionalProperties: false },
+);
+/** Locks the round (if open), then pays the winners of `outcome`. Idempotent for the same outcome. */
+export const RoundSettle = Type.Object(
+  { t: Type.Literal('round.settle'), ref: Type.Optional(Ref), round: Name, outcome: Name },
+  { additionalProperties: false },
+);
+/** Cancels the round and refunds everyone exactly. Idempotent. */
+export const RoundCancel = Type.Object(
+  { t: Type.Literal('round.cancel'), ref: Type.Optional(Ref), round: Name },
+  { additionalProperties: false },
+);
+export const GameInbound = Type.Union([GameDeclare, GameState, RoundOpen, RoundSettle, RoundCancel]);
 export type GameDeclare = Static<typeof GameDeclare>;
 export type GameState = Static<typeof GameState>;
+export type RoundOpen = Static<typeof RoundOpen>;
+export type RoundSettle = Static<typeof RoundSettle>;
+export type RoundCancel = Static<typeof RoundCancel>;
 export type GameInbound = Static<typeof GameInbound>;
 
 // ---------------------------------------------------------------- crowd → server
@@ -62,8 +108,47 @@ export const CrowdAct = Type.Object(
   },
   { additionalProperties: false },
 );
-export const CrowdInbound = Type.Union([CrowdAct]);
+const Seq = Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+const Points = Type.Integer({ minimum: 1, maximum: MAX_POINTS });
+const PointsOrZero = Type.Integer({ minimum: 0, maximum: MAX_POINTS });
+/**
+ * The client's idempotency key for a stake or trade (unique per viewer and
+ * round): sending the same key again with the same fields returns the first
+ * result; with other fields it is refused (CP_ERR_ROUND_DUPLICATE_ID).
+ * Without a key, a resend after a reconnect is a new stake.
+ */
+const Key = Type.String({ pattern: '^[A-Za-z0-9_.:-]{1,64}$' });
+
+/** A parimutuel stake of `points` on `outcome` of a `pool` round. */
+export const CrowdStake = Type.Object(
+  { t: Type.Literal('stake'), seq: Seq, round: Name, outcome: Name, points: Points, key: Type.Optional(Key) },
+  { additionalProperties: false },
+);
+/**
+ * Buys shares of `outcome` in a `market` round: either `shares` whole shares
+ * paying at most `maxCost` points (slippage guard), or as many whole shares
+ * as `budget` points buy.
+ */
+export const CrowdBuy = Type.Union([
+  Type.Object(
+    { t: Type.Literal('buy'), seq: Seq, round: Name, outcome: Name, shares: Points, maxCost: PointsOrZero, key: Type.Optional(Key) },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    { t: Type.Literal('buy'), seq: Seq, round: Name, outcome: Name, budget: Points, key: Type.Optional(Key) },
+    { additionalProperties: false },
+  ),
+]);
+/** Sells (cashes out) `shares` whole shares of `outcome`, receiving at least `minProceeds` points. */
+export const CrowdSell = Type.Object(
+  { t: Type.Literal('sell'), seq: Seq, round: Name, outcome: Name, shares: Points, minProceeds: PointsOrZero, key: Type.Optional(Key) },
+  { additionalProperties: false },
+);
+export const CrowdInbound = Type.Union([CrowdAct, CrowdStake, CrowdBuy, CrowdSell]);
 export type CrowdAct = Static<typeof CrowdAct>;
+export type CrowdStake = Static<typeof CrowdStake>;
+export type CrowdBuy = Static<typeof CrowdBuy>;
+export type CrowdSell = Static<typeof CrowdSell>;
 export type CrowdInbound = Static<typeof CrowdInbound>;
 
 // ---------------------------------------------------------------- server → clients
@@ -82,15 +167,78 @@ export interface Welcome {
   tickMs: number;
 }
 
-/** The act ack: accepted (with its cost in points) or refused with a code. */
+/**
+ * The act ack (for `act`, `stake`, `buy`, `sell`): accepted or refused with
+ * a code. Stakes and trades are acked only after their ledger transfer
+ * committed.
+ */
 export interface ActAck {
   t: 'ack';
   seq: number;
   ok: boolean;
-  /** Points charged (0 for free actions). */
+  /** Points charged (0 for free actions; the stake or the trade's charge; 0 for a sell). */
   cost?: number;
   /** Refusal code from the error catalogue (when `ok` is false). */
   code?: string;
+  /** Trades: whole shares bought or sold. */
+  shares?: number;
+  /** Sells: points received. */
+  proceeds?: number;
+  /** Trades: the viewer's shares of that outcome after the trade. */
+  position?: number;
+  /** The viewer's available points right after the commit (when known). */
+  balance?: number;
+}
+
+/**
+ * The viewer's available points changed outside an ack (welcome grant,
+ * payout, refund), or as the answer to joining a channel.
+ */
+export interface BalanceFrame {
+  t: 'balance';
+  /** Available points. */
+  points: number;
+  /** What moved them: 'join' (no change), 'welcome', 'payout', 'refund', 'clawback'. */
+  reason: string;
+  /** Points added (negative for a claw-back); absent for 'join'. */
+  delta?: number;
+  /** The round that paid or refunded. */
+  round?: string;
+}
+
+/** A round as viewers and the game see it (in updates, `round` and `result` frames). */
+export interface RoundView {
+  id: string;
+  kind: 'pool' | 'market';
+  outcomes: string[];
+  state: 'open' | 'locked' | 'settled' | 'cancelled';
+  /** Server time the round opened and the deadline (ms since epoch). */
+  openedAt: number;
+  deadline: number;
+  /** Pool: points staked per outcome (same order as `outcomes`). */
+  pool?: number[];
+  /** Stakes (pool) or trades (market) accepted so far. */
+  entries: number;
+  /** Market: liquidity b, outstanding shares q and prices per outcome. */
+  b?: number;
+  q?: number[];
+  prices?: number[];
+  /** Settled: the winning outcome. */
+  winner?: string;
+}
+
+/** A round changed state (locked at its deadline, settled, cancelled): sent to the game socket. */
+export interface RoundFrame {
+  t: 'round';
+  round: RoundView;
+}
+
+/** The answer to a game request that carried `ref`. */
+export interface ResultFrame {
+  t: 'result';
+  ref: string;
+  ok: true;
+  round?: RoundView;
 }
 
 /**
@@ -109,6 +257,8 @@ export interface ChannelUpdate {
   /** Cumulative tally since the game last declared its actions. */
   tally: Tally;
   game?: Record<string, unknown>;
+  /** Open and locked rounds, then the newest finished ones (ROUND_RECENT_SHOWN). */
+  rounds?: RoundView[];
 }
 
 /** One intent as the game sees it in a batch. `at` is when the shard took it (ms since epoch). */
@@ -135,19 +285,33 @@ export interface ErrorFrame {
   t: 'error';
   code: string;
   message: string;
+  /** The `ref` of the game request this answers. */
+  ref?: string;
 }
 
-export type ServerFrame = Welcome | ActAck | ChannelUpdate | Batch | ErrorFrame;
+export type ServerFrame = Welcome | ActAck | BalanceFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame;
 
 // ---------------------------------------------------------------- bus payloads (gateway ↔ shard)
 
-/** An intent as the gateway forwards it. `conn` identifies the socket on its gateway. */
+/** A stake or trade as the gateway forwards it (the crowd frame without `t` and `seq`). */
+export type BusTrade =
+  | { k: 'stake'; round: string; outcome: string; points: number; key?: string }
+  | { k: 'buy'; round: string; outcome: string; shares: number; maxCost: number; key?: string }
+  | { k: 'buy'; round: string; outcome: string; budget: number; key?: string }
+  | { k: 'sell'; round: string; outcome: string; shares: number; minProceeds: number; key?: string };
+
+/**
+ * An intent as the gateway forwards it. `conn` identifies the socket on its
+ * gateway. An `act` carries `action` (and `option`); a stake or trade carries
+ * `trade` and an empty `action`.
+ */
 export interface BusIntent {
   conn: number;
   viewer: string;
   seq: number;
   action: string;
   option?: string;
+  trade?: BusTrade;
   /** Gateway receive time, ms since epoch. */
   at: number;
 }
@@ -156,9 +320,35 @@ export interface BusIntent {
 export interface IntentBatch {
   gw: string;
   intents: BusIntent[];
+  /** Viewer sockets that joined the channel: the shard answers each with its balance (and pays a welcome grant). */
+  joins?: Array<{ conn: number; viewer: string }>;
+}
+
+/** One ack as the shard sends it back; the gateway turns it into an ActAck frame. */
+export interface BusAck {
+  conn: number;
+  seq: number;
+  ok: boolean;
+  cost?: number;
+  code?: string;
+  shares?: number;
+  proceeds?: number;
+  position?: number;
+  balance?: number;
 }
 
 /** Acks for one IntentBatch, on `gw.<id>.acks`. `conn` routes each to its socket. */
 export interface AckBatch {
-  acks: Array<{ conn: number; seq: number; ok: boolean; cost?: number; code?: string }>;
+  acks: BusAck[];
+  /** Balance frames for single sockets (answers to joins). */
+  balances?: Array<{ conn: number; frame: BalanceFrame }>;
+}
+
+/**
+ * Balance changes of viewers of one channel (payouts, refunds), on
+ * `ch.<C>.wallet`: every gateway sends each entry to the sockets of that
+ * viewer watching the channel.
+ */
+export interface WalletBatch {
+  entries: Array<{ viewer: string; frame: BalanceFrame }>;
 }

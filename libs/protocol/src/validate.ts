@@ -1,12 +1,30 @@
 import { TypeCompiler } from '@sinclair/typebox/compiler';
-import { CrowdAct, GameDeclare, GameState, type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
+import {
+  CrowdAct,
+  CrowdBuy,
+  CrowdSell,
+  CrowdStake,
+  GameDeclare,
+  GameState,
+  RoundCancel,
+  RoundOpen,
+  RoundSettle,
+  type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
 import { CrowdplayError } from './errors.ts';
 
 // One compiled checker per message type (not the union), so an error names the field that is wrong.
-const CROWD = new Map([['act', TypeCompiler.Compile(CrowdAct)]]);
+const CROWD = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
+  ['act', TypeCompiler.Compile(CrowdAct)],
+  ['stake', TypeCompiler.Compile(CrowdStake)],
+  ['buy', TypeCompiler.Compile(CrowdBuy)],
+  ['sell', TypeCompiler.Compile(CrowdSell)],
+]);
 const GAME = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
   ['declare', TypeCompiler.Compile(GameDeclare)],
   ['state', TypeCompiler.Compile(GameState)],
+  ['round.open', TypeCompiler.Compile(RoundOpen)],
+  ['round.settle', TypeCompiler.Compile(RoundSettle)],
+  ['round.cancel', TypeCompiler.Compile(RoundCancel)],
 ]);
 
 /**
@@ -39,4 +57,25 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);
   }
   return value as CrowdMsg | GameMsg;
+}
+
+/**
+ * The `seq` (crowd) and `ref` (game) of a frame that failed `parseInbound`,
+ * when it is a JSON object carrying valid ones, so the refusal can answer the
+ * request it refuses (an ack for `seq`, an error frame with `ref`).
+ * Parses `raw` again: call it on the error path only.
+ */
+export function inboundContext(raw: string): { seq?: number; ref?: string } {
+  let v: unknown;
+  try {
+    v = JSON.parse(raw);
+  } catch {
+    return {};
+  }
+  if (typeof v !== 'object' || v === null) return {};
+  const { seq, ref } = v as { seq?: unknown; ref?: unknown };
+  const out: { seq?: number; ref?: string } = {};
+  if (typeof seq === 'number' && Number.isSafeInteger(seq) && seq >= 0) out.seq = seq;
+  if (typeof ref === 'string' && /^[A-Za-z0-9_.:-]{1,64}$/.test(ref)) out.ref = ref;
+  return out;
 }

@@ -3,3 +3,4 @@ export * from './open.ts';
 export * from './tenants.ts';
 export * from './channels.ts';
 export * from './sequencer.ts';
+export * from './rounds.ts';

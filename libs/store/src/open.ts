@@ -8,6 +8,7 @@ import { PgDb, PgliteDb, type Db } from './db.ts';
 import { TenantRepository } from './tenants.ts';
 import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
+import { RoundRepository } from './rounds.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
 
@@ -33,6 +34,7 @@ export interface Store {
   readonly tenants: TenantRepository;
   readonly channels: ChannelRepository;
   readonly sequencer: SequencerRepository;
+  readonly rounds: RoundRepository;
   /** Closes the pool (or PGlite). Safe to call twice. */
   close(): Promise<void>;
 }
@@ -90,6 +92,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     tenants: new TenantRepository(db),
     channels: new ChannelRepository(db),
     sequencer: new SequencerRepository(db),
+    rounds: new RoundRepository(db),
     close: () => db.close(),
   };
 }

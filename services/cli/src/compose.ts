@@ -79,6 +79,8 @@ export async function startServices(config: Config, names: readonly ServiceName[
       parts.sequencer = new SequencerService({ bus, subjects, store, telemetry });
       await parts.sequencer.start();
     }
+    // One ledger per process: the shard's stakes and trades and the gateway's grants share its group commits.
+    if (names.includes('crowd-engine') || names.includes('gateway')) parts.ledger = new Ledger(store.db, config.ledger, telemetry);
     if (names.includes('crowd-engine')) {
       const demo = opts.standalone && config.standalone.demo;
       parts.shard = new Shard({
@@ -87,9 +89,15 @@ export async function startServices(config: Config, names: readonly ServiceName[
         subjects,
         store,
         telemetry,
+        ledger: parts.ledger,
         gameFor: (c) =>
           demo && c === DEMO_CHANNEL
-            ? tugOfWar({ maxPerTick: config.engine.defaultMaxPerTick, motion: config.standalone.demoMotion })
+            ? tugOfWar({
+                maxPerTick: config.engine.defaultMaxPerTick,
+                motion: config.standalone.demoMotion,
+                rounds: { durationMs: config.rounds.demoRoundMs },
+                welcomeGrant: config.rounds.demoWelcomeGrant,
+              })
             : undefined,
       });
       await parts.shard.start();
@@ -102,10 +110,23 @@ export async function startServices(config: Config, names: readonly ServiceName[
       await parts.router.start();
     }
     if (opts.standalone && config.standalone.demo && parts.router) await parts.router.assign(DEMO_CHANNEL);
+    if (parts.router) {
+      // Channels with unfinished rounds (a crash or kill -9 interrupted them) are assigned now, so their
+      // shard recovers them (resume, pay, or refund) without waiting for a viewer or the game to come back.
+      const router = parts.router;
+      const recovering = store.rounds.channelsWithUnfinished().then(async (channels) => {
+        for (const ch of channels) {
+          await router
+            .assign(ch)
+            .catch((err: unknown) => logger.warn({ err, channel: ch }, 'could not assign a channel with unfinished rounds'));
+        }
+      });
+      if (opts.standalone) await recovering;
+      else recovering.catch((err: unknown) => logger.warn({ err }, 'round recovery scan failed'));
+    }
     let port: number | undefined;
     if (names.includes('gateway')) {
       const router = new RouterClient(bus, subjects, config.bus.requestTimeoutMs);
-      parts.ledger = new Ledger(store.db, config.ledger, telemetry);
       parts.gateway = createGateway({ config, bus, store, router, telemetry, ledger: parts.ledger });
       port = (await parts.gateway.listen()).port;
       logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);

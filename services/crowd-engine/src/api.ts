@@ -8,15 +8,31 @@
  * - `shard.<id>.ctl` (request/reply, answered by that shard): acquire/release,
  *   sent by the router.
  */
-import type { ActionSpec, ErrorCode } from '@crowdplay/protocol';
+import type { ActionSpec, ErrorCode, RoundView } from '@crowdplay/protocol';
 
 export type ChannelCtlRequest =
-  | { op: 'declare'; actions: ActionSpec[] }
+  | { op: 'declare'; actions: ActionSpec[]; welcomeGrant?: number }
+  /**
+   * Round control from the game connection. `tenant` is the tenant the game
+   * authenticated as; the shard refuses it unless it owns the channel
+   * (CP_ERR_AUTH_FORBIDDEN_CHANNEL).
+   */
+  | {
+      op: 'round.open';
+      tenant: string;
+      round: string;
+      kind: 'pool' | 'market';
+      outcomes: string[];
+      durationMs: number;
+      liquidity?: number;
+    }
+  | { op: 'round.settle'; tenant: string; round: string; outcome: string }
+  | { op: 'round.cancel'; tenant: string; round: string }
   | { op: 'state'; state: Record<string, unknown> }
   /** The channel's current `update` frame (JSON text), for a viewer that just joined. */
   | { op: 'snapshot' };
 
-export type ChannelCtlReply = { ok: true; update?: string } | { ok: false; code: ErrorCode; message: string };
+export type ChannelCtlReply = { ok: true; update?: string; round?: RoundView } | { ok: false; code: ErrorCode; message: string };
 
 export type ShardCtlRequest =
   /** Take ownership of `channel` at `epoch` (already written to Postgres by the router). */

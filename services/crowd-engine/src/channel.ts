@@ -3,7 +3,7 @@
  * accumulators, the cumulative tally and the game state. Pure logic (no I/O):
  * the shard feeds it intents and clock ticks and publishes what it returns.
  */
-import type { ActionSpec, Batch, BatchIntent, BusIntent, ChannelUpdate, ErrorCode, Tally } from '@crowdplay/protocol';
+import type { ActionSpec, Batch, BatchIntent, BusIntent, ChannelUpdate, ErrorCode, RoundView, Tally } from '@crowdplay/protocol';
 
 /** The option key used in tallies for actions that take no option. */
 export const NO_OPTION = '_';
@@ -33,6 +33,8 @@ export class ChannelRuntime {
   private accCount = 0;
   private tally: Tally = {};
   private game: Record<string, unknown> | null = null;
+  /** Rounds shown to viewers (not snapshotted: the rounds table is their durable form). */
+  private rounds: RoundView[] = [];
   tick = 0;
   /** Event id of the newest change; 0 before any. */
   ev = 0;
@@ -79,6 +81,12 @@ export class ChannelRuntime {
   /** Sets the game state broadcast to viewers. @param ev event id of this change */
   setGameState(state: Record<string, unknown>, ev: number, nowMs: number): void {
     this.game = state;
+    this.markChanged(ev, nowMs);
+  }
+
+  /** Sets the rounds shown to viewers. @param ev event id of this change */
+  setRounds(rounds: RoundView[], ev: number, nowMs: number): void {
+    this.rounds = rounds;
     this.markChanged(ev, nowMs);
   }
 
@@ -152,6 +160,7 @@ export class ChannelRuntime {
       tally: this.tally,
     };
     if (this.game) u.game = this.game;
+    if (this.rounds.length > 0) u.rounds = this.rounds;
     this.updateText = JSON.stringify(u);
     return this.updateText;
   }

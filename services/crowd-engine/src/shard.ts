@@ -13,8 +13,15 @@ import {
   type AckBatch,
   type Batch,
   type ErrorCode,
+  type BalanceFrame,
+  type BusAck,
+  type BusTrade,
   type IntentBatch,
+  type RoundFrame,
+  type RoundView,
+  type WalletBatch,
 } from '@crowdplay/protocol';
+import type { Ledger } from '@crowdplay/ledger';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Counter, Histogram } from '@opentelemetry/api';
@@ -22,11 +29,14 @@ import type { ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest
 import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
 import type { GameModule } from './games/game-module.ts';
 import { IdAllocator, type IdBlock } from './ids.ts';
+import { ChannelRounds, roundMetrics, type RoundMetrics } from './rounds.ts';
+import { WalletMirror } from './wallets.ts';
 
 /**
  * Charges a paid intent. Resolves with the cost charged, or refuses with a
- * code. The ledger (issue 3) implements it; until a wallet exists the
- * default refuses every paid intent as CP_ERR_INTENT_INSUFFICIENT_FUNDS.
+ * code. With a ledger the default charges the viewer's wallet (wallet →
+ * house, acked after the commit); without one it refuses every paid intent
+ * as CP_ERR_INTENT_INSUFFICIENT_FUNDS.
  */
 export type ChargeFn = (req: {
   channel: string;
@@ -48,6 +58,12 @@ export interface ShardDeps {
   /** Built-in game for a channel, if any (the standalone demo). */
   gameFor?: (channel: string) => GameModule | undefined;
   charge?: ChargeFn;
+  /**
+   * The durable ledger: with it the shard runs rounds (stakes, trades,
+   * payouts), welcome grants and paid actions; without it round requests
+   * and trades are refused.
+   */
+  ledger?: Ledger;
   /** Clock, ms since epoch (tests). */
   now?: () => number;
 }
@@ -59,6 +75,10 @@ interface Owned {
   subs: Subscription[];
   updateTimer: NodeJS.Timeout | null;
   lastUpdateMs: number;
+  tenant: string;
+  rounds: ChannelRounds | null;
+  /** Rounds changed since the last update was built. */
+  roundsDirty: boolean;
 }
 
 interface EngineMetrics {
@@ -78,6 +98,8 @@ export class Shard {
   private readonly now: () => number;
   private readonly charge: ChargeFn;
   private readonly m: EngineMetrics;
+  private readonly wallets: WalletMirror | null;
+  private readonly rm: RoundMetrics | null;
   private tickTimer: NodeJS.Timeout | null = null;
   private snapshotTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
@@ -91,7 +113,11 @@ export class Shard {
     const { config, telemetry } = deps;
     this.id = config.engine.shardId;
     this.now = deps.now ?? Date.now;
-    this.charge = deps.charge ?? noWallet;
+    this.wallets = deps.ledger
+      ? new WalletMirror(deps.ledger, { max: config.rounds.walletMirrorMax, reloadMs: config.rounds.walletReloadMs, now: this.now })
+      : null;
+    this.rm = deps.ledger ? roundMetrics(telemetry) : null;
+    this.charge = deps.charge ?? (deps.ledger ? (req) => this.chargeFromWallet(req) : noWallet);
     const blockSize = config.sequencer.blockSize;
     this.ids = new IdAllocator(() => this.leaseBlock(), Math.max(1, Math.floor(blockSize / 5)));
     const mx = telemetry.metrics;
@@ -109,6 +135,31 @@ export class Shard {
     };
     mx.gauge('crowdplay_shard_channels', 'Channels owned by this shard', () => this.owned.size);
     mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
+    if (this.wallets) {
+      const w = this.wallets;
+      mx.gauge('crowdplay_wallet_mirror_size', "Viewers' balances mirrored in memory (limit WALLET_MIRROR_MAX)", () => w.size);
+      mx.gauge(
+        'crowdplay_wallet_reloads',
+        'Mirrored balances reloaded before refusing a stake or trade (WALLET_RELOAD_MS), since start',
+        () => w.reloads,
+      );
+      mx.gauge('crowdplay_rounds_unfinished', 'Open and locked rounds on this shard', () => {
+        let n = 0;
+        for (const o of this.owned.values()) n += o.rounds?.unfinished ?? 0;
+        return n;
+      });
+    }
+  }
+
+  private async chargeFromWallet(req: Parameters<ChargeFn>[0]): Promise<{ ok: true } | { ok: false; code: ErrorCode }> {
+    const o = this.owned.get(req.channel);
+    if (!o?.rounds) return { ok: false, code: 'CP_ERR_CHANNEL_NOT_OWNED' };
+    try {
+      await o.rounds.chargeAction(req.viewer, req.cost, req.idempotencyKey);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, code: isCrowdplayError(err) ? err.code : 'CP_ERR_INTERNAL' };
+    }
   }
 
   /** Channels this shard owns. */
@@ -200,13 +251,47 @@ export class Shard {
       telemetry.refusals.refuse('engine', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel, limit: 'SHARD_MAX_CHANNELS' });
       throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
     }
+    const row = await store.channels.get(channel);
+    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     const rt = new ChannelRuntime(channel);
     const snap = await store.channels.loadSnapshot(channel);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
     // Ids used from now on must exceed every id the previous owner used.
     await this.ids.renew();
     const game = this.deps.gameFor?.(channel);
-    const o: Owned = { rt, epoch, game, subs: [], updateTimer: null, lastUpdateMs: 0 };
+    const o: Owned = {
+      rt,
+      epoch,
+      game,
+      subs: [],
+      updateTimer: null,
+      lastUpdateMs: 0,
+      tenant: row.tenantId,
+      rounds: null,
+      roundsDirty: false,
+    };
+    if (this.deps.ledger && this.wallets && this.rm) {
+      o.rounds = new ChannelRounds({
+        config,
+        ledger: this.deps.ledger,
+        store,
+        telemetry,
+        wallets: this.wallets,
+        metrics: this.rm,
+        channel,
+        tenant: row.tenantId,
+        epoch: () => o.epoch,
+        now: this.now,
+        sendAcks: (gw, acks, balances) => this.sendAcks(gw, acks, balances),
+        sendWallet: (entries) => bus.publish(subjects.channelWallet(channel), encodeJson({ entries } satisfies WalletBatch)),
+        sendRound: (round) => bus.publish(subjects.channelGame(channel), encodeJson({ t: 'round', round } satisfies RoundFrame)),
+        changed: () => {
+          o.roundsDirty = true;
+        },
+      });
+      if (game?.welcomeGrant) o.rounds.welcomeGrant = game.welcomeGrant;
+      await o.rounds.recover();
+    }
     if (game) {
       const now = this.now();
       const restoredGame = snap ? (snap.state as ChannelSnapshotState).game : null;
@@ -236,6 +321,7 @@ export class Shard {
   }
 
   private stopServing(o: Owned): void {
+    o.rounds?.close();
     for (const s of o.subs) s.unsubscribe();
     o.subs = [];
     if (o.updateTimer) clearTimeout(o.updateTimer);
@@ -262,6 +348,11 @@ export class Shard {
     let listed = 0;
     let dropped = 0;
     for (const it of batch.intents) {
+      if (it.trade) {
+        if (o.rounds) o.rounds.take(batch.gw, it as typeof it & { trade: BusTrade });
+        else acks.push({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_ROUND_UNKNOWN' });
+        continue;
+      }
       const checked = o.rt.check(it);
       if (!checked.ok) {
         acks.push({ conn: it.conn, seq: it.seq, ok: false, code: checked.code });
@@ -287,6 +378,13 @@ export class Shard {
     this.countIntake(o, listed, dropped);
     if (acks.length > 0) this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson({ acks } satisfies AckBatch));
     if (paid.length > 0) void Promise.all(paid);
+    if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
+  }
+
+  private sendAcks(gw: string, acks: BusAck[], balances?: Array<{ conn: number; frame: BalanceFrame }>): void {
+    const msg: AckBatch = { acks };
+    if (balances && balances.length > 0) msg.balances = balances;
+    this.deps.bus.publish(this.deps.subjects.gatewayAcks(gw), encodeJson(msg));
   }
 
   /** A paid intent: acked only after the charge is committed (never before). */
@@ -356,6 +454,7 @@ export class Shard {
           }
           this.countIntake(o, listed, dropped);
         }
+        if (o.rounds) await this.tickRounds(o);
         const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
         const pending = o.rt.pendingIntents;
         const now = this.now();
@@ -369,6 +468,29 @@ export class Shard {
       this.deps.telemetry.logger.error({ err }, 'tick failed');
     } finally {
       this.ticking = false;
+    }
+  }
+
+  /** Round deadlines and expiry, the built-in game's round commands, and the rounds shown to viewers. */
+  private async tickRounds(o: Owned): Promise<void> {
+    const rounds = o.rounds!;
+    const now = this.now();
+    rounds.tick(now);
+    if (o.game?.rounds && !this.draining) {
+      for (const cmd of o.game.rounds(now, rounds.views())) {
+        const p =
+          cmd.op === 'open'
+            ? rounds.open(o.tenant, cmd.request)
+            : cmd.op === 'settle'
+              ? rounds.settle(o.tenant, cmd.round, cmd.outcome)
+              : rounds.cancel(o.tenant, cmd.round);
+        p.catch((err: unknown) => this.deps.telemetry.logger.warn({ err, channel: o.rt.id, cmd }, 'built-in game round command failed'));
+      }
+    }
+    if (o.roundsDirty) {
+      o.roundsDirty = false;
+      o.rt.setRounds(rounds.views(), await this.eventIdFor(o), this.now());
+      this.scheduleUpdate(o);
     }
   }
 
@@ -414,10 +536,32 @@ export class Shard {
       const req = decodeJson<ChannelCtlRequest>(msg.data);
       const now = this.now();
       if (req.op === 'snapshot') reply = { ok: true, update: o.rt.currentUpdate() };
-      else if (req.op === 'declare') {
+      else if (req.op === 'round.open' || req.op === 'round.settle' || req.op === 'round.cancel') {
+        if (!o.rounds) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['this shard has no ledger']);
+        let round: RoundView;
+        if (req.op === 'round.open') {
+          const open = { round: req.round, kind: req.kind, outcomes: req.outcomes, durationMs: req.durationMs };
+          round = await o.rounds.open(req.tenant, req.liquidity === undefined ? open : { ...open, liquidity: req.liquidity });
+        } else if (req.op === 'round.settle') round = await o.rounds.settle(req.tenant, req.round, req.outcome);
+        else round = await o.rounds.cancel(req.tenant, req.round);
+        if (o.roundsDirty) {
+          o.roundsDirty = false;
+          o.rt.setRounds(o.rounds.views(), await this.eventIdFor(o), this.now());
+          this.scheduleUpdate(o);
+        }
+        reply = { ok: true, round };
+      } else if (req.op === 'declare') {
         if (o.game) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['this channel runs a built-in game']);
         const names = new Set(req.actions.map((a) => a.name));
         if (names.size !== req.actions.length) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['duplicate action name']);
+        const grant = req.welcomeGrant ?? 0;
+        const maxGrant = this.deps.config.rounds.welcomeGrantMax;
+        if (!Number.isSafeInteger(grant) || grant < 0 || grant > maxGrant) {
+          throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', [
+            `welcomeGrant must be an integer in [0, ${maxGrant}] (WELCOME_GRANT_MAX_POINTS)`,
+          ]);
+        }
+        if (o.rounds) o.rounds.welcomeGrant = grant;
         o.rt.declare(req.actions, await this.eventIdFor(o), now);
         this.scheduleUpdate(o);
         reply = { ok: true };
@@ -474,6 +618,8 @@ export class Shard {
     if (this.draining) return;
     this.draining = true;
     this.heartbeat();
+    // Refund every open round through the ledger before the channels are released (the ledger drains after the shard).
+    await Promise.all([...this.owned.values()].map((o) => o.rounds?.drain()));
     await this.tick();
     for (const o of this.owned.values()) if (o.rt.dirty) this.sendUpdate(o);
     for (const ch of [...this.owned.keys()])

@@ -1,4 +1,9 @@
-import type { ActionSpec, Batch } from '@crowdplay/protocol';
+import type { ActionSpec, Batch, RoundView } from '@crowdplay/protocol';
+import type { OpenRoundRequest } from '../rounds.ts';
+
+/** A round command of a built-in game (the same requests a game process sends). */
+export type RoundCommand =
+  { op: 'open'; request: OpenRoundRequest } | { op: 'settle'; round: string; outcome: string } | { op: 'cancel'; round: string };
 
 /**
  * A game that runs inside the shard instead of as a `role=game` process. It
@@ -16,4 +21,11 @@ export interface GameModule {
    * normal intake each tick so they are tallied like any viewer's.
    */
   botIntents?(): Array<{ viewer: string; action: string; option?: string }>;
+  /** Points granted once per viewer joining the channel (0 = none). */
+  readonly welcomeGrant?: number;
+  /**
+   * Optional round commands, asked every tick with the server time (ms since
+   * epoch) and the channel's rounds as viewers see them.
+   */
+  rounds?(nowMs: number, rounds: RoundView[]): RoundCommand[];
 }

@@ -1,5 +1,5 @@
 import type { ActionSpec, Batch } from '@crowdplay/protocol';
-import type { GameModule } from './game-module.ts';
+import type { GameModule, RoundCommand } from './game-module.ts';
 
 export interface TugOfWarOptions {
   /** maxPerTick of the `pull` action. */
@@ -10,6 +10,14 @@ export interface TugOfWarOptions {
   botsPerTick?: number;
   /** Random source in [0,1) (tests pass a seeded one). */
   random?: () => number;
+  /**
+   * Rounds on "which side of centre is the rope at the deadline?" (outcomes
+   * left, right), alternating pool and market, each `durationMs` long, one at
+   * a time; settled by the rope's position once locked. Absent: no rounds.
+   */
+  rounds?: { durationMs: number; liquidity?: number };
+  /** Points each viewer is granted on first joining (0 = none). */
+  welcomeGrant?: number;
 }
 
 /**
@@ -24,8 +32,48 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
   let position = 0;
   let wins = { left: 0, right: 0 };
   let bias = 0.5;
+  let opened = 0;
+  /** Round id being opened or settled → when the command was sent (a command that failed is retried after 5 s). */
+  const inFlight = new Map<string, number>();
+  const roundCfg = opts.rounds;
   return {
     name: 'tug-of-war',
+    welcomeGrant: opts.welcomeGrant ?? 0,
+    rounds: roundCfg
+      ? (now, rounds): RoundCommand[] => {
+          for (const [id, at] of inFlight) if (now - at > 5_000) inFlight.delete(id);
+          const out: RoundCommand[] = [];
+          let live = false;
+          for (const r of rounds) {
+            if (r.state === 'open') live = true;
+            else if (r.state === 'locked') {
+              live = true;
+              if (!inFlight.has(r.id)) {
+                inFlight.set(r.id, now);
+                out.push({ op: 'settle', round: r.id, outcome: position < 0 ? 'left' : 'right' });
+              }
+            } else inFlight.delete(r.id);
+          }
+          const opening = [...inFlight.keys()].some((id) => id.startsWith('o:'));
+          if (!live && !opening) {
+            const id = `r${now.toString(36)}`;
+            const kind = opened++ % 2 === 0 ? 'pool' : 'market';
+            inFlight.set(`o:${id}`, now);
+            out.push({
+              op: 'open',
+              request: {
+                round: id,
+                kind,
+                outcomes: ['left', 'right'],
+                durationMs: roundCfg.durationMs,
+                ...(kind === 'market' ? { liquidity: roundCfg.liquidity ?? 100 } : {}),
+              },
+            });
+          }
+          for (const r of rounds) inFlight.delete(`o:${r.id}`);
+          return out;
+        }
+      : undefined,
     actions(): ActionSpec[] {
       return [{ name: 'pull', options: ['left', 'right'], maxPerTick: opts.maxPerTick }];
     },

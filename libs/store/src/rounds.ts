@@ -1,0 +1,164 @@
+/**
+ * The `rounds` table (migration 1764600000000_rounds.sql): the durable part
+ * of a channel's rounds. Every write carries the writer's channel epoch; a
+ * stale one is refused by Postgres (CP_ERR_CHANNEL_STALE_EPOCH).
+ */
+import { CrowdplayError } from '@crowdplay/protocol';
+import type { Db } from './db.ts';
+
+export type RoundKind = 'pool' | 'market';
+export type RoundState = 'open' | 'locked' | 'settled' | 'cancelled';
+
+/** A row of `rounds`. Times are ms since epoch. */
+export interface RoundRow {
+  channelId: string;
+  id: string;
+  /** The ledger's round id: `<channel>/<id>`. */
+  uid: string;
+  tenantId: string;
+  kind: RoundKind;
+  outcomes: string[];
+  /** LMSR liquidity b (market rounds), else null. */
+  liquidity: number | null;
+  takeBps: number;
+  openedAt: number;
+  deadlineAt: number;
+  state: RoundState;
+  /** Index of the winning outcome (settled rounds), else null. */
+  winner: number | null;
+  /** The final book, written when the round locks (shape owned by the crowd engine). */
+  book: unknown;
+  paid: boolean;
+  epoch: number;
+}
+
+interface Row {
+  channel_id: string;
+  id: string;
+  uid: string;
+  tenant_id: string;
+  kind: RoundKind;
+  outcomes: string[];
+  liquidity: number | null;
+  take_bps: number;
+  opened_at: Date;
+  deadline_at: Date;
+  state: RoundState;
+  winner: number | null;
+  book: unknown;
+  paid: boolean;
+  epoch: string;
+}
+
+const COLUMNS =
+  'channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, state, winner, book, paid, epoch';
+
+function toRound(r: Row): RoundRow {
+  return {
+    channelId: r.channel_id,
+    id: r.id,
+    uid: r.uid,
+    tenantId: r.tenant_id,
+    kind: r.kind,
+    outcomes: r.outcomes,
+    liquidity: r.liquidity === null ? null : Number(r.liquidity),
+    takeBps: r.take_bps,
+    openedAt: new Date(r.opened_at).getTime(),
+    deadlineAt: new Date(r.deadline_at).getTime(),
+    state: r.state,
+    winner: r.winner,
+    book: r.book,
+    paid: r.paid,
+    epoch: Number(r.epoch),
+  };
+}
+
+export class RoundRepository {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Inserts an open round.
+   * @throws CrowdplayError CP_ERR_ROUND_EXISTS (the channel already had a round with this id),
+   *   CP_ERR_CHANNEL_STALE_EPOCH
+   */
+  async insert(r: Omit<RoundRow, 'state' | 'winner' | 'book' | 'paid'>): Promise<void> {
+    try {
+      await this.db.query(
+        `INSERT INTO rounds (channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, state, epoch)
+         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, to_timestamp($9::double precision / 1000), to_timestamp($10::double precision / 1000), 'open', $11)`,
+        [
+          r.channelId,
+          r.id,
+          r.uid,
+          r.tenantId,
+          r.kind,
+          JSON.stringify(r.outcomes),
+          r.liquidity,
+          r.takeBps,
+          r.openedAt,
+          r.deadlineAt,
+          r.epoch,
+        ],
+      );
+    } catch (err) {
+      if ((err as { code?: unknown }).code === '23505') throw new CrowdplayError('CP_ERR_ROUND_EXISTS', [r.id], { cause: err });
+      throw err; // the Db maps a stale epoch to CP_ERR_CHANNEL_STALE_EPOCH
+    }
+  }
+
+  /** The round, or null. */
+  async get(channelId: string, id: string): Promise<RoundRow | null> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM rounds WHERE channel_id = $1 AND id = $2`, [channelId, id]);
+    return rows[0] ? toRound(rows[0]) : null;
+  }
+
+  /** The channel's rounds whose payouts or refunds are not all committed (paid = false), oldest first. */
+  async listUnfinished(channelId: string): Promise<RoundRow[]> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM rounds WHERE channel_id = $1 AND NOT paid ORDER BY opened_at, id`, [
+      channelId,
+    ]);
+    return rows.map(toRound);
+  }
+
+  /** Channels that hold an unfinished round (recovery at start-up). */
+  async channelsWithUnfinished(): Promise<string[]> {
+    const { rows } = await this.db.query<{ channel_id: string }>('SELECT DISTINCT channel_id FROM rounds WHERE NOT paid ORDER BY 1');
+    return rows.map((r) => r.channel_id);
+  }
+
+  /**
+   * Moves the round to `state` at `epoch`, with its book (locked), winner
+   * (settled) or paid flag. Only forward moves apply: the update is skipped
+   * (returns false) when the row is already final in another way.
+   * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH
+   */
+  async update(
+    channelId: string,
+    id: string,
+    epoch: number,
+    change: { state: RoundState; book?: unknown; winner?: number | null; paid?: boolean },
+  ): Promise<boolean> {
+    const allowedFrom: Record<RoundState, RoundState[]> = {
+      open: ['open'],
+      locked: ['open', 'locked'],
+      settled: ['open', 'locked', 'settled'],
+      cancelled: ['open', 'locked', 'cancelled'],
+    };
+    const res = await this.db.query(
+      `UPDATE rounds SET state = $3, book = COALESCE($4::jsonb, book), winner = COALESCE($5, winner), paid = paid OR $6,
+           epoch = $7, updated_at = now()
+         WHERE channel_id = $1 AND id = $2 AND state = ANY($8::text[])`,
+      [
+        channelId,
+        id,
+        change.state,
+        change.book === undefined ? null : JSON.stringify(change.book),
+        change.winner ?? null,
+        change.paid ?? false,
+        epoch,
+        allowedFrom[change.state],
+      ],
+    );
+    return (res.rowCount ?? 0) > 0;
+  }
+}

@@ -1,0 +1,984 @@
+/**
+ * A channel's rounds inside its shard: pool (parimutuel) and market (LMSR)
+ * rounds, their stakes and trades, written through to the durable ledger.
+ *
+ * ## Life of a round (docs/architecture.md "Rounds")
+ *
+ * open (row inserted, market subsidy committed) → locked (at the deadline by
+ * this shard's clock: no stake or trade is accepted from then on; once none
+ * is in flight the final book is written to the round's row) → settled
+ * (winner written to the row first, then payouts) or cancelled (everyone's
+ * net refunded from the ledger's own transfers) → paid (every payout or
+ * refund committed). A round still locked ROUND_UNSETTLED_MAX_MS after its
+ * deadline is cancelled.
+ *
+ * ## Stakes and trades
+ *
+ * A viewer's stakes and trades in one round run one after another (each
+ * waits for the previous one's commit; at most ROUND_MAX_PENDING_PER_VIEWER
+ * wait). One runs: checks (state, deadline, outcome, idempotency key),
+ * reserve the points in the wallet mirror (wallets.ts) and apply to the
+ * in-memory book synchronously (so the next trade of anybody is priced on
+ * it), send the ledger transfer, and ack after its commit. A transfer the
+ * ledger refuses is undone in the book and the mirror; one whose outcome is
+ * unknown (CP_ERR_LEDGER_UNAVAILABLE) is sent again with the same id until
+ * the ledger answers.
+ *
+ * ## Transfer ids
+ *
+ * `<uid>:<letter>:<h>` where uid = `<channel>/<round>` (the ledger's round
+ * id) and h = base64url(SHA-256(viewer, key))[0..22): deterministic, so a
+ * payout, refund or stake sent twice (after a crash, a retry) is a replay.
+ *
+ * ## Recovery (on acquire)
+ *
+ * Rows not `paid`: 'open' (book never written) → cancelled, refunds from the
+ * ledger; 'locked' → resumes (the game may settle it; expiry applies);
+ * 'settled' → payouts sent again from the book; 'cancelled' → refunds sent again.
+ */
+import { createHash } from 'node:crypto';
+import type { Counter, Histogram } from '@opentelemetry/api';
+import type { Config } from '@crowdplay/config';
+import type { Ledger, TransferRequest, TransferResult } from '@crowdplay/ledger';
+import { TransferKinds, settlePool } from '@crowdplay/ledger';
+import { Market, prices as lmsrPrices, type TradeResult, type Wallet } from '@crowdplay/lmsr';
+import {
+  CrowdplayError,
+  isCrowdplayError,
+  type BalanceFrame,
+  type BusAck,
+  type BusIntent,
+  type BusTrade,
+  type ErrorCode,
+  type RoundView,
+} from '@crowdplay/protocol';
+import type { RoundRow, RoundState, Store } from '@crowdplay/store';
+import type { Telemetry } from '@crowdplay/telemetry';
+import type { WalletMirror } from './wallets.ts';
+
+/** The final book written to the round's row when it locks. */
+export type RoundBook =
+  | { v: 1; kind: 'pool'; stakes: Array<[viewer: string, outcome: number, points: number]> }
+  | { v: 1; kind: 'market'; q: number[]; positions: Array<[viewer: string, shares: number[]]> };
+
+/** What the game (or the built-in game) asks of a channel's rounds. */
+export interface OpenRoundRequest {
+  round: string;
+  kind: 'pool' | 'market';
+  outcomes: string[];
+  durationMs: number;
+  liquidity?: number;
+}
+
+/** Metrics shared by every channel of a shard. */
+export interface RoundMetrics {
+  roundEvents: Counter;
+  trades: Counter;
+  tradeAckMs: Histogram;
+  ledgerRetries: Counter;
+  unrecovered: Counter;
+}
+
+/** Creates the shard's round metrics (once per shard). */
+export function roundMetrics(telemetry: Telemetry): RoundMetrics {
+  const m = telemetry.metrics;
+  return {
+    roundEvents: m.counter(
+      'crowdplay_round_events_total',
+      'Round transitions by kind and event (opened, locked, settled, cancelled, expired, recovered)',
+    ),
+    trades: m.counter('crowdplay_trades_total', 'Stakes and trades by kind (stake, buy, sell) and outcome (accepted, refused) and reason'),
+    tradeAckMs: m.latencyMs('crowdplay_trade_ack_ms', 'Gateway receipt of a stake or trade → its ack after the ledger commit, ms'),
+    ledgerRetries: m.counter(
+      'crowdplay_round_ledger_retries_total',
+      'Round transfers sent again because the ledger could not say whether they committed',
+    ),
+    unrecovered: m.counter(
+      'crowdplay_round_unrecovered_points_total',
+      "Points of a cancelled market's profitable cash-outs that the viewer had already spent (kept by the viewer, borne by the maker)",
+    ),
+  };
+}
+
+interface PoolStakeRec {
+  viewer: string;
+  outcome: number;
+  points: number;
+  key: string;
+  void: boolean;
+}
+
+interface Chain {
+  tail: Promise<void>;
+  waiting: number;
+}
+
+/** One round in memory. */
+class Round {
+  state: RoundState;
+  winner: number | null;
+  paid: boolean;
+  readonly outcomeIdx: Map<string, number>;
+  readonly stakes: PoolStakeRec[] = [];
+  readonly stakeByKey = new Map<string, PoolStakeRec>();
+  readonly totals: number[];
+  market: Market | null = null;
+  book: RoundBook | null;
+  entries = 0;
+  inflight = 0;
+  private idleWaiters: Array<() => void> = [];
+  readonly chains = new Map<string, Chain>();
+  /** Serialises lock, settle, cancel and payouts. */
+  op: Promise<unknown> = Promise.resolve();
+  lockPersisted: boolean;
+  /** An expiry cancel is scheduled. */
+  expiring = false;
+
+  constructor(readonly row: RoundRow) {
+    this.state = row.state;
+    this.winner = row.winner;
+    this.paid = row.paid;
+    this.outcomeIdx = new Map(row.outcomes.map((o, i) => [o, i]));
+    this.totals = row.outcomes.map(() => 0);
+    this.book = (row.book as RoundBook | null) ?? null;
+    this.lockPersisted = this.book !== null;
+    if (this.book?.kind === 'pool') {
+      for (const [viewer, outcome, points] of this.book.stakes) {
+        this.totals[outcome] = (this.totals[outcome] ?? 0) + points;
+        this.entries++;
+        this.stakes.push({ viewer, outcome, points, key: '', void: false });
+      }
+    } else if (this.book?.kind === 'market') this.entries = this.book.positions.length;
+  }
+
+  get id(): string {
+    return this.row.id;
+  }
+
+  get final(): boolean {
+    return this.state === 'settled' || this.state === 'cancelled';
+  }
+
+  begin(): void {
+    this.inflight++;
+  }
+
+  end(): void {
+    if (--this.inflight === 0) {
+      const w = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const f of w) f();
+    }
+  }
+
+  /** Resolves when no stake or trade of this round is between its reservation and its ledger answer. */
+  idle(): Promise<void> {
+    return this.inflight === 0 ? Promise.resolve() : new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  bookNow(): RoundBook {
+    if (this.row.kind === 'pool') {
+      return { v: 1, kind: 'pool', stakes: this.stakes.filter((s) => !s.void).map((s) => [s.viewer, s.outcome, s.points]) };
+    }
+    const snap = this.market!.snapshot();
+    return {
+      v: 1,
+      kind: 'market',
+      q: [...snap.q],
+      positions: snap.viewers.filter((v) => v.shares.some((x) => x > 0)).map((v) => [v.viewer, [...v.shares]]),
+    };
+  }
+
+  view(): RoundView {
+    const r = this.row;
+    const v: RoundView = {
+      id: r.id,
+      kind: r.kind,
+      outcomes: r.outcomes,
+      state: this.state,
+      openedAt: r.openedAt,
+      deadline: r.deadlineAt,
+      entries: this.entries,
+    };
+    if (r.kind === 'pool') v.pool = [...this.totals];
+    else {
+      const b = r.liquidity ?? 1;
+      v.b = b;
+      if (this.market) {
+        v.q = this.market.quantities();
+        v.prices = this.market.prices();
+      } else {
+        v.q = this.book?.kind === 'market' ? [...this.book.q] : r.outcomes.map(() => 0);
+        v.prices = lmsrPrices(v.q, b);
+      }
+    }
+    if (this.winner !== null) v.winner = r.outcomes[this.winner]!;
+    return v;
+  }
+}
+
+/** Wallet port of the LMSR market: reserves in the mirror; credits are applied after their commit. */
+class MirrorWallet implements Wallet {
+  constructor(
+    private readonly wallets: WalletMirror,
+    private readonly tenant: string,
+  ) {}
+  reserve(viewer: string, points: number): boolean {
+    return this.wallets.reserve(this.tenant, viewer, points);
+  }
+  credit(): void {
+    // Sell proceeds reach the mirror when their transfer commits (ChannelRounds.execMarket).
+  }
+}
+
+/** Everything a channel's rounds need from their shard. */
+export interface ChannelRoundsDeps {
+  config: Config;
+  ledger: Ledger;
+  store: Store;
+  telemetry: Telemetry;
+  wallets: WalletMirror;
+  metrics: RoundMetrics;
+  channel: string;
+  tenant: string;
+  /** The channel's current epoch (fencing). */
+  epoch: () => number;
+  now: () => number;
+  /** Sends acks and balance frames to a gateway. */
+  sendAcks: (gw: string, acks: BusAck[], balances?: Array<{ conn: number; frame: BalanceFrame }>) => void;
+  /** Sends balance frames to every socket of these viewers in the channel. */
+  sendWallet: (entries: Array<{ viewer: string; frame: BalanceFrame }>) => void;
+  /** A round changed state: tell the game. */
+  sendRound: (view: RoundView) => void;
+  /** Something viewers see changed (the shard sends an update on its next tick). */
+  changed: () => void;
+}
+
+const TRANSFER_KIND: Record<BusTrade['k'], string> = { stake: TransferKinds.stake, buy: TransferKinds.buy, sell: TransferKinds.sell };
+
+function hashOf(viewer: string, key: string): string {
+  return createHash('sha256').update(viewer).update('\u0000').update(key).digest('base64url').slice(0, 22);
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** One channel's rounds. See the module comment. */
+export class ChannelRounds {
+  private readonly rounds = new Map<string, Round>();
+  /** Round ids being opened (not in `rounds` yet). */
+  private readonly opening = new Set<string>();
+  private readonly wallet: MirrorWallet;
+  private closed = false;
+  private draining = false;
+  /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
+  welcomeGrant = 0;
+
+  constructor(private readonly d: ChannelRoundsDeps) {
+    this.wallet = new MirrorWallet(d.wallets, d.tenant);
+  }
+
+  /** Views of the open and locked rounds, then the newest finished ones. */
+  views(): RoundView[] {
+    const live: RoundView[] = [];
+    const done: RoundView[] = [];
+    for (const r of this.rounds.values()) (r.final ? done : live).push(r.view());
+    return [...live, ...done.slice(-this.d.config.rounds.recentShown)];
+  }
+
+  /** Rounds not settled or cancelled. */
+  get unfinished(): number {
+    let n = 0;
+    for (const r of this.rounds.values()) if (!r.final) n++;
+    return n;
+  }
+
+  private uid(id: string): string {
+    return `${this.d.channel}/${id}`;
+  }
+
+  private checkTenant(tenant: string): void {
+    if (tenant !== this.d.tenant) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [this.d.channel]);
+  }
+
+  // ------------------------------------------------------------------ game requests
+
+  /**
+   * Opens a round: inserts its row, funds a market's subsidy ceil(b·ln n)
+   * from the tenant's treasury, then takes stakes or trades until
+   * now + durationMs.
+   * @throws CrowdplayError CP_ERR_AUTH_FORBIDDEN_CHANNEL (another tenant),
+   *   CP_ERR_ROUND_EXISTS, CP_ERR_ROUND_TOO_MANY (ROUND_MAX_OPEN),
+   *   CP_ERR_ROUND_INVALID (duration or liquidity out of range),
+   *   CP_ERR_CHANNEL_UNAVAILABLE (draining), ledger and store errors
+   */
+  async open(tenant: string, req: OpenRoundRequest): Promise<RoundView> {
+    this.checkTenant(tenant);
+    const cfg = this.d.config.rounds;
+    if (this.draining || this.closed) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.d.channel]);
+    if (this.rounds.has(req.round) || this.opening.has(req.round)) throw new CrowdplayError('CP_ERR_ROUND_EXISTS', [req.round]);
+    if (this.unfinished + this.opening.size >= cfg.maxOpen) {
+      this.d.telemetry.refusals.refuse('rounds', 'CP_ERR_ROUND_TOO_MANY', { channel: this.d.channel, limit: 'ROUND_MAX_OPEN' });
+      throw new CrowdplayError('CP_ERR_ROUND_TOO_MANY', [cfg.maxOpen]);
+    }
+    if (req.durationMs < cfg.minDurationMs || req.durationMs > cfg.maxDurationMs) {
+      throw new CrowdplayError('CP_ERR_ROUND_INVALID', [`durationMs must be in [${cfg.minDurationMs}, ${cfg.maxDurationMs}]`]);
+    }
+    const outcomes = [...req.outcomes];
+    if (outcomes.length < 2 || outcomes.length > 10 || new Set(outcomes).size !== outcomes.length) {
+      throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['2 to 10 distinct outcomes']);
+    }
+    let b: number | null = null;
+    if (req.kind === 'market') {
+      b = req.liquidity ?? cfg.defaultLiquidity;
+      if (!Number.isSafeInteger(b) || b < 1 || b > cfg.maxLiquidity) {
+        throw new CrowdplayError('CP_ERR_ROUND_INVALID', [
+          `liquidity must be an integer in [1, ${cfg.maxLiquidity}] (ROUND_MAX_LIQUIDITY)`,
+        ]);
+      }
+    } else if (req.liquidity !== undefined) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['liquidity is for market rounds']);
+    const now = this.d.now();
+    const row: RoundRow = {
+      channelId: this.d.channel,
+      id: req.round,
+      uid: this.uid(req.round),
+      tenantId: this.d.tenant,
+      kind: req.kind,
+      outcomes,
+      liquidity: b,
+      takeBps: req.kind === 'pool' ? this.d.config.ledger.houseTakeBps : 0,
+      openedAt: now,
+      deadlineAt: now + req.durationMs,
+      state: 'open',
+      winner: null,
+      book: null,
+      paid: false,
+      epoch: this.d.epoch(),
+    };
+    this.opening.add(req.round);
+    try {
+      await this.d.store.rounds.insert(row);
+      const r = new Round(row);
+      if (req.kind === 'market') {
+        r.market = new Market({ b: b!, outcomes: outcomes.length, wallet: this.wallet });
+        try {
+          await this.send({
+            id: `${row.uid}:m`,
+            tenantId: this.d.tenant,
+            from: { kind: 'treasury', owner: '' },
+            to: { kind: 'maker', owner: row.uid },
+            amount: r.market.subsidy,
+            kind: TransferKinds.subsidy,
+            channelId: this.d.channel,
+            epoch: this.d.epoch(),
+            roundId: row.uid,
+          });
+        } catch (err) {
+          // The row exists: finish it as cancelled (the maker's balance, if any, goes back).
+          this.rounds.set(r.id, r);
+          r.state = 'cancelled';
+          r.op = this.finishCancel(r, 'open_failed').catch((e: unknown) => this.logFail(r, e));
+          throw err;
+        }
+      }
+      this.rounds.set(r.id, r);
+      this.d.metrics.roundEvents.add(1, { kind: req.kind, event: 'opened' });
+      this.d.changed();
+      return r.view();
+    } finally {
+      this.opening.delete(req.round);
+    }
+  }
+
+  /**
+   * Locks the round (if open), waits for its in-flight stakes and trades,
+   * records the winner, then pays. Idempotent: settling again with the same
+   * outcome returns the round; another outcome is refused.
+   * @throws CrowdplayError CP_ERR_AUTH_FORBIDDEN_CHANNEL, CP_ERR_ROUND_UNKNOWN,
+   *   CP_ERR_ROUND_UNKNOWN_OUTCOME, CP_ERR_ROUND_ALREADY_FINAL
+   */
+  async settle(tenant: string, roundId: string, outcome: string): Promise<RoundView> {
+    this.checkTenant(tenant);
+    const r = await this.find(roundId);
+    const w = r.outcomeIdx.get(outcome);
+    if (w === undefined) throw new CrowdplayError('CP_ERR_ROUND_UNKNOWN_OUTCOME', [outcome, roundId]);
+    return this.serial(r, async () => {
+      if (r.state === 'settled') {
+        if (r.winner === w) return r.view();
+        throw new CrowdplayError('CP_ERR_ROUND_ALREADY_FINAL', [roundId, `settled with ${r.row.outcomes[r.winner!]}`]);
+      }
+      if (r.state === 'cancelled') throw new CrowdplayError('CP_ERR_ROUND_ALREADY_FINAL', [roundId, 'cancelled']);
+      await this.lock(r);
+      await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: 'settled', winner: w });
+      r.state = 'settled';
+      r.winner = w;
+      this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'settled' });
+      this.d.changed();
+      await this.pay(r);
+      this.d.sendRound(r.view());
+      this.forgetOld();
+      return r.view();
+    });
+  }
+
+  /**
+   * Cancels the round and refunds every viewer's net exactly (from the
+   * ledger's transfers). Idempotent.
+   * @throws CrowdplayError CP_ERR_AUTH_FORBIDDEN_CHANNEL, CP_ERR_ROUND_UNKNOWN,
+   *   CP_ERR_ROUND_ALREADY_FINAL (settled)
+   */
+  async cancel(tenant: string, roundId: string): Promise<RoundView> {
+    this.checkTenant(tenant);
+    const r = await this.find(roundId);
+    return this.cancelRound(r, 'cancelled');
+  }
+
+  private cancelRound(r: Round, event: 'cancelled' | 'expired' | 'drained'): Promise<RoundView> {
+    return this.serial(r, async () => {
+      if (r.state === 'cancelled') return r.view();
+      if (r.state === 'settled') {
+        throw new CrowdplayError('CP_ERR_ROUND_ALREADY_FINAL', [r.id, `settled with ${r.row.outcomes[r.winner!]}`]);
+      }
+      if (r.state === 'open') {
+        r.state = 'locked';
+        this.d.changed();
+      }
+      await r.idle();
+      r.market?.lock();
+      await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: 'cancelled' });
+      r.state = 'cancelled';
+      this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event });
+      this.d.changed();
+      await this.finishCancel(r, event);
+      this.d.sendRound(r.view());
+      this.forgetOld();
+      return r.view();
+    });
+  }
+
+  private serial<T>(r: Round, fn: () => Promise<T>): Promise<T> {
+    const p = r.op.then(fn, fn);
+    r.op = p.catch(() => undefined);
+    return p;
+  }
+
+  /** The round in memory, or a finished one from the store. */
+  private async find(roundId: string): Promise<Round> {
+    const r = this.rounds.get(roundId);
+    if (r) return r;
+    const row = await this.d.store.rounds.get(this.d.channel, roundId);
+    if (!row) throw new CrowdplayError('CP_ERR_ROUND_UNKNOWN', [roundId]);
+    // Finished long ago (dropped from memory) or being recovered: answer from its row.
+    return this.rounds.get(roundId) ?? new Round(row);
+  }
+
+  /** Stops new stakes and trades, waits for in-flight ones, writes the final book. */
+  private async lock(r: Round): Promise<void> {
+    if (r.state === 'open') {
+      r.state = 'locked';
+      this.d.changed();
+    }
+    await r.idle();
+    if (r.lockPersisted) return;
+    r.market?.lock();
+    r.book = r.bookNow();
+    await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: 'locked', book: r.book });
+    r.lockPersisted = true;
+    this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'locked' });
+    this.d.sendRound(r.view());
+  }
+
+  // ------------------------------------------------------------------ money out
+
+  /** Pays a settled round from its book (again after a crash: replays are no-ops), then marks it paid. */
+  private async pay(r: Round): Promise<void> {
+    const book = r.book!;
+    const w = r.winner!;
+    const uid = r.row.uid;
+    const payouts = new Map<string, number>();
+    let reason = 'payout';
+    let take = 0;
+    if (book.kind === 'pool') {
+      const s = settlePool(
+        book.stakes.map(([viewer, outcome, amount]) => ({ viewer, outcome, amount })),
+        w,
+        r.row.takeBps,
+      );
+      if (s.refunded) reason = 'refund';
+      take = s.take;
+      for (const p of s.payouts) if (p.amount > 0) payouts.set(p.viewer, (payouts.get(p.viewer) ?? 0) + p.amount);
+    } else {
+      for (const [viewer, shares] of book.positions) if ((shares[w] ?? 0) > 0) payouts.set(viewer, shares[w]!);
+    }
+    const from = book.kind === 'pool' ? ({ kind: 'escrow', owner: uid } as const) : ({ kind: 'maker', owner: uid } as const);
+    const kind = reason === 'refund' ? TransferKinds.refund : TransferKinds.payout;
+    const letter = reason === 'refund' ? 'r' : 'p';
+    const jobs: Array<Promise<void>> = [];
+    if (take > 0) {
+      jobs.push(
+        this.send(this.roundTransfer(r, `${uid}:t`, from, { kind: 'house', owner: '' }, take, TransferKinds.take)).then(() => undefined),
+      );
+    }
+    const wallet: Array<{ viewer: string; frame: BalanceFrame }> = [];
+    for (const [viewer, amount] of [...payouts].sort((a, b) => (a[0] < b[0] ? -1 : 1))) {
+      const tr = this.roundTransfer(r, `${uid}:${letter}:${hashOf(viewer, '#')}`, from, { kind: 'wallet', owner: viewer }, amount, kind);
+      jobs.push(
+        this.send(tr).then((res) => {
+          if (!res.replayed) this.d.wallets.credited(this.d.tenant, viewer, amount, res.toBalance);
+          wallet.push({ viewer, frame: this.balanceFrame(viewer, reason, amount, r.id, res.toBalance) });
+        }),
+      );
+    }
+    await Promise.all(jobs);
+    if (book.kind === 'market') await this.closeMaker(r);
+    await this.markPaid(r, wallet);
+  }
+
+  /** Refunds every viewer's net from the ledger's transfers of the round; a market's maker account is then closed. */
+  private async finishCancel(r: Round, why: string): Promise<void> {
+    const uid = r.row.uid;
+    const isPool = r.row.kind === 'pool';
+    const nets = await this.d.ledger.roundNets(
+      this.d.tenant,
+      uid,
+      isPool ? [TransferKinds.stake] : [TransferKinds.buy],
+      isPool ? [] : [TransferKinds.sell],
+    );
+    const from = isPool ? ({ kind: 'escrow', owner: uid } as const) : ({ kind: 'maker', owner: uid } as const);
+    const wallet: Array<{ viewer: string; frame: BalanceFrame }> = [];
+    const jobs = nets.map(async ([viewer, net]) => {
+      const h = hashOf(viewer, '#');
+      if (net > 0) {
+        const res = await this.send(
+          this.roundTransfer(r, `${uid}:r:${h}`, from, { kind: 'wallet', owner: viewer }, net, TransferKinds.refund),
+        );
+        if (!res.replayed) this.d.wallets.credited(this.d.tenant, viewer, net, res.toBalance);
+        wallet.push({ viewer, frame: this.balanceFrame(viewer, 'refund', net, r.id, res.toBalance) });
+        return;
+      }
+      // A profitable cash-out is taken back if the viewer still holds it (through the mirror, which never goes below zero).
+      const claw = -net;
+      await this.d.wallets.ensure(this.d.tenant, viewer);
+      if (!this.d.wallets.reserve(this.d.tenant, viewer, claw)) {
+        await this.d.wallets.refreshIfStale(this.d.tenant, viewer);
+        if (!this.d.wallets.reserve(this.d.tenant, viewer, claw)) return this.unrecovered(r, viewer, claw);
+      }
+      try {
+        const res = await this.send(
+          this.roundTransfer(r, `${uid}:c:${h}`, { kind: 'wallet', owner: viewer }, from, claw, TransferKinds.clawback),
+        );
+        this.d.wallets.debited(this.d.tenant, viewer, res.fromBalance);
+        wallet.push({ viewer, frame: this.balanceFrame(viewer, 'clawback', -claw, r.id, res.fromBalance) });
+      } catch (err) {
+        this.d.wallets.released(this.d.tenant, viewer, claw, true);
+        if (!isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS')) throw err;
+        this.unrecovered(r, viewer, claw);
+      }
+    });
+    await Promise.all(jobs);
+    if (!isPool) await this.closeMaker(r);
+    this.d.telemetry.logger.info({ channel: this.d.channel, round: r.id, why, refunds: nets.length }, 'round cancelled and refunded');
+    await this.markPaid(r, wallet);
+  }
+
+  private unrecovered(r: Round, viewer: string, points: number): void {
+    this.d.metrics.unrecovered.add(points);
+    this.d.telemetry.logger.warn(
+      { channel: this.d.channel, round: r.id, viewer, points },
+      'cancel: a profitable cash-out was already spent; the maker bears it',
+    );
+  }
+
+  /** Moves what the maker account holds back to the treasury (or covers its loss from it). */
+  private async closeMaker(r: Round): Promise<void> {
+    const uid = r.row.uid;
+    const bal = await this.d.ledger.balance(this.d.tenant, { kind: 'maker', owner: uid });
+    if (bal === 0) return;
+    const maker = { kind: 'maker', owner: uid } as const;
+    const treasury = { kind: 'treasury', owner: '' } as const;
+    await this.send(
+      bal > 0
+        ? this.roundTransfer(r, `${uid}:z`, maker, treasury, bal, TransferKinds.makerClose)
+        : this.roundTransfer(r, `${uid}:z`, treasury, maker, -bal, TransferKinds.makerClose),
+    );
+  }
+
+  private async markPaid(r: Round, wallet: Array<{ viewer: string; frame: BalanceFrame }>): Promise<void> {
+    await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: r.state, paid: true });
+    r.paid = true;
+    for (const e of wallet) {
+      const now = this.d.wallets.available(this.d.tenant, e.viewer);
+      if (now !== undefined) e.frame.points = now;
+    }
+    for (let i = 0; i < wallet.length; i += 1_000) this.d.sendWallet(wallet.slice(i, i + 1_000));
+  }
+
+  private balanceFrame(viewer: string, reason: string, delta: number, round: string, after: number | null): BalanceFrame {
+    const points = this.d.wallets.available(this.d.tenant, viewer) ?? after ?? 0;
+    return { t: 'balance', points, reason, delta, round };
+  }
+
+  private roundTransfer(
+    r: Round,
+    id: string,
+    from: TransferRequest['from'],
+    to: TransferRequest['to'],
+    amount: number,
+    kind: string,
+  ): TransferRequest {
+    return { id, tenantId: this.d.tenant, from, to, amount, kind, channelId: this.d.channel, epoch: this.d.epoch(), roundId: r.row.uid };
+  }
+
+  /** Drops finished, paid rounds beyond ROUND_RECENT_SHOWN from memory (their rows stay). */
+  private forgetOld(): void {
+    const done = [...this.rounds.values()].filter((r) => r.final && r.paid);
+    for (const r of done.slice(0, Math.max(0, done.length - this.d.config.rounds.recentShown))) this.rounds.delete(r.id);
+  }
+
+  /**
+   * Sends a transfer; a CP_ERR_LEDGER_UNAVAILABLE answer (the commit may or
+   * may not have happened) is retried with the same id, with backoff, until
+   * the ledger answers or the channel closes.
+   */
+  private async send(req: TransferRequest): Promise<TransferResult> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.d.ledger.transfer({ ...req, epoch: req.channelId === undefined ? undefined : this.d.epoch() });
+      } catch (err) {
+        if (!isCrowdplayError(err, 'CP_ERR_LEDGER_UNAVAILABLE') || this.closed) throw err;
+        this.d.metrics.ledgerRetries.add(1);
+        if (attempt === 0) this.d.telemetry.logger.warn({ err, id: req.id }, 'ledger unavailable; sending the transfer again');
+        await sleep(Math.min(2_000, 50 * 2 ** Math.min(attempt, 6)));
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ viewers
+
+  /**
+   * Takes one stake or trade: queued behind the viewer's previous one in the
+   * same round, then executed; its ack is sent to `gw` after the commit (or
+   * the refusal). Never rejects.
+   */
+  take(gw: string, it: BusIntent & { trade: BusTrade }): void {
+    const started = it.at;
+    const fail = (code: ErrorCode): void => this.ack(gw, it, started, { conn: it.conn, seq: it.seq, ok: false, code });
+    const t = it.trade;
+    if (this.draining || this.closed) return fail('CP_ERR_LIMIT_DRAINING');
+    const r = this.rounds.get(t.round);
+    if (!r) return fail('CP_ERR_ROUND_UNKNOWN');
+    const wantPool = t.k === 'stake';
+    if (wantPool !== (r.row.kind === 'pool')) return fail('CP_ERR_ROUND_WRONG_KIND');
+    if (!r.outcomeIdx.has(t.outcome)) return fail('CP_ERR_ROUND_UNKNOWN_OUTCOME');
+    if (r.state !== 'open' || this.d.now() >= r.row.deadlineAt) return fail('CP_ERR_ROUND_CLOSED');
+    let chain = r.chains.get(it.viewer);
+    if (!chain) r.chains.set(it.viewer, (chain = { tail: Promise.resolve(), waiting: 0 }));
+    if (chain.waiting >= this.d.config.rounds.maxPendingPerViewer) {
+      this.d.telemetry.refusals.refuse('rounds', 'CP_ERR_ROUND_VIEWER_BUSY', { limit: 'ROUND_MAX_PENDING_PER_VIEWER' });
+      return fail('CP_ERR_ROUND_VIEWER_BUSY');
+    }
+    chain.waiting++;
+    const c = chain;
+    c.tail = c.tail.then(async () => {
+      let ack: BusAck;
+      try {
+        ack = await this.execute(r, gw, it, t);
+      } catch (err) {
+        const code: ErrorCode = isCrowdplayError(err) ? err.code : 'CP_ERR_INTERNAL';
+        if (code === 'CP_ERR_INTERNAL') this.d.telemetry.logger.error({ err, channel: this.d.channel, round: r.id }, 'trade failed');
+        ack = { conn: it.conn, seq: it.seq, ok: false, code };
+      }
+      this.ack(gw, it, started, ack);
+      if (--c.waiting === 0 && r.chains.get(it.viewer) === c) r.chains.delete(it.viewer);
+    });
+  }
+
+  private ack(gw: string, it: BusIntent & { trade: BusTrade }, started: number, ack: BusAck): void {
+    const kind = it.trade.k;
+    if (ack.ok) this.d.metrics.trades.add(1, { kind, outcome: 'accepted' });
+    else {
+      this.d.metrics.trades.add(1, { kind, outcome: 'refused', reason: ack.code ?? 'CP_ERR_INTERNAL' });
+      this.d.telemetry.refusals.refuse('rounds', (ack.code ?? 'CP_ERR_INTERNAL') as ErrorCode, { channel: this.d.channel });
+    }
+    this.d.metrics.tradeAckMs.record(Math.max(0, this.d.now() - started));
+    this.d.sendAcks(gw, [ack]);
+  }
+
+  /**
+   * Runs one stake or trade (the viewer's previous one in this round has
+   * finished). The round counts it in flight from the first step, so a lock
+   * waits for it and the book and market never change under a lock.
+   */
+  private async execute(r: Round, gw: string, it: BusIntent, t: BusTrade): Promise<BusAck> {
+    if (r.state !== 'open' || this.d.now() >= r.row.deadlineAt || this.draining)
+      throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
+    r.begin();
+    try {
+      const key = t.key ?? `${gw}:${it.conn}:${it.seq}`;
+      const h = hashOf(it.viewer, key);
+      const o = r.outcomeIdx.get(t.outcome)!;
+      await this.d.wallets.ensure(this.d.tenant, it.viewer);
+      if (t.k === 'stake') return await this.execStake(r, it, t.points, o, key, h);
+      return await this.execMarket(r, it, t, o, h);
+    } finally {
+      r.end();
+    }
+  }
+
+  private async execStake(r: Round, it: BusIntent, points: number, o: number, key: string, h: string): Promise<BusAck> {
+    const viewer = it.viewer;
+    const prior = r.stakeByKey.get(`${viewer}\u0000${key}`);
+    if (prior) {
+      if (prior.outcome !== o || prior.points !== points) throw new CrowdplayError('CP_ERR_ROUND_DUPLICATE_ID', [key, r.id]);
+      return this.okAck(it, { cost: points });
+    }
+    if (!(await this.reserve(viewer, points))) {
+      throw new CrowdplayError('CP_ERR_ROUND_INSUFFICIENT_FUNDS', [points, this.d.wallets.available(this.d.tenant, viewer) ?? 0]);
+    }
+    // Re-check after the awaits: the round may have locked meanwhile.
+    if (r.state !== 'open') {
+      this.d.wallets.released(this.d.tenant, viewer, points);
+      throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
+    }
+    const rec: PoolStakeRec = { viewer, outcome: o, points, key, void: false };
+    r.stakes.push(rec);
+    r.stakeByKey.set(`${viewer}\u0000${key}`, rec);
+    r.totals[o] = r.totals[o]! + points;
+    r.entries++;
+    this.d.changed();
+    try {
+      const res = await this.send(
+        this.roundTransfer(
+          r,
+          `${r.row.uid}:s:${h}`,
+          { kind: 'wallet', owner: viewer },
+          { kind: 'escrow', owner: r.row.uid },
+          points,
+          TRANSFER_KIND.stake,
+        ),
+      );
+      this.d.wallets.debited(this.d.tenant, viewer, res.replayed ? null : res.fromBalance);
+      return this.okAck(it, { cost: points });
+    } catch (err) {
+      rec.void = true;
+      r.stakeByKey.delete(`${viewer}\u0000${key}`);
+      r.totals[o] = r.totals[o]! - points;
+      r.entries--;
+      this.d.changed();
+      this.d.wallets.released(this.d.tenant, viewer, points, isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS'));
+      throw mapLedgerError(err, points);
+    }
+  }
+
+  private async execMarket(r: Round, it: BusIntent, t: Exclude<BusTrade, { k: 'stake' }>, o: number, h: string): Promise<BusAck> {
+    const m = r.market!;
+    const viewer = it.viewer;
+    const prior = m.trade(h);
+    let res: TradeResult;
+    try {
+      if (t.k === 'sell') res = m.sell(h, viewer, o, t.shares, t.minProceeds);
+      else if ('budget' in t) res = await this.withFunds(viewer, () => m.buyForBudget(h, viewer, o, t.budget));
+      else res = await this.withFunds(viewer, () => m.buy(h, viewer, o, t.shares, t.maxCost));
+    } catch (err) {
+      if (isCrowdplayError(err, 'CP_ERR_MARKET_DUPLICATE_ID')) throw new CrowdplayError('CP_ERR_ROUND_DUPLICATE_ID', [t.key ?? h, r.id]);
+      if (isCrowdplayError(err, 'CP_ERR_MARKET_CLOSED')) throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
+      throw err;
+    }
+    const fields = (): Partial<BusAck> =>
+      t.k === 'sell'
+        ? { cost: 0, shares: res.shares, proceeds: res.points, position: res.position }
+        : { cost: res.points, shares: res.shares, position: res.position };
+    if (prior !== undefined) return this.okAck(it, fields());
+    if (r.state !== 'open') {
+      // Locked while this trade waited for the viewer's mirror: undo (the lock waits for this trade, so the market is still open).
+      m.revert(h);
+      if (t.k !== 'sell') this.d.wallets.released(this.d.tenant, viewer, res.points);
+      throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
+    }
+    r.entries++;
+    this.d.changed();
+    if (res.points === 0) return this.okAck(it, fields()); // a sell worth 0 points moves no money
+    const uid = r.row.uid;
+    const wallet = { kind: 'wallet', owner: viewer } as const;
+    const maker = { kind: 'maker', owner: uid } as const;
+    try {
+      if (t.k === 'sell') {
+        const done = await this.send(this.roundTransfer(r, `${uid}:x:${h}`, maker, wallet, res.points, TRANSFER_KIND.sell));
+        this.d.wallets.credited(this.d.tenant, viewer, res.points, done.replayed ? null : done.toBalance);
+      } else {
+        const done = await this.send(this.roundTransfer(r, `${uid}:b:${h}`, wallet, maker, res.points, TRANSFER_KIND.buy));
+        this.d.wallets.debited(this.d.tenant, viewer, done.replayed ? null : done.fromBalance);
+      }
+      return this.okAck(it, fields());
+    } catch (err) {
+      m.revert(h);
+      r.entries--;
+      this.d.changed();
+      if (t.k !== 'sell')
+        this.d.wallets.released(this.d.tenant, viewer, res.points, isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS'));
+      throw mapLedgerError(err, res.points);
+    }
+  }
+
+  /** Runs a synchronous trade that reserves from the mirror; when it lacks funds, reloads a stale mirror once and tries again. */
+  private async withFunds<T>(viewer: string, trade: () => T): Promise<T> {
+    try {
+      return trade();
+    } catch (err) {
+      if (!isCrowdplayError(err, 'CP_ERR_MARKET_INSUFFICIENT_FUNDS')) throw err;
+      if (!(await this.d.wallets.refreshIfStale(this.d.tenant, viewer))) throw err;
+      return trade();
+    }
+  }
+
+  private async reserve(viewer: string, points: number): Promise<boolean> {
+    if (this.d.wallets.reserve(this.d.tenant, viewer, points)) return true;
+    if (!(await this.d.wallets.refreshIfStale(this.d.tenant, viewer))) return false;
+    return this.d.wallets.reserve(this.d.tenant, viewer, points);
+  }
+
+  private okAck(it: BusIntent, fields: Partial<BusAck>): BusAck {
+    const ack: BusAck = { conn: it.conn, seq: it.seq, ok: true, ...fields };
+    const balance = this.d.wallets.available(this.d.tenant, it.viewer);
+    if (balance !== undefined) ack.balance = balance;
+    return ack;
+  }
+
+  /**
+   * Answers viewers that joined: pays the welcome grant once per (channel,
+   * viewer) when the game declared one, and sends each its balance. Never rejects.
+   */
+  async join(gw: string, joins: Array<{ conn: number; viewer: string }>): Promise<void> {
+    const out: Array<{ conn: number; frame: BalanceFrame }> = [];
+    await Promise.all(
+      joins.map(async ({ conn, viewer }) => {
+        try {
+          let reason = 'join';
+          let delta: number | undefined;
+          if (this.welcomeGrant > 0 && !this.draining) {
+            const res = await this.d.ledger.grant(
+              this.d.tenant,
+              viewer,
+              this.welcomeGrant,
+              `welcome:${this.d.channel}:${hashOf(viewer, '#')}`,
+            );
+            if (!res.replayed) {
+              reason = 'welcome';
+              delta = this.welcomeGrant;
+              this.d.wallets.credited(this.d.tenant, viewer, this.welcomeGrant, res.toBalance);
+            }
+          }
+          await this.d.wallets.ensure(this.d.tenant, viewer);
+          const frame: BalanceFrame = { t: 'balance', points: this.d.wallets.available(this.d.tenant, viewer) ?? 0, reason };
+          if (delta !== undefined) frame.delta = delta;
+          out.push({ conn, frame });
+        } catch (err) {
+          this.d.telemetry.logger.warn({ err, channel: this.d.channel }, 'join: balance or welcome grant failed');
+        }
+      }),
+    );
+    if (out.length > 0) this.d.sendAcks(gw, [], out);
+  }
+
+  /**
+   * Charges a paid action (ActionSpec.cost): wallet → house, kind `action`,
+   * acked after the commit.
+   * @throws CrowdplayError CP_ERR_INTENT_INSUFFICIENT_FUNDS, ledger errors
+   */
+  async chargeAction(viewer: string, cost: number, idempotencyKey: string): Promise<void> {
+    await this.d.wallets.ensure(this.d.tenant, viewer);
+    if (!(await this.reserve(viewer, cost))) throw new CrowdplayError('CP_ERR_INTENT_INSUFFICIENT_FUNDS', [cost]);
+    try {
+      const res = await this.send({
+        id: `${this.d.channel}:a:${hashOf(viewer, idempotencyKey)}`,
+        tenantId: this.d.tenant,
+        from: { kind: 'wallet', owner: viewer },
+        to: { kind: 'house', owner: '' },
+        amount: cost,
+        kind: 'action',
+        channelId: this.d.channel,
+        epoch: this.d.epoch(),
+      });
+      this.d.wallets.debited(this.d.tenant, viewer, res.replayed ? null : res.fromBalance);
+    } catch (err) {
+      this.d.wallets.released(this.d.tenant, viewer, cost, isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS'));
+      if (isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS')) throw new CrowdplayError('CP_ERR_INTENT_INSUFFICIENT_FUNDS', [cost]);
+      throw err;
+    }
+  }
+
+  // ------------------------------------------------------------------ clock, recovery, drain
+
+  /** Locks rounds past their deadline and cancels locked ones past ROUND_UNSETTLED_MAX_MS. Call every tick. */
+  tick(now: number): void {
+    const maxUnsettled = this.d.config.rounds.unsettledMaxMs;
+    for (const r of this.rounds.values()) {
+      if (r.state === 'open' && now >= r.row.deadlineAt) {
+        r.state = 'locked';
+        this.d.changed();
+        void this.serial(r, () => this.lock(r)).catch((err: unknown) => this.logFail(r, err));
+      } else if (r.state === 'locked' && !r.expiring && now >= r.row.deadlineAt + maxUnsettled && !this.draining) {
+        r.expiring = true;
+        void this.cancelRound(r, 'expired').catch((err: unknown) => this.logFail(r, err));
+      }
+    }
+  }
+
+  private logFail(r: Round, err: unknown): void {
+    if (isCrowdplayError(err, 'CP_ERR_ROUND_ALREADY_FINAL')) return;
+    this.d.telemetry.logger.error(
+      { err, channel: this.d.channel, round: r.id },
+      'round step failed; it is retried on the next tick or at recovery',
+    );
+  }
+
+  /**
+   * Restores the channel's unfinished rounds after an acquire (see the module
+   * comment) and finishes what a crash interrupted. Resolves when the rounds
+   * that must be paid or refunded are.
+   */
+  async recover(): Promise<void> {
+    const rows = await this.d.store.rounds.listUnfinished(this.d.channel);
+    const jobs: Array<Promise<unknown>> = [];
+    for (const row of rows) {
+      const r = new Round(row);
+      this.rounds.set(r.id, r);
+      this.d.metrics.roundEvents.add(1, { kind: row.kind, event: 'recovered' });
+      if (row.state === 'open') jobs.push(this.cancelRound(r, 'cancelled'));
+      else if (row.state === 'settled') jobs.push(this.serial(r, () => this.pay(r)));
+      else if (row.state === 'cancelled') jobs.push(this.serial(r, () => this.finishCancel(r, 'recovered')));
+      // 'locked' resumes: settle, cancel or expiry finish it.
+    }
+    if (rows.length > 0) this.d.telemetry.logger.info({ channel: this.d.channel, rounds: rows.length }, 'recovering unfinished rounds');
+    await Promise.all(jobs);
+    this.forgetOld();
+    this.d.changed();
+  }
+
+  /**
+   * Drain: refuses new stakes and trades, cancels and refunds every open or
+   * locked round, and waits for every payout or refund in progress.
+   */
+  async drain(): Promise<void> {
+    this.draining = true;
+    const jobs: Array<Promise<unknown>> = [];
+    for (const r of this.rounds.values()) {
+      if (!r.final) jobs.push(this.cancelRound(r, 'drained'));
+      else jobs.push(r.op);
+    }
+    const results = await Promise.allSettled(jobs);
+    for (const x of results)
+      if (x.status === 'rejected') this.d.telemetry.logger.error({ err: x.reason, channel: this.d.channel }, 'drain: round refund failed');
+  }
+
+  /** Stops taking anything; in-flight work finishes on its own (its retries stop). */
+  close(): void {
+    this.closed = true;
+  }
+}
+
+/** A ledger refusal as the viewer's ack code. */
+function mapLedgerError(err: unknown, points: number): unknown {
+  if (isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS'))
+    return new CrowdplayError('CP_ERR_ROUND_INSUFFICIENT_FUNDS', [points, '?'], { cause: err });
+  return err;
+}

@@ -1,0 +1,301 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { verifyLedger } from '@crowdplay/ledger';
+import type { BusAck, BusTrade, RoundView } from '@crowdplay/protocol';
+import { startHarness, type Harness } from './harness.ts';
+
+let seq = 10_000;
+
+/** Polls an async condition every 10 ms until it holds (fails after `ms`). */
+async function eventually(cond: () => Promise<boolean>, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe('rounds', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ ledger: true, rounds: { walletReloadMs: 0, unsettledMaxMs: 1_500 } });
+    await h.store.tenants.create('evil', 'Evil');
+  });
+  after(() => h.close());
+
+  const T = 'acme';
+  const ledger = (): NonNullable<Harness['ledger']> => h.ledger!;
+
+  async function channel(id: string): Promise<void> {
+    await h.store.channels.ensure(id, T);
+    await h.router.assign(id);
+  }
+  async function fund(viewer: string, points: number): Promise<void> {
+    await ledger().grant(T, viewer, points, `grant-${viewer}-${++seq}`);
+  }
+  async function bal(viewer: string): Promise<number> {
+    return ledger().balance(T, { kind: 'wallet', owner: viewer });
+  }
+  async function trade(ch: string, viewer: string, t: BusTrade): Promise<BusAck> {
+    const s = ++seq;
+    h.send(ch, [{ action: '', viewer, seq: s, conn: s, trade: t }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+  async function ctl(ch: string, req: Record<string, unknown>): Promise<{ ok: boolean; code?: string; round?: RoundView }> {
+    return (await h.ctl(ch, { tenant: T, ...req })) as { ok: boolean; code?: string; round?: RoundView };
+  }
+  async function verified(): Promise<void> {
+    const v = await verifyLedger(h.store.db);
+    assert.deepEqual(v.failures, []);
+  }
+  function refused(ack: BusAck, code: string): void {
+    assert.deepEqual([ack.ok, ack.code], [false, code]);
+  }
+
+  it('pool - exact payouts with the leftover point by largest remainder, then idempotent settle', async () => {
+    await channel('pool1');
+    for (const v of ['pa', 'pb', 'pc', 'pd']) await fund(v, 100);
+    const opened = await ctl('pool1', { op: 'round.open', round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    assert.equal(opened.ok, true);
+    assert.deepEqual([opened.round?.state, opened.round?.pool], ['open', [0, 0]]);
+    // total 19, winning pool 14: pa 7·19/14 = 9 r 7, pc 4·19/14 = 5 r 6, pd 3·19/14 = 4 r 1 → the leftover point goes to pa.
+    const a = await trade('pool1', 'pa', { k: 'stake', round: 'r1', outcome: 'x', points: 7 });
+    assert.deepEqual([a.ok, a.cost, a.balance], [true, 7, 93]);
+    assert.equal((await trade('pool1', 'pb', { k: 'stake', round: 'r1', outcome: 'y', points: 5 })).ok, true);
+    assert.equal((await trade('pool1', 'pc', { k: 'stake', round: 'r1', outcome: 'x', points: 4 })).ok, true);
+    assert.equal((await trade('pool1', 'pd', { k: 'stake', round: 'r1', outcome: 'x', points: 3 })).ok, true);
+    assert.equal(await bal('pa'), 93, 'the stake is committed before its ack');
+    const update = await h.waitFor(() => h.updates.find((u) => u.channel === 'pool1' && u.rounds?.[0]?.entries === 4));
+    assert.deepEqual(update.rounds?.[0]?.pool, [14, 5]);
+
+    const settled = await ctl('pool1', { op: 'round.settle', round: 'r1', outcome: 'x' });
+    assert.deepEqual([settled.ok, settled.round?.state, settled.round?.winner], [true, 'settled', 'x']);
+    assert.deepEqual(
+      [await bal('pa'), await bal('pb'), await bal('pc'), await bal('pd')],
+      [103, 95, 101, 101],
+      'payouts 10, 5, 4 sum exactly to the pool of 19',
+    );
+    const pushed = await h.waitFor(() => (h.wallets.filter((w) => w.frame.round === 'r1').length === 3 ? h.wallets : false));
+    assert.deepEqual(
+      pushed
+        .filter((w) => w.frame.round === 'r1')
+        .map((w) => [w.viewer, w.frame.reason, w.frame.delta, w.frame.points])
+        .sort(),
+      [
+        ['pa', 'payout', 10, 103],
+        ['pc', 'payout', 5, 101],
+        ['pd', 'payout', 4, 101],
+      ],
+    );
+    const row = await h.store.rounds.get('pool1', 'r1');
+    assert.deepEqual([row?.state, row?.winner, row?.paid], ['settled', 0, true]);
+    assert.ok(h.roundFrames.some((f) => f.round.id === 'r1' && f.round.state === 'settled'));
+
+    // Settle again: same outcome is a no-op, another is refused; nothing moves.
+    assert.equal((await ctl('pool1', { op: 'round.settle', round: 'r1', outcome: 'x' })).ok, true);
+    assert.equal((await ctl('pool1', { op: 'round.settle', round: 'r1', outcome: 'y' })).code, 'CP_ERR_ROUND_ALREADY_FINAL');
+    assert.equal((await ctl('pool1', { op: 'round.cancel', round: 'r1' })).code, 'CP_ERR_ROUND_ALREADY_FINAL');
+    assert.deepEqual([await bal('pa'), await bal('pb')], [103, 95]);
+    await verified();
+  });
+
+  it('pool - nobody on the winning side: everyone is refunded', async () => {
+    await channel('pool2');
+    await fund('qa', 50);
+    await ctl('pool2', { op: 'round.open', round: 'r1', kind: 'pool', outcomes: ['x', 'y', 'z'], durationMs: 60_000 });
+    assert.equal((await trade('pool2', 'qa', { k: 'stake', round: 'r1', outcome: 'x', points: 20 })).ok, true);
+    assert.equal((await ctl('pool2', { op: 'round.settle', round: 'r1', outcome: 'z' })).ok, true);
+    assert.equal(await bal('qa'), 50);
+    await verified();
+  });
+
+  it('game requests - bad input gets its code and changes nothing', async () => {
+    await channel('bad1');
+    const open = { op: 'round.open', round: 'b1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 };
+    assert.equal((await h.ctl('bad1', { ...open, tenant: 'evil' })).code, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL');
+    assert.equal(await h.store.rounds.get('bad1', 'b1'), null);
+    assert.equal((await ctl('bad1', { ...open, durationMs: 10 })).code, 'CP_ERR_ROUND_INVALID');
+    assert.equal((await ctl('bad1', { ...open, liquidity: 10 })).code, 'CP_ERR_ROUND_INVALID');
+    assert.equal((await ctl('bad1', { ...open, kind: 'market', liquidity: 2_000_000_000 })).code, 'CP_ERR_ROUND_INVALID');
+    assert.equal(await h.store.rounds.get('bad1', 'b1'), null);
+    assert.equal((await ctl('bad1', open)).ok, true);
+    assert.equal((await ctl('bad1', open)).code, 'CP_ERR_ROUND_EXISTS');
+    assert.equal((await ctl('bad1', { op: 'round.settle', round: 'nope', outcome: 'x' })).code, 'CP_ERR_ROUND_UNKNOWN');
+    assert.equal((await ctl('bad1', { op: 'round.settle', round: 'b1', outcome: 'w' })).code, 'CP_ERR_ROUND_UNKNOWN_OUTCOME');
+    assert.equal(
+      (await h.ctl('bad1', { op: 'round.settle', round: 'b1', outcome: 'x', tenant: 'evil' })).code,
+      'CP_ERR_AUTH_FORBIDDEN_CHANNEL',
+    );
+    assert.equal((await h.ctl('bad1', { op: 'round.cancel', round: 'b1', tenant: 'evil' })).code, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL');
+    assert.equal((await h.store.rounds.get('bad1', 'b1'))?.state, 'open');
+  });
+
+  it('stakes - bad input and replays get their code and change no balance', async () => {
+    await channel('bad2');
+    await fund('ba', 100);
+    await ctl('bad2', { op: 'round.open', round: 'p', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    await ctl('bad2', { op: 'round.open', round: 'm', kind: 'market', outcomes: ['x', 'y'], durationMs: 60_000 });
+    refused(await trade('bad2', 'ba', { k: 'stake', round: 'p', outcome: 'x', points: 1e12 }), 'CP_ERR_ROUND_INSUFFICIENT_FUNDS');
+    refused(await trade('bad2', 'ba', { k: 'stake', round: 'nope', outcome: 'x', points: 1 }), 'CP_ERR_ROUND_UNKNOWN');
+    refused(await trade('bad2', 'ba', { k: 'stake', round: 'p', outcome: 'w', points: 1 }), 'CP_ERR_ROUND_UNKNOWN_OUTCOME');
+    refused(await trade('bad2', 'ba', { k: 'stake', round: 'm', outcome: 'x', points: 1 }), 'CP_ERR_ROUND_WRONG_KIND');
+    refused(await trade('bad2', 'ba', { k: 'buy', round: 'p', outcome: 'x', budget: 5 }), 'CP_ERR_ROUND_WRONG_KIND');
+    refused(
+      await trade('bad2', 'ba', { k: 'sell', round: 'm', outcome: 'x', shares: 1, minProceeds: 0 }),
+      'CP_ERR_MARKET_INSUFFICIENT_SHARES',
+    );
+    refused(await trade('bad2', 'ba', { k: 'buy', round: 'm', outcome: 'x', shares: 100, maxCost: 1 }), 'CP_ERR_MARKET_SLIPPAGE');
+    refused(
+      await trade('bad2', 'ba', { k: 'buy', round: 'm', outcome: 'x', shares: 1e6, maxCost: 1e9 }),
+      'CP_ERR_MARKET_INSUFFICIENT_FUNDS',
+    );
+    assert.equal(await bal('ba'), 100);
+    // A replayed key: same fields → the first result, charged once; other fields → refused.
+    const first = await trade('bad2', 'ba', { k: 'stake', round: 'p', outcome: 'x', points: 10, key: 'k1' });
+    const again = await trade('bad2', 'ba', { k: 'stake', round: 'p', outcome: 'x', points: 10, key: 'k1' });
+    assert.deepEqual([first.ok, again.ok, again.cost], [true, true, 10]);
+    refused(await trade('bad2', 'ba', { k: 'stake', round: 'p', outcome: 'y', points: 10, key: 'k1' }), 'CP_ERR_ROUND_DUPLICATE_ID');
+    const buy = await trade('bad2', 'ba', { k: 'buy', round: 'm', outcome: 'x', budget: 20, key: 'k2' });
+    const buyAgain = await trade('bad2', 'ba', { k: 'buy', round: 'm', outcome: 'x', budget: 20, key: 'k2' });
+    assert.deepEqual([buyAgain.ok, buyAgain.cost, buyAgain.shares], [true, buy.cost, buy.shares]);
+    refused(await trade('bad2', 'ba', { k: 'buy', round: 'm', outcome: 'x', budget: 21, key: 'k2' }), 'CP_ERR_ROUND_DUPLICATE_ID');
+    assert.equal(await bal('ba'), 100 - 10 - buy.cost!);
+    await verified();
+  });
+
+  it('market - buy, cash out, settle: winning shares pay 1 point, the maker account closes to the treasury', async () => {
+    await channel('mk1');
+    await fund('ma', 1_000);
+    await fund('mb', 1_000);
+    const treasury0 = await ledger().balance(T, { kind: 'treasury', owner: '' });
+    const opened = await ctl('mk1', {
+      op: 'round.open',
+      round: 'm1',
+      kind: 'market',
+      outcomes: ['yes', 'no'],
+      durationMs: 60_000,
+      liquidity: 100,
+    });
+    assert.deepEqual([opened.round?.b, opened.round?.prices], [100, [0.5, 0.5]]);
+    assert.equal(await ledger().balance(T, { kind: 'maker', owner: 'mk1/m1' }), 70, 'subsidy ceil(100·ln 2) from the treasury');
+    const a = await trade('mk1', 'ma', { k: 'buy', round: 'm1', outcome: 'yes', shares: 10, maxCost: 6 });
+    assert.deepEqual([a.ok, a.cost, a.shares, a.position, a.balance], [true, 6, 10, 10, 994]);
+    const b = await trade('mk1', 'mb', { k: 'buy', round: 'm1', outcome: 'no', budget: 50 });
+    assert.equal(b.ok, true);
+    assert.ok(b.cost! <= 50 && b.cost! > 40 && b.shares! > 0, `budget buy: ${JSON.stringify(b)}`);
+    const s = await trade('mk1', 'ma', { k: 'sell', round: 'm1', outcome: 'yes', shares: 5, minProceeds: 0 });
+    assert.deepEqual([s.ok, s.shares, s.position], [true, 5, 5]);
+    assert.equal(await bal('ma'), 994 + s.proceeds!, 'proceeds are committed before the ack');
+    const settled = await ctl('mk1', { op: 'round.settle', round: 'm1', outcome: 'yes' });
+    assert.equal(settled.round?.winner, 'yes');
+    assert.equal(await bal('ma'), 994 + s.proceeds! + 5, '5 winning shares pay 5 points');
+    assert.equal(await bal('mb'), 1_000 - b.cost!);
+    assert.equal(await ledger().balance(T, { kind: 'maker', owner: 'mk1/m1' }), 0);
+    const treasury1 = await ledger().balance(T, { kind: 'treasury', owner: '' });
+    // The treasury got back the subsidy and the maker's profit: what the traders lost.
+    assert.equal(treasury1 - treasury0, 1_000 - (await bal('ma')) + (1_000 - (await bal('mb'))));
+    await verified();
+  });
+
+  it('cancel - refunds every net exactly, taking back a profitable cash-out', async () => {
+    await channel('cx1');
+    await fund('ca', 500);
+    await fund('cb', 500);
+    await ctl('cx1', { op: 'round.open', round: 'c1', kind: 'market', outcomes: ['yes', 'no'], durationMs: 60_000, liquidity: 50 });
+    assert.equal((await trade('cx1', 'ca', { k: 'buy', round: 'c1', outcome: 'yes', shares: 40, maxCost: 1_000 })).ok, true);
+    assert.equal((await trade('cx1', 'cb', { k: 'buy', round: 'c1', outcome: 'yes', shares: 80, maxCost: 1_000 })).ok, true);
+    const sold = await trade('cx1', 'ca', { k: 'sell', round: 'c1', outcome: 'yes', shares: 40, minProceeds: 0 });
+    assert.ok(sold.ok && (await bal('ca')) > 500, 'ca cashed out at a profit');
+    await ctl('cx1', { op: 'round.open', round: 'c2', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    assert.equal((await trade('cx1', 'ca', { k: 'stake', round: 'c2', outcome: 'x', points: 33 })).ok, true);
+    assert.equal((await ctl('cx1', { op: 'round.cancel', round: 'c1' })).round?.state, 'cancelled');
+    assert.equal((await ctl('cx1', { op: 'round.cancel', round: 'c2' })).round?.state, 'cancelled');
+    assert.equal((await ctl('cx1', { op: 'round.cancel', round: 'c2' })).ok, true, 'cancel is idempotent');
+    assert.deepEqual([await bal('ca'), await bal('cb')], [500, 500]);
+    assert.equal(await ledger().balance(T, { kind: 'maker', owner: 'cx1/c1' }), 0);
+    assert.equal((await ctl('cx1', { op: 'round.settle', round: 'c1', outcome: 'yes' })).code, 'CP_ERR_ROUND_ALREADY_FINAL');
+    await verified();
+  });
+
+  it('deadline - the round locks by server time; a later stake is refused; an unsettled round expires and refunds', async () => {
+    await channel('dl1');
+    await fund('da', 100);
+    await ctl('dl1', { op: 'round.open', round: 'd1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 150 });
+    assert.equal((await trade('dl1', 'da', { k: 'stake', round: 'd1', outcome: 'x', points: 40 })).ok, true);
+    await h.waitFor(() => h.roundFrames.find((f) => f.round.id === 'd1' && f.round.state === 'locked'));
+    refused(await trade('dl1', 'da', { k: 'stake', round: 'd1', outcome: 'x', points: 1 }), 'CP_ERR_ROUND_CLOSED');
+    const row = await h.store.rounds.get('dl1', 'd1');
+    assert.deepEqual([row?.state, row?.book], ['locked', { v: 1, kind: 'pool', stakes: [['da', 0, 40]] }]);
+    assert.equal(await bal('da'), 60);
+    // ROUND_UNSETTLED_MAX_MS is 1,500 here: the round is cancelled and refunded.
+    await h.waitFor(() => h.roundFrames.find((f) => f.round.id === 'd1' && f.round.state === 'cancelled'), 3_000);
+    await eventually(async () => (await bal('da')) === 100);
+    await verified();
+  });
+
+  it('welcome grant - paid once per viewer and channel on join, with the balance', async () => {
+    await channel('wg1');
+    const tooBig = await h.ctl('wg1', { op: 'declare', actions: [{ name: 'go', maxPerTick: 5 }], welcomeGrant: 10_000_000 });
+    assert.equal(tooBig.code, 'CP_ERR_GAME_INVALID_DECLARE');
+    assert.equal((await h.ctl('wg1', { op: 'declare', actions: [{ name: 'go', maxPerTick: 5 }], welcomeGrant: 250 })).ok, true);
+    h.join('wg1', [{ conn: 77_001, viewer: 'wv' }]);
+    const first = await h.waitFor(() => h.balances.find((b) => b.conn === 77_001));
+    assert.deepEqual(first.frame, { t: 'balance', points: 250, reason: 'welcome', delta: 250 });
+    h.join('wg1', [{ conn: 77_002, viewer: 'wv' }]);
+    const second = await h.waitFor(() => h.balances.find((b) => b.conn === 77_002));
+    assert.deepEqual(second.frame, { t: 'balance', points: 250, reason: 'join' });
+    assert.equal(await bal('wv'), 250);
+  });
+
+  it('ledger refusal - a stake the ledger refuses is undone in the pool and the mirror reloads', async () => {
+    await channel('lr1');
+    await fund('la', 100);
+    await ctl('lr1', { op: 'round.open', round: 'l1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    assert.equal((await trade('lr1', 'la', { k: 'stake', round: 'l1', outcome: 'x', points: 10 })).ok, true);
+    // Another writer (another shard, in a cluster) spends the wallet behind this shard's mirror.
+    await ledger().transfer({
+      id: `spend-${++seq}`,
+      tenantId: T,
+      from: { kind: 'wallet', owner: 'la' },
+      to: { kind: 'house', owner: '' },
+      amount: 85,
+      kind: 'spend',
+    });
+    refused(await trade('lr1', 'la', { k: 'stake', round: 'l1', outcome: 'x', points: 50 }), 'CP_ERR_ROUND_INSUFFICIENT_FUNDS');
+    const ok = await trade('lr1', 'la', { k: 'stake', round: 'l1', outcome: 'y', points: 5 });
+    assert.deepEqual([ok.ok, ok.balance], [true, 0], 'the mirror was reloaded');
+    const view = (await ctl('lr1', { op: 'round.settle', round: 'l1', outcome: 'x' })).round;
+    assert.deepEqual(view?.pool, [10, 5], 'the refused stake is not in the pool');
+    assert.equal(await bal('la'), 15);
+    await verified();
+  });
+
+  it('recovery - after a crash an open round is refunded, a locked one resumes and can be settled', async () => {
+    await channel('rc1');
+    await fund('ra', 100);
+    await fund('rb', 100);
+    await ctl('rc1', { op: 'round.open', round: 'open1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    await ctl('rc1', { op: 'round.open', round: 'lock1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 300 });
+    await ctl('rc1', { op: 'round.open', round: 'mk', kind: 'market', outcomes: ['x', 'y'], durationMs: 60_000 });
+    assert.equal((await trade('rc1', 'ra', { k: 'stake', round: 'open1', outcome: 'x', points: 30 })).ok, true);
+    assert.equal((await trade('rc1', 'ra', { k: 'stake', round: 'lock1', outcome: 'x', points: 20 })).ok, true);
+    assert.equal((await trade('rc1', 'rb', { k: 'stake', round: 'lock1', outcome: 'y', points: 10 })).ok, true);
+    assert.equal((await trade('rc1', 'rb', { k: 'buy', round: 'mk', outcome: 'y', budget: 40 })).ok, true);
+    await eventually(async () => (await h.store.rounds.get('rc1', 'lock1'))?.state === 'locked');
+    // Crash: the shard stops without draining; another shard acquires the channel at a new epoch.
+    await h.shard.close();
+    const s2 = await h.newShard('s2');
+    const epoch = await h.store.channels.acquire('rc1', 's2');
+    await s2.acquire('rc1', epoch);
+    assert.deepEqual(
+      [(await h.store.rounds.get('rc1', 'open1'))?.state, (await h.store.rounds.get('rc1', 'mk'))?.state],
+      ['cancelled', 'cancelled'],
+    );
+    assert.equal(await bal('ra'), 80, 'the open round refunded, the locked stake still held');
+    assert.equal(await bal('rb'), 90);
+    const settled = await ctl('rc1', { op: 'round.settle', round: 'lock1', outcome: 'x' });
+    assert.deepEqual([settled.ok, settled.round?.pool], [true, [20, 10]]);
+    assert.deepEqual([await bal('ra'), await bal('rb')], [110, 90]);
+    await verified();
+  });
+});
