@@ -44,8 +44,11 @@ describe('viewer page (browser)', () => {
     await page.fill('#channel', 'demo');
     await page.click('[data-testid="join"]');
     await page.waitForFunction(() => document.querySelector('[data-testid="state"]')?.textContent === 'open');
-    await page.waitForFunction(() => /^\d+$/.test(document.querySelector('[data-testid="balance"]')?.textContent ?? ''));
-    assert.equal(await page.locator('[data-testid="balance"]').textContent(), '0', 'a new viewer has no points yet');
+    // A new viewer of the demo gets its welcome grant (DEMO_WELCOME_GRANT) once, pushed as a balance frame.
+    await page.waitForFunction(
+      (want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want),
+      s.config.rounds.demoWelcomeGrant,
+    );
     const tally = page.locator('[data-testid="tally-pull-left"]');
     await tally.waitFor();
     const before = Number(await tally.textContent());
@@ -70,6 +73,43 @@ describe('viewer page (browser)', () => {
     const dir = process.env.UPDATE_SCREENSHOT ? join(ROOT, 'docs/img') : mkdtempSync(join(tmpdir(), 'crowdplay-shot-'));
     mkdirSync(dir, { recursive: true });
     await page.screenshot({ path: join(dir, 'viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 360 } });
+    assert.deepEqual(errors, [], 'no page errors');
+    await page.close();
+  });
+
+  it('stakes in the open pool round of the demo: acked after the commit, balance and pool move; bad points are refused locally', async () => {
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(s.baseUrl);
+    await page.fill('#channel', 'demo');
+    await page.click('[data-testid="join"]');
+    const grant = s.config.rounds.demoWelcomeGrant;
+    await page.waitForFunction((want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want), grant);
+    // The demo opens a pool round first ("which side is the rope on at the deadline?").
+    const stake = page.locator('[data-testid^="stake-"][data-testid$="-left"]').first();
+    await stake.waitFor();
+    const roundId = ((await stake.getAttribute('data-testid')) ?? '').slice('stake-'.length, -'-left'.length);
+    const pool = page.locator(`[data-testid="round-${roundId}-left-pool"]`);
+    const poolBefore = Number(await pool.textContent());
+    for (const bad of ['-5', '0', '2.5', '1e400']) {
+      await page.fill('[data-testid="points-input"]', bad);
+      await stake.click();
+      await page.waitForFunction(
+        () => document.querySelector('[data-testid="last-trade"]')?.getAttribute('data-code') === 'CP_ERR_PROTO_INVALID',
+      );
+      await page.evaluate(() => document.querySelector('[data-testid="last-trade"]')?.setAttribute('data-code', ''));
+    }
+    assert.equal(await page.locator('[data-testid="balance"]').textContent(), String(grant), 'bad input moved no points');
+    await page.fill('[data-testid="points-input"]', '25');
+    await stake.click();
+    await page.waitForFunction(() => document.querySelector('[data-testid="last-trade"]')?.getAttribute('data-ok') === 'true');
+    await page.waitForFunction((want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want), grant - 25);
+    await page.waitForFunction(
+      ({ id, want }) => Number(document.querySelector(`[data-testid="round-${id}-left-pool"]`)?.textContent) >= want,
+      { id: roundId, want: poolBefore + 25 },
+    );
+    assert.match((await page.locator(`[data-testid="round-${roundId}-countdown"]`).textContent()) ?? '', /\d/);
     assert.deepEqual(errors, [], 'no page errors');
     await page.close();
   });

@@ -1,17 +1,34 @@
 /**
  * The game client (`role=game`, Node): declares the game's actions, receives
- * one batch per tick, publishes game state for the viewers' updates, and
- * reconnects with jittered backoff, re-sending its declaration and its latest
- * state after every reconnect (the server keeps neither per socket).
+ * one batch per tick, publishes game state for the viewers' updates, runs
+ * rounds (open, settle, cancel: request/answer by `ref`), and reconnects with
+ * jittered backoff, re-sending its declaration and its latest state after
+ * every reconnect (the server keeps neither per socket).
  *
  * @example
  *   const game = new GameClient({ url: 'http://127.0.0.1:8080', channel: 'demo', apiKey });
  *   game.on('batch', (b) => apply(b.actions.vote?.tally));
+ *   game.on('round', (r) => r.state === 'locked' && decide(r));
  *   await game.connect();
- *   game.declare([{ name: 'vote', options: ['a', 'b', 'c'], maxPerTick: 1_000 }]);
+ *   game.declare([{ name: 'vote', options: ['a', 'b', 'c'], maxPerTick: 1_000 }], { welcomeGrant: 1_000 });
+ *   await game.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 30_000 });
+ *   await game.settleRound('r1', 'a');
  */
 import WebSocket from 'ws';
-import type { ActionSpec, Batch, ErrorFrame, GameDeclare, GameState, Welcome } from '@crowdplay/protocol';
+import type {
+  ActionSpec,
+  Batch,
+  ErrorFrame,
+  GameDeclare,
+  GameState,
+  ResultFrame,
+  RoundCancel,
+  RoundFrame,
+  RoundOpen,
+  RoundSettle,
+  RoundView,
+  Welcome,
+} from '@crowdplay/protocol';
 import { CHANNEL_ID_RE, CloseCode, CrowdplayError, isCrowdplayError, parseInbound } from '@crowdplay/protocol';
 import {
   buildWsUrl,
@@ -39,9 +56,15 @@ export interface GameEvents {
   welcome: (welcome: Welcome) => void;
   /** One tick's intents. */
   batch: (batch: Batch, info: BatchInfo) => void;
+  /** A round of this channel changed state (locked at its deadline, settled, cancelled, expired). */
+  round: (round: RoundView) => void;
   /** A connection state change (see the viewer SDK's ConnectionState). */
   state: (state: ConnectionState, previous: ConnectionState) => void;
-  /** Socket errors, unusable frames (CP_ERR_PROTO_*), a missed welcome, or a server `error` frame (passed as 2nd argument). */
+  /**
+   * Socket errors, unusable frames (CP_ERR_PROTO_*), a missed welcome, or a
+   * server `error` frame (passed as 2nd argument). An error frame that
+   * answers a pending round request (by `ref`) rejects that request instead.
+   */
   error: (err: CrowdplayError, frame?: ErrorFrame) => void;
   /** Every socket close, also the ones followed by a reconnect. */
   close: (code: number, reason: string) => void;
@@ -74,6 +97,42 @@ export interface GameClientOptions {
   path?: string;
   /** Uniform [0, 1) source for the backoff jitter (tests). @defaultValue Math.random */
   random?: () => number;
+  /**
+   * How long `openRound`/`settleRound`/`cancelRound` wait for their `result`
+   * or `error` frame before rejecting with CP_ERR_CHANNEL_UNAVAILABLE, ms.
+   * @defaultValue DEFAULT_REQUEST_TIMEOUT_MS (10_000)
+   */
+  requestTimeoutMs?: number;
+}
+
+/** Default of `requestTimeoutMs`, ms. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+
+/** What `openRound` takes (the `round.open` frame without `t` and `ref`). */
+export interface OpenRoundOptions {
+  /** Round id, `^[A-Za-z0-9_.-]{1,32}$`, never reused in the channel. */
+  round: string;
+  /** `pool`: parimutuel stakes; `market`: an LMSR market (buy / sell shares). */
+  kind: 'pool' | 'market';
+  /** 2–10 distinct outcome names. */
+  outcomes: string[];
+  /** Time from now to the deadline (stakes and trades stop), ms; within ROUND_MIN/MAX_DURATION_MS. */
+  durationMs: number;
+  /** Market only: LMSR liquidity b, shares (default ROUND_DEFAULT_LIQUIDITY); the treasury pays ceil(b·ln n) points. */
+  liquidity?: number;
+}
+
+/** Options of `declare`. */
+export interface DeclareOptions {
+  /** Points granted once per (channel, viewer) from the tenant's treasury on the viewer's first join (0 / absent = none). */
+  welcomeGrant?: number;
+}
+
+interface PendingRequest {
+  resolve: (round: RoundView) => void;
+  reject: (err: CrowdplayError) => void;
+  timer: ReturnType<typeof setTimeout>;
+  op: string;
 }
 
 /**
@@ -90,6 +149,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
   #declared: string | null = null;
   #declaredActions: ActionSpec[] | null = null;
   #gameState: string | null = null;
+  readonly #requestTimeoutMs: number;
+  #nextRef = 0;
+  readonly #pending = new Map<string, PendingRequest>();
 
   /**
    * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_MISSING (empty
@@ -99,6 +161,8 @@ export class GameClient extends TypedEmitter<GameEvents> {
     super();
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (!options.apiKey) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    if (!(this.#requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
     const url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
     this.#url = url;
     this.#apiKey = options.apiKey;
@@ -120,8 +184,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
           this.emit('welcome', w);
         },
         onFrame: (t, msg, info) => this.#onFrame(t, msg, info),
-        onError: (err, frame) => this.emit('error', err, frame),
-        onClose: (code, reason) => this.emit('close', code, reason),
+        onError: (err, frame) => this.#onError(err, frame),
+        onClose: (code, reason) => {
+          this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
+          this.emit('close', code, reason);
+        },
       },
     );
   }
@@ -158,18 +225,26 @@ export class GameClient extends TypedEmitter<GameEvents> {
     return this.#conn.connect();
   }
 
+  /** Round requests sent and not yet answered. */
+  get pendingRequests(): number {
+    return this.#pending.size;
+  }
+
   /**
    * Declares the game's actions (replacing any earlier declaration; the
    * server restarts the cumulative tally). Sent now when open, else right
    * after the next welcome; re-sent after every reconnect.
    *
    * @param actions 1–32 ActionSpecs (`{name, maxPerTick, options?, cost?}`, see libs/protocol)
+   * @param options `welcomeGrant`: points (integer ≥ 0, at most WELCOME_GRANT_MAX_POINTS)
+   *   granted once per (channel, viewer) from the tenant's treasury on the viewer's first join
    * @throws CrowdplayError CP_ERR_GAME_INVALID_DECLARE (schema mismatch; nothing is sent or
    *   remembered), CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
-  declare(actions: ActionSpec[]): void {
+  declare(actions: ActionSpec[], options: DeclareOptions = {}): void {
     if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
     const msg: GameDeclare = { t: 'declare', actions };
+    if (options.welcomeGrant !== undefined) msg.welcomeGrant = options.welcomeGrant;
     const raw = JSON.stringify(msg);
     try {
       parseInbound('game', raw);
@@ -211,12 +286,135 @@ export class GameClient extends TypedEmitter<GameEvents> {
   }
 
   /**
-   * Closes for good: stops reconnecting, rejects an unsettled `connect()` with
-   * CP_ERR_CLIENT_CLOSED, closes the socket. Idempotent (same promise); resolves
-   * when the socket has closed or after `closeDeadlineMs` (then the socket is terminated).
+   * Opens a round (`round.open`). The server sets its deadline to now +
+   * `durationMs`; a market's maker subsidy comes from the tenant's treasury.
+   *
+   * @returns the round as the server opened it (state `open`, `openedAt`, `deadline`)
+   * @throws (rejects) CrowdplayError: CP_ERR_ROUND_INVALID when the options do
+   *   not match the schema (nothing is sent); the server's refusal code
+   *   (CP_ERR_ROUND_EXISTS, CP_ERR_ROUND_TOO_MANY, CP_ERR_ROUND_INVALID,
+   *   CP_ERR_LEDGER_*, CP_ERR_CHANNEL_UNAVAILABLE, …); CP_ERR_CHANNEL_UNAVAILABLE
+   *   after `requestTimeoutMs` without an answer; CP_ERR_CLIENT_NOT_OPEN when not
+   *   open; CP_ERR_CLIENT_CLOSED when the socket closes first (the round may or
+   *   may not have opened: look for it in the next update, or retry and treat
+   *   CP_ERR_ROUND_EXISTS as done)
+   */
+  openRound(options: OpenRoundOptions): Promise<RoundView> {
+    const { round, kind, outcomes, durationMs, liquidity } = options;
+    return this.#request('round.open', (ref): RoundOpen => {
+      const msg: RoundOpen = { t: 'round.open', ref, round, kind, outcomes, durationMs };
+      if (liquidity !== undefined) msg.liquidity = liquidity;
+      return msg;
+    });
+  }
+
+  /**
+   * Settles a round on its winning `outcome` (`round.settle`): locks it if
+   * still open, then pays the winners. Idempotent for the same outcome.
+   *
+   * @returns the settled round (`state: 'settled'`, `winner`)
+   * @throws (rejects) as `openRound`, with the server's codes
+   *   CP_ERR_ROUND_UNKNOWN, CP_ERR_ROUND_UNKNOWN_OUTCOME, CP_ERR_ROUND_ALREADY_FINAL
+   */
+  settleRound(round: string, outcome: string): Promise<RoundView> {
+    return this.#request('round.settle', (ref): RoundSettle => ({ t: 'round.settle', ref, round, outcome }));
+  }
+
+  /**
+   * Cancels a round and refunds every stake and trade exactly (`round.cancel`). Idempotent.
+   *
+   * @returns the cancelled round (`state: 'cancelled'`)
+   * @throws (rejects) as `openRound`, with the server's codes CP_ERR_ROUND_UNKNOWN, CP_ERR_ROUND_ALREADY_FINAL
+   */
+  cancelRound(round: string): Promise<RoundView> {
+    return this.#request('round.cancel', (ref): RoundCancel => ({ t: 'round.cancel', ref, round }));
+  }
+
+  /**
+   * Closes for good: stops reconnecting, rejects an unsettled `connect()` and
+   * pending round requests with CP_ERR_CLIENT_CLOSED, closes the socket.
+   * Idempotent (same promise); resolves when the socket has closed or after
+   * `closeDeadlineMs` (then the socket is terminated).
    */
   close(code: number = CloseCode.normal, reason = 'client closed'): Promise<void> {
+    this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
     return this.#conn.close(code, reason);
+  }
+
+  /** Sends one round request with a fresh `ref` and waits for its `result` or `error` frame. */
+  #request(op: string, build: (ref: string) => RoundOpen | RoundSettle | RoundCancel): Promise<RoundView> {
+    const ref = `g${++this.#nextRef}`;
+    const raw = JSON.stringify(build(ref));
+    try {
+      parseInbound('game', raw);
+    } catch (err) {
+      const cause = isCrowdplayError(err) ? err.message : String(err);
+      return Promise.reject(new CrowdplayError('CP_ERR_ROUND_INVALID', [cause], { cause: err }));
+    }
+    const sock = this.#conn.socket;
+    if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
+      return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));
+    }
+    return new Promise<RoundView>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        if (!this.#pending.delete(ref)) return;
+        const err = new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.#channel]);
+        err.message = `no answer to ${op} (ref ${ref}) within ${this.#requestTimeoutMs} ms`;
+        reject(err);
+      }, this.#requestTimeoutMs);
+      this.#pending.set(ref, { resolve, reject, timer, op });
+      sock.send(raw, (err) => {
+        if (!err) return;
+        const p = this.#pending.get(ref);
+        if (!p) return;
+        this.#pending.delete(ref);
+        clearTimeout(p.timer);
+        p.reject(new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err }));
+      });
+    });
+  }
+
+  #rejectPending(err: CrowdplayError): void {
+    if (this.#pending.size === 0) return;
+    const pending = [...this.#pending.values()];
+    this.#pending.clear();
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
+  }
+
+  /** A server error frame answering a pending request (`ref`) rejects it; any other error is an `error` event. */
+  #onError(err: CrowdplayError, frame?: ErrorFrame): void {
+    const ref = frame?.ref;
+    const p = typeof ref === 'string' ? this.#pending.get(ref) : undefined;
+    if (p === undefined || ref === undefined) {
+      this.emit('error', err, frame);
+      return;
+    }
+    this.#pending.delete(ref);
+    clearTimeout(p.timer);
+    p.reject(err);
+  }
+
+  /** A `result` frame: resolves its request (a late answer after a timeout is dropped). */
+  #onResult(frame: ResultFrame): void {
+    if (typeof frame.ref !== 'string') {
+      this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['result without ref']));
+      return;
+    }
+    const p = this.#pending.get(frame.ref);
+    if (!p) return;
+    this.#pending.delete(frame.ref);
+    clearTimeout(p.timer);
+    const round = frame.round;
+    if (frame.ok !== true || typeof round !== 'object' || round === null || typeof round.id !== 'string') {
+      const err = new CrowdplayError('CP_ERR_PROTO_INVALID', [`result ${frame.ref} without ok:true and a round`]);
+      this.emit('error', err);
+      p.reject(err);
+      return;
+    }
+    p.resolve(round);
   }
 
   /** Sends on the open socket (dropped when there is none); a failed write is reported as CP_ERR_CLIENT_SOCKET. */
@@ -238,6 +436,18 @@ export class GameClient extends TypedEmitter<GameEvents> {
           return;
         }
         this.emit('batch', b, { receivedAtMs: info.receivedAtMs, bytes: Buffer.byteLength(info.raw, 'utf8') });
+        return;
+      }
+      case 'result':
+        this.#onResult(msg as ResultFrame);
+        return;
+      case 'round': {
+        const round = (msg as RoundFrame).round;
+        if (typeof round !== 'object' || round === null || typeof round.id !== 'string' || typeof round.state !== 'string') {
+          this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['round frame without a round {id, state}']));
+          return;
+        }
+        this.emit('round', round);
         return;
       }
       case 'update':

@@ -1,6 +1,8 @@
 /**
  * @crowdplay/sdk-game — the game (role=game) client for Node: declare actions,
- * receive batches, publish state; reconnects and re-declares by itself.
+ * receive batches, publish state, open/settle/cancel rounds; reconnects and
+ * re-declares by itself.
  */
-export { GameClient } from './game-client.ts';
-export type { BatchInfo, ConnectionState, GameClientOptions, GameEvents } from './game-client.ts';
+export { GameClient, DEFAULT_REQUEST_TIMEOUT_MS } from './game-client.ts';
+export type { BatchInfo, ConnectionState, DeclareOptions, GameClientOptions, GameEvents, OpenRoundOptions } from './game-client.ts';
+export type { RoundView } from '@crowdplay/protocol';

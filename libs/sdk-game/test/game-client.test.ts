@@ -4,7 +4,7 @@ import { once } from 'node:events';
 import { nextEvent } from '@crowdplay/testing';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch } from '@crowdplay/protocol';
+import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch, type RoundView } from '@crowdplay/protocol';
 import { GameClient, type ConnectionState, type GameClientOptions, type GameEvents } from '@crowdplay/sdk-game';
 
 interface TestServer {
@@ -260,4 +260,229 @@ test('sdk-game - close() is idempotent; bad options are refused', async (t) => {
     code(() => client(t, server, { url: 'mailto:x' })),
     'CP_ERR_CONFIG_INVALID',
   );
+});
+
+function roundView(id: string, extra: Partial<RoundView> = {}): RoundView {
+  return { id, kind: 'pool', outcomes: ['a', 'b'], state: 'open', openedAt: 1_000, deadline: 31_000, pool: [0, 0], entries: 0, ...extra };
+}
+
+type Req = Record<string, unknown> & { t: string; ref?: string };
+
+/** A server that answers each round request with `answer(req)` (a frame, or nothing), after `delayMs`. */
+async function roundServer(answer: (req: Req) => object | undefined, delayMs = 0): Promise<TestServer> {
+  return startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const req = JSON.parse(String(raw)) as Req;
+      const frame = answer(req);
+      if (frame) setTimeout(() => ws.send(JSON.stringify(frame)), delayMs);
+    });
+  });
+}
+
+test('sdk-game - openRound / settleRound / cancelRound send round frames with fresh refs and resolve with the result round', async (t) => {
+  const server = await roundServer((req) => {
+    if (req.t === 'round.open')
+      return { t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round), { kind: req.kind as 'pool' }) };
+    if (req.t === 'round.settle')
+      return {
+        t: 'result',
+        ref: req.ref,
+        ok: true,
+        round: roundView(String(req.round), { state: 'settled', winner: String(req.outcome) }),
+      };
+    if (req.t === 'round.cancel')
+      return { t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round), { state: 'cancelled' }) };
+    return undefined;
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const [opened, market, settled, cancelled] = await Promise.all([
+    c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 30_000 }),
+    c.openRound({ round: 'm1', kind: 'market', outcomes: ['x', 'y', 'z'], durationMs: 5_000, liquidity: 250 }),
+    c.settleRound('r1', 'b'),
+    c.cancelRound('m1'),
+  ]);
+  assert.deepEqual(opened, roundView('r1'));
+  assert.deepEqual(market, roundView('m1', { kind: 'market' }));
+  assert.deepEqual(settled, roundView('r1', { state: 'settled', winner: 'b' }));
+  assert.deepEqual(cancelled, roundView('m1', { state: 'cancelled' }));
+  const frames = (await framesOf(server, 0, 4)) as Req[];
+  assert.deepEqual(
+    frames.map(({ ref: _ref, ...rest }) => rest),
+    [
+      { t: 'round.open', round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 30_000 },
+      { t: 'round.open', round: 'm1', kind: 'market', outcomes: ['x', 'y', 'z'], durationMs: 5_000, liquidity: 250 },
+      { t: 'round.settle', round: 'r1', outcome: 'b' },
+      { t: 'round.cancel', round: 'm1' },
+    ],
+  );
+  const refs = frames.map((f) => f.ref);
+  assert.equal(new Set(refs).size, 4, 'one ref per request');
+  assert.ok(refs.every((r) => typeof r === 'string' && /^[A-Za-z0-9_.:-]{1,64}$/.test(r)));
+  assert.equal(c.pendingRequests, 0);
+  await c.close();
+});
+
+test('sdk-game - answers are matched by ref, also out of order; an error frame with ref rejects with its code and is no error event', async (t) => {
+  const held: Req[] = [];
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      held.push(JSON.parse(String(raw)) as Req);
+      if (held.length < 3) return;
+      const [open, settle, cancel] = held as [Req, Req, Req];
+      ws.send(
+        JSON.stringify({ t: 'error', code: 'CP_ERR_ROUND_ALREADY_FINAL', message: 'round r1 was already cancelled', ref: cancel.ref }),
+      );
+      ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_FROM_THE_FUTURE', message: 'newer server', ref: settle.ref }));
+      ws.send(JSON.stringify({ t: 'result', ref: open.ref, ok: true, round: roundView('r1') }));
+      ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_GAME_STATE_TOO_BIG', message: 'game state larger than 16384 bytes' }));
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const events: Array<[string, string | undefined]> = [];
+  c.on('error', (e, frame) => events.push([e.code, frame?.ref]));
+  const unrelated = next(c, 'error');
+  const open = c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 1_000 });
+  const settle = c.settleRound('r1', 'a');
+  const cancel = c.cancelRound('r1');
+  await assert.rejects(cancel, (err: unknown) => {
+    assert.ok(isCrowdplayError(err, 'CP_ERR_ROUND_ALREADY_FINAL'));
+    assert.equal(err.message, 'round r1 was already cancelled');
+    return true;
+  });
+  await assert.rejects(settle, (err: unknown) => isCrowdplayError(err, 'CP_ERR_INTERNAL') && err.message === 'newer server');
+  assert.deepEqual(await open, roundView('r1'));
+  await unrelated;
+  assert.deepEqual(events, [['CP_ERR_GAME_STATE_TOO_BIG', undefined]], 'only the error answering no request is an event');
+  assert.equal(c.state, 'open');
+  await c.close();
+});
+
+test('sdk-game - invalid round arguments reject with CP_ERR_ROUND_INVALID and send nothing', async (t) => {
+  const server = await roundServer((req) => ({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const bad: Array<() => Promise<RoundView>> = [
+    () => c.openRound({ round: 'r1', kind: 'pool', outcomes: ['only'], durationMs: 1_000 }),
+    () => c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'a'], durationMs: 1_000 }),
+    () => c.openRound({ round: 'r1', kind: 'lottery' as 'pool', outcomes: ['a', 'b'], durationMs: 1_000 }),
+    () => c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 0 }),
+    () => c.openRound({ round: 'r1', kind: 'market', outcomes: ['a', 'b'], durationMs: 1_000, liquidity: 0.5 }),
+    () => c.openRound({ round: 'has space', kind: 'pool', outcomes: ['a', 'b'], durationMs: 1_000 }),
+    () => c.settleRound('r1', ''),
+    () => c.cancelRound('x'.repeat(33)),
+  ];
+  for (const [i, call] of bad.entries()) {
+    await assert.rejects(call(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_ROUND_INVALID'), `case ${i}`);
+  }
+  assert.equal(c.pendingRequests, 0);
+  assert.deepEqual(await c.cancelRound('r2'), roundView('r2'));
+  const frames = (await framesOf(server, 0, 1)) as Req[];
+  assert.equal(frames.length, 1, 'only the valid request was sent');
+  assert.equal(frames[0]?.t, 'round.cancel');
+  await c.close();
+});
+
+test('sdk-game - a request without an answer times out with CP_ERR_CHANNEL_UNAVAILABLE; a late answer is dropped', async (t) => {
+  const server = await roundServer((req) => ({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }), 150);
+  t.after(() => server.close());
+  const c = client(t, server, { requestTimeoutMs: 40 });
+  await c.connect();
+  const errors: string[] = [];
+  c.on('error', (e) => errors.push(e.code));
+  const t0 = Date.now();
+  await assert.rejects(
+    c.settleRound('r1', 'a'),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE') && /within 40 ms/.test(err.message),
+  );
+  assert.ok(Date.now() - t0 >= 35, 'waited the timeout');
+  assert.equal(c.pendingRequests, 0);
+  // the answer arrives after 150 ms; it resolves nothing and raises nothing
+  await new Promise((r) => setTimeout(r, 200));
+  assert.deepEqual(errors, []);
+  assert.equal(c.state, 'open');
+  await c.close();
+  assert.throws(
+    () => new GameClient({ url: server.url, channel: 'g1', apiKey: 'k', requestTimeoutMs: 0 }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
+  );
+});
+
+test('sdk-game - pending round requests reject when the socket drops or the client closes; not open rejects', async (t) => {
+  const server = await startServer((ws, _u, i) => {
+    welcome(ws);
+    if (i === 0) ws.on('message', () => setTimeout(() => ws.terminate(), 20)); // drop after the second request arrived
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { backoff: { initialMs: 20, maxMs: 20, jitter: 'none' } });
+  await assert.rejects(c.cancelRound('r1'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  await c.connect();
+  const dropped = [c.cancelRound('r1'), c.settleRound('r2', 'a')].map((p) =>
+    assert.rejects(p, (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED') && err.message.includes('1006')),
+  );
+  await Promise.all(dropped);
+  assert.equal(c.pendingRequests, 0);
+  await next(c, 'welcome');
+  const closing = assert.rejects(c.openRound({ round: 'r3', kind: 'pool', outcomes: ['a', 'b'], durationMs: 1_000 }), (err: unknown) =>
+    isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED'),
+  );
+  await c.close();
+  await closing;
+  assert.equal(c.pendingRequests, 0);
+  assert.equal(server.conns.length, 2);
+  assert.deepEqual(
+    ((await framesOf(server, 1, 1)) as Req[]).map((f) => f.t),
+    ['round.open'],
+    'the dropped requests were not re-sent on the new socket',
+  );
+});
+
+test('sdk-game - round frames emit `round`; a bad one is an error event', async (t) => {
+  const locked = roundView('r1', { state: 'locked' });
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send(JSON.stringify({ t: 'round', round: { state: 'locked' } }));
+    ws.send(JSON.stringify({ t: 'round', round: locked }));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const errors: string[] = [];
+  c.on('error', (e) => errors.push(e.code));
+  const got = next(c, 'round');
+  await c.connect();
+  const [r] = await got;
+  assert.deepEqual(r, locked);
+  assert.deepEqual(errors, ['CP_ERR_PROTO_INVALID']);
+  await c.close();
+});
+
+test('sdk-game - declare passes welcomeGrant (re-sent after a reconnect); a bad one is refused', async (t) => {
+  const server = await startServer((ws, _u, i) => {
+    welcome(ws);
+    if (i === 0) ws.on('message', () => ws.terminate());
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  assert.throws(
+    () => c.declare(VOTE, { welcomeGrant: -1 }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_INVALID_DECLARE'),
+  );
+  assert.throws(
+    () => c.declare(VOTE, { welcomeGrant: 2.5 }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_INVALID_DECLARE'),
+  );
+  assert.equal(c.actions, null, 'nothing remembered');
+  const reopened = next(c, 'welcome');
+  c.declare(VOTE, { welcomeGrant: 500 });
+  await reopened;
+  assert.deepEqual(await framesOf(server, 0, 1), [{ t: 'declare', actions: VOTE, welcomeGrant: 500 }]);
+  assert.deepEqual(await framesOf(server, 1, 1), [{ t: 'declare', actions: VOTE, welcomeGrant: 500 }]);
+  await c.close();
 });

@@ -6,7 +6,9 @@
  * on; it is exported for @crowdplay/sdk-game and is not a stable API.
  */
 export { ViewerClient, buildWsUrl } from './viewer-client.ts';
-export type { ViewerClientOptions, ViewerEvents } from './viewer-client.ts';
+export type { BuyAmount, TradeOptions, ViewerClientOptions, ViewerEvents } from './viewer-client.ts';
+/** The frames a viewer receives (re-exported for SDK users: `update.rounds` holds RoundViews). */
+export type { ActAck, BalanceFrame, ChannelUpdate, RoundView, Welcome } from '@crowdplay/protocol';
 export {
   ReconnectingSocket,
   NO_RECONNECT_CLOSE_CODES,

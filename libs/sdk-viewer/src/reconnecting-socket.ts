@@ -397,11 +397,15 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     this.#connectSettle = null;
   }
 
-  /** A server `error` frame: its code when known (else CP_ERR_INTERNAL) and its message; the reason for a following close. */
+  /**
+   * A server `error` frame: its code when known (else CP_ERR_INTERNAL) and its
+   * message; the reason for a following close, unless it answers a game
+   * request (`ref`).
+   */
   #onServerError(frame: ErrorFrame): void {
     const err = isKnownCode(frame.code) ? new CrowdplayError(frame.code) : new CrowdplayError('CP_ERR_INTERNAL');
     if (typeof frame.message === 'string') err.message = frame.message;
-    this.#failure = err;
+    if (frame.ref === undefined) this.#failure = err;
     this.#hooks.onError(err, frame);
   }
 }

@@ -1,7 +1,8 @@
 /**
  * The viewer client (`role=crowd`): connect, act with act-ack promises,
- * channel updates, resume from the last event id, reconnect with jittered
- * backoff. Runs in browsers (global `WebSocket`) and in Node (pass the `ws`
+ * stakes and trades in rounds (`stake`, `buy`, `sell`, acked after the
+ * ledger commit), balance frames, channel updates (with their `rounds`),
+ * resume from the last event id, reconnect with jittered backoff. Runs in browsers (global `WebSocket`) and in Node (pass the `ws`
  * package's `WebSocket` class as `options.WebSocket`); it imports neither
  * `ws` nor Node's `events`.
  *
@@ -11,9 +12,21 @@
  *   viewer.on('update', (u) => render(u.tally));
  *   await viewer.connect();
  *   const ack = await viewer.act('pull', 'left'); // { t: 'ack', seq: 1, ok: true, cost: 0 }
+ *   const stake = await viewer.stake('r1', 'left', 50); // { t: 'ack', seq: 2, ok: true, cost: 50, balance: 950 }
  */
-import type { ActAck, ChannelUpdate, CrowdAct, ErrorFrame, Welcome } from '@crowdplay/protocol';
-import { CHANNEL_ID_RE, CloseCode, CrowdplayError } from '@crowdplay/protocol';
+import type {
+  ActAck,
+  BalanceFrame,
+  ChannelUpdate,
+  CrowdAct,
+  CrowdBuy,
+  CrowdInbound,
+  CrowdSell,
+  CrowdStake,
+  ErrorFrame,
+  Welcome,
+} from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CloseCode, CrowdplayError, MAX_POINTS, NAME_PATTERN } from '@crowdplay/protocol';
 import type { BackoffOptions } from './backoff.ts';
 import { TypedEmitter } from './emitter.ts';
 import { ReconnectingSocket, type ConnectionState, type FrameInfo } from './reconnecting-socket.ts';
@@ -25,8 +38,14 @@ export interface ViewerEvents {
   welcome: (welcome: Welcome) => void;
   /** A channel update (full state); `lastEventId` is already advanced to `update.ev`. */
   update: (update: ChannelUpdate, info: FrameInfo) => void;
-  /** Every act ack, just before the matching `act()` promise resolves. */
+  /** Every ack (act, stake, buy, sell), just before the matching promise resolves. */
   ack: (ack: ActAck) => void;
+  /**
+   * The viewer's available points changed outside an ack (welcome grant,
+   * payout, refund) or were reported on joining the channel (`reason: 'join'`);
+   * `balance` is already updated.
+   */
+  balance: (frame: BalanceFrame) => void;
   /** A connection state change. */
   state: (state: ConnectionState, previous: ConnectionState) => void;
   /**
@@ -77,6 +96,45 @@ export interface ViewerClientOptions {
 
 const DEFAULT_PATH = '/v1/ws';
 
+/** Options of a stake or trade. */
+export interface TradeOptions {
+  /**
+   * Idempotency key, unique per viewer and round (`^[A-Za-z0-9_.:-]{1,64}$`):
+   * the same key with the same fields returns the first result, with other
+   * fields it is refused (CP_ERR_ROUND_DUPLICATE_ID).
+   */
+  key?: string;
+}
+
+/** What a `buy` spends: `shares` whole shares for at most `maxCost` points, or as many whole shares as `budget` points buy. */
+export type BuyAmount = { shares: number; maxCost: number } | { budget: number };
+
+const NAME_RE = new RegExp(NAME_PATTERN);
+/** The pattern of a stake or trade key (messages.ts). */
+const KEY_RE = /^[A-Za-z0-9_.:-]{1,64}$/;
+
+/** Throws CP_ERR_PROTO_INVALID unless `value` is a round/outcome name. */
+function checkName(field: string, value: unknown): void {
+  if (typeof value !== 'string' || !NAME_RE.test(value)) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`/${field} must match ${NAME_PATTERN}`]);
+  }
+}
+
+/** Throws CP_ERR_PROTO_INVALID unless `value` is an integer from `min` (0 or 1) to MAX_POINTS. */
+function checkAmount(field: string, value: unknown, min: 0 | 1): void {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > MAX_POINTS) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`/${field} must be an integer from ${min} to ${MAX_POINTS}, got ${String(value)}`]);
+  }
+}
+
+function checkKey(opts: TradeOptions | undefined): string | undefined {
+  const key = opts?.key;
+  if (key !== undefined && (typeof key !== 'string' || !KEY_RE.test(key))) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`/key must match ${KEY_RE.source}`]);
+  }
+  return key;
+}
+
 interface PendingAct {
   resolve: (ack: ActAck) => void;
   reject: (err: CrowdplayError) => void;
@@ -109,10 +167,12 @@ export function buildWsUrl(base: string, path: string, params: Record<string, st
 /**
  * One viewer's connection to a channel. See the module comment for an example.
  *
- * Acts are numbered by the client (`seq` 1, 2, … for the client's lifetime);
- * each `act()` promise resolves with the matching act ack (accepted or refused
- * with a code) and rejects with CP_ERR_CLIENT_CLOSED if the socket closes
- * first (an act is never re-sent on the next socket). The connection
+ * Acts, stakes and trades are numbered by the client (`seq` 1, 2, … for the
+ * client's lifetime); each `act()`/`stake()`/`buy()`/`sell()` promise
+ * resolves with the matching ack (accepted or refused with a code) and
+ * rejects with CP_ERR_CLIENT_CLOSED if the socket closes first (nothing is
+ * ever re-sent on the next socket: resend a stake or trade yourself, with the
+ * same `key` to make the resend idempotent). The connection
  * lifecycle (welcome deadline, states, backoff, close codes) is a
  * {@link ReconnectingSocket}.
  */
@@ -121,6 +181,7 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
   #seq = 0;
   readonly #pending = new Map<number, PendingAct>();
   #lastEventId: number | undefined;
+  #balance: number | null = null;
 
   /**
    * @throws CrowdplayError CP_ERR_CONFIG_INVALID (bad url, no WebSocket class,
@@ -182,7 +243,15 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     return this.#conn.welcome;
   }
 
-  /** Acts sent on the current socket and not yet acked. */
+  /**
+   * The viewer's available points as last reported (a `balance` frame or an
+   * ack's `balance`), or null before the first report.
+   */
+  get balance(): number | null {
+    return this.#balance;
+  }
+
+  /** Acts, stakes and trades sent on the current socket and not yet acked. */
   get pendingActs(): number {
     return this.#pending.size;
   }
@@ -212,18 +281,125 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
    * Sends one intent `{t:'act', seq, action, option?}`.
    *
    * @returns the act ack for this `seq`: `ok: true` (with `cost`, points) or
-   *   `ok: false` with a refusal `code` (CP_ERR_INTENT_*). A refusal resolves, it does not reject.
+   *   `ok: false` with a refusal `code` (CP_ERR_INTENT_*, CP_ERR_LIMIT_DRAINING; CP_ERR_PROTO_* when the
+   *   gateway found the frame invalid). A refusal resolves, it does not reject.
    * @throws (rejects) CrowdplayError CP_ERR_CLIENT_NOT_OPEN when not `open`;
    *   CP_ERR_CLIENT_CLOSED when the socket closes before the ack;
    *   CP_ERR_CLIENT_SOCKET when the send itself throws.
    */
   act(action: string, option?: string): Promise<ActAck> {
+    return this.#request((seq): CrowdAct => (option === undefined ? { t: 'act', seq, action } : { t: 'act', seq, action, option }));
+  }
+
+  /**
+   * Stakes `points` on `outcome` of a `pool` round: `{t:'stake', seq, round, outcome, points, key?}`.
+   *
+   * @param points integer points, 1 to MAX_POINTS (1e15)
+   * @returns the ack, sent after the ledger commit: `ok: true` with `cost`
+   *   (= points) and `balance` (points left), or `ok: false` with a refusal
+   *   `code` (CP_ERR_ROUND_* such as CP_ERR_ROUND_CLOSED,
+   *   CP_ERR_ROUND_INSUFFICIENT_FUNDS, CP_ERR_ROUND_WRONG_KIND;
+   *   CP_ERR_INTENT_RATE_LIMITED; CP_ERR_LIMIT_DRAINING). A refusal resolves, as for `act`.
+   * @throws (rejects) CrowdplayError CP_ERR_PROTO_INVALID for a bad argument
+   *   (nothing is sent); otherwise as `act`: CP_ERR_CLIENT_NOT_OPEN,
+   *   CP_ERR_CLIENT_CLOSED, CP_ERR_CLIENT_SOCKET
+   */
+  stake(round: string, outcome: string, points: number, options?: TradeOptions): Promise<ActAck> {
+    let key: string | undefined;
+    try {
+      checkName('round', round);
+      checkName('outcome', outcome);
+      checkAmount('points', points, 1);
+      key = checkKey(options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#request((seq): CrowdStake => {
+      const frame: CrowdStake = { t: 'stake', seq, round, outcome, points };
+      if (key !== undefined) frame.key = key;
+      return frame;
+    });
+  }
+
+  /**
+   * Buys shares of `outcome` in a `market` round: `{shares, maxCost}` (exactly
+   * `shares` whole shares, refused with CP_ERR_MARKET_SLIPPAGE if they cost
+   * more than `maxCost` points) or `{budget}` (as many whole shares as
+   * `budget` points buy).
+   *
+   * @param amount shares and budget 1 to MAX_POINTS, maxCost 0 to MAX_POINTS (integers)
+   * @returns the ack after the ledger commit: `ok: true` with `cost` (points
+   *   paid), `shares` (bought), `position` (shares of that outcome held now)
+   *   and `balance`; or `ok: false` with a refusal `code` (CP_ERR_ROUND_*,
+   *   CP_ERR_MARKET_*, CP_ERR_INTENT_RATE_LIMITED, CP_ERR_LIMIT_DRAINING). A refusal resolves.
+   * @throws (rejects) as `stake`
+   */
+  buy(round: string, outcome: string, amount: BuyAmount, options?: TradeOptions): Promise<ActAck> {
+    let key: string | undefined;
+    try {
+      checkName('round', round);
+      checkName('outcome', outcome);
+      if (typeof amount !== 'object' || amount === null)
+        throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['buy needs {shares, maxCost} or {budget}']);
+      if ('budget' in amount) {
+        if ('shares' in amount || 'maxCost' in amount) {
+          throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['buy takes {shares, maxCost} or {budget}, not both']);
+        }
+        checkAmount('budget', amount.budget, 1);
+      } else {
+        checkAmount('shares', amount.shares, 1);
+        checkAmount('maxCost', amount.maxCost, 0);
+      }
+      key = checkKey(options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#request((seq): CrowdBuy => {
+      const frame: CrowdBuy =
+        'budget' in amount
+          ? { t: 'buy', seq, round, outcome, budget: amount.budget }
+          : { t: 'buy', seq, round, outcome, shares: amount.shares, maxCost: amount.maxCost };
+      if (key !== undefined) frame.key = key;
+      return frame;
+    });
+  }
+
+  /**
+   * Sells (cashes out) `shares` whole shares of `outcome` in a `market` round,
+   * refused with CP_ERR_MARKET_SLIPPAGE if they would bring fewer than `minProceeds` points.
+   *
+   * @param shares 1 to MAX_POINTS; @param minProceeds 0 to MAX_POINTS (integers; 0 = any price)
+   * @returns the ack after the ledger commit: `ok: true` with `shares` (sold),
+   *   `proceeds` (points received), `position` and `balance`; or `ok: false`
+   *   with a refusal `code` (CP_ERR_MARKET_INSUFFICIENT_SHARES, CP_ERR_ROUND_*, …). A refusal resolves.
+   * @throws (rejects) as `stake`
+   */
+  sell(round: string, outcome: string, shares: number, minProceeds: number, options?: TradeOptions): Promise<ActAck> {
+    let key: string | undefined;
+    try {
+      checkName('round', round);
+      checkName('outcome', outcome);
+      checkAmount('shares', shares, 1);
+      checkAmount('minProceeds', minProceeds, 0);
+      key = checkKey(options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return this.#request((seq): CrowdSell => {
+      const frame: CrowdSell = { t: 'sell', seq, round, outcome, shares, minProceeds };
+      if (key !== undefined) frame.key = key;
+      return frame;
+    });
+  }
+
+  /** Sends the frame built for the next `seq` and waits for its ack (see `act`). */
+  #request(build: (seq: number) => CrowdInbound): Promise<ActAck> {
     const sock = this.#conn.socket;
     if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
       return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));
     }
     const seq = ++this.#seq;
-    const frame: CrowdAct = option === undefined ? { t: 'act', seq, action } : { t: 'act', seq, action, option };
+    const frame = build(seq);
     return new Promise<ActAck>((resolve, reject) => {
       this.#pending.set(seq, { resolve, reject });
       try {
@@ -268,6 +444,9 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
       case 'update':
         this.#onUpdate(msg as ChannelUpdate, info);
         return;
+      case 'balance':
+        this.#onBalance(msg as BalanceFrame);
+        return;
       default:
         this.#protoError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), 'crowd']);
     }
@@ -284,8 +463,18 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
       return;
     }
     this.#pending.delete(ack.seq);
+    if (typeof ack.balance === 'number') this.#balance = ack.balance;
     this.emit('ack', ack);
     p.resolve(ack);
+  }
+
+  #onBalance(frame: BalanceFrame): void {
+    if (typeof frame.points !== 'number' || typeof frame.reason !== 'string') {
+      this.#protoError('CP_ERR_PROTO_INVALID', ['balance without numeric points / string reason']);
+      return;
+    }
+    this.#balance = frame.points;
+    this.emit('balance', frame);
   }
 
   #onUpdate(u: ChannelUpdate, info: FrameInfo): void {

@@ -6,7 +6,15 @@ import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { WebSocketServer, WebSocket } from 'ws';
 import type { AddressInfo } from 'node:net';
-import { CloseCode, CrowdplayError, isCrowdplayError, type ActAck, type ChannelUpdate } from '@crowdplay/protocol';
+import {
+  CloseCode,
+  CrowdplayError,
+  isCrowdplayError,
+  type ActAck,
+  type BalanceFrame,
+  type ChannelUpdate,
+  type RoundView,
+} from '@crowdplay/protocol';
 import {
   backoffDelayMs,
   buildWsUrl,
@@ -460,4 +468,151 @@ test('sdk-viewer - a refused connection rejects connect() with the socket error'
   const c = client(t, server, { autoReconnect: false });
   await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_SOCKET') && /ECONNREFUSED/.test(err.message));
   assert.equal(c.state, 'closed');
+});
+
+/** A server that records every frame and answers each with `answer(frame)` (no answer when it returns undefined). */
+async function tradeServer(answer: (m: Record<string, unknown> & { seq: number; t: string }) => ActAck | undefined): Promise<{
+  server: TestServer;
+  frames: unknown[];
+}> {
+  const frames: unknown[] = [];
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const m = JSON.parse(String(raw)) as Record<string, unknown> & { seq: number; t: string };
+      frames.push(m);
+      const a = answer(m);
+      if (a) ws.send(JSON.stringify(a));
+    });
+  });
+  return { server, frames };
+}
+
+test('sdk-viewer - stake, buy and sell send the v1 frames and resolve with their acks (fields passed through)', async (t) => {
+  const { server, frames } = await tradeServer((m) => {
+    if (m.t === 'stake') return { t: 'ack', seq: m.seq, ok: true, cost: m.points as number, balance: 950 };
+    if (m.t === 'buy' && 'budget' in m) return { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_MARKET_BUDGET_TOO_SMALL' };
+    if (m.t === 'buy') return { t: 'ack', seq: m.seq, ok: true, cost: 61, shares: 3, position: 3, balance: 889 };
+    return { t: 'ack', seq: m.seq, ok: true, cost: 0, shares: 2, proceeds: 40, position: 1, balance: 929 };
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  assert.equal(c.balance, null, 'no balance before the first report');
+  const acks: ActAck[] = [];
+  c.on('ack', (a) => acks.push(a));
+  const stake = await c.stake('r1', 'left', 50, { key: 'k:1' });
+  assert.deepEqual(stake, { t: 'ack', seq: 1, ok: true, cost: 50, balance: 950 });
+  assert.equal(c.balance, 950);
+  const buy = await c.buy('r2', 'yes', { shares: 3, maxCost: 70 });
+  assert.deepEqual(buy, { t: 'ack', seq: 2, ok: true, cost: 61, shares: 3, position: 3, balance: 889 });
+  const refused = await c.buy('r2', 'yes', { budget: 1 }, { key: 'b-1' });
+  assert.deepEqual(refused, { t: 'ack', seq: 3, ok: false, code: 'CP_ERR_MARKET_BUDGET_TOO_SMALL' }, 'a refusal resolves, as for act');
+  assert.equal(c.balance, 889, 'a refusal without balance keeps the last one');
+  const sell = await c.sell('r2', 'yes', 2, 0);
+  assert.deepEqual(sell, { t: 'ack', seq: 4, ok: true, cost: 0, shares: 2, proceeds: 40, position: 1, balance: 929 });
+  assert.equal(c.balance, 929);
+  assert.deepEqual(frames, [
+    { t: 'stake', seq: 1, round: 'r1', outcome: 'left', points: 50, key: 'k:1' },
+    { t: 'buy', seq: 2, round: 'r2', outcome: 'yes', shares: 3, maxCost: 70 },
+    { t: 'buy', seq: 3, round: 'r2', outcome: 'yes', budget: 1, key: 'b-1' },
+    { t: 'sell', seq: 4, round: 'r2', outcome: 'yes', shares: 2, minProceeds: 0 },
+  ]);
+  assert.deepEqual(
+    acks.map((a) => a.seq),
+    [1, 2, 3, 4],
+  );
+  assert.equal(c.pendingActs, 0);
+  await c.close();
+});
+
+test('sdk-viewer - bad stake/buy/sell arguments reject with CP_ERR_PROTO_INVALID and send nothing', async (t) => {
+  const { server, frames } = await tradeServer((m) => ({ t: 'ack', seq: m.seq, ok: true, cost: 0 }));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const bad: Array<() => Promise<ActAck>> = [
+    () => c.stake('r1', 'left', 0),
+    () => c.stake('r1', 'left', -5),
+    () => c.stake('r1', 'left', 1.5),
+    () => c.stake('r1', 'left', NaN),
+    () => c.stake('r1', 'left', 1e16),
+    () => c.stake('r1', 'left', '5' as unknown as number),
+    () => c.stake('bad round', 'left', 5),
+    () => c.stake('r1', '', 5),
+    () => c.stake('r1', 'left', 5, { key: 'has space' }),
+    () => c.buy('r1', 'left', { shares: 0, maxCost: 5 }),
+    () => c.buy('r1', 'left', { shares: 2, maxCost: -1 }),
+    () => c.buy('r1', 'left', { budget: 0 }),
+    () => c.buy('r1', 'left', { budget: 5, shares: 1, maxCost: 1 } as unknown as { budget: number }),
+    () => c.buy('r1', 'left', null as unknown as { budget: number }),
+    () => c.sell('r1', 'left', 0, 0),
+    () => c.sell('r1', 'left', 1, -1),
+    () => c.sell('r1', 'left', 1, Infinity),
+  ];
+  for (const [i, call] of bad.entries()) {
+    await assert.rejects(call(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_PROTO_INVALID'), `case ${i}`);
+  }
+  assert.equal(c.pendingActs, 0);
+  // A round trip proves nothing was sent before it; the refused calls used no seq.
+  assert.deepEqual(await c.stake('r1', 'left', 1e15), { t: 'ack', seq: 1, ok: true, cost: 0 });
+  assert.deepEqual(frames, [{ t: 'stake', seq: 1, round: 'r1', outcome: 'left', points: 1e15 }]);
+  await c.close();
+});
+
+test('sdk-viewer - balance frames emit `balance` and set the balance; a bad one is an error and changes nothing', async (t) => {
+  const join: BalanceFrame = { t: 'balance', points: 0, reason: 'join' };
+  const welcomeGrant: BalanceFrame = { t: 'balance', points: 1_000, reason: 'welcome', delta: 1_000 };
+  const payout: BalanceFrame = { t: 'balance', points: 1_450, reason: 'payout', delta: 450, round: 'r1' };
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send(JSON.stringify(join));
+    ws.send(JSON.stringify(welcomeGrant));
+    ws.send(JSON.stringify({ t: 'balance', points: '12', reason: 'payout' }));
+    ws.send(JSON.stringify(payout));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const seen: BalanceFrame[] = [];
+  const errors: string[] = [];
+  c.on('balance', (f) => seen.push(f));
+  c.on('error', (e) => errors.push(e.code));
+  const last = next(c, 'balance', (f) => f.reason === 'payout');
+  await c.connect();
+  await last;
+  assert.deepEqual(seen, [join, welcomeGrant, payout]);
+  assert.deepEqual(errors, ['CP_ERR_PROTO_INVALID']);
+  assert.equal(c.balance, 1_450);
+  await c.close();
+});
+
+test('sdk-viewer - update.rounds arrive typed; pending trades reject on close; not open rejects', async (t) => {
+  const round: RoundView = {
+    id: 'r1',
+    kind: 'pool',
+    outcomes: ['a', 'b'],
+    state: 'open',
+    openedAt: 1,
+    deadline: 2,
+    pool: [10, 30],
+    entries: 2,
+  };
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.send(update(4, { rounds: [round] }));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await assert.rejects(c.stake('r1', 'a', 1), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
+  const first = next(c, 'update');
+  await c.connect();
+  const [u] = await first;
+  assert.deepEqual(u.rounds, [round]);
+  assert.equal(u.rounds?.[0]?.pool?.[1], 30);
+  const pending = [c.stake('r1', 'a', 1), c.buy('r1', 'a', { budget: 5 }), c.sell('r1', 'a', 1, 0)];
+  assert.equal(c.pendingActs, 3);
+  const rejected = pending.map((p) => assert.rejects(p, (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED')));
+  await c.close();
+  await Promise.all(rejected);
+  assert.equal(c.pendingActs, 0);
 });

@@ -272,6 +272,8 @@ export class ChannelRounds {
   private draining = false;
   /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
   welcomeGrant = 0;
+  /** Joins being answered, per viewer: a stake sent right after joining waits for its welcome grant. */
+  private readonly joining = new Map<string, Promise<void>>();
 
   constructor(private readonly d: ChannelRoundsDeps) {
     this.wallet = new MirrorWallet(d.wallets, d.tenant);
@@ -713,6 +715,8 @@ export class ChannelRounds {
       throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
     r.begin();
     try {
+      const joined = this.joining.get(it.viewer);
+      if (joined) await joined;
       const key = t.key ?? `${gw}:${it.conn}:${it.seq}`;
       const h = hashOf(it.viewer, key);
       const o = r.outcomeIdx.get(t.outcome)!;
@@ -851,6 +855,9 @@ export class ChannelRounds {
     const out: Array<{ conn: number; frame: BalanceFrame }> = [];
     await Promise.all(
       joins.map(async ({ conn, viewer }) => {
+        let done!: () => void;
+        const p = new Promise<void>((r) => (done = r));
+        this.joining.set(viewer, p);
         try {
           let reason = 'join';
           let delta: number | undefined;
@@ -873,6 +880,9 @@ export class ChannelRounds {
           out.push({ conn, frame });
         } catch (err) {
           this.d.telemetry.logger.warn({ err, channel: this.d.channel }, 'join: balance or welcome grant failed');
+        } finally {
+          if (this.joining.get(viewer) === p) this.joining.delete(viewer);
+          done();
         }
       }),
     );

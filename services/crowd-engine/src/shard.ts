@@ -341,6 +341,8 @@ export class Shard {
       return;
     }
     const { config, telemetry } = this.deps;
+    // Joins first: a stake in the same batch waits for the viewer's welcome grant.
+    if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
     const maxPending = config.engine.maxPendingIntents;
     const now = this.now();
     const acks: AckBatch['acks'] = [];
@@ -378,7 +380,6 @@ export class Shard {
     this.countIntake(o, listed, dropped);
     if (acks.length > 0) this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson({ acks } satisfies AckBatch));
     if (paid.length > 0) void Promise.all(paid);
-    if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
   }
 
   private sendAcks(gw: string, acks: BusAck[], balances?: Array<{ conn: number; frame: BalanceFrame }>): void {

@@ -1,14 +1,29 @@
 // The viewer page: joins a channel with the viewer SDK (bundled at /sdk-viewer.js),
-// renders the declared actions, the cumulative tally, the game state and the last act ack.
+// renders the declared actions, the cumulative tally, the game state, the last act ack,
+// the viewer's balance and the channel's rounds (stake / buy / cash out).
 // Element ids (and data-testid) are stable for browser tests: state, error, last-ack,
 // event-id, act-<action>-<option>, tally-<action>-<option> (option `_` when the action has none),
-// rope, position, game-json.
+// rope, position, game-json, balance, points-input, last-trade, rounds, no-rounds,
+// round-<id>, round-<id>-state, round-<id>-countdown, round-<id>-result,
+// round-<id>-<outcome>-pool (pool rounds: points staked), round-<id>-<outcome>-price (market: %),
+// round-<id>-<outcome>-position (market: your shares), stake-<id>-<outcome>, buy-<id>-<outcome>,
+// sell-<id>-<outcome>.
 import { ViewerClient } from '/sdk-viewer.js';
 
 const $ = (id) => document.getElementById(id);
 /** @type {ViewerClient | null} */
 let client = null;
 let actionsKey = '';
+/** Server clock minus local clock, ms (from the welcome's serverTime). */
+let clockOffsetMs = 0;
+/** Bumped on every balance report from the socket: a slower GET /v1/me/balance must not overwrite it. */
+let balanceVersion = 0;
+/** Your shares per market round and outcome (`<round>|<outcome>`), from the acks' `position`. */
+const positions = new Map();
+/** The rounds of the latest update, by id. */
+let rounds = new Map();
+/** Per rendered round: the key of its DOM structure (rebuilt when it changes). */
+const roundKeys = new Map();
 
 function showError(text) {
   const el = $('error');
@@ -94,6 +109,12 @@ function render(update) {
     $('game-json').hidden = false;
     $('game-json').textContent = JSON.stringify(game ?? {}, null, 2);
   }
+  renderRounds(update.rounds);
+}
+
+function setBalance(points) {
+  balanceVersion++;
+  $('balance').textContent = String(points);
 }
 
 function showAck(ack) {
@@ -105,20 +126,220 @@ function showAck(ack) {
   el.dataset.code = ack.code ?? '';
 }
 
-/** The viewer's points (GET /v1/me/balance); '—' when the gateway has no ledger or the token is refused. */
+/**
+ * The viewer's points (GET /v1/me/balance) as the initial value; '—' when the gateway has no
+ * ledger or the token is refused. Balance frames and ack balances that arrive meanwhile win.
+ */
 async function showBalance(channel, token) {
   const el = $('balance');
+  const version = balanceVersion;
+  let text = '—';
   try {
     const res = await fetch(`/v1/me/balance?channel=${encodeURIComponent(channel)}`, { headers: { authorization: `Bearer ${token}` } });
-    el.textContent = res.ok ? String((await res.json()).balance) : '—';
+    if (res.ok) text = String((await res.json()).balance);
   } catch {
-    el.textContent = '—';
+    // keep '—'
   }
+  if (version === balanceVersion) el.textContent = text;
 }
 
 function act(action, option) {
   if (!client) return;
-  client.act(action, option).catch((err) => showError(describeError(err)));
+  client
+    .act(action, option)
+    .then(showAck)
+    .catch((err) => showError(describeError(err)));
+}
+
+// ---------------------------------------------------------------- rounds
+
+function showTrade(text, ok, code = '') {
+  const node = $('last-trade');
+  node.textContent = text;
+  node.dataset.ok = String(ok);
+  node.dataset.code = code;
+}
+
+/** The points input as a whole number ≥ 1, or null (and a message) when it is not one. */
+function pointsInput() {
+  const raw = $('points-input').value.trim();
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < 1) {
+    showTrade(`enter a whole number of points (got "${raw}")`, false, 'CP_ERR_PROTO_INVALID');
+    return null;
+  }
+  return n;
+}
+
+/** Sends one stake or trade and shows its ack (or the local refusal) in last-trade; notes the new position. */
+function trade(what, round, outcome, send) {
+  if (!client) return;
+  let pending;
+  try {
+    pending = send(client);
+  } catch (err) {
+    pending = Promise.reject(err);
+  }
+  pending.then(
+    (ack) => {
+      if (!ack.ok) {
+        showTrade(`refused #${ack.seq} ${what}: ${ack.code}`, false, ack.code ?? '');
+        return;
+      }
+      notePosition(ack, round, outcome);
+      let text = `ok #${ack.seq} ${what}`;
+      if (ack.shares !== undefined) text += `: ${ack.shares} shares`;
+      if (ack.cost) text += `, paid ${ack.cost}`;
+      if (ack.proceeds !== undefined) text += `, received ${ack.proceeds}`;
+      if (ack.position !== undefined) text += `, holding ${ack.position}`;
+      showTrade(text, true);
+    },
+    (err) => showTrade(`${what}: ${describeError(err)}`, false, err && err.code ? err.code : ''),
+  );
+}
+
+function stake(round, outcome) {
+  const points = pointsInput();
+  if (points !== null) trade(`stake ${points} on ${outcome}`, round, outcome, (c) => c.stake(round, outcome, points));
+}
+
+function buy(round, outcome) {
+  const budget = pointsInput();
+  if (budget !== null) trade(`buy ${outcome} for ${budget}`, round, outcome, (c) => c.buy(round, outcome, { budget }));
+}
+
+function cashOut(round, outcome) {
+  const shares = positions.get(`${round}|${outcome}`) ?? 0;
+  if (shares <= 0) {
+    showTrade(`no shares of ${outcome} to cash out`, false, 'CP_ERR_MARKET_INSUFFICIENT_SHARES');
+    return;
+  }
+  trade(`cash out ${shares} ${outcome}`, round, outcome, (c) => c.sell(round, outcome, shares, 0));
+}
+
+/** "Buy for N points", N = the points input. */
+function buyLabel() {
+  const raw = $('points-input').value.trim();
+  return `Buy for ${/^\d+$/.test(raw) ? raw : 'N'} points`;
+}
+
+function formatCountdown(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1_000));
+  return s >= 60 ? `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : `${s} s`;
+}
+
+/** Rewrites the countdown of every shown round from the server-corrected clock. */
+function tickCountdowns() {
+  const now = Date.now() + clockOffsetMs;
+  for (const r of rounds.values()) {
+    const node = $(`round-${r.id}-countdown`);
+    if (!node) continue;
+    const left = r.deadline - now;
+    node.dataset.remainingMs = String(Math.max(0, Math.round(left)));
+    node.textContent = r.state === 'open' ? formatCountdown(left) : '';
+  }
+}
+
+function buildRound(r) {
+  const card = el('div', { class: 'round', id: `round-${r.id}`, 'data-testid': `round-${r.id}`, 'data-kind': r.kind });
+  const head = el('div', { class: 'round-head' });
+  head.append(
+    el('span', { class: 'round-id' }, r.id),
+    el('span', { class: 'hint' }, r.kind === 'market' ? 'market' : 'pool'),
+    el('span', { class: 'round-state', id: `round-${r.id}-state`, 'data-testid': `round-${r.id}-state` }),
+    el('span', { class: 'countdown', id: `round-${r.id}-countdown`, 'data-testid': `round-${r.id}-countdown` }),
+    el('span', { class: 'round-result', id: `round-${r.id}-result`, 'data-testid': `round-${r.id}-result` }),
+  );
+  card.append(head);
+  const open = r.state === 'open';
+  for (const outcome of r.outcomes) {
+    const key = `${r.id}-${outcome}`;
+    const row = el('div', { class: 'outcome' });
+    row.append(el('span', { class: 'outcome-name' }, outcome));
+    if (r.kind === 'market') {
+      row.append(el('span', { class: 'tally', id: `round-${key}-price`, 'data-testid': `round-${key}-price` }));
+      const b = el('button', { type: 'button', id: `buy-${key}`, 'data-testid': `buy-${key}`, class: 'buy' }, buyLabel());
+      b.addEventListener('click', () => buy(r.id, outcome));
+      const sell = el('button', { type: 'button', id: `sell-${key}`, 'data-testid': `sell-${key}` }, 'Cash out');
+      sell.addEventListener('click', () => cashOut(r.id, outcome));
+      b.disabled = !open;
+      row.append(b, sell, el('span', { class: 'hint', id: `round-${key}-position`, 'data-testid': `round-${key}-position` }));
+    } else {
+      row.append(el('span', { class: 'tally', id: `round-${key}-pool`, 'data-testid': `round-${key}-pool` }));
+      const b = el('button', { type: 'button', id: `stake-${key}`, 'data-testid': `stake-${key}` }, 'Stake');
+      b.addEventListener('click', () => stake(r.id, outcome));
+      b.disabled = !open;
+      row.append(b);
+    }
+    card.append(row);
+  }
+  return card;
+}
+
+/** Updates the texts of a round card (pool totals, prices, positions, state, result). */
+function fillRound(r) {
+  const state = $(`round-${r.id}-state`);
+  state.textContent = r.state;
+  state.dataset.state = r.state;
+  const total = Array.isArray(r.pool) ? r.pool.reduce((a, b) => a + b, 0) : 0;
+  r.outcomes.forEach((outcome, i) => {
+    const key = `${r.id}-${outcome}`;
+    if (r.kind === 'market') {
+      const p = Array.isArray(r.prices) ? r.prices[i] : undefined;
+      $(`round-${key}-price`).textContent = typeof p === 'number' ? `${(p * 100).toFixed(1)}%` : '—';
+      const held = positions.get(`${r.id}|${outcome}`) ?? 0;
+      $(`round-${key}-position`).textContent = held > 0 ? `you hold ${held}` : '';
+      $(`sell-${key}`).disabled = r.state !== 'open' || held <= 0;
+    } else {
+      const staked = Array.isArray(r.pool) ? (r.pool[i] ?? 0) : 0;
+      const cell = $(`round-${key}-pool`);
+      cell.textContent = String(staked);
+      cell.title = total > 0 ? `${((staked / total) * 100).toFixed(1)}% of ${total}` : '';
+    }
+  });
+  const result = $(`round-${r.id}-result`);
+  result.textContent = r.state === 'settled' ? `winner: ${r.winner ?? '?'}` : r.state === 'cancelled' ? 'cancelled: refunded' : '';
+}
+
+/** The Rounds panel from `update.rounds` (absent or empty: a hint). */
+function renderRounds(list) {
+  const box = $('rounds');
+  const valid = Array.isArray(list)
+    ? list.filter((r) => r && typeof r.id === 'string' && Array.isArray(r.outcomes) && typeof r.deadline === 'number')
+    : [];
+  rounds = new Map(valid.map((r) => [r.id, r]));
+  $('no-rounds').hidden = valid.length > 0;
+  for (const [id, node] of [...box.children].map((n) => [n.id.slice('round-'.length), n])) {
+    if (!rounds.has(id)) {
+      node.remove();
+      roundKeys.delete(id);
+    }
+  }
+  let previous = null;
+  for (const r of valid) {
+    const key = JSON.stringify([r.kind, r.outcomes, r.state]);
+    let node = $(`round-${r.id}`);
+    if (!node || roundKeys.get(r.id) !== key) {
+      const fresh = buildRound(r);
+      if (node) node.replaceWith(fresh);
+      node = fresh;
+      roundKeys.set(r.id, key);
+    }
+    // keep the update's order (open and locked first, then the newest finished)
+    const want = previous ? previous.nextSibling : box.firstChild;
+    if (want !== node) box.insertBefore(node, want);
+    previous = node;
+    fillRound(r);
+  }
+  tickCountdowns();
+}
+
+/** A trade ack's `position` updates your shares of that outcome. */
+function notePosition(ack, round, outcome) {
+  if (typeof ack.position !== 'number') return;
+  positions.set(`${round}|${outcome}`, ack.position);
+  const r = rounds.get(round);
+  if (r && $(`round-${r.id}`)) fillRound(r);
 }
 
 async function leave() {
@@ -135,6 +356,9 @@ async function join(event) {
   actionsKey = '';
   $('acks-ok').textContent = '0';
   $('acks-refused').textContent = '0';
+  positions.clear();
+  renderRounds(undefined);
+  showTrade('—', true);
   const channel = $('channel').value.trim();
   const pasted = $('token').value.trim();
   let viewer = $('viewer').value.trim() || undefined;
@@ -179,12 +403,20 @@ async function join(event) {
     if (client === c) setState(state);
   });
   c.on('welcome', (w) => {
+    if (typeof w.serverTime === 'number') clockOffsetMs = w.serverTime - Date.now();
     $('viewer-id').textContent = w.viewer ?? '—';
     showError('');
     void showBalance(channel, balanceToken);
   });
-  c.on('update', (u) => render(u));
-  c.on('ack', (a) => showAck(a));
+  c.on('update', (u) => {
+    if (client === c) render(u);
+  });
+  c.on('ack', (a) => {
+    if (client === c && typeof a.balance === 'number') setBalance(a.balance);
+  });
+  c.on('balance', (f) => {
+    if (client === c) setBalance(f.points);
+  });
   c.on('error', (err) => showError(describeError(err)));
   try {
     await c.connect();
@@ -194,4 +426,9 @@ async function join(event) {
 }
 
 $('join-form').addEventListener('submit', (e) => void join(e));
+$('points-input').addEventListener('input', () => {
+  const label = buyLabel();
+  for (const b of document.querySelectorAll('#rounds button.buy')) b.textContent = label;
+});
+setInterval(tickCountdowns, 250);
 $('leave').addEventListener('click', () => void leave().then(() => setState('closed')));

@@ -69,19 +69,22 @@ export class Conn {
   }
 }
 
-/** Serialises an error frame `{"t":"error","code","message"}`. */
-export function errorFrame(code: string, message: string): string {
-  const frame: ErrorFrame = { t: 'error', code, message };
+/**
+ * Serialises an error frame `{"t":"error","code","message","ref"?}`; `ref` is
+ * the game request it answers (omitted when undefined).
+ */
+export function errorFrame(code: string, message: string, ref?: string): string {
+  const frame: ErrorFrame = ref === undefined ? { t: 'error', code, message } : { t: 'error', code, message, ref };
   return JSON.stringify(frame);
 }
 
 /**
- * Sends an error frame if the socket is still OPEN (state `auth`, `open` or
- * `closing` before the close frame went out). Never throws.
+ * Sends an error frame (with `ref` when given) if the socket is still OPEN
+ * (state `auth`, `open` or `closing` before the close frame went out). Never throws.
  */
-export function sendErrorFrame(conn: Conn, code: string, message: string): void {
+export function sendErrorFrame(conn: Conn, code: string, message: string, ref?: string): void {
   if (conn.ws.readyState !== 1) return;
-  conn.ws.send(errorFrame(code, message));
+  conn.ws.send(errorFrame(code, message, ref));
 }
 
 /**

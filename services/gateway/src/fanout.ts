@@ -1,6 +1,7 @@
 /**
- * Channel fan-out: per channel, the set of local viewer sockets and one
- * `ch.<C>.out` subscription held while the set is not empty. Each update
+ * Channel fan-out: per channel, the set of local viewer sockets and the
+ * `ch.<C>.out` and `ch.<C>.wallet` subscriptions held while the set is not
+ * empty. Each update
  * arrives as the bytes of a serialised `update` frame and is written, as the
  * same Buffer, to every member (serialised once, by the shard).
  *
@@ -11,8 +12,13 @@
  *   and only the newest skipped one is remembered; it goes out on the next
  *   update or as soon as a write completes under the limit (newest state,
  *   never the backlog: updates are full states, see ChannelUpdate).
+ *
+ * Each `ch.<C>.wallet` message (WalletBatch: payouts, refunds) is routed per
+ * entry to the members whose viewer it names, as a `balance` frame (one pass
+ * over the members per message; nothing per socket on the update path).
  */
-import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
+import { decodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
+import type { WalletBatch } from '@crowdplay/protocol';
 import type { Logger } from '@crowdplay/telemetry';
 import { TEXT_FRAME, type Conn } from './connection.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -30,6 +36,8 @@ interface ChannelEntry {
   readonly channel: string;
   readonly members: Set<Conn>;
   sub: Subscription | undefined;
+  /** `ch.<C>.wallet`: balance changes of the channel's viewers. */
+  walletSub: Subscription | undefined;
   /** The newest update seen on this channel while subscribed (broadcast or snapshot reply). */
   latest: Buffer | undefined;
   /** `ev` of `latest`, parsed lazily (undefined until needed; NaN when it has none). */
@@ -78,14 +86,27 @@ export class ChannelFanout {
 
   /**
    * Adds a viewer socket to its channel; the first member subscribes to
-   * `ch.<C>.out`.
+   * `ch.<C>.out` and `ch.<C>.wallet`.
    * @throws BusError `closed` when the bus is closed (the caller ends the socket)
    */
   join(conn: Conn): void {
     let entry = this.channels.get(conn.channel);
     if (!entry) {
-      const created: ChannelEntry = { channel: conn.channel, members: new Set(), sub: undefined, latest: undefined, latestEv: undefined };
+      const created: ChannelEntry = {
+        channel: conn.channel,
+        members: new Set(),
+        sub: undefined,
+        walletSub: undefined,
+        latest: undefined,
+        latestEv: undefined,
+      };
       created.sub = this.bus.subscribe(this.subjects.channelOut(conn.channel), (msg) => this.broadcast(created, msg.data));
+      try {
+        created.walletSub = this.bus.subscribe(this.subjects.channelWallet(conn.channel), (msg) => this.wallet(created, msg.data));
+      } catch (err) {
+        created.sub.unsubscribe();
+        throw err;
+      }
       this.channels.set(conn.channel, created);
       entry = created;
     }
@@ -104,6 +125,7 @@ export class ChannelFanout {
     entry.members.delete(conn);
     if (entry.members.size === 0) {
       entry.sub?.unsubscribe();
+      entry.walletSub?.unsubscribe();
       this.channels.delete(conn.channel);
     }
   }
@@ -146,7 +168,10 @@ export class ChannelFanout {
     if (this.sweepTimer) clearTimeout(this.sweepTimer);
     this.sweepTimer = undefined;
     this.lagging.clear();
-    for (const entry of this.channels.values()) entry.sub?.unsubscribe();
+    for (const entry of this.channels.values()) {
+      entry.sub?.unsubscribe();
+      entry.walletSub?.unsubscribe();
+    }
     this.channels.clear();
   }
 
@@ -165,6 +190,44 @@ export class ChannelFanout {
     }
     if (sent > 0) this.metrics.updatesSent.add(sent);
     if (skipped > 0) this.metrics.updatesSkipped.add(skipped);
+  }
+
+  /**
+   * Routes one WalletBatch: each entry's `balance` frame goes to the members
+   * whose viewer it names (several entries for one viewer are sent in order).
+   * A socket over WS_MAX_BUFFERED_BYTES is a slow consumer, as for updates.
+   */
+  private wallet(entry: ChannelEntry, data: Uint8Array): void {
+    let batch: WalletBatch;
+    try {
+      batch = decodeJson<WalletBatch>(data);
+    } catch (err) {
+      this.logger.warn({ err, channel: entry.channel }, 'undecodable WalletBatch dropped');
+      return;
+    }
+    if (!Array.isArray(batch.entries) || batch.entries.length === 0) return;
+    const byViewer = new Map<string, string[]>();
+    for (const e of batch.entries) {
+      if (typeof e?.viewer !== 'string' || typeof e.frame !== 'object' || e.frame === null || e.frame.t !== 'balance') continue;
+      const text = JSON.stringify(e.frame);
+      const list = byViewer.get(e.viewer);
+      if (list) list.push(text);
+      else byViewer.set(e.viewer, [text]);
+    }
+    if (byViewer.size === 0) return;
+    for (const conn of entry.members) {
+      const frames = byViewer.get(conn.viewer);
+      if (frames === undefined || !conn.writable) continue;
+      if (conn.ws.bufferedAmount > this.opts.maxBufferedBytes) {
+        this.onSlow(conn);
+        continue;
+      }
+      try {
+        for (const text of frames) conn.ws.send(text);
+      } catch (err) {
+        this.logger.debug({ err, conn: conn.id }, 'balance send failed');
+      }
+    }
   }
 
   private armSweep(): void {

@@ -17,10 +17,16 @@
  *    buffered (bounded) until the welcome.
  * 3. Auth (so that a refusal reaches the client as an error frame and a
  *    documented close code), then `router.assign(channel)`, then `welcome`.
- * 4. Crowd: member of the channel's fan-out; `act` frames are rate limited per
- *    viewer and micro-batched onto `ch.<C>.in`; acks come back on
- *    `gw.<id>.acks`. Game: `declare`/`state` become `ch.<C>.ctl` requests;
- *    `ch.<C>.game` batches are forwarded as they are.
+ * 4. Crowd: member of the channel's fan-out (`ch.<C>.out` updates,
+ *    `ch.<C>.wallet` balance frames) and listed as a join in the channel's
+ *    next IntentBatch (the shard answers with a balance frame); `act`,
+ *    `stake`, `buy` and `sell` frames are rate limited per viewer and
+ *    micro-batched onto `ch.<C>.in`; acks (and join balances) come back on
+ *    `gw.<id>.acks`. A crowd frame that fails validation gets an error frame
+ *    and, when it carries a usable `seq`, a refused ack. Game: `declare`,
+ *    `state` and `round.open|settle|cancel` become `ch.<C>.ctl` requests (in
+ *    order); a request with `ref` is answered with a `result` or an `error`
+ *    frame carrying that `ref`; `ch.<C>.game` messages are forwarded as they are.
  */
 import type { Ledger } from '@crowdplay/ledger';
 import { registerFundingRoutes } from './funding.ts';
@@ -33,12 +39,19 @@ import {
   CloseCode,
   CrowdplayError,
   formatMessage,
+  inboundContext,
   parseInbound,
   PROTOCOL_VERSION,
   type AckBatch,
+  type BusAck,
   type BusIntent,
+  type BusTrade,
+  type CrowdBuy,
+  type CrowdSell,
+  type CrowdStake,
   type ErrorCode,
   type GameInbound,
+  type ResultFrame,
   type Welcome,
 } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
@@ -66,7 +79,7 @@ export const WS_PATH = '/v1/ws';
  */
 export const PRE_AUTH_MAX_FRAMES = 32;
 /**
- * Game `declare`/`state` messages queued for their `ch.<C>.ctl` request; at
+ * Game messages (`declare`, `state`, `round.*`) queued for their `ch.<C>.ctl` request; at
  * this length the gateway stops reading the game socket (TCP backpressure)
  * until half of it is done.
  */
@@ -125,9 +138,9 @@ export interface Gateway {
    */
   listen(): Promise<{ port: number }>;
   /**
-   * First phase of a shutdown: readiness false, upgrades refused, new acts
-   * refused (CP_ERR_LIMIT_DRAINING in the act ack), accepted intents
-   * published; sockets stay open for acks and final batches. Idempotent.
+   * First phase of a shutdown: readiness false, upgrades refused, new acts,
+   * stakes and trades refused (CP_ERR_LIMIT_DRAINING in the ack), accepted
+   * intents published; sockets stay open for acks and final batches. Idempotent.
    */
   pauseIntake(): void;
   /**
@@ -527,7 +540,11 @@ class GatewayImpl implements Gateway {
     if (conn.role === 'crowd') welcome.viewer = conn.viewer;
     conn.ws.send(JSON.stringify(welcome));
     this.metrics.connectSetupMs.record(performance.now() - conn.upgradedAt, attrs);
-    if (conn.role === 'crowd') void this.sendInitialUpdate(conn);
+    if (conn.role === 'crowd') {
+      // Before the replay of early frames: a stake sent with the join rides in the same batch, after it.
+      this.batcher.join(conn.channel, conn.id, conn.viewer);
+      void this.sendInitialUpdate(conn);
+    }
     const early = conn.early ?? [];
     conn.early = null;
     for (const f of early) {
@@ -611,7 +628,7 @@ class GatewayImpl implements Gateway {
     try {
       msg = parseInbound('crowd', text);
     } catch (err) {
-      this.protocolError(conn, err);
+      this.protocolError(conn, err, text);
       return;
     }
     if (this.intakeClosed) {
@@ -625,8 +642,13 @@ class GatewayImpl implements Gateway {
       conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_INTENT_RATE_LIMITED'));
       return;
     }
-    const intent: BusIntent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };
-    if (msg.option !== undefined) intent.option = msg.option;
+    let intent: BusIntent;
+    if (msg.t === 'act') {
+      intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };
+      if (msg.option !== undefined) intent.option = msg.option;
+    } else {
+      intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', trade: busTrade(msg), at: Date.now() };
+    }
     this.batcher.add(conn.channel, intent);
   }
 
@@ -635,7 +657,7 @@ class GatewayImpl implements Gateway {
     try {
       msg = parseInbound('game', text);
     } catch (err) {
-      this.protocolError(conn, err);
+      this.protocolError(conn, err, text);
       return;
     }
     conn.gameQueue.push(msg);
@@ -656,8 +678,14 @@ class GatewayImpl implements Gateway {
     }
   }
 
+  /**
+   * One game message as a `ch.<C>.ctl` request. Declare/state: success is
+   * silent, a refusal is an error frame. Round ops carry the game's tenant; a
+   * request with `ref` is answered with `{t:'result', ref, ok:true, round?}`
+   * or an error frame with `ref` (without `ref`, success is silent too).
+   */
   private async forwardGame(conn: Conn, msg: GameInbound): Promise<void> {
-    const req: ChannelCtlRequest = msg.t === 'declare' ? { op: 'declare', actions: msg.actions } : { op: 'state', state: msg.state };
+    const { req, ref } = ctlRequest(conn, msg);
     let reply: ChannelCtlReply;
     try {
       const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), {
@@ -666,20 +694,35 @@ class GatewayImpl implements Gateway {
       reply = decodeJson<ChannelCtlReply>(res.data);
     } catch (err) {
       this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');
-      sendErrorFrame(conn, 'CP_ERR_CHANNEL_UNAVAILABLE', formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]));
+      sendErrorFrame(conn, 'CP_ERR_CHANNEL_UNAVAILABLE', formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]), ref);
       return;
     }
-    if (!reply.ok) sendErrorFrame(conn, reply.code, reply.message);
+    if (!reply.ok) {
+      sendErrorFrame(conn, reply.code, reply.message, ref);
+      return;
+    }
+    if (ref === undefined || !conn.writable) return;
+    const result: ResultFrame = { t: 'result', ref, ok: true };
+    if (reply.round !== undefined) result.round = reply.round;
+    conn.ws.send(JSON.stringify(result));
   }
 
   /**
    * Reports a bad frame (error frame + refusal); at WS_PROTOCOL_ERROR_LIMIT
-   * errors the socket is closed with 4400 CP_ERR_PROTO_VIOLATIONS.
+   * errors the socket is closed with 4400 CP_ERR_PROTO_VIOLATIONS. When the
+   * frame's `text` carries a usable `seq` (crowd), the request is also
+   * answered with a refused ack of the same code; a game frame's `ref` is put
+   * in the error frame.
    */
-  private protocolError(conn: Conn, err: unknown): void {
+  private protocolError(conn: Conn, err: unknown, text?: string): void {
     const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_PROTO_MALFORMED', [], { cause: err });
     this.refuse(e.code, conn);
-    sendErrorFrame(conn, e.code, e.message);
+    const ctx = text === undefined ? {} : inboundContext(text);
+    if (conn.role === 'game') sendErrorFrame(conn, e.code, e.message, ctx.ref);
+    else {
+      sendErrorFrame(conn, e.code, e.message);
+      if (ctx.seq !== undefined && conn.ws.readyState === 1) conn.ws.send(ackFrame(ctx.seq, false, undefined, e.code));
+    }
     if (++conn.protocolErrors >= this.config.gateway.protocolErrorLimit) {
       this.refuse('CP_ERR_PROTO_VIOLATIONS', conn);
       this.end(conn, 'CP_ERR_PROTO_VIOLATIONS');
@@ -709,11 +752,19 @@ class GatewayImpl implements Gateway {
       this.logger.warn({ err }, 'undecodable AckBatch dropped');
       return;
     }
-    if (!Array.isArray(batch.acks)) return;
-    for (const a of batch.acks) {
-      const conn = this.conns.get(a.conn);
-      if (!conn?.writable) continue;
-      conn.ws.send(ackFrame(a.seq, a.ok, a.cost, a.code));
+    if (Array.isArray(batch.acks)) {
+      for (const a of batch.acks) {
+        const conn = this.conns.get(a.conn);
+        if (!conn?.writable) continue;
+        conn.ws.send(ackFrame(a.seq, a.ok, a.cost, a.code, a));
+      }
+    }
+    if (Array.isArray(batch.balances)) {
+      for (const b of batch.balances) {
+        const conn = this.conns.get(b?.conn);
+        if (!conn?.writable || typeof b.frame !== 'object' || b.frame === null || b.frame.t !== 'balance') continue;
+        conn.ws.send(JSON.stringify(b.frame));
+      }
     }
   }
 
@@ -786,11 +837,82 @@ class GatewayImpl implements Gateway {
  * The act ack frame (ActAck) as JSON text, built without JSON.stringify: it is
  * written once per intent, the hottest send after broadcasts. Numbers are
  * checked so a malformed AckBatch cannot inject text.
+ *
+ * @param trade the BusAck itself (or any object) whose `shares`, `proceeds`,
+ *   `position` and `balance` (shares and points, finite numbers) are appended
+ *   when present; a plain act ack has none and costs four property reads
  */
-export function ackFrame(seq: number, ok: boolean, cost: number | undefined, code: string | undefined): string {
+export function ackFrame(
+  seq: number,
+  ok: boolean,
+  cost: number | undefined,
+  code: string | undefined,
+  trade?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance'>,
+): string {
   const s = Number.isSafeInteger(seq) ? seq : -1;
   let text = `{"t":"ack","seq":${s},"ok":${ok === true}`;
   if (cost !== undefined && Number.isSafeInteger(cost)) text += `,"cost":${cost}`;
   if (code !== undefined) text += `,"code":${JSON.stringify(String(code))}`;
+  if (trade !== undefined) {
+    const { shares, proceeds, position, balance } = trade;
+    if (shares !== undefined && Number.isFinite(shares)) text += `,"shares":${shares}`;
+    if (proceeds !== undefined && Number.isFinite(proceeds)) text += `,"proceeds":${proceeds}`;
+    if (position !== undefined && Number.isFinite(position)) text += `,"position":${position}`;
+    if (balance !== undefined && Number.isFinite(balance)) text += `,"balance":${balance}`;
+  }
   return `${text}}`;
+}
+
+/**
+ * A stake or trade frame as the BusTrade the shard receives: the frame's
+ * fields without `t` and `seq`, with `k` = the frame's `t` (`key` only when
+ * the frame has one). The frame is already validated (parseInbound).
+ */
+export function busTrade(msg: CrowdStake | CrowdBuy | CrowdSell): BusTrade {
+  let trade: BusTrade;
+  switch (msg.t) {
+    case 'stake':
+      trade = { k: 'stake', round: msg.round, outcome: msg.outcome, points: msg.points };
+      break;
+    case 'buy':
+      trade =
+        'budget' in msg
+          ? { k: 'buy', round: msg.round, outcome: msg.outcome, budget: msg.budget }
+          : { k: 'buy', round: msg.round, outcome: msg.outcome, shares: msg.shares, maxCost: msg.maxCost };
+      break;
+    case 'sell':
+      trade = { k: 'sell', round: msg.round, outcome: msg.outcome, shares: msg.shares, minProceeds: msg.minProceeds };
+      break;
+  }
+  if (msg.key !== undefined) trade.key = msg.key;
+  return trade;
+}
+
+/**
+ * The `ch.<C>.ctl` request for one game message, and the `ref` to answer.
+ * Round ops carry the tenant the game authenticated as; `declare` passes
+ * `welcomeGrant` through when set.
+ */
+function ctlRequest(conn: Conn, msg: GameInbound): { req: ChannelCtlRequest; ref: string | undefined } {
+  switch (msg.t) {
+    case 'declare': {
+      const req: ChannelCtlRequest = { op: 'declare', actions: msg.actions };
+      if (msg.welcomeGrant !== undefined) req.welcomeGrant = msg.welcomeGrant;
+      return { req, ref: undefined };
+    }
+    case 'state':
+      return { req: { op: 'state', state: msg.state }, ref: undefined };
+    case 'round.open': {
+      const { t: op, ref, ...fields } = msg;
+      return { req: { op, tenant: conn.tenantId, ...fields }, ref };
+    }
+    case 'round.settle': {
+      const { t: op, ref, ...fields } = msg;
+      return { req: { op, tenant: conn.tenantId, ...fields }, ref };
+    }
+    case 'round.cancel': {
+      const { t: op, ref, ...fields } = msg;
+      return { req: { op, tenant: conn.tenantId, ...fields }, ref };
+    }
+  }
 }

@@ -3,6 +3,12 @@
  * INTENT_BATCH_MS (0 = the next event-loop turn) or until INTENT_BATCH_MAX
  * are waiting, then published as one `IntentBatch` to `ch.<C>.in`, so the bus
  * carries batches, not presses (DESIGN.md, data flow 3).
+ *
+ * Viewer sockets that joined the channel ride in the same micro-batch
+ * (`IntentBatch.joins`; the shard answers each with a balance frame): a
+ * batch may carry joins and no intent. Joins have their own INTENT_BATCH_MAX
+ * bound (a join storm is published in slices) and do not count towards the
+ * intents' one, so acts are batched as before.
  */
 import { encodeJson, type Bus, type Subjects } from '@crowdplay/bus';
 import type { BusIntent, IntentBatch } from '@crowdplay/protocol';
@@ -19,13 +25,20 @@ export interface IntentBatcherOptions {
   batchMax: number;
 }
 
+/** A viewer socket that joined a channel, as `IntentBatch.joins` lists it. */
+export interface BusJoin {
+  conn: number;
+  viewer: string;
+}
+
 interface PendingBatch {
   intents: BusIntent[];
+  joins: BusJoin[];
   timer: ReturnType<typeof setTimeout> | undefined;
   immediate: ReturnType<typeof setImmediate> | undefined;
 }
 
-/** Per-channel micro-batches of intents. One timer per channel with pending intents, none per intent. */
+/** Per-channel micro-batches of intents and joins. One timer per channel with pending work, none per intent. */
 export class IntentBatcher {
   private readonly pending = new Map<string, PendingBatch>();
 
@@ -44,18 +57,21 @@ export class IntentBatcher {
     return n;
   }
 
-  /** Appends an accepted intent to its channel's batch (publishing it when full). */
+  /** Appends an accepted intent to its channel's batch (publishing it when it holds INTENT_BATCH_MAX intents). */
   add(channel: string, intent: BusIntent): void {
-    let b = this.pending.get(channel);
-    if (!b) {
-      b = { intents: [], timer: undefined, immediate: undefined };
-      this.pending.set(channel, b);
-      const batch = b;
-      if (this.opts.batchMs === 0) batch.immediate = setImmediate(() => this.flushChannel(channel, batch));
-      else batch.timer = setTimeout(() => this.flushChannel(channel, batch), this.opts.batchMs);
-    }
+    const b = this.batchOf(channel);
     b.intents.push(intent);
     if (b.intents.length >= this.opts.batchMax) this.flushChannel(channel, b);
+  }
+
+  /**
+   * Appends a viewer socket that joined `channel` (after its welcome) to the
+   * channel's batch (publishing it when it holds INTENT_BATCH_MAX joins).
+   */
+  join(channel: string, conn: number, viewer: string): void {
+    const b = this.batchOf(channel);
+    b.joins.push({ conn, viewer });
+    if (b.joins.length >= this.opts.batchMax) this.flushChannel(channel, b);
   }
 
   /** Publishes every pending batch now (drain). */
@@ -72,20 +88,33 @@ export class IntentBatcher {
     this.pending.clear();
   }
 
+  /** The channel's pending batch, created (with its timer) when there is none. */
+  private batchOf(channel: string): PendingBatch {
+    const found = this.pending.get(channel);
+    if (found) return found;
+    const batch: PendingBatch = { intents: [], joins: [], timer: undefined, immediate: undefined };
+    this.pending.set(channel, batch);
+    if (this.opts.batchMs === 0) batch.immediate = setImmediate(() => this.flushChannel(channel, batch));
+    else batch.timer = setTimeout(() => this.flushChannel(channel, batch), this.opts.batchMs);
+    return batch;
+  }
+
   private flushChannel(channel: string, b: PendingBatch): void {
     if (this.pending.get(channel) !== b) return; // already flushed
     this.pending.delete(channel);
     clearTimeout(b.timer);
     if (b.immediate) clearImmediate(b.immediate);
-    if (b.intents.length === 0) return;
+    if (b.intents.length === 0 && b.joins.length === 0) return;
     const batch: IntentBatch = { gw: this.opts.gatewayId, intents: b.intents };
+    if (b.joins.length > 0) batch.joins = b.joins;
     try {
       this.bus.publish(this.subjects.channelIn(channel), encodeJson(batch));
     } catch (err) {
       // Only a malformed subject throws (channel ids are validated at connect): a bug, not load.
-      this.logger.error({ err, channel, intents: b.intents.length }, 'intent batch publish failed');
+      this.logger.error({ err, channel, intents: b.intents.length, joins: b.joins.length }, 'intent batch publish failed');
       return;
     }
+    if (b.intents.length === 0) return; // join-only batches are not counted: intents ÷ batches stays the batching factor
     this.metrics.intentBatches.add(1);
     this.metrics.intentsForwarded.add(b.intents.length);
   }

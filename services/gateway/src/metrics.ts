@@ -10,7 +10,7 @@ export interface GatewayMetrics {
   opened: Counter;
   /** Intents published to the bus inside IntentBatches. */
   intentsForwarded: Counter;
-  /** IntentBatch messages published (intents / batches = the micro-batching factor). */
+  /** IntentBatch messages published that carry intents (intents / batches = the micro-batching factor; join-only batches are not counted). */
   intentBatches: Counter;
   /** Update frames written to sockets (one per socket per update). */
   updatesSent: Counter;
@@ -43,7 +43,7 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
     connections: metrics.upDown('crowdplay_connections', 'Open authenticated WebSocket connections, by role'),
     opened: metrics.counter('crowdplay_connections_opened_total', 'WebSocket connections that completed auth (welcome sent), by role'),
     intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total', 'Intents forwarded to shards in IntentBatches'),
-    intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages published to ch.<C>.in'),
+    intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages carrying intents published to ch.<C>.in'),
     updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),
     updatesSkipped: metrics.counter(
       'crowdplay_updates_skipped_total',

@@ -78,6 +78,8 @@ describe('gateway crowd', () => {
     try {
       const a = await viewer(h, 'alice');
       const b = await viewer(h, 'bob');
+      // The joins travel in micro-batches too: let them go first, so the acts' batches are the only ones left.
+      await waitUntil(() => h.shard.joins.length === 2, 'both joins published');
       a.act(1);
       b.act(1, 'pull', 'right');
       a.act(2);

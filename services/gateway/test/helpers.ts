@@ -9,7 +9,7 @@ import { SignJWT } from 'jose';
 import WebSocket from 'ws';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import { decodeJson, encodeJson, InProcessBus, subjects, type Subjects } from '@crowdplay/bus';
-import type { AckBatch, IntentBatch } from '@crowdplay/protocol';
+import type { AckBatch, BalanceFrame, BusAck, BusIntent, IntentBatch, WalletBatch } from '@crowdplay/protocol';
 import { openStore, type Store, type TenantCredentials } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { assertRefusalsLoggedOnce, testSchema, uniqueName } from '@crowdplay/testing';
@@ -81,10 +81,22 @@ export async function viewerToken(
     .sign(new TextEncoder().encode(secret));
 }
 
-/** A fake shard: acks every intent it receives and answers `ch.<C>.ctl` for `channels`. */
+/**
+ * A fake shard: acks every intent it receives (`ackFor`), answers joins with
+ * `joinBalance` (none by default), and answers `ch.<C>.ctl` for `channels`.
+ */
 export class FakeShard {
+  /** IntentBatches that carried intents (join-only batches are in `allBatches`). */
   readonly batches: IntentBatch[] = [];
+  /** Every IntentBatch received, join-only ones included. */
+  readonly allBatches: IntentBatch[] = [];
+  /** Every join received, with the channel of its batch, in order. */
+  readonly joins: Array<{ channel: string; conn: number; viewer: string }> = [];
   readonly ctl: Array<{ channel: string; req: ChannelCtlRequest }> = [];
+  /** The ack for one intent (default: accepted, cost 0). */
+  ackFor: (intent: BusIntent) => BusAck = (i) => ({ conn: i.conn, seq: i.seq, ok: true, cost: 0 });
+  /** The balance frame answering a join (default: none). */
+  joinBalance: (join: { conn: number; viewer: string }) => BalanceFrame | undefined = () => undefined;
   /** Update text returned for `{op:'snapshot'}`, per channel. */
   readonly snapshots = new Map<string, string>();
   /** Reply for declare/state (default ok). */
@@ -97,9 +109,16 @@ export class FakeShard {
   ) {
     bus.subscribe(subj.allChannelsIn(), (msg) => {
       const batch = decodeJson<IntentBatch>(msg.data);
-      this.batches.push(batch);
-      const acks: AckBatch = { acks: batch.intents.map((i) => ({ conn: i.conn, seq: i.seq, ok: true, cost: 0 })) };
-      bus.publish(subj.gatewayAcks(batch.gw), encodeJson(acks));
+      const channel = msg.subject.split('.').at(-2) ?? '';
+      this.allBatches.push(batch);
+      if (batch.intents.length > 0) this.batches.push(batch);
+      const acks: AckBatch = { acks: batch.intents.map((i) => this.ackFor(i)) };
+      for (const j of batch.joins ?? []) {
+        this.joins.push({ channel, conn: j.conn, viewer: j.viewer });
+        const frame = this.joinBalance(j);
+        if (frame) (acks.balances ??= []).push({ conn: j.conn, frame });
+      }
+      if (acks.acks.length > 0 || acks.balances) bus.publish(subj.gatewayAcks(batch.gw), encodeJson(acks));
     });
     for (const channel of channels) {
       bus.subscribe(subj.channelCtl(channel), (msg) => {
@@ -116,6 +135,11 @@ export class FakeShard {
   /** Intents received across all batches. */
   get intents(): number {
     return this.batches.reduce((n, b) => n + b.intents.length, 0);
+  }
+
+  /** Publishes a WalletBatch on `ch.<C>.wallet`, as the real shard does after payouts and refunds. */
+  publishWallet(channel: string, batch: WalletBatch): void {
+    this.bus.publish(this.subj.channelWallet(channel), encodeJson(batch));
   }
 
   /** Publishes an update frame (bytes) on `ch.<C>.out`, as the real shard does. */
