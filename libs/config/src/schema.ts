@@ -371,7 +371,7 @@ export const schema = {
       default: 1_000_000,
       min: 1,
       unit: 'count',
-      doc: 'Stakes (pool) or trades (market) one round holds in memory; one more is refused with CP_ERR_ROUND_TOO_MANY (about 150 bytes each).',
+      doc: 'Stakes (pool) or trades (market) one round takes; one more is refused with CP_ERR_ROUND_FULL (each is held in memory until the round ends: about 150 bytes per stake, 200 per trade).',
     }),
     maxPendingPerViewer: int({
       env: 'ROUND_MAX_PENDING_PER_VIEWER',

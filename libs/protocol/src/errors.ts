@@ -117,6 +117,7 @@ export const ERRORS = {
   CP_ERR_CLIENT_CLOSED: { message: 'the connection closed (code %s%s)', httpStatus: 503 },
   CP_ERR_CLIENT_SOCKET: { message: 'socket error: %s', httpStatus: 502 },
   CP_ERR_CLIENT_WELCOME_TIMEOUT: { message: 'no welcome frame within %s ms of connecting', httpStatus: 504 },
+  CP_ERR_CLIENT_REQUEST_TIMEOUT: { message: 'no answer to %s within %s ms', httpStatus: 504 },
   // limits (appended)
   CP_ERR_LIMIT_MAX_CONNECTIONS: { message: 'the gateway holds its maximum of %s connections; try another', httpStatus: 503 },
   // markets (libs/lmsr: the LMSR cash-out market)
@@ -150,6 +151,7 @@ export const ERRORS = {
   CP_ERR_ROUND_ALREADY_FINAL: { message: 'round %s was already %s', httpStatus: 409 },
   CP_ERR_ROUND_DUPLICATE_ID: { message: 'key %s was already used in round %s with other fields', httpStatus: 409 },
   CP_ERR_ROUND_INSUFFICIENT_FUNDS: { message: 'not enough points: %s needed, %s available', httpStatus: 402 },
+  CP_ERR_ROUND_FULL: { message: 'round %s holds its maximum of %s stakes and trades (ROUND_MAX_ENTRIES)', httpStatus: 429 },
   CP_ERR_ROUND_VIEWER_BUSY: {
     message: 'more than %s of your stakes and trades are waiting in this round (ROUND_MAX_PENDING_PER_VIEWER)',
     httpStatus: 429,

@@ -99,7 +99,7 @@ export interface GameClientOptions {
   random?: () => number;
   /**
    * How long `openRound`/`settleRound`/`cancelRound` wait for their `result`
-   * or `error` frame before rejecting with CP_ERR_CHANNEL_UNAVAILABLE, ms.
+   * or `error` frame before rejecting with CP_ERR_CLIENT_REQUEST_TIMEOUT, ms.
    * @defaultValue DEFAULT_REQUEST_TIMEOUT_MS (10_000)
    */
   requestTimeoutMs?: number;
@@ -293,7 +293,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
    * @throws (rejects) CrowdplayError: CP_ERR_ROUND_INVALID when the options do
    *   not match the schema (nothing is sent); the server's refusal code
    *   (CP_ERR_ROUND_EXISTS, CP_ERR_ROUND_TOO_MANY, CP_ERR_ROUND_INVALID,
-   *   CP_ERR_LEDGER_*, CP_ERR_CHANNEL_UNAVAILABLE, …); CP_ERR_CHANNEL_UNAVAILABLE
+   *   CP_ERR_LEDGER_*, CP_ERR_CHANNEL_UNAVAILABLE, …); CP_ERR_CLIENT_REQUEST_TIMEOUT
    *   after `requestTimeoutMs` without an answer; CP_ERR_CLIENT_NOT_OPEN when not
    *   open; CP_ERR_CLIENT_CLOSED when the socket closes first (the round may or
    *   may not have opened: look for it in the next update, or retry and treat
@@ -358,9 +358,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
     return new Promise<RoundView>((resolve, reject) => {
       const timer = setTimeout(() => {
         if (!this.#pending.delete(ref)) return;
-        const err = new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.#channel]);
-        err.message = `no answer to ${op} (ref ${ref}) within ${this.#requestTimeoutMs} ms`;
-        reject(err);
+        reject(new CrowdplayError('CP_ERR_CLIENT_REQUEST_TIMEOUT', [`${op} (ref ${ref})`, this.#requestTimeoutMs]));
       }, this.#requestTimeoutMs);
       this.#pending.set(ref, { resolve, reject, timer, op });
       sock.send(raw, (err) => {

@@ -389,7 +389,7 @@ test('sdk-game - invalid round arguments reject with CP_ERR_ROUND_INVALID and se
   await c.close();
 });
 
-test('sdk-game - a request without an answer times out with CP_ERR_CHANNEL_UNAVAILABLE; a late answer is dropped', async (t) => {
+test('sdk-game - a request without an answer times out with CP_ERR_CLIENT_REQUEST_TIMEOUT; a late answer is dropped', async (t) => {
   const server = await roundServer((req) => ({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }), 150);
   t.after(() => server.close());
   const c = client(t, server, { requestTimeoutMs: 40 });
@@ -399,7 +399,7 @@ test('sdk-game - a request without an answer times out with CP_ERR_CHANNEL_UNAVA
   const t0 = Date.now();
   await assert.rejects(
     c.settleRound('r1', 'a'),
-    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE') && /within 40 ms/.test(err.message),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_REQUEST_TIMEOUT') && /within 40 ms/.test(err.message),
   );
   assert.ok(Date.now() - t0 >= 35, 'waited the timeout');
   assert.equal(c.pendingRequests, 0);

@@ -735,6 +735,7 @@ export class ChannelRounds {
       if (prior.outcome !== o || prior.points !== points) throw new CrowdplayError('CP_ERR_ROUND_DUPLICATE_ID', [key, r.id]);
       return this.okAck(it, { cost: points });
     }
+    this.checkRoom(r);
     if (!(await this.reserve(viewer, points))) {
       throw new CrowdplayError('CP_ERR_ROUND_INSUFFICIENT_FUNDS', [points, this.d.wallets.available(this.d.tenant, viewer) ?? 0]);
     }
@@ -777,6 +778,7 @@ export class ChannelRounds {
     const m = r.market!;
     const viewer = it.viewer;
     const prior = m.trade(h);
+    if (prior === undefined) this.checkRoom(r);
     let res: TradeResult;
     try {
       if (t.k === 'sell') res = m.sell(h, viewer, o, t.shares, t.minProceeds);
@@ -821,6 +823,12 @@ export class ChannelRounds {
         this.d.wallets.released(this.d.tenant, viewer, res.points, isCrowdplayError(err, 'CP_ERR_LEDGER_INSUFFICIENT_FUNDS'));
       throw mapLedgerError(err, res.points);
     }
+  }
+
+  /** @throws CrowdplayError CP_ERR_ROUND_FULL at ROUND_MAX_ENTRIES stakes or trades */
+  private checkRoom(r: Round): void {
+    const max = this.d.config.rounds.maxEntries;
+    if (r.entries >= max) throw new CrowdplayError('CP_ERR_ROUND_FULL', [r.id, max]);
   }
 
   /** Runs a synchronous trade that reserves from the mirror; when it lacks funds, reloads a stale mirror once and tries again. */

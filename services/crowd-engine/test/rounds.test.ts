@@ -299,3 +299,48 @@ describe('rounds', () => {
     await verified();
   });
 });
+
+describe('rounds - limits and paid actions', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ ledger: true, rounds: { maxEntries: 2, maxOpen: 1 } });
+    await h.store.channels.ensure('lim', 'acme');
+    await h.router.assign('lim');
+  });
+  after(() => h.close());
+
+  async function send(viewer: string, it: { action: string; trade?: BusTrade }): Promise<BusAck> {
+    const s = ++seq;
+    h.send('lim', [{ ...it, viewer, seq: s, conn: s }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+
+  it('ROUND_MAX_OPEN and ROUND_MAX_ENTRIES refuse with their codes and take nothing', async () => {
+    await h.ledger!.grant('acme', 'la', 100, `g-la-${++seq}`);
+    const open = { op: 'round.open', tenant: 'acme', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 };
+    assert.equal((await h.ctl('lim', { ...open, round: 'one' })).ok, true);
+    assert.equal((await h.ctl('lim', { ...open, round: 'two' })).code, 'CP_ERR_ROUND_TOO_MANY');
+    for (let i = 0; i < 2; i++)
+      assert.equal((await send('la', { action: '', trade: { k: 'stake', round: 'one', outcome: 'x', points: 10 } })).ok, true);
+    const third = await send('la', { action: '', trade: { k: 'stake', round: 'one', outcome: 'x', points: 10 } });
+    assert.deepEqual([third.ok, third.code], [false, 'CP_ERR_ROUND_FULL']);
+    assert.equal(await h.ledger!.balance('acme', { kind: 'wallet', owner: 'la' }), 80);
+    assert.match(await h.telemetry.metrics.prometheusText(), /crowdplay_refusals_total\{[^}]*reason="CP_ERR_ROUND_FULL"[^}]*\} 1/);
+  });
+
+  it('a paid action is charged to the wallet (to the house) before its ack; without points it is refused', async () => {
+    assert.equal((await h.ctl('lim', { op: 'declare', actions: [{ name: 'boost', cost: 5, maxPerTick: 10 }] })).ok, true);
+    await h.ledger!.grant('acme', 'pb', 12, `g-pb-${++seq}`);
+    const house0 = await h.ledger!.balance('acme', { kind: 'house', owner: '' });
+    const ok = await send('pb', { action: 'boost' });
+    assert.deepEqual([ok.ok, ok.cost], [true, 5]);
+    assert.equal(await h.ledger!.balance('acme', { kind: 'wallet', owner: 'pb' }), 7);
+    assert.equal((await send('pb', { action: 'boost' })).ok, true);
+    const broke = await send('pb', { action: 'boost' });
+    assert.deepEqual([broke.ok, broke.code], [false, 'CP_ERR_INTENT_INSUFFICIENT_FUNDS']);
+    assert.equal(await h.ledger!.balance('acme', { kind: 'wallet', owner: 'pb' }), 2);
+    assert.equal((await h.ledger!.balance('acme', { kind: 'house', owner: '' })) - house0, 10);
+    const v = await verifyLedger(h.store.db);
+    assert.deepEqual(v.failures, []);
+  });
+});
