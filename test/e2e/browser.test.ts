@@ -72,7 +72,7 @@ describe('viewer page (browser)', () => {
     // UPDATE_SCREENSHOT=1 refreshes the README's picture; otherwise the shot goes to a temp dir.
     const dir = process.env.UPDATE_SCREENSHOT ? join(ROOT, 'docs/img') : mkdtempSync(join(tmpdir(), 'crowdplay-shot-'));
     mkdirSync(dir, { recursive: true });
-    await page.screenshot({ path: join(dir, 'viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 360 } });
+    await page.screenshot({ path: join(dir, 'viewer-page.png'), clip: { x: 280, y: 0, width: 720, height: 640 } });
     assert.deepEqual(errors, [], 'no page errors');
     await page.close();
   });
