@@ -36,7 +36,7 @@
  * ledger; 'locked' → resumes (the game may settle it; expiry applies);
  * 'settled' → payouts sent again from the book; 'cancelled' → refunds sent again.
  */
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Counter, Histogram } from '@opentelemetry/api';
 import type { Config } from '@crowdplay/config';
 import type { Ledger, TransferRequest, TransferResult } from '@crowdplay/ledger';
@@ -717,7 +717,8 @@ export class ChannelRounds {
     try {
       const joined = this.joining.get(it.viewer);
       if (joined) await joined;
-      const key = t.key ?? `${gw}:${it.conn}:${it.seq}`;
+      // Without a client key a stake is never a replay: a random key (a gateway's conn and seq restart with it).
+      const key = t.key ?? `auto:${randomUUID()}`;
       const h = hashOf(it.viewer, key);
       const o = r.outcomeIdx.get(t.outcome)!;
       await this.d.wallets.ensure(this.d.tenant, it.viewer);
