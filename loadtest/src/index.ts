@@ -1,6 +1,7 @@
 /**
- * @crowdplay/loadtest — load scenarios from the seeds (`crowd`), the frozen
- * bare-ws reference server, and the report format. CLI: main.ts.
+ * @crowdplay/loadtest — load scenarios (`crowd` from the seeds, `market`:
+ * funded viewers trading and staking in rounds, then ledger verify), the
+ * frozen bare-ws reference server, and the report formats. CLI: main.ts.
  */
 export {
   runCrowdScenario,
@@ -17,6 +18,13 @@ export {
 export type { CrowdOptions } from './crowd/scenario.ts';
 export { formatReport } from './crowd/report.ts';
 export type { CrowdReport, CrowdReport as Report, MachineInfo } from './crowd/report.ts';
+export { runMarketScenario, MAX_MARKET_VIEWERS, MARKET_OUTCOMES } from './market/scenario.ts';
+export type { MarketOptions } from './market/scenario.ts';
+export { formatMarketReport, TRADE_KINDS } from './market/report.ts';
+export type { MarketReport, TradeCounts, TradeKind, CheckResult, SettledRound } from './market/report.ts';
+export { MIX_PCT, LEGIT_REFUSALS } from './market/viewers.ts';
+export { ledgerVerify, CLI_MAIN } from './market/server-api.ts';
+export type { VerifyOutcome } from './market/server-api.ts';
 export { startReferenceServer } from './reference-server.ts';
 export type { ReferenceServer, ReferenceServerOptions } from './reference-server.ts';
 export { spawnReferenceServer } from './reference-spawn.ts';

@@ -5,6 +5,11 @@
  *         [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R]
  *         [--workers W] [--viewers-per-address A] [--server-pid P] [--baseline]
  *
+ *   market --url http://127.0.0.1:8080 --viewers N --trades T --json FILE
+ *         [--channels K] [--database-url URL] [--database-schema S] [--skip-verify]
+ *         [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P]
+ *         [--liquidity B] [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
+ *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
  * report to --json. Fields: loadtest/README.md.
  */
@@ -14,10 +19,16 @@ import { parseArgs } from 'node:util';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { formatReport } from './crowd/report.ts';
 import { runCrowdScenario, runCrowdWithBaseline, type CrowdOptions } from './crowd/scenario.ts';
+import { formatMarketReport } from './market/report.ts';
+import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
-       [--viewers-per-address A] [--server-pid P] [--baseline]`;
+       [--viewers-per-address A] [--server-pid P] [--baseline]
+     npm run loadtest -- market --url http://127.0.0.1:8080 --viewers N --trades T --json FILE
+       [--channels K] [--database-url URL] [--database-schema S] [--skip-verify]
+       [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P] [--liquidity B]
+       [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -31,14 +42,90 @@ function required(name: string, v: number | undefined): number {
   return v;
 }
 
-/** The command as typed (shell-quoted), with the tenant secret and key masked. */
+const SECRET_FLAGS = new Set(['--tenant-secret', '--tenant-key', '--database-url']);
+
+/** The command as typed (shell-quoted), with the tenant secret, the key and the database URL masked. */
 function commandLine(argv: string[]): string {
   const quote = (a: string): string => (/^[\w@%+=:,./-]+$/.test(a) ? a : `'${a.replace(/'/g, `'\\''`)}'`);
-  const masked = argv.map((a, i) => (i > 0 && (argv[i - 1] === '--tenant-secret' || argv[i - 1] === '--tenant-key') ? '***' : a));
+  const masked = argv.map((a, i) => (i > 0 && SECRET_FLAGS.has(argv[i - 1] ?? '') ? '***' : a));
   return `npm run loadtest -- ${masked.map(quote).join(' ')}`;
 }
 
+function writeJson(path: string | undefined, report: unknown): void {
+  if (!path) return;
+  const file = resolve(path);
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, JSON.stringify(report, null, 2) + '\n');
+  console.error(`report written to ${file}`);
+}
+
+/**
+ * `market`: exit 0 when every trade was answered, every check passed and
+ * the ledger verified (or verify was skipped); 1 otherwise.
+ */
+async function marketMain(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv.slice(1),
+    options: {
+      url: { type: 'string', default: 'http://127.0.0.1:8080' },
+      viewers: { type: 'string' },
+      trades: { type: 'string' },
+      channels: { type: 'string', default: '1' },
+      json: { type: 'string' },
+      'database-url': { type: 'string' },
+      'database-schema': { type: 'string' },
+      'skip-verify': { type: 'boolean', default: false },
+      'tenant-id': { type: 'string' },
+      'tenant-secret': { type: 'string' },
+      'tenant-key': { type: 'string' },
+      grant: { type: 'string' },
+      liquidity: { type: 'string' },
+      rate: { type: 'string' },
+      'ack-timeout-ms': { type: 'string' },
+      'budget-s': { type: 'string' },
+      'server-pid': { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.error(USAGE);
+    return 0;
+  }
+  const opts: MarketOptions = {
+    url: values.url,
+    viewers: required('viewers', num('viewers', values.viewers)),
+    trades: required('trades', num('trades', values.trades)),
+    channels: required('channels', num('channels', values.channels)),
+    databaseUrl: values['database-url'] ?? process.env.DATABASE_URL,
+    databaseSchema: values['database-schema'] ?? (process.env.DATABASE_SCHEMA || undefined),
+    skipVerify: values['skip-verify'],
+    tenantId: values['tenant-id'],
+    tenantSecret: values['tenant-secret'],
+    tenantKey: values['tenant-key'],
+    grantPoints: num('grant', values.grant),
+    liquidity: num('liquidity', values.liquidity),
+    ratePerViewer: num('rate', values.rate),
+    ackTimeoutMs: num('ack-timeout-ms', values['ack-timeout-ms']),
+    budgetS: num('budget-s', values['budget-s']),
+    serverPid: num('server-pid', values['server-pid']),
+    onProgress: (line) => console.error(line),
+    command: commandLine(argv),
+  };
+  const report = await runMarketScenario(opts);
+  console.log(formatMarketReport(report));
+  writeJson(values.json, report);
+  const c = report.checks;
+  const clean =
+    report.complete &&
+    report.trades.unexpected === 0 &&
+    c.acks.mismatches === 0 &&
+    c.balances.mismatches === 0 &&
+    (report.ledgerVerify === 'ok' || report.ledgerVerify.startsWith('skipped'));
+  return clean ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'market') return marketMain(argv);
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -80,12 +167,7 @@ async function main(argv: string[]): Promise<number> {
   };
   const report = values.baseline ? await runCrowdWithBaseline(opts) : await runCrowdScenario(opts);
   console.log(formatReport(report));
-  if (values.json) {
-    const file = resolve(values.json);
-    mkdirSync(dirname(file), { recursive: true });
-    writeFileSync(file, JSON.stringify(report, null, 2) + '\n');
-    console.error(`report written to ${file}`);
-  }
+  writeJson(values.json, report);
   return report.complete ? 0 : 1;
 }
 
