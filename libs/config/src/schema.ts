@@ -298,11 +298,11 @@ export const schema = {
     }),
     commitConcurrency: int({
       env: 'LEDGER_COMMIT_CONCURRENCY',
-      default: 2,
+      default: 4,
       min: 1,
       max: 16,
       unit: 'count',
-      doc: "Group commits one process runs at once. 2 overlaps one batch's COMMIT (WAL flush) and the process's own work with the next batch's execution (measured with `npm run bench -- ledger` on the 2-core dev machine: 17,000 → 33,000 durable transfers/s). Batches in flight together may apply in either order: send a transfer that depends on another (a stake of granted points) after the other's ack.",
+      doc: "Group commits one process runs at once: while one batch's COMMIT waits for its WAL flush, the next executes. Measured on the 2-core dev machine (docs/benchmarks.md): saturated (`npm run bench -- ledger`) 1 → 2 took 17,000 → 33,000 durable transfers/s and 4 the same as 2 (29,180 vs 29,400); under the market scenario's moderate load (500 viewers, ~4,900 trades/s, batches of ~25) 4 instead of 2 took the mean commit from 9.6 to 5.8 ms and the trade ack p95 from 33–59 to 21–59 ms. Batches in flight together may apply in either order: send a transfer that depends on another (a stake of granted points) after the other's ack.",
     }),
     accountCacheMax: int({
       env: 'LEDGER_ACCOUNT_CACHE_MAX',

@@ -12,7 +12,7 @@
  * transaction: one round trip and one COMMIT (one WAL flush) per batch. A
  * batch starts when it is full, or `commitMs` after its oldest transfer was
  * queued, whichever comes first, and a commit slot is free (`commitConcurrency`
- * slots, default 2: while one batch's COMMIT waits for its WAL flush and this
+ * slots, default 4: while one batch's COMMIT waits for its WAL flush and this
  * process settles its promises, the next batch executes); while the slots are
  * busy the queue keeps filling, so under load the batch size grows by itself
  * (classic group commit). Every transfer's promise settles only after that statement (and
@@ -32,14 +32,21 @@
  *   zero is refused (CP_ERR_LEDGER_INSUFFICIENT_FUNDS) and ONLY that transfer
  *   is skipped — no savepoints, no aborted batch. The accounts' CHECK
  *   constraint stays the last line of defence;
- * - hot accounts (treasury, house) are not locked up front: the batch's net
- *   delta per hot account is applied with ONE update each, in account-id
- *   order, as the last thing before COMMIT, so the treasury row is written
- *   once per commit and its lock is held only from that update to the COMMIT.
+ * - hot accounts (treasury, house, a market round's maker — every trade of
+ *   the round touches it — and an escrow the batch only credits — every
+ *   stake of a pool round) are not locked up front: the batch's net delta
+ *   per hot account is applied with ONE update each, in account-id order, as
+ *   the last thing before COMMIT, so such a row is written once per commit
+ *   and its lock is held only from that update to the COMMIT. None of them
+ *   can go below a floor that way (treasury, house and maker have none; the
+ *   escrow only rises in that batch).
  *
  * Lock order (channels FOR SHARE by id → non-hot accounts by id → hot
- * accounts by id) is the same in every committer, in every process, so
- * concurrent committers never deadlock.
+ * accounts by id) is the same in every committer, in every process. One
+ * account can be hot in one batch and not in another only for an escrow
+ * (credited by stakes, debited by payouts); a round's payouts start after
+ * its stakes stopped (the round locks first), and a deadlock would anyway
+ * be retried (below).
  *
  * If the statement itself fails: a deadlock, serialization failure, a unique
  * violation (the same new id committed concurrently by another process) or a
@@ -136,9 +143,9 @@ export interface TransferResult {
   id: string;
   /** True when the id was already committed with the same fields: nothing was written. */
   replayed: boolean;
-  /** `from`'s balance right after this transfer (null for treasury/house, and for replays). */
+  /** `from`'s balance right after this transfer (null for hot accounts: treasury, house, maker, an escrow the batch only credited; and for replays). */
   fromBalance: number | null;
-  /** `to`'s balance right after this transfer (null for treasury/house, and for replays). */
+  /** `to`'s balance right after this transfer (null for hot accounts: treasury, house, maker, an escrow the batch only credited; and for replays). */
   toBalance: number | null;
 }
 
@@ -151,7 +158,7 @@ export interface LedgerOptions {
   /** LEDGER_MAX_QUEUED: most transfers queued or committing; past it: CP_ERR_LEDGER_OVERLOADED. */
   maxQueued: number;
   /**
-   * LEDGER_COMMIT_CONCURRENCY: commits running at once (default 2; PGlite
+   * LEDGER_COMMIT_CONCURRENCY: commits running at once (default 4; PGlite
    * runs them one after another anyway). Batches in flight together may
    * apply in either order.
    */
@@ -212,7 +219,15 @@ const COMMIT_SQL =
 const RETRY_SQLSTATES = new Set(['40P01', '40001', '23505', '55P03', '57P01', '57P02', '57P03']);
 const MAX_ATTEMPTS = 4;
 
-const HOT_KINDS: ReadonlySet<AccountKind> = new Set(['treasury', 'house']);
+/** One account per tenant: owner ''. */
+const SINGLETON_KINDS: ReadonlySet<AccountKind> = new Set(['treasury', 'house']);
+/**
+ * Hot accounts: never locked up front, their net delta applied last (see the
+ * module comment). Treasury and house are touched by every grant and take;
+ * a market round's maker by every trade of its round. None of them has a
+ * floor, so deferring cannot let one go below zero.
+ */
+const HOT_KINDS: ReadonlySet<AccountKind> = new Set(['treasury', 'house', 'maker']);
 const CHECKED_KINDS: ReadonlySet<AccountKind> = new Set(['wallet', 'escrow']);
 
 /**
@@ -243,7 +258,7 @@ function checkRef(ref: unknown, name: string): void {
   const r = ref as Partial<AccountRef> | null;
   if (!r || typeof r !== 'object' || !ACCOUNT_KINDS.includes(r.kind as AccountKind))
     throw invalid(`${name}.kind must be one of ${ACCOUNT_KINDS.join(', ')}`);
-  if (HOT_KINDS.has(r.kind as AccountKind)) {
+  if (SINGLETON_KINDS.has(r.kind as AccountKind)) {
     if (r.owner !== '') throw invalid(`${name}.owner must be '' for a ${r.kind} account`);
   } else if (typeof r.owner !== 'string' || !OWNER_RE.test(r.owner))
     throw invalid(`${name}.owner must be 1-128 characters without control characters`);
@@ -326,7 +341,7 @@ interface LedgerMetrics {
  * The ledger of one process. Shares the store's `Db` (it does not close it).
  *
  * Ordering: inside one batch, transfers apply in the order they were queued.
- * Up to `commitConcurrency` batches (default 2) commit at once, and those may
+ * Up to `commitConcurrency` batches (default 4) commit at once, and those may
  * apply in either order; so a transfer that depends on another (a stake of
  * granted points) is sent after the other's ack — which is how a shard works
  * anyway (a viewer stakes what their acked balance shows). With
@@ -363,7 +378,7 @@ export class Ledger {
     if (!Number.isSafeInteger(opts.commitMaxTransfers) || opts.commitMaxTransfers < 1)
       throw new RangeError('commitMaxTransfers must be a positive integer');
     if (!Number.isSafeInteger(opts.maxQueued) || opts.maxQueued < 1) throw new RangeError('maxQueued must be a positive integer');
-    this.concurrency = opts.commitConcurrency ?? 2;
+    this.concurrency = opts.commitConcurrency ?? 4;
     if (!Number.isSafeInteger(this.concurrency) || this.concurrency < 1)
       throw new RangeError('commitConcurrency must be a positive integer');
     this.accountCacheMax = opts.accountCacheMax ?? 100_000;
@@ -802,15 +817,22 @@ export class Ledger {
   private async send(live: Entry[]): Promise<CommitRow> {
     const n = live.length;
     // The batch's distinct accounts, ordered as cp_ledger_commit wants them:
-    // wallets and escrows, then makers, then the hot accounts.
+    // the checked ones (wallets, escrows that the batch debits), then other
+    // non-hot ones, then the hot ones (treasury, house, makers, and an escrow
+    // the batch only credits: a pool's stakes all go to one escrow, and a
+    // balance that only rises needs no floor check, so stakes of one round in
+    // two concurrent commits do not wait for each other's row lock).
     const checked: number[] = [];
     const other: number[] = [];
     const hot: number[] = [];
     const seen = new Set<number>();
+    const debited = new Set<number>();
+    for (const e of live) debited.add(e.fromId);
     const classify = (id: number, kind: AccountKind): void => {
       if (seen.has(id)) return;
       seen.add(id);
-      (CHECKED_KINDS.has(kind) ? checked : HOT_KINDS.has(kind) ? hot : other).push(id);
+      if (HOT_KINDS.has(kind) || (kind === 'escrow' && !debited.has(id))) hot.push(id);
+      else (CHECKED_KINDS.has(kind) ? checked : other).push(id);
     };
     for (const e of live) {
       classify(e.fromId, e.req.from.kind);
