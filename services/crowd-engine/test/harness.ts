@@ -53,6 +53,8 @@ export async function startHarness(
     /** Give the shard a ledger (rounds, welcome grants, paid actions). */
     ledger?: boolean;
     rounds?: Partial<Config['rounds']>;
+    /** Ledger settings (commitMs defaults to 1 here). */
+    ledgerConfig?: Partial<Config['ledger']>;
     /** The shard's clock (ms since epoch). */
     now?: () => number;
   } = {},
@@ -63,7 +65,7 @@ export async function startHarness(
     engine: { tickMs: 40, updateIntervalMs: 60, snapshotIntervalMs: 100_000, ...opts.engine },
     sequencer: { blockSize: 50 },
     rounds: { minDurationMs: 50, ...opts.rounds },
-    ledger: { commitMs: 1 },
+    ledger: { commitMs: 1, ...opts.ledgerConfig },
     log: { level: 'silent', refusalLogIntervalMs: 10_000 },
   });
   const bus = new InProcessBus();

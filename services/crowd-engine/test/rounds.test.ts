@@ -303,7 +303,7 @@ describe('rounds', () => {
 describe('rounds - limits and paid actions', () => {
   let h: Harness;
   before(async () => {
-    h = await startHarness({ ledger: true, rounds: { maxEntries: 2, maxOpen: 1 } });
+    h = await startHarness({ ledger: true, rounds: { maxEntries: 2, maxOpen: 1 }, ledgerConfig: { houseTakeBps: 1_000 } });
     await h.store.channels.ensure('lim', 'acme');
     await h.router.assign('lim');
   });
@@ -314,6 +314,30 @@ describe('rounds - limits and paid actions', () => {
     h.send('lim', [{ ...it, viewer, seq: s, conn: s }]);
     return h.waitFor(() => h.acks.find((a) => a.seq === s));
   }
+
+  it('LEDGER_HOUSE_TAKE_BPS: the take goes to the house before the winners share the pool', async () => {
+    await h.store.channels.ensure('take', 'acme');
+    await h.router.assign('take');
+    for (const v of ['ta', 'tc']) await h.ledger!.grant('acme', v, 100, `g-${v}-${++seq}`);
+    const house0 = await h.ledger!.balance('acme', { kind: 'house', owner: '' });
+    assert.equal(
+      (await h.ctl('take', { op: 'round.open', tenant: 'acme', round: 't1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok,
+      true,
+    );
+    const stake = async (viewer: string, outcome: string, points: number): Promise<BusAck> => {
+      const s = ++seq;
+      h.send('take', [{ action: '', viewer, seq: s, conn: s, trade: { k: 'stake', round: 't1', outcome, points } }]);
+      return h.waitFor(() => h.acks.find((a) => a.seq === s));
+    };
+    assert.equal((await stake('ta', 'x', 30)).ok, true);
+    assert.equal((await stake('tc', 'y', 51)).ok, true);
+    assert.equal((await h.ctl('take', { op: 'round.settle', tenant: 'acme', round: 't1', outcome: 'x' })).ok, true);
+    // total 81, take floor(81 × 10 %) = 8, pool 73 to the one winner.
+    const bal = (v: string): Promise<number> => h.ledger!.balance('acme', { kind: 'wallet', owner: v });
+    assert.deepEqual([await bal('ta'), await bal('tc')], [143, 49]);
+    assert.equal((await h.ledger!.balance('acme', { kind: 'house', owner: '' })) - house0, 8);
+    assert.deepEqual((await verifyLedger(h.store.db)).failures, []);
+  });
 
   it('ROUND_MAX_OPEN and ROUND_MAX_ENTRIES refuse with their codes and take nothing', async () => {
     await h.ledger!.grant('acme', 'la', 100, `g-la-${++seq}`);
