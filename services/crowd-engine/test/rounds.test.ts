@@ -293,6 +293,12 @@ describe('rounds', () => {
     );
     assert.equal(await bal('ra'), 80, 'the open round refunded, the locked stake still held');
     assert.equal(await bal('rb'), 90);
+    // The old owner's epoch is fenced: a write of the round at it is refused and changes nothing.
+    await assert.rejects(
+      h.store.rounds.update('rc1', 'lock1', epoch - 1, { state: 'cancelled' }),
+      (e: { code?: string }) => e.code === 'CP_ERR_CHANNEL_STALE_EPOCH',
+    );
+    assert.equal((await h.store.rounds.get('rc1', 'lock1'))?.state, 'locked');
     const settled = await ctl('rc1', { op: 'round.settle', round: 'lock1', outcome: 'x' });
     assert.deepEqual([settled.ok, settled.round?.pool], [true, [20, 10]]);
     assert.deepEqual([await bal('ra'), await bal('rb')], [110, 90]);
