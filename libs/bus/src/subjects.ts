@@ -25,6 +25,8 @@ export interface Subjects {
   channelCtl(channel: string): string;
   /** Shard → gateways: balance changes of a channel's viewers (WalletBatch: payouts, refunds). */
   channelWallet(channel: string): string;
+  /** Gateway → shards and gateways: a grant committed through the tenant API (WalletCredit). */
+  walletCredits(): string;
   /** Shard → one gateway: act acks (AckBatch). */
   gatewayAcks(gatewayId: string): string;
   /** Router → one shard: acquire / release (request/reply). */
@@ -49,6 +51,7 @@ export function subjects(prefix: string): Subjects {
     channelGame: (c) => `${prefix}.ch.${token('channel', c)}.game`,
     channelCtl: (c) => `${prefix}.ch.${token('channel', c)}.ctl`,
     channelWallet: (c) => `${prefix}.ch.${token('channel', c)}.wallet`,
+    walletCredits: () => `${prefix}.wallet.credit`,
     gatewayAcks: (g) => `${prefix}.gw.${token('gateway', g)}.acks`,
     shardCtl: (s) => `${prefix}.shard.${token('shard', s)}.ctl`,
     sequencerLease: () => `${prefix}.seq.lease`,

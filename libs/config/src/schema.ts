@@ -379,7 +379,7 @@ export const schema = {
       min: 1,
       max: 10_000,
       unit: 'count',
-      doc: "A viewer's stakes and trades in one round run one after another (each waits for the previous one's commit); more than this many waiting are refused with CP_ERR_ROUND_VIEWER_BUSY.",
+      doc: "A viewer's stakes and trades in one round run one after another (each waits for the previous one's commit); at most this many may be in progress at once, the one committing included; more are refused with CP_ERR_ROUND_VIEWER_BUSY.",
     }),
     recentShown: int({
       env: 'ROUND_RECENT_SHOWN',

@@ -36,9 +36,15 @@ export const ActionSpec = Type.Object(
 );
 export type ActionSpec = Static<typeof ActionSpec>;
 
+/** A request reference the game picks; echoed in the `result` (or `error`) frame that answers it. */
+export const REF_PATTERN = '^[A-Za-z0-9_.:-]{1,64}$';
+const Ref = Type.String({ pattern: REF_PATTERN });
+
 export const GameDeclare = Type.Object(
   {
     t: Type.Literal('declare'),
+    /** With a ref, success is answered with a `result` frame (without, it is silent). */
+    ref: Type.Optional(Ref),
     actions: Type.Array(ActionSpec, { minItems: 1, maxItems: 32 }),
     /**
      * Points granted once per (channel, viewer) from the tenant's treasury
@@ -51,12 +57,9 @@ export const GameDeclare = Type.Object(
 );
 /** Game-owned state broadcast to viewers on the next update (any JSON object). */
 export const GameState = Type.Object(
-  { t: Type.Literal('state'), state: Type.Record(Type.String(), Type.Unknown()) },
+  { t: Type.Literal('state'), ref: Type.Optional(Ref), state: Type.Record(Type.String(), Type.Unknown()) },
   { additionalProperties: false },
 );
-/** A request reference the game picks; echoed in the `result` (or `error`) frame that answers it. */
-export const REF_PATTERN = '^[A-Za-z0-9_.:-]{1,64}$';
-const Ref = Type.String({ pattern: REF_PATTERN });
 /** Most points in one stake, budget or limit, and most shares in one trade (1e15 < 2^53: exact in a double). */
 export const MAX_POINTS = 1e15;
 
@@ -342,6 +345,21 @@ export interface AckBatch {
   acks: BusAck[];
   /** Balance frames for single sockets (answers to joins). */
   balances?: Array<{ conn: number; frame: BalanceFrame }>;
+}
+
+/**
+ * A grant committed through the tenant API (POST /v1/grants), on
+ * `wallet.credit`: shards add it to their mirror of the viewer's balance
+ * (so a stake right after the grant's 200 sees it), gateways send the viewer's
+ * sockets a `balance` frame (reason `grant`).
+ */
+export interface WalletCredit {
+  tenant: string;
+  viewer: string;
+  /** Points granted. */
+  points: number;
+  /** The wallet's committed balance right after the grant. */
+  balance: number;
 }
 
 /**

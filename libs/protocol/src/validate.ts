@@ -9,7 +9,9 @@ import {
   RoundCancel,
   RoundOpen,
   RoundSettle,
-  type CrowdInbound as CrowdMsg, type GameInbound as GameMsg } from './messages.ts';
+  type CrowdInbound as CrowdMsg,
+  type GameInbound as GameMsg,
+} from './messages.ts';
 import { CrowdplayError } from './errors.ts';
 
 // One compiled checker per message type (not the union), so an error names the field that is wrong.

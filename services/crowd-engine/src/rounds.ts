@@ -871,12 +871,13 @@ export class ChannelRounds {
           let reason = 'join';
           let delta: number | undefined;
           if (this.welcomeGrant > 0 && !this.draining) {
-            const res = await this.d.ledger.grant(
-              this.d.tenant,
-              viewer,
-              this.welcomeGrant,
-              `welcome:${this.d.channel}:${hashOf(viewer, '#')}`,
-            );
+            // Once per (channel, viewer): a grant already paid at another amount (the game changed it) is a conflict, i.e. paid.
+            const res = await this.d.ledger
+              .grant(this.d.tenant, viewer, this.welcomeGrant, `welcome:${this.d.channel}:${hashOf(viewer, '#')}`)
+              .catch((err: unknown) => {
+                if (isCrowdplayError(err, 'CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT')) return { replayed: true, toBalance: null };
+                throw err;
+              });
             if (!res.replayed) {
               reason = 'welcome';
               delta = this.welcomeGrant;

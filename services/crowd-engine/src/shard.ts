@@ -20,6 +20,7 @@ import {
   type RoundFrame,
   type RoundView,
   type WalletBatch,
+  type WalletCredit,
 } from '@crowdplay/protocol';
 import type { Ledger } from '@crowdplay/ledger';
 import type { Store } from '@crowdplay/store';
@@ -104,6 +105,7 @@ export class Shard {
   private snapshotTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private ctlSub: Subscription | null = null;
+  private creditSub: Subscription | null = null;
   private ticking = false;
   private draining = false;
   private closed = false;
@@ -171,6 +173,18 @@ export class Shard {
   async start(): Promise<void> {
     const { config, bus, subjects } = this.deps;
     this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
+    if (this.wallets) {
+      const wallets = this.wallets;
+      // Grants through the tenant API reach the mirror at once (a stake right after the grant's 200 sees them).
+      this.creditSub = bus.subscribe(subjects.walletCredits(), (msg) => {
+        try {
+          const c = decodeJson<WalletCredit>(msg.data);
+          if (typeof c.points === 'number' && typeof c.balance === 'number') wallets.credited(c.tenant, c.viewer, c.points, c.balance);
+        } catch {
+          this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { subject: 'wallet.credit' });
+        }
+      });
+    }
     this.tickTimer = setInterval(() => void this.tick(), config.engine.tickMs);
     this.snapshotTimer = setInterval(() => void this.snapshotAll(), config.engine.snapshotIntervalMs);
     this.heartbeat();
@@ -634,6 +648,7 @@ export class Shard {
     this.closed = true;
     for (const t of [this.tickTimer, this.snapshotTimer, this.heartbeatTimer]) if (t) clearInterval(t);
     this.ctlSub?.unsubscribe();
+    this.creditSub?.unsubscribe();
     for (const o of [...this.owned.values()]) this.stopServing(o);
     await this.deps.bus.flush();
   }

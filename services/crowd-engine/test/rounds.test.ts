@@ -1,7 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { verifyLedger } from '@crowdplay/ledger';
-import type { BusAck, BusTrade, RoundView } from '@crowdplay/protocol';
+import type { BusAck, BusTrade, RoundView, WalletCredit } from '@crowdplay/protocol';
+import { encodeJson } from '@crowdplay/bus';
 import { startHarness, type Harness } from './harness.ts';
 
 let seq = 10_000;
@@ -245,6 +246,12 @@ describe('rounds', () => {
     const second = await h.waitFor(() => h.balances.find((b) => b.conn === 77_002));
     assert.deepEqual(second.frame, { t: 'balance', points: 250, reason: 'join' });
     assert.equal(await bal('wv'), 250);
+    // The game changes its welcome grant: a viewer already paid is not paid again, and still gets its balance.
+    assert.equal((await h.ctl('wg1', { op: 'declare', actions: [{ name: 'go', maxPerTick: 5 }], welcomeGrant: 300 })).ok, true);
+    h.join('wg1', [{ conn: 77_003, viewer: 'wv' }]);
+    const third = await h.waitFor(() => h.balances.find((b) => b.conn === 77_003));
+    assert.deepEqual(third.frame, { t: 'balance', points: 250, reason: 'join' });
+    assert.equal(await bal('wv'), 250);
   });
 
   it('ledger refusal - a stake the ledger refuses is undone in the pool and the mirror reloads', async () => {
@@ -372,5 +379,40 @@ describe('rounds - limits and paid actions', () => {
     assert.equal((await h.ledger!.balance('acme', { kind: 'house', owner: '' })) - house0, 10);
     const v = await verifyLedger(h.store.db);
     assert.deepEqual(v.failures, []);
+  });
+});
+
+describe('rounds - grants made elsewhere', () => {
+  let h: Harness;
+  const T = 'acme';
+  // The default WALLET_RELOAD_MS (1 s): without the credit event the mirror would still say 0.
+  before(async () => {
+    h = await startHarness({ ledger: true });
+  });
+  after(() => h.close());
+  const ledger = (): NonNullable<Harness['ledger']> => h.ledger!;
+  const ctl = (ch: string, req: Record<string, unknown>): Promise<unknown> => h.ctl(ch, { tenant: T, ...req });
+  async function trade(ch: string, viewer: string, t: BusTrade): Promise<BusAck> {
+    const s = ++seq;
+    h.send(ch, [{ action: '', viewer, seq: s, conn: s, trade: t }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+  function refused(ack: BusAck, code: string): void {
+    assert.deepEqual([ack.ok, ack.code], [false, code]);
+  }
+
+  it('grants through the tenant API reach the mirror at once: a stake right after the grant is accepted', async () => {
+    await h.store.channels.ensure('gr1', T);
+    await h.router.assign('gr1');
+    await ctl('gr1', { op: 'round.open', round: 'g1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    refused(await trade('gr1', 'ga', { k: 'stake', round: 'g1', outcome: 'x', points: 10 }), 'CP_ERR_ROUND_INSUFFICIENT_FUNDS');
+    // What the gateway's POST /v1/grants does after the commit, before its 200.
+    const r = await ledger().grant(T, 'ga', 40, `grant-ga-${++seq}`);
+    h.bus.publish(
+      h.subjects.walletCredits(),
+      encodeJson({ tenant: T, viewer: 'ga', points: 40, balance: r.toBalance! } satisfies WalletCredit),
+    );
+    const ok = await trade('gr1', 'ga', { k: 'stake', round: 'g1', outcome: 'x', points: 10 });
+    assert.deepEqual([ok.ok, ok.balance], [true, 30]);
   });
 });

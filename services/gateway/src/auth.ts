@@ -39,6 +39,14 @@ export function tenantKey(signingSecret: string): Uint8Array<ArrayBuffer> {
   return utf8.encode(signingSecret);
 }
 
+// eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
+const CONTROL_RE = /[\u0000-\u001f\u007f]/;
+
+/** A viewer id (token `sub`): 1–MAX_VIEWER_ID_CHARS characters, no control characters. */
+export function isViewerId(v: string): boolean {
+  return v.length >= 1 && v.length <= MAX_VIEWER_ID_CHARS && !CONTROL_RE.test(v);
+}
+
 /** An authenticated viewer. */
 export interface CrowdIdentity {
   tenantId: string;
@@ -149,8 +157,7 @@ export class Authenticator {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', [joseReason(err)], { cause: err });
     }
     const sub = payload.sub;
-    // eslint-disable-next-line no-control-regex -- control characters are exactly what is refused
-    if (typeof sub !== 'string' || sub.length < 1 || sub.length > MAX_VIEWER_ID_CHARS || /[\u0000-\u001f\u007f]/.test(sub)) {
+    if (typeof sub !== 'string' || !isViewerId(sub)) {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', [
         `sub must be a viewer id of 1–${MAX_VIEWER_ID_CHARS} characters, no control characters`,
       ]);
@@ -184,12 +191,13 @@ export class Authenticator {
  * HS256, `sub` = viewer, `tid` = 'dev', `ch` = channel, `iat`, `exp` = now + ttlS.
  *
  * @param secret STANDALONE_TENANT_SECRET
- * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_PROTO_INVALID (viewer id length)
+ * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_PROTO_INVALID (viewer id length or control characters)
  */
 export async function mintDevToken(secret: string, opts: { viewer: string; channel: string; ttlS?: number }): Promise<string> {
   if (!CHANNEL_ID_RE.test(opts.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-  if (opts.viewer.length < 1 || opts.viewer.length > MAX_VIEWER_ID_CHARS) {
-    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`viewer must be 1–${MAX_VIEWER_ID_CHARS} characters`]);
+  // The same rule the WebSocket applies to `sub`: a token it would refuse is never minted.
+  if (!isViewerId(opts.viewer)) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`viewer must be 1–${MAX_VIEWER_ID_CHARS} characters, no control characters`]);
   }
   return new SignJWT({ tid: DEV_TENANT_ID, ch: opts.channel })
     .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })

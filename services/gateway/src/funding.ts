@@ -13,7 +13,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { Ledger } from '@crowdplay/ledger';
-import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode, type WalletCredit } from '@crowdplay/protocol';
 import type { Store, Tenant } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Authenticator } from './auth.ts';
@@ -26,6 +26,8 @@ export interface FundingContext {
   ledger: Ledger;
   auth: Authenticator;
   telemetry: Telemetry;
+  /** Called after a grant committed (not for a replay), before the HTTP answer. */
+  onGranted?: (credit: WalletCredit) => void;
 }
 
 const VIEWER_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,128}$';
@@ -86,6 +88,8 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
         const r = await ledger.grant(tenant.id, viewer, points, `grant:${tenant.id}:${id}`);
         if (!r.replayed) granted.add(points, { tenant: tenant.id });
         const balance = r.toBalance ?? (await ledger.balance(tenant.id, { kind: 'wallet', owner: viewer }));
+        // Before the 200: a stake the caller's viewer sends next finds the grant in its shard's mirror.
+        if (!r.replayed) ctx.onGranted?.({ tenant: tenant.id, viewer, points, balance });
         return { viewer, points, balance, replayed: r.replayed };
       } catch (err) {
         return fail(reply, err, telemetry);
@@ -109,6 +113,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
     try {
       const token = bearer(req);
       const channel = req.query.channel ?? '';
+      if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
       const id = await auth.crowd(channel, token);
       return { viewer: id.viewer, balance: await ledger.balance(id.tenantId, { kind: 'wallet', owner: id.viewer }) };
     } catch (err) {

@@ -43,6 +43,7 @@ import {
   parseInbound,
   PROTOCOL_VERSION,
   type AckBatch,
+  type BalanceFrame,
   type BusAck,
   type BusIntent,
   type BusTrade,
@@ -52,6 +53,7 @@ import {
   type ErrorCode,
   type GameInbound,
   type ResultFrame,
+  type WalletCredit,
   type Welcome,
 } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
@@ -224,6 +226,9 @@ class GatewayImpl implements Gateway {
   private idleWaiters: Array<() => void> = [];
   private nextConnId = 0;
   private ackSub: Subscription | undefined;
+  private creditSub: Subscription | undefined;
+  /** Open crowd sockets by tenant and viewer (grants are pushed to them). */
+  private readonly byViewer = new Map<string, Set<Conn>>();
   private listening: Promise<{ port: number }> | undefined;
   private pingTimer: NodeJS.Timeout | undefined;
   private intakeClosed = false;
@@ -277,6 +282,8 @@ class GatewayImpl implements Gateway {
       logController: new LogController({ disableRequestLogging: true }),
       // Bodies are validated as sent: "5" is not the integer 5 and an unknown field is an error (fastify coerces and strips by default).
       ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+      // Path parameters carry viewer ids of up to 128 characters (GET /v1/balances/:viewer), percent-encoded.
+      maxParamLength: 1_024,
     }) as unknown as FastifyInstance;
     registerRoutes(this.app, {
       config,
@@ -284,7 +291,15 @@ class GatewayImpl implements Gateway {
       ready: () => this.lifecycle === 'ready',
       state: () => this.lifecycle,
     });
-    if (deps.ledger) registerFundingRoutes(this.app, { store, ledger: deps.ledger, auth: this.auth, telemetry });
+    if (deps.ledger) {
+      registerFundingRoutes(this.app, {
+        store,
+        ledger: deps.ledger,
+        auth: this.auth,
+        telemetry,
+        onGranted: (credit) => this.bus.publish(this.subjects.walletCredits(), encodeJson(credit)),
+      });
+    }
     this.app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.onUpgrade(req, socket, head));
   }
 
@@ -329,6 +344,7 @@ class GatewayImpl implements Gateway {
   private async start(): Promise<{ port: number }> {
     if (this.lifecycle !== 'created') throw new Error(`gateway cannot listen: it is ${this.lifecycle}`);
     this.ackSub = this.bus.subscribe(this.subjects.gatewayAcks(this.id), (msg) => this.onAcks(msg.data));
+    this.creditSub = this.bus.subscribe(this.subjects.walletCredits(), (msg) => this.onCredit(msg.data));
     const { host, port } = this.config.http;
     await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
     const addr = this.app.server.address();
@@ -379,6 +395,7 @@ class GatewayImpl implements Gateway {
     await this.drain();
     this.lifecycle = 'closed';
     this.ackSub?.unsubscribe();
+    this.creditSub?.unsubscribe();
     this.batcher.close();
     this.fanout.close();
     this.crowdWss.close();
@@ -526,6 +543,12 @@ class GatewayImpl implements Gateway {
     }
     conn.state = 'open';
     conn.counted = true;
+    if (conn.role === 'crowd') {
+      const k = viewerKey(conn.tenantId, conn.viewer);
+      let set = this.byViewer.get(k);
+      if (!set) this.byViewer.set(k, (set = new Set()));
+      set.add(conn);
+    }
     const attrs = { role: conn.role };
     this.metrics.connections.add(1, attrs);
     this.metrics.opened.add(1, attrs);
@@ -768,6 +791,21 @@ class GatewayImpl implements Gateway {
     }
   }
 
+  /** A grant committed (any gateway): a `balance` frame to this gateway's sockets of that viewer. */
+  private onCredit(data: Uint8Array): void {
+    let c: WalletCredit;
+    try {
+      c = decodeJson<WalletCredit>(data);
+    } catch (err) {
+      this.logger.warn({ err }, 'undecodable WalletCredit dropped');
+      return;
+    }
+    const set = this.byViewer.get(viewerKey(c.tenant, c.viewer));
+    if (!set || typeof c.balance !== 'number' || typeof c.points !== 'number') return;
+    const text = JSON.stringify({ t: 'balance', points: c.balance, reason: 'grant', delta: c.points } satisfies BalanceFrame);
+    for (const conn of set) if (conn.writable) conn.ws.send(text);
+  }
+
   /** Forwards one `ch.<C>.game` message (Batch bytes) to the game socket as a text frame. */
   private sendToGame(conn: Conn, data: Uint8Array): void {
     if (!conn.writable) return;
@@ -799,6 +837,11 @@ class GatewayImpl implements Gateway {
     if (conn.state === 'auth' || conn.state === 'open') conn.state = 'closing';
     conn.early = null;
     this.fanout.leave(conn);
+    if (conn.role === 'crowd') {
+      const k = viewerKey(conn.tenantId, conn.viewer);
+      const set = this.byViewer.get(k);
+      if (set?.delete(conn) && set.size === 0) this.byViewer.delete(k);
+    }
     conn.gameSub?.unsubscribe();
     conn.gameSub = undefined;
     conn.gameQueue.length = 0;
@@ -898,10 +941,10 @@ function ctlRequest(conn: Conn, msg: GameInbound): { req: ChannelCtlRequest; ref
     case 'declare': {
       const req: ChannelCtlRequest = { op: 'declare', actions: msg.actions };
       if (msg.welcomeGrant !== undefined) req.welcomeGrant = msg.welcomeGrant;
-      return { req, ref: undefined };
+      return { req, ref: msg.ref };
     }
     case 'state':
-      return { req: { op: 'state', state: msg.state }, ref: undefined };
+      return { req: { op: 'state', state: msg.state }, ref: msg.ref };
     case 'round.open': {
       const { t: op, ref, ...fields } = msg;
       return { req: { op, tenant: conn.tenantId, ...fields }, ref };
@@ -915,4 +958,8 @@ function ctlRequest(conn: Conn, msg: GameInbound): { req: ChannelCtlRequest; ref
       return { req: { op, tenant: conn.tenantId, ...fields }, ref };
     }
   }
+}
+
+function viewerKey(tenant: string, viewer: string): string {
+  return `${tenant}\u0000${viewer}`;
 }

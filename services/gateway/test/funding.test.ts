@@ -96,5 +96,19 @@ describe('gateway funding', () => {
       headers: { authorization: 'Bearer x.y.z' },
     });
     assert.deepEqual([forged.statusCode, (forged.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
+    const noChannel = await h.gateway.app.inject({ method: 'GET', url: '/v1/me/balance', headers: { authorization: `Bearer ${token}` } });
+    assert.deepEqual([noChannel.statusCode, (noChannel.json() as { code: string }).code], [400, 'CP_ERR_CHANNEL_INVALID_ID']);
+  });
+
+  it('balances - viewer ids up to 128 characters work in the path; longer ones are refused with a code', async () => {
+    const long = `v${'x'.repeat(127)}`;
+    assert.equal((await grant({ viewer: long, points: 9, id: 'long-1' })).statusCode, 200);
+    assert.equal((await balanceOf(long)).balance, 9);
+    const tooLong = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/balances/${'y'.repeat(129)}`,
+      headers: { authorization: `Bearer ${suite.acme.apiKey}` },
+    });
+    assert.deepEqual([tooLong.statusCode, (tooLong.json() as { code: string }).code], [400, 'CP_ERR_PROTO_INVALID']);
   });
 });

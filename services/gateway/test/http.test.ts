@@ -90,6 +90,16 @@ describe('gateway http', () => {
       });
       assert.equal(badViewer.statusCode, 400);
       assert.equal(badViewer.json<{ code: string }>().code, 'CP_ERR_PROTO_INVALID');
+      const controlViewer = await h.gateway.app.inject({
+        method: 'POST',
+        url: '/v1/tokens/dev',
+        payload: { channel: 'demo', viewer: 'a\u0001' },
+      });
+      assert.deepEqual(
+        [controlViewer.statusCode, controlViewer.json<{ code: string }>().code],
+        [400, 'CP_ERR_PROTO_INVALID'],
+        'no token the socket would refuse',
+      );
       const badJson = await h.gateway.app.inject({
         method: 'POST',
         url: '/v1/tokens/dev',

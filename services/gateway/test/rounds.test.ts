@@ -5,8 +5,9 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { BusIntent, RoundView } from '@crowdplay/protocol';
-import type { Subscription } from '@crowdplay/bus';
+import type { BusIntent, RoundView, WalletCredit } from '@crowdplay/protocol';
+import { decodeJson, type Subscription } from '@crowdplay/bus';
+import { Ledger } from '@crowdplay/ledger';
 import {
   Client,
   connected,
@@ -384,7 +385,10 @@ describe('gateway rounds - game', () => {
       game.send({ t: 'round.cancel', round: 'r1' }); // no ref: success is silent
       game.send({ t: 'round.open', round: 'r2', kind: 'pool', outcomes: ['a', 'b', 'c'], durationMs: 1_000 });
       game.send({ t: 'round.cancel', ref: 'c.2', round: 'r1' });
+      game.send({ t: 'declare', ref: 'd-1', actions });
+      game.send({ t: 'state', ref: 'st-1', state: { score: 1 } });
       const last = await game.frame((f) => f.ref === 'c.2', 'answer to c.2');
+      await game.frame((f) => f.ref === 'st-1', 'answer to st-1');
       assert.deepEqual(gameCtl(), [
         { op: 'declare', actions, welcomeGrant: 500 },
         { op: 'round.open', tenant: 'acme', round: 'r1', kind: 'market', outcomes: ['left', 'right'], durationMs: 30_000, liquidity: 100 },
@@ -392,6 +396,8 @@ describe('gateway rounds - game', () => {
         { op: 'round.cancel', tenant: 'acme', round: 'r1' },
         { op: 'round.open', tenant: 'acme', round: 'r2', kind: 'pool', outcomes: ['a', 'b', 'c'], durationMs: 1_000 },
         { op: 'round.cancel', tenant: 'acme', round: 'r1' },
+        { op: 'declare', actions },
+        { op: 'state', state: { score: 1 } },
       ]);
       assert.deepEqual(
         game.frames.filter((f) => f.t !== 'welcome'),
@@ -399,6 +405,8 @@ describe('gateway rounds - game', () => {
           { t: 'result', ref: 'o-1', ok: true, round: ROUND },
           { t: 'error', code: 'CP_ERR_ROUND_UNKNOWN', message: 'unknown round r7', ref: 's:1' },
           { t: 'result', ref: 'c.2', ok: true, round: { ...ROUND, state: 'cancelled' } },
+          { t: 'result', ref: 'd-1', ok: true },
+          { t: 'result', ref: 'st-1', ok: true },
         ],
       );
       assert.equal(last.t, 'result');
@@ -447,6 +455,37 @@ describe('gateway rounds - game', () => {
       );
     } finally {
       await game.close();
+    }
+  });
+});
+
+describe('gateway rounds - grants through the tenant API', () => {
+  it('a committed grant is published for the shards and pushed to the viewer’s sockets on every channel; a replay is not', async () => {
+    const ledger = new Ledger(suite.store.db, { commitMs: 1, commitMaxTransfers: 100, maxQueued: 1_000 });
+    const h = await startHarness({ store: suite.store, channels: [suite.channel, OTHER], ledger });
+    try {
+      const credits: WalletCredit[] = [];
+      h.bus.subscribe(h.subj.walletCredits(), (m) => credits.push(decodeJson<WalletCredit>(m.data)));
+      const [a1, a2, b] = await Promise.all([viewer(h, 'gina'), viewer(h, 'gina', OTHER), viewer(h, 'hugo')]);
+      const grant = (id: string) =>
+        fetch(`http://127.0.0.1:${h.port}/v1/grants`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${suite.acme.apiKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ viewer: 'gina', points: 70, id }),
+        });
+      assert.equal((await grant('g-gina-1')).status, 200);
+      const want = { t: 'balance', points: 70, reason: 'grant', delta: 70 };
+      assert.deepEqual(await a1.frame((f) => f.t === 'balance' && f.reason === 'grant', 'grant on room'), want);
+      assert.deepEqual(await a2.frame((f) => f.t === 'balance' && f.reason === 'grant', 'grant on room2'), want);
+      assert.deepEqual(credits, [{ tenant: 'acme', viewer: 'gina', points: 70, balance: 70 }]);
+      assert.equal((await grant('g-gina-1')).status, 200, 'the replay answers 200');
+      await new Promise((r) => setTimeout(r, 100));
+      assert.equal(credits.length, 1, 'a replay publishes nothing');
+      assert.equal(a1.frames.filter((f) => f.reason === 'grant').length, 1);
+      assert.equal(b.frames.filter((f) => f.t === 'balance' && f.reason === 'grant').length, 0, 'another viewer gets nothing');
+    } finally {
+      await h.close();
+      await ledger.close();
     }
   });
 });

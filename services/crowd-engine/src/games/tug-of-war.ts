@@ -1,6 +1,9 @@
 import type { ActionSpec, Batch } from '@crowdplay/protocol';
 import type { GameModule, RoundCommand } from './game-module.ts';
 
+/** Ids of the rounds the demo opens (`demo-<time in base 36>`); it settles only those. */
+export const DEMO_ROUND_PREFIX = 'demo-';
+
 export interface TugOfWarOptions {
   /** maxPerTick of the `pull` action. */
   maxPerTick: number;
@@ -45,6 +48,8 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
           const out: RoundCommand[] = [];
           let live = false;
           for (const r of rounds) {
+            // Only the demo's own rounds (a game process with the tenant's key may open others here).
+            if (!r.id.startsWith(DEMO_ROUND_PREFIX)) continue;
             if (r.state === 'open') live = true;
             else if (r.state === 'locked') {
               live = true;
@@ -56,7 +61,7 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
           }
           const opening = [...inFlight.keys()].some((id) => id.startsWith('o:'));
           if (!live && !opening) {
-            const id = `r${now.toString(36)}`;
+            const id = `${DEMO_ROUND_PREFIX}${now.toString(36)}`;
             const kind = opened++ % 2 === 0 ? 'pool' : 'market';
             inFlight.set(`o:${id}`, now);
             out.push({
