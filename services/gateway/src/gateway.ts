@@ -283,7 +283,7 @@ class GatewayImpl implements Gateway {
       // Bodies are validated as sent: "5" is not the integer 5 and an unknown field is an error (fastify coerces and strips by default).
       ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
       // Path parameters carry viewer ids of up to 128 characters (GET /v1/balances/:viewer), percent-encoded.
-      maxParamLength: 1_024,
+      routerOptions: { maxParamLength: 1_024 },
     }) as unknown as FastifyInstance;
     registerRoutes(this.app, {
       config,
