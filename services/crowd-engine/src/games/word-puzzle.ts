@@ -1,0 +1,114 @@
+/**
+ * The daily word puzzle of a Telegram group (issue 4): pure rules, no I/O.
+ *
+ * - A puzzle is one secret five-letter word per period (PUZZLE_PERIOD_MS, a
+ *   day by default): puzzle number n = floor(now / period); its word is
+ *   picked from the answer list by a keyed hash of n, so every shard and
+ *   every restart agrees on it without storing it, and the sequence is not
+ *   guessable from the list order.
+ * - A player has up to six guesses; each guess must be a five-letter word of
+ *   the guess list; it is scored with the usual rules: a letter in the right
+ *   place is green, a letter elsewhere in the word is yellow, else grey — and
+ *   a letter repeated in the guess is yellow only as many times as it occurs
+ *   in the answer beyond its greens (greens are assigned first, then yellows
+ *   left to right).
+ * - A chat's state: per player, the marks of their guesses (the public board
+ *   shows colours only, never letters) and whether they solved it.
+ */
+import { createHmac } from 'node:crypto';
+import { CrowdplayError } from '@crowdplay/protocol';
+
+/** Letters in a word. */
+export const WORD_LENGTH = 5;
+/** Guesses a player has per puzzle. */
+export const MAX_GUESSES = 6;
+
+/** The mark of one letter: green (right place), yellow (elsewhere in the word), grey (not in it). */
+export type Mark = 'g' | 'y' | '.';
+
+/**
+ * Scores a guess against the answer (both lower-case, WORD_LENGTH letters).
+ * @returns one mark per letter, e.g. 'gy..g'
+ */
+export function score(guess: string, answer: string): string {
+  const marks: Mark[] = new Array<Mark>(WORD_LENGTH).fill('.');
+  const left = new Map<string, number>();
+  for (let i = 0; i < WORD_LENGTH; i++) {
+    if (guess[i] === answer[i]) marks[i] = 'g';
+    else left.set(answer[i]!, (left.get(answer[i]!) ?? 0) + 1);
+  }
+  for (let i = 0; i < WORD_LENGTH; i++) {
+    if (marks[i] === 'g') continue;
+    const n = left.get(guess[i]!) ?? 0;
+    if (n > 0) {
+      marks[i] = 'y';
+      left.set(guess[i]!, n - 1);
+    }
+  }
+  return marks.join('');
+}
+
+/** The puzzle number at `nowMs` for a period of `periodMs` (ms since the Unix epoch ÷ period, floored). */
+export function puzzleNumber(nowMs: number, periodMs: number): number {
+  return Math.floor(nowMs / periodMs);
+}
+
+/**
+ * The answer of puzzle `n`: answers[HMAC-SHA256(key, n) mod answers.length].
+ * @param key a server secret, so the sequence cannot be computed from the public word list
+ */
+export function answerFor(n: number, answers: readonly string[], key: string): string {
+  if (answers.length === 0) throw new RangeError('no answers');
+  const h = createHmac('sha256', key).update(String(n)).digest();
+  return answers[h.readUInt32BE(0) % answers.length]!;
+}
+
+/** One player's game in one puzzle. */
+export interface PlayerGame {
+  /** Marks of each guess so far, in order (e.g. ['..y.g', 'ggggg']). */
+  marks: string[];
+  solved: boolean;
+}
+
+/** The outcome of a guess. */
+export interface GuessResult {
+  marks: string;
+  solved: boolean;
+  /** Guesses left after this one. */
+  left: number;
+}
+
+/**
+ * A chat's puzzle: the answer and every player's guesses. Guesses are
+ * validated (shape, dictionary, guesses left, not yet solved).
+ */
+export class ChatPuzzle {
+  readonly players = new Map<string, PlayerGame>();
+  /** Bumped on every accepted guess (the board's version). */
+  version = 0;
+
+  constructor(
+    readonly number: number,
+    private readonly answer: string,
+    private readonly dictionary: ReadonlySet<string>,
+  ) {}
+
+  /**
+   * Scores `word` for `player`.
+   * @throws CrowdplayError CP_ERR_PUZZLE_INVALID_WORD (not five letters a–z, or
+   *   not in the dictionary), CP_ERR_PUZZLE_OVER (solved, or six guesses used)
+   */
+  guess(player: string, word: string): GuessResult {
+    const w = typeof word === 'string' ? word.toLowerCase() : '';
+    if (!/^[a-z]{5}$/.test(w) || !this.dictionary.has(w))
+      throw new CrowdplayError('CP_ERR_PUZZLE_INVALID_WORD', [String(word).slice(0, 16)]);
+    let g = this.players.get(player);
+    if (!g) this.players.set(player, (g = { marks: [], solved: false }));
+    if (g.solved || g.marks.length >= MAX_GUESSES) throw new CrowdplayError('CP_ERR_PUZZLE_OVER', [g.solved ? 'solved' : 'out of guesses']);
+    const marks = score(w, this.answer);
+    g.marks.push(marks);
+    g.solved = marks === 'ggggg';
+    this.version++;
+    return { marks, solved: g.solved, left: MAX_GUESSES - g.marks.length };
+  }
+}

@@ -1,0 +1,64 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { ChatPuzzle, MAX_GUESSES, answerFor, puzzleNumber, score } from '../src/games/word-puzzle.ts';
+
+test('word puzzle - scoring: greens first, then yellows only as often as the letter is left in the answer', () => {
+  // Hand-checked (see the module comment for the rule).
+  const cases: Array<[guess: string, answer: string, marks: string]> = [
+    ['crane', 'crane', 'ggggg'],
+    ['react', 'crane', 'yygy.'],
+    ['abbey', 'kebab', 'yygy.'], // the green b uses one b of kebab; the other b is yellow
+    ['speed', 'abide', '..y.y'], // one e in abide: the first e is yellow, the second grey
+    ['eerie', 'elder', 'gyy..'], // e green, then one e left: yellow once, grey after
+    ['lolly', 'hello', '.ygg.'], // both l of hello are green: the first l is grey
+    ['zzzzz', 'crane', '.....'],
+  ];
+  for (const [guess, answer, marks] of cases) assert.equal(score(guess, answer), marks, `${guess} vs ${answer}`);
+});
+
+test('word puzzle - the puzzle number and its answer are the same everywhere and change each period', () => {
+  const answers = ['crane', 'hello', 'elder', 'kebab', 'abide'];
+  assert.equal(puzzleNumber(86_400_000 * 3 + 5, 86_400_000), 3);
+  assert.equal(puzzleNumber(86_400_000 * 3 - 1, 86_400_000), 2);
+  assert.equal(answerFor(7, answers, 'k'), answerFor(7, answers, 'k'));
+  const seen = new Set(Array.from({ length: 50 }, (_, n) => answerFor(n, answers, 'k')));
+  assert.ok(seen.size >= 4, 'answers vary across puzzles');
+  const other = Array.from({ length: 20 }, (_, n) => answerFor(n, answers, 'other-key')).join();
+  assert.notEqual(other, Array.from({ length: 20 }, (_, n) => answerFor(n, answers, 'k')).join(), 'the key changes the sequence');
+  assert.throws(() => answerFor(1, [], 'k'), RangeError);
+});
+
+test('word puzzle - a player gets six guesses, a solved game is over, bad words change nothing', () => {
+  const dict = new Set(['crane', 'hello', 'react', 'lolly', 'speed', 'abide', 'elder']);
+  const p = new ChatPuzzle(1, 'hello', dict);
+  const code = (fn: () => unknown): string | undefined => {
+    try {
+      fn();
+      return undefined;
+    } catch (err) {
+      return isCrowdplayError(err) ? err.code : 'not a CrowdplayError';
+    }
+  };
+  for (const bad of ['hell', 'helloo', 'h3llo', 'zzzzz', '', 'HÉLLO'])
+    assert.equal(
+      code(() => p.guess('ann', bad)),
+      'CP_ERR_PUZZLE_INVALID_WORD',
+      bad,
+    );
+  assert.equal(p.version, 0, 'refused guesses do not change the board');
+  assert.equal(p.players.size, 0);
+  assert.deepEqual(p.guess('ann', 'LOLLY'), { marks: '.ygg.', solved: false, left: 5 });
+  assert.deepEqual(p.guess('ann', 'hello'), { marks: 'ggggg', solved: true, left: 4 });
+  assert.equal(
+    code(() => p.guess('ann', 'crane')),
+    'CP_ERR_PUZZLE_OVER',
+  );
+  for (let i = 0; i < MAX_GUESSES; i++) p.guess('bob', 'crane');
+  assert.equal(
+    code(() => p.guess('bob', 'crane')),
+    'CP_ERR_PUZZLE_OVER',
+  );
+  assert.deepEqual(p.players.get('ann'), { marks: ['.ygg.', 'ggggg'], solved: true });
+  assert.equal(p.version, 2 + MAX_GUESSES);
+});
