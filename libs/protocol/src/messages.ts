@@ -147,7 +147,17 @@ export const CrowdSell = Type.Object(
   { t: Type.Literal('sell'), seq: Seq, round: Name, outcome: Name, shares: Points, minProceeds: PointsOrZero, key: Type.Optional(Key) },
   { additionalProperties: false },
 );
-export const CrowdInbound = Type.Union([CrowdAct, CrowdStake, CrowdBuy, CrowdSell]);
+/**
+ * A guess in a word game (the Telegram word puzzle): the game scores it and
+ * the ack carries the marks. `word` is checked by the game (five letters of
+ * its word list); the schema only bounds it.
+ */
+export const CrowdGuess = Type.Object(
+  { t: Type.Literal('guess'), seq: Seq, word: Type.String({ minLength: 1, maxLength: 16 }) },
+  { additionalProperties: false },
+);
+export const CrowdInbound = Type.Union([CrowdAct, CrowdStake, CrowdBuy, CrowdSell, CrowdGuess]);
+export type CrowdGuess = Static<typeof CrowdGuess>;
 export type CrowdAct = Static<typeof CrowdAct>;
 export type CrowdStake = Static<typeof CrowdStake>;
 export type CrowdBuy = Static<typeof CrowdBuy>;
@@ -191,6 +201,12 @@ export interface ActAck {
   position?: number;
   /** The viewer's available points right after the commit (when known). */
   balance?: number;
+  /** Guesses: one mark per letter (`g` right place, `y` elsewhere in the word, `.` not in it). */
+  marks?: string;
+  /** Guesses: the word was found. */
+  solved?: boolean;
+  /** Guesses: guesses left in this puzzle. */
+  left?: number;
 }
 
 /**
@@ -315,6 +331,8 @@ export interface BusIntent {
   action: string;
   option?: string;
   trade?: BusTrade;
+  /** A word game's guess (the crowd frame's `word`), with an empty `action`. */
+  guess?: string;
   /** Gateway receive time, ms since epoch. */
   at: number;
 }
@@ -338,6 +356,9 @@ export interface BusAck {
   proceeds?: number;
   position?: number;
   balance?: number;
+  marks?: string;
+  solved?: boolean;
+  left?: number;
 }
 
 /** Acks for one IntentBatch, on `gw.<id>.acks`. `conn` routes each to its socket. */

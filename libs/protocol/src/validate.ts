@@ -2,6 +2,7 @@ import { TypeCompiler } from '@sinclair/typebox/compiler';
 import {
   CrowdAct,
   CrowdBuy,
+  CrowdGuess,
   CrowdSell,
   CrowdStake,
   GameDeclare,
@@ -20,6 +21,7 @@ const CROWD = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
   ['stake', TypeCompiler.Compile(CrowdStake)],
   ['buy', TypeCompiler.Compile(CrowdBuy)],
   ['sell', TypeCompiler.Compile(CrowdSell)],
+  ['guess', TypeCompiler.Compile(CrowdGuess)],
 ]);
 const GAME = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
   ['declare', TypeCompiler.Compile(GameDeclare)],

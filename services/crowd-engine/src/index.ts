@@ -4,3 +4,4 @@ export * from './ids.ts';
 export * from './shard.ts';
 export * from './games/game-module.ts';
 export * from './games/tug-of-war.ts';
+export * from './games/word-puzzle.ts';

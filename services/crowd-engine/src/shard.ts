@@ -364,6 +364,24 @@ export class Shard {
     let listed = 0;
     let dropped = 0;
     for (const it of batch.intents) {
+      if (it.guess !== undefined) {
+        const g = o.game?.guess;
+        if (!g) {
+          acks.push({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_INTENT_UNKNOWN_ACTION' });
+          continue;
+        }
+        try {
+          const r = g.call(o.game, it.viewer, it.guess, now);
+          acks.push({ conn: it.conn, seq: it.seq, ok: true, cost: 0, marks: r.marks, solved: r.solved, left: r.left });
+          this.m.intents.add(1, { outcome: 'accepted' });
+        } catch (err) {
+          const code: ErrorCode = isCrowdplayError(err) ? err.code : 'CP_ERR_INTERNAL';
+          acks.push({ conn: it.conn, seq: it.seq, ok: false, code });
+          this.m.intents.add(1, { outcome: 'refused', reason: code });
+          telemetry.refusals.refuse('engine', code, { channel: o.rt.id });
+        }
+        continue;
+      }
       if (it.trade) {
         if (o.rounds) o.rounds.take(batch.gw, it as typeof it & { trade: BusTrade });
         else acks.push({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_ROUND_UNKNOWN' });
@@ -470,6 +488,13 @@ export class Shard {
           this.countIntake(o, listed, dropped);
         }
         if (o.rounds) await this.tickRounds(o);
+        if (o.game?.tick) {
+          const state = o.game.tick(this.now());
+          if (state) {
+            o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+            this.scheduleUpdate(o);
+          }
+        }
         const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
         const pending = o.rt.pendingIntents;
         const now = this.now();

@@ -149,6 +149,7 @@ export async function startHarness(
           action: i.action,
           option: i.option,
           ...(i.trade ? { trade: i.trade } : {}),
+          ...(i.guess !== undefined ? { guess: i.guess } : {}),
           at: i.at ?? Date.now(),
         })),
       };

@@ -1,7 +1,8 @@
-import { test } from 'node:test';
+import { after, before, describe, it, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { ChatPuzzle, MAX_GUESSES, answerFor, puzzleNumber, score } from '../src/games/word-puzzle.ts';
+import { ChatPuzzle, MAX_GUESSES, answerFor, puzzleNumber, score, wordPuzzle } from '../src/games/word-puzzle.ts';
+import { startHarness, type Harness } from './harness.ts';
 
 test('word puzzle - scoring: greens first, then yellows only as often as the letter is left in the answer', () => {
   // Hand-checked (see the module comment for the rule).
@@ -61,4 +62,63 @@ test('word puzzle - a player gets six guesses, a solved game is over, bad words 
   );
   assert.deepEqual(p.players.get('ann'), { marks: ['.ygg.', 'ggggg'], solved: true });
   assert.equal(p.version, 2 + MAX_GUESSES);
+});
+
+describe('word puzzle in the shard', () => {
+  let h: Harness;
+  let clock = 10 * 60_000 + 5;
+  const now = (): number => clock;
+  before(async () => {
+    const module = wordPuzzle({
+      periodMs: 60_000,
+      answers: ['hello'],
+      dictionary: new Set(['hello', 'lolly', 'crane']),
+      key: 'k',
+      now,
+    });
+    h = await startHarness({ gameFor: (c) => (c === 'chat1' ? module : undefined), now });
+    for (const c of ['chat1', 'plain']) {
+      await h.store.channels.ensure(c, 'acme');
+      await h.router.assign(c);
+    }
+  });
+  after(() => h.close());
+
+  let seq = 0;
+  async function guess(channel: string, viewer: string, word: string) {
+    const s = ++seq;
+    h.send(channel, [{ action: '', viewer, seq: s, conn: s, guess: word }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+
+  it('a guess is scored in its ack; the board state shows marks, never letters; bad words are refused', async () => {
+    const a = await guess('chat1', 'tg:1', 'lolly');
+    assert.deepEqual([a.ok, a.marks, a.solved, a.left], [true, '.ygg.', false, 5]);
+    const bad = await guess('chat1', 'tg:1', 'zzzzz');
+    assert.deepEqual([bad.ok, bad.code], [false, 'CP_ERR_PUZZLE_INVALID_WORD']);
+    const win = await guess('chat1', 'tg:2', 'HELLO');
+    assert.deepEqual([win.ok, win.marks, win.solved], [true, 'ggggg', true]);
+    const u = await h.waitFor(() =>
+      h.updates.find((x) => x.channel === 'chat1' && Object.keys((x.game as { players?: object } | undefined)?.players ?? {}).length === 2),
+    );
+    assert.deepEqual(u.game, {
+      puzzle: 10,
+      players: { 'tg:1': { marks: ['.ygg.'], solved: false }, 'tg:2': { marks: ['ggggg'], solved: true } },
+    });
+    assert.ok(!JSON.stringify(u).includes('lolly') && !JSON.stringify(u).includes('hello'), 'no letters on the board');
+    const none = await guess('plain', 'tg:1', 'hello');
+    assert.deepEqual([none.ok, none.code], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION']);
+  });
+
+  it('the puzzle rolls over at the period boundary: a new empty board, and a finished player can play again', async () => {
+    const over = await guess('chat1', 'tg:2', 'crane');
+    assert.deepEqual([over.ok, over.code], [false, 'CP_ERR_PUZZLE_OVER']);
+    clock += 60_000;
+    const u = await h.waitFor(() =>
+      h.updates.find((x) => x.channel === 'chat1' && (x.game as { puzzle?: number } | undefined)?.puzzle === 11),
+    );
+    assert.deepEqual(u.game, { puzzle: 11, players: {} });
+    const again = await guess('chat1', 'tg:2', 'crane');
+    assert.deepEqual([again.ok, again.marks, again.left], [true, '....y', 5]);
+  });
 });

@@ -669,6 +669,8 @@ class GatewayImpl implements Gateway {
     if (msg.t === 'act') {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };
       if (msg.option !== undefined) intent.option = msg.option;
+    } else if (msg.t === 'guess') {
+      intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', guess: msg.word, at: Date.now() };
     } else {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', trade: busTrade(msg), at: Date.now() };
     }
@@ -890,7 +892,7 @@ export function ackFrame(
   ok: boolean,
   cost: number | undefined,
   code: string | undefined,
-  trade?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance'>,
+  trade?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance' | 'marks' | 'solved' | 'left'>,
 ): string {
   const s = Number.isSafeInteger(seq) ? seq : -1;
   let text = `{"t":"ack","seq":${s},"ok":${ok === true}`;
@@ -902,6 +904,10 @@ export function ackFrame(
     if (proceeds !== undefined && Number.isFinite(proceeds)) text += `,"proceeds":${proceeds}`;
     if (position !== undefined && Number.isFinite(position)) text += `,"position":${position}`;
     if (balance !== undefined && Number.isFinite(balance)) text += `,"balance":${balance}`;
+    const { marks, solved, left } = trade;
+    if (typeof marks === 'string') text += `,"marks":${JSON.stringify(marks)}`;
+    if (typeof solved === 'boolean') text += `,"solved":${solved}`;
+    if (left !== undefined && Number.isFinite(left)) text += `,"left":${left}`;
   }
   return `${text}}`;
 }

@@ -93,6 +93,33 @@ describe('gateway rounds - crowd', () => {
     }
   });
 
+  it('guess - forwarded as a BusIntent with the word; the ack carries marks, solved and left', async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel] });
+    try {
+      h.shard.ackFor = (i) =>
+        i.guess === 'crane'
+          ? { conn: i.conn, seq: i.seq, ok: true, cost: 0, marks: '....y', solved: false, left: 5 }
+          : { conn: i.conn, seq: i.seq, ok: false, code: 'CP_ERR_PUZZLE_INVALID_WORD' };
+      const c = await viewer(h, 'gus');
+      await waitUntil(() => h.shard.joins.length === 1, 'join published');
+      const conn = h.shard.joins[0]!.conn;
+      c.send({ t: 'guess', seq: 1, word: 'crane' });
+      c.send({ t: 'guess', seq: 2, word: 'qqqqq' });
+      c.send({ t: 'guess', seq: 3, word: 'x'.repeat(17) }); // over the schema's 16 characters: refused at the gateway
+      await Promise.all([1, 2, 3].map((s) => c.ack(s)));
+      assert.deepEqual(intentsSeen(h), [
+        { conn, viewer: 'gus', seq: 1, action: '', guess: 'crane', at: 0 },
+        { conn, viewer: 'gus', seq: 2, action: '', guess: 'qqqqq', at: 0 },
+      ]);
+      const text = (seq: number): string => c.raw.map((r) => r.data.toString('utf8')).find((t) => t.includes(`"seq":${seq},`))!;
+      assert.equal(text(1), '{"t":"ack","seq":1,"ok":true,"cost":0,"marks":"....y","solved":false,"left":5}');
+      assert.equal(text(2), '{"t":"ack","seq":2,"ok":false,"code":"CP_ERR_PUZZLE_INVALID_WORD"}');
+      assert.equal(text(3), '{"t":"ack","seq":3,"ok":false,"code":"CP_ERR_PROTO_INVALID"}');
+    } finally {
+      await h.close();
+    }
+  });
+
   it('acks - shares, proceeds, position and balance pass through; a plain act ack stays plain', async () => {
     const h = await startHarness({ store: suite.store, channels: [suite.channel] });
     try {

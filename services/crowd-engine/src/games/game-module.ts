@@ -28,4 +28,14 @@ export interface GameModule {
    * epoch) and the channel's rounds as viewers see them.
    */
   rounds?(nowMs: number, rounds: RoundView[]): RoundCommand[];
+  /**
+   * Optional: scores a viewer's `guess` frame (word games). Throws a
+   * CrowdplayError to refuse it (its code goes into the ack).
+   */
+  guess?(viewer: string, word: string, nowMs: number): { marks: string; solved: boolean; left: number };
+  /**
+   * Optional: called every tick; returns the new game state when it changed
+   * since the last call (guesses, a rollover), else null.
+   */
+  tick?(nowMs: number): Record<string, unknown> | null;
 }

@@ -17,6 +17,7 @@
  */
 import { createHmac } from 'node:crypto';
 import { CrowdplayError } from '@crowdplay/protocol';
+import type { GameModule } from './game-module.ts';
 
 /** Letters in a word. */
 export const WORD_LENGTH = 5;
@@ -111,4 +112,73 @@ export class ChatPuzzle {
     this.version++;
     return { marks, solved: g.solved, left: MAX_GUESSES - g.marks.length };
   }
+}
+
+/** Options of {@link wordPuzzle}. */
+export interface WordPuzzleOptions {
+  /** PUZZLE_PERIOD_MS: a new puzzle every period. */
+  periodMs: number;
+  /** Possible answers (lower-case five-letter words). */
+  answers: readonly string[];
+  /** Accepted guesses (must include the answers). */
+  dictionary: ReadonlySet<string>;
+  /** Server secret keying the answer sequence. */
+  key: string;
+  /** Clock for `init` (ms since epoch; the shard's clock drives the rest). @defaultValue Date.now */
+  now?: () => number;
+}
+
+/** The broadcast state: the puzzle number and every player's marks (colours only, never letters). */
+export interface WordPuzzleState extends Record<string, unknown> {
+  puzzle: number;
+  players: Record<string, PlayerGame>;
+}
+
+/**
+ * The word puzzle as a built-in game module of a chat's channel: `guess`
+ * frames are scored at once (the ack carries the marks), the state (puzzle
+ * number and every player's marks) is broadcast on change, and the puzzle
+ * rolls over at each period boundary (a player's game of the previous puzzle
+ * is then over).
+ */
+export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
+  let current: ChatPuzzle | null = null;
+  let sentVersion = -1;
+  let sentNumber = -1;
+  const at = (nowMs: number): ChatPuzzle => {
+    const n = puzzleNumber(nowMs, opts.periodMs);
+    if (current?.number !== n) current = new ChatPuzzle(n, answerFor(n, opts.answers, opts.key), opts.dictionary);
+    return current;
+  };
+  const state = (p: ChatPuzzle): WordPuzzleState => ({
+    puzzle: p.number,
+    players: Object.fromEntries([...p.players].map(([v, g]) => [v, { marks: [...g.marks], solved: g.solved }])),
+  });
+  return {
+    name: 'word-puzzle',
+    actions: () => [],
+    init(restored) {
+      const p = at((opts.now ?? Date.now)());
+      const r = restored as Partial<WordPuzzleState> | null;
+      if (r && r.puzzle === p.number && r.players && typeof r.players === 'object') {
+        for (const [v, g] of Object.entries(r.players)) {
+          if (Array.isArray(g?.marks) && g.marks.every((m) => typeof m === 'string' && /^[gy.]{5}$/.test(m))) {
+            p.players.set(v, { marks: [...g.marks].slice(0, MAX_GUESSES), solved: g.marks.includes('ggggg') });
+          }
+        }
+      }
+      sentVersion = p.version;
+      sentNumber = p.number;
+      return state(p);
+    },
+    onBatch: () => null,
+    guess: (viewer, word, nowMs) => at(nowMs).guess(viewer, word),
+    tick(nowMs) {
+      const p = at(nowMs);
+      if (p.number === sentNumber && p.version === sentVersion) return null;
+      sentNumber = p.number;
+      sentVersion = p.version;
+      return state(p);
+    },
+  };
 }
