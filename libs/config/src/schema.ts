@@ -438,6 +438,12 @@ export const schema = {
       secret: true,
       doc: 'secret_token given to setWebhook: the webhook refuses an update whose X-Telegram-Bot-Api-Secret-Token header differs. Required when TELEGRAM_BOT_TOKEN is set.',
     }),
+    tenantId: str({
+      env: 'TELEGRAM_TENANT_ID',
+      default: 'dev',
+      pattern: /^[A-Za-z0-9_-]{1,64}$/,
+      doc: "The tenant whose bot this is: the chats' channels (`tg<chat id>`, `n` for a negative id) and the players' wallets are that tenant's.",
+    }),
     apiRoot: url({
       env: 'TELEGRAM_API_ROOT',
       default: 'https://api.telegram.org',
@@ -532,6 +538,12 @@ export const schema = {
       min: 1_000,
       unit: 'ms',
       doc: 'The word puzzle rolls over every period (a day; seconds in tests).',
+    }),
+    secret: str({
+      env: 'PUZZLE_SECRET',
+      default: 'dev-puzzle-secret-change-me',
+      secret: true,
+      doc: "Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.",
     }),
   },
 } as const;

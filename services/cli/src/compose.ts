@@ -7,7 +7,7 @@
 import { hostname } from 'node:os';
 import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import type { Config } from '@crowdplay/config';
-import { Shard, tugOfWar } from '@crowdplay/crowd-engine';
+import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
 import { Router, RouterClient } from '@crowdplay/router';
@@ -91,14 +91,17 @@ export async function startServices(config: Config, names: readonly ServiceName[
         telemetry,
         ledger: parts.ledger,
         gameFor: (c) =>
-          demo && c === DEMO_CHANNEL
-            ? tugOfWar({
-                maxPerTick: config.engine.defaultMaxPerTick,
-                motion: config.standalone.demoMotion,
-                rounds: { durationMs: config.rounds.demoRoundMs },
-                welcomeGrant: config.rounds.demoWelcomeGrant,
-              })
-            : undefined,
+          // A Telegram chat's channel (`tg<id>`, `tgn<id>` for a group) plays the word puzzle.
+          /^tgn?\d+$/.test(c)
+            ? wordPuzzle({ periodMs: config.puzzle.periodMs, ...fiveLetterWords(), key: config.puzzle.secret })
+            : demo && c === DEMO_CHANNEL
+              ? tugOfWar({
+                  maxPerTick: config.engine.defaultMaxPerTick,
+                  motion: config.standalone.demoMotion,
+                  rounds: { durationMs: config.rounds.demoRoundMs },
+                  welcomeGrant: config.rounds.demoWelcomeGrant,
+                })
+              : undefined,
       });
       await parts.shard.start();
     }

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { ChatPuzzle, MAX_GUESSES, answerFor, puzzleNumber, score, wordPuzzle } from '../src/games/word-puzzle.ts';
 import { startHarness, type Harness } from './harness.ts';
+import { fiveLetterWords } from '../src/games/words.ts';
 
 test('word puzzle - scoring: greens first, then yellows only as often as the letter is left in the answer', () => {
   // Hand-checked (see the module comment for the rule).
@@ -121,4 +122,12 @@ describe('word puzzle in the shard', () => {
     const again = await guess('chat1', 'tg:2', 'crane');
     assert.deepEqual([again.ok, again.marks, again.left], [true, '....y', 5]);
   });
+});
+
+test('word puzzle - the words come from the word-list package: thousands of five-letter words, common ones included', () => {
+  const { answers, dictionary } = fiveLetterWords();
+  assert.ok(answers.length > 5_000, `${answers.length} five-letter words`);
+  for (const w of ['crane', 'hello', 'world', 'about']) assert.ok(dictionary.has(w), w);
+  assert.ok(answers.every((w) => /^[a-z]{5}$/.test(w)));
+  assert.equal(dictionary.size, answers.length);
 });

@@ -59,7 +59,8 @@ export class Conn {
     readonly id: number,
     readonly ws: WebSocket,
     readonly role: ConnRole,
-    readonly channel: string,
+    /** From the URL; a Mini App socket gets its chat's channel at authentication (then fixed). */
+    public channel: string,
     readonly address: string,
   ) {}
 

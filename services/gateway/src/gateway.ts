@@ -64,6 +64,7 @@ import { addressKey, KeyedLimiter } from '@crowdplay/ratelimit';
 import type { RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { Authenticator } from './auth.ts';
+import { TelegramAuth } from './telegram-auth.ts';
 import { closeWithError, Conn, sendErrorFrame, TEXT_FRAME, type ConnRole } from './connection.ts';
 import { ChannelFanout } from './fanout.ts';
 import { registerRoutes } from './http.ts';
@@ -210,6 +211,7 @@ class GatewayImpl implements Gateway {
   private readonly subjects: Subjects;
   private readonly metrics: GatewayMetrics;
   private readonly auth: Authenticator;
+  private readonly telegramAuth: TelegramAuth;
   private readonly fanout: ChannelFanout;
   private readonly batcher: IntentBatcher;
   private readonly connLimiter: KeyedLimiter;
@@ -247,6 +249,7 @@ class GatewayImpl implements Gateway {
     const g = config.gateway;
     this.metrics = createGatewayMetrics(telemetry.metrics, () => this.fanout.size);
     this.auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS });
+    this.telegramAuth = new TelegramAuth(config.telegram, store);
     this.fanout = new ChannelFanout(
       bus,
       this.subjects,
@@ -482,8 +485,16 @@ class GatewayImpl implements Gateway {
   private async authenticate(conn: Conn, query: URLSearchParams): Promise<void> {
     try {
       if (conn.role === 'invalid') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['query parameter role must be crowd or game']);
-      if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-      if (conn.role === 'crowd') {
+      const initData = conn.role === 'crowd' ? query.get('initData') : null;
+      if (initData !== null) {
+        // A Telegram Mini App: the channel is the one its signed start parameter names.
+        conn.lastEventId = parseLastEventId(query);
+        const id = await this.telegramAuth.crowd(initData, conn.channel);
+        conn.channel = id.channel;
+        conn.tenantId = id.tenantId;
+        conn.viewer = id.viewer;
+      } else if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+      else if (conn.role === 'crowd') {
         conn.lastEventId = parseLastEventId(query);
         const id = await this.auth.crowd(conn.channel, query.get('token'));
         conn.tenantId = id.tenantId;

@@ -36,6 +36,9 @@ const STATIC: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  // The word puzzle's Telegram Mini App (docs/telegram.md).
+  '/tg/': { file: 'tg/index.html', type: 'text/html; charset=utf-8' },
+  '/tg/app.js': { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
 
 function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | string): FastifyReply {
@@ -49,7 +52,7 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
  * - `GET /metrics` → Prometheus text.
- * - `GET /`, `/app.js` → the viewer page (read once, cached).
+ * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App.
  * - `GET /sdk-viewer.js` → libs/sdk-viewer bundled by esbuild on first request (cached; a failed build is retried next time).
  * - `GET /v1/ws` without an upgrade → 426.
  * - `POST /v1/tokens/dev` (standalone only, dev-only) → `{token}` for the dev tenant.

@@ -1,0 +1,142 @@
+// The word puzzle's Mini App. Telegram opens it with the launch parameters in
+// the URL fragment (tgWebAppData = the signed initData); the page sends that
+// initData to the gateway, which verifies it and picks the chat from its
+// signed start parameter (docs/telegram.md). Stable ids for browser tests:
+// tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
+// guess-input, guess-submit, last-error, board-players, player-<viewer>.
+const $ = (id) => document.getElementById(id);
+const ROWS = 6;
+const COLS = 5;
+let ws = null;
+let seq = 0;
+const pending = new Map();
+let myViewer = null;
+let puzzle = null;
+let rows = []; // [{ word, marks }]
+
+function launchInitData() {
+  const fromTelegram = window.Telegram && window.Telegram.WebApp && window.Telegram.WebApp.initData;
+  if (fromTelegram) return fromTelegram;
+  const hash = new URLSearchParams(location.hash.slice(1));
+  return hash.get('tgWebAppData');
+}
+
+function setState(s) {
+  $('tg-state').textContent = s;
+  $('tg-state').dataset.state = s;
+}
+
+function showError(text) {
+  $('last-error').textContent = text || '';
+}
+
+function renderGrid() {
+  const grid = $('grid');
+  grid.replaceChildren();
+  for (let i = 0; i < ROWS; i++) {
+    const row = document.createElement('div');
+    row.className = 'row';
+    row.id = `row-${i}`;
+    row.dataset.testid = `row-${i}`;
+    const r = rows[i];
+    for (let j = 0; j < COLS; j++) {
+      const cell = document.createElement('div');
+      cell.className = 'cell';
+      cell.id = `cell-${i}-${j}`;
+      cell.setAttribute('data-testid', `cell-${i}-${j}`);
+      if (r) {
+        cell.textContent = r.word[j] || '';
+        if (r.marks) cell.dataset.mark = r.marks[j];
+      }
+      row.append(cell);
+    }
+    grid.append(row);
+  }
+}
+
+function renderBoard(game) {
+  const box = $('board-players');
+  box.replaceChildren();
+  const players = (game && game.players) || {};
+  for (const [viewer, p] of Object.entries(players)) {
+    const card = document.createElement('div');
+    card.className = 'player';
+    card.setAttribute('data-testid', `player-${viewer}`);
+    card.textContent = viewer === myViewer ? 'you' : viewer;
+    const mini = document.createElement('div');
+    mini.className = 'mini';
+    for (const m of p.marks || []) {
+      for (const ch of m) {
+        const sq = document.createElement('span');
+        sq.dataset.mark = ch;
+        mini.append(sq);
+      }
+    }
+    card.append(mini);
+    box.append(card);
+  }
+}
+
+function onFrame(f) {
+  if (f.t === 'welcome') {
+    myViewer = f.viewer;
+    setState('open');
+  } else if (f.t === 'update') {
+    const game = f.game || {};
+    if (typeof game.puzzle === 'number' && game.puzzle !== puzzle) {
+      puzzle = game.puzzle;
+      $('puzzle-number').textContent = `#${puzzle}`;
+      // A new puzzle: my rows are the ones the board holds for me (colours only after a reload).
+      const mine = (game.players || {})[myViewer];
+      rows = mine ? mine.marks.map((marks) => ({ word: '', marks })) : [];
+      renderGrid();
+    }
+    renderBoard(game);
+  } else if (f.t === 'ack') {
+    const p = pending.get(f.seq);
+    pending.delete(f.seq);
+    if (!p) return;
+    if (f.ok) {
+      rows.push({ word: p.word, marks: f.marks });
+      renderGrid();
+      showError(f.solved ? 'Solved!' : '');
+    } else showError(f.code || 'refused');
+  } else if (f.t === 'error') showError(`${f.code}: ${f.message}`);
+}
+
+function connect() {
+  const initData = launchInitData();
+  if (!initData) {
+    setState('no-init-data');
+    showError('Open this page from the Telegram bot (no initData).');
+    return;
+  }
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws?role=crowd&initData=${encodeURIComponent(initData)}`;
+  setState('connecting');
+  ws = new WebSocket(url);
+  ws.onmessage = (ev) => {
+    try {
+      onFrame(JSON.parse(ev.data));
+    } catch (err) {
+      showError(String(err));
+    }
+  };
+  ws.onclose = (ev) => {
+    setState(`closed ${ev.code}`);
+    if (ev.reason) showError(ev.reason);
+  };
+}
+
+$('guess-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const word = $('guess-input').value.trim().toLowerCase();
+  if (!/^[a-z]{5}$/.test(word)) return showError('five letters a–z');
+  if (!ws || ws.readyState !== 1) return showError('not connected');
+  const s = ++seq;
+  pending.set(s, { word });
+  ws.send(JSON.stringify({ t: 'guess', seq: s, word }));
+  $('guess-input').value = '';
+});
+
+renderGrid();
+connect();
