@@ -1,0 +1,126 @@
+/**
+ * The bot's webhook: `POST /v1/telegram/webhook` (the URL given to Telegram's
+ * setWebhook, with `secret_token` = TELEGRAM_WEBHOOK_SECRET).
+ *
+ * - The `X-Telegram-Bot-Api-Secret-Token` header must equal the secret
+ *   (constant-time compare); otherwise 401 and nothing is queued.
+ * - The update is answered at once with an empty 200 — never with a Bot API
+ *   method in the response body: every call the bot makes goes through the
+ *   send queue — and its work is queued (bounded: past the limit the update
+ *   is answered 503 so Telegram delivers it again later, counted).
+ * - Updates are de-duplicated on `update_id` (Telegram re-delivers an update
+ *   it did not see answered): an id seen within the last `dedupeSize`
+ *   updates is answered 200 and dropped, counted.
+ */
+import { timingSafeEqual } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { LRUCache } from 'lru-cache';
+import type { ErrorCode } from '@crowdplay/protocol';
+import type { Telemetry } from '@crowdplay/telemetry';
+
+/** A Telegram Update as received (only `update_id` is relied on here; the handler reads the rest). */
+export interface TelegramUpdate {
+  update_id: number;
+  [field: string]: unknown;
+}
+
+/** Options of {@link registerTelegramWebhook}. */
+export interface TelegramWebhookOptions {
+  /** TELEGRAM_WEBHOOK_SECRET. */
+  secret: string;
+  /** Handles one update, in arrival order, one at a time; errors are logged and counted, never retried. */
+  handle: (update: TelegramUpdate) => Promise<void>;
+  telemetry: Telemetry;
+  /** Updates queued at most (answered 503 beyond). @defaultValue 10_000 */
+  maxQueued?: number;
+  /** update_ids remembered for de-duplication. @defaultValue 100_000 */
+  dedupeSize?: number;
+  /** Largest update body, bytes. @defaultValue 1_048_576 */
+  bodyLimitBytes?: number;
+}
+
+/** The webhook's path. */
+export const TELEGRAM_WEBHOOK_PATH = '/v1/telegram/webhook';
+
+/**
+ * Registers the webhook route on `app` and returns a handle to drain its queue.
+ * @returns `drain()` resolves when every queued update was handled; `queued` the updates waiting
+ */
+export function registerTelegramWebhook(
+  app: FastifyInstance,
+  opts: TelegramWebhookOptions,
+): { drain(): Promise<void>; readonly queued: number } {
+  const { telemetry } = opts;
+  const maxQueued = opts.maxQueued ?? 10_000;
+  const seen = new LRUCache<number, true>({ max: opts.dedupeSize ?? 100_000 });
+  const secret = Buffer.from(opts.secret);
+  const queue: TelegramUpdate[] = [];
+  let running = false;
+  let idle: Array<() => void> = [];
+  const m = telemetry.metrics;
+  const updates = m.counter('crowdplay_telegram_updates_total', 'Webhook updates by outcome (queued, duplicate, refused, handled, failed)');
+  m.gauge('crowdplay_telegram_updates_queued', 'Webhook updates waiting to be handled', () => queue.length);
+
+  const refuse = (code: ErrorCode, detail: Record<string, unknown>): void => {
+    updates.add(1, { outcome: 'refused', reason: code });
+    telemetry.refusals.refuse('telegram', code, detail);
+  };
+
+  const pump = async (): Promise<void> => {
+    if (running) return;
+    running = true;
+    try {
+      for (let u = queue.shift(); u !== undefined; u = queue.shift()) {
+        try {
+          await opts.handle(u);
+          updates.add(1, { outcome: 'handled' });
+        } catch (err) {
+          updates.add(1, { outcome: 'failed' });
+          telemetry.logger.error({ err, update_id: u.update_id }, 'telegram update failed');
+        }
+      }
+    } finally {
+      running = false;
+      const w = idle;
+      idle = [];
+      for (const f of w) f();
+    }
+  };
+
+  app.post(TELEGRAM_WEBHOOK_PATH, { bodyLimit: opts.bodyLimitBytes ?? 1_048_576 }, async (req, reply) => {
+    const header = req.headers['x-telegram-bot-api-secret-token'];
+    const given = Buffer.from(typeof header === 'string' ? header : '');
+    if (given.length !== secret.length || !timingSafeEqual(given, secret)) {
+      refuse('CP_ERR_AUTH_INVALID', { route: 'webhook' });
+      return reply.status(401).send({ code: 'CP_ERR_AUTH_INVALID', message: 'bad X-Telegram-Bot-Api-Secret-Token' });
+    }
+    const u = req.body as Partial<TelegramUpdate> | null;
+    if (!u || typeof u !== 'object' || !Number.isSafeInteger(u.update_id)) {
+      refuse('CP_ERR_PROTO_INVALID', { route: 'webhook' });
+      return reply.status(400).send({ code: 'CP_ERR_PROTO_INVALID', message: 'an Update with an integer update_id' });
+    }
+    const id = u.update_id!;
+    if (seen.has(id)) {
+      updates.add(1, { outcome: 'duplicate' });
+      return reply.status(200).send();
+    }
+    if (queue.length >= maxQueued) {
+      refuse('CP_ERR_INTENT_OVERLOADED', { route: 'webhook', limit: maxQueued });
+      return reply.status(503).send({ code: 'CP_ERR_INTENT_OVERLOADED', message: `${maxQueued} updates are waiting` });
+    }
+    seen.set(id, true);
+    queue.push(u as TelegramUpdate);
+    updates.add(1, { outcome: 'queued' });
+    void pump();
+    return reply.status(200).send();
+  });
+
+  return {
+    get queued() {
+      return queue.length;
+    },
+    drain() {
+      return queue.length === 0 && !running ? Promise.resolve() : new Promise<void>((r) => idle.push(r));
+    },
+  };
+}
