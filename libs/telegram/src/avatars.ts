@@ -1,0 +1,199 @@
+/**
+ * Avatar reads (getUserProfilePhotos → getFile → file download). Exempt
+ * from the send bucket (they are reads), and therefore bounded here, as the
+ * seed measured what unbounded reads cost (10,000 profile photos at once:
+ * ~25,000 round trips, 6,074 open handles, ~13 s of latency tail):
+ *
+ * - collapsed per user: concurrent requests for one user share one promise;
+ * - capped: at most `concurrency` (TELEGRAM_AVATAR_CONCURRENCY) avatar HTTP
+ *   requests in flight, bot-wide in this process (the Bot API transformer
+ *   applies the same gate to getUserProfilePhotos/getFile made elsewhere);
+ * - cached: a least-recently-used cache bounded in bytes (`cacheBytes`,
+ *   TELEGRAM_AVATAR_CACHE_BYTES; lru-cache `maxSize` + `sizeCalculation`),
+ *   entries live `ttlMs` (TELEGRAM_AVATAR_TTL_MS, a day: avatars are
+ *   cosmetic). "No photo" is cached too (counted as {@link NO_AVATAR_BYTES});
+ *   a failed read is cached for `errorTtlMs` so a failing user is not retried
+ *   on every board.
+ */
+import { LRUCache } from 'lru-cache';
+
+/** Bytes a cached "no avatar" answer counts for in the byte budget. */
+export const NO_AVATAR_BYTES = 64;
+/** Largest avatar accepted, bytes (a 160 px profile JPEG is ~5–15 KB). */
+export const AVATAR_MAX_BYTES = 1_048_576;
+
+/** A counting semaphore: `run` waits for a slot; waits are counted (the cap biting). */
+export class Gate {
+  private active = 0;
+  private readonly waiters: Array<() => void> = [];
+  /** Calls that had to wait for a slot. */
+  waited = 0;
+  /** Most calls in flight at once. */
+  peak = 0;
+
+  /** @throws RangeError unless `limit` is an integer ≥ 1 */
+  constructor(readonly limit: number) {
+    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`limit must be an integer >= 1, got ${limit}`);
+  }
+
+  /** Calls in flight now. */
+  get inFlight(): number {
+    return this.active;
+  }
+
+  /** Runs `fn` holding one slot (released when it settles). */
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.active >= this.limit) {
+      this.waited++;
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    } else this.active++;
+    if (this.active > this.peak) this.peak = this.active;
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiters.shift();
+      if (next)
+        next(); // the slot passes to the next waiter directly
+      else this.active--;
+    }
+  }
+}
+
+/** The Bot API reads an avatar needs (grammY's Api satisfies it). */
+export interface AvatarApi {
+  getUserProfilePhotos(
+    userId: number,
+    other?: { offset?: number; limit?: number },
+  ): Promise<{ total_count: number; photos: Array<Array<{ file_id: string; width: number; height: number; file_size?: number }>> }>;
+  getFile(fileId: string): Promise<{ file_id: string; file_path?: string; file_size?: number }>;
+}
+
+export interface AvatarOptions {
+  api: AvatarApi;
+  /** Downloads `file_path` (`<apiRoot>/file/bot<token>/<file_path>`), bytes. */
+  download: (filePath: string) => Promise<Uint8Array>;
+  /** The gate every avatar HTTP request passes (shared with the Bot API transformer). */
+  gate: Gate;
+  /** Byte budget (TELEGRAM_AVATAR_CACHE_BYTES); 0 disables caching (reads are still collapsed). */
+  cacheBytes: number;
+  /** Entry lifetime, ms (TELEGRAM_AVATAR_TTL_MS). */
+  ttlMs: number;
+  /** Lifetime of a cached failure, ms. @defaultValue 60_000 */
+  errorTtlMs?: number;
+  /** Smallest side wanted, px: the smallest photo size at least this wide is fetched. @defaultValue 160 */
+  sizePx?: number;
+  /** Clock for TTLs (lru-cache `perf`). */
+  now?: () => number;
+}
+
+/** Counters since start. */
+export interface AvatarStats {
+  /** `get` calls. */
+  requests: number;
+  /** Answered from the cache. */
+  cacheHits: number;
+  /** Joined a read already in flight for the same user. */
+  collapsed: number;
+  /** Reads started (each up to three HTTP requests). */
+  reads: number;
+  /** Reads that failed (answered null, cached for errorTtlMs). */
+  failures: number;
+  /** Avatar HTTP requests that waited for a gate slot (the cap biting). */
+  gateWaits: number;
+  /** Most avatar HTTP requests in flight at once. */
+  peakInFlight: number;
+  /** Bytes held by the cache now. */
+  cacheBytes: number;
+  /** Entries in the cache now. */
+  cacheEntries: number;
+}
+
+interface Entry {
+  bytes: Uint8Array | null;
+}
+
+/** Avatars by Telegram user id (see the module doc). */
+export class Avatars {
+  private readonly cache: LRUCache<number, Entry> | undefined;
+  private readonly inflight = new Map<number, Promise<Uint8Array | null>>();
+  private readonly errorTtlMs: number;
+  private readonly sizePx: number;
+  private readonly s = { requests: 0, cacheHits: 0, collapsed: 0, reads: 0, failures: 0 };
+
+  constructor(private readonly o: AvatarOptions) {
+    this.errorTtlMs = o.errorTtlMs ?? 60_000;
+    this.sizePx = o.sizePx ?? 160;
+    if (o.cacheBytes > 0) {
+      const now = o.now;
+      this.cache = new LRUCache<number, Entry>({
+        maxSize: o.cacheBytes,
+        sizeCalculation: (e) => Math.max(1, e.bytes ? e.bytes.length : NO_AVATAR_BYTES),
+        ttl: o.ttlMs,
+        ...(now ? { perf: { now } } : {}),
+      });
+    }
+  }
+
+  /**
+   * The user's profile photo (the smallest size at least `sizePx` wide, as
+   * Telegram stores it, usually JPEG), or null when the user has none or
+   * the read failed. Never rejects.
+   */
+  get(userId: number): Promise<Uint8Array | null> {
+    this.s.requests++;
+    const hit = this.cache?.get(userId);
+    if (hit) {
+      this.s.cacheHits++;
+      return Promise.resolve(hit.bytes);
+    }
+    const running = this.inflight.get(userId);
+    if (running) {
+      this.s.collapsed++;
+      return running;
+    }
+    this.s.reads++;
+    const p = this.read(userId).then(
+      (bytes) => {
+        this.cache?.set(userId, { bytes });
+        return bytes;
+      },
+      () => {
+        this.s.failures++;
+        this.cache?.set(userId, { bytes: null }, { ttl: this.errorTtlMs });
+        return null;
+      },
+    );
+    const tracked = p.finally(() => this.inflight.delete(userId));
+    this.inflight.set(userId, tracked);
+    return tracked;
+  }
+
+  private async read(userId: number): Promise<Uint8Array | null> {
+    const photos = await this.o.api.getUserProfilePhotos(userId, { limit: 1 });
+    const sizes = photos.photos[0];
+    if (!sizes || sizes.length === 0) return null;
+    const sorted = [...sizes].sort((a, b) => a.width - b.width);
+    const pick = sorted.find((p) => p.width >= this.sizePx) ?? sorted[sorted.length - 1]!;
+    const file = await this.o.api.getFile(pick.file_id);
+    if (!file.file_path) return null;
+    if (file.file_size !== undefined && file.file_size > AVATAR_MAX_BYTES) return null;
+    const path = file.file_path;
+    const bytes = await this.o.gate.run(() => this.o.download(path));
+    return bytes.length > AVATAR_MAX_BYTES ? null : bytes;
+  }
+
+  /** Reads in flight now (one per user). */
+  get pending(): number {
+    return this.inflight.size;
+  }
+
+  stats(): AvatarStats {
+    return {
+      ...this.s,
+      gateWaits: this.o.gate.waited,
+      peakInFlight: this.o.gate.peak,
+      cacheBytes: this.cache?.calculatedSize ?? 0,
+      cacheEntries: this.cache?.size ?? 0,
+    };
+  }
+}

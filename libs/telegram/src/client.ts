@@ -1,0 +1,617 @@
+/**
+ * The Bot API client: grammY's `Api` with one API transformer installed, so
+ * that every call made through it — sendMessage, sendPhoto,
+ * editMessageMedia, deleteMessage, answerCallbackQuery, setWebhook, and any
+ * method added later — passes the send queue (libs/sendq: the one token
+ * bucket, the bot-wide 429 pause, lanes, supersession):
+ *
+ * - Outside a send, the transformer does not call Telegram: it enqueues the
+ *   call (`{kind: 'call', method, params}`, InputFile bytes base64-encoded so
+ *   the job is JSON) and answers with the job's result.
+ * - The queue's worker runs {@link TelegramClient.sender}'s function once the
+ *   bucket granted a token; it makes the HTTP call through the same `Api`
+ *   inside a grant (AsyncLocalStorage), where the transformer passes exactly
+ *   one call through. A second call in the same grant throws
+ *   CP_ERR_TELEGRAM_GRANT_REUSED: one token, one call.
+ * - Avatar reads (getUserProfilePhotos, getFile) are exempt from the send
+ *   bucket but pass the avatar gate (TELEGRAM_AVATAR_CONCURRENCY); see
+ *   avatars.ts for collapsing and the byte-budgeted cache.
+ *
+ * Boards are not raw calls: {@link TelegramClient.enqueueBoard} queues
+ * `{kind: 'board', version, photo}` under the key `board:<chat>` (a newer
+ * board supersedes a queued older one) and the sender decides at send time,
+ * from the message ids it stored (board-store.ts), whether to edit, post,
+ * repost once, or probe after an ambiguous post. The outcome table is in
+ * docs/telegram.md.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomBytes } from 'node:crypto';
+import { Api, InputFile, type Transformer } from 'grammy';
+import type { ApiMethods } from 'grammy/types';
+import { CrowdplayError } from '@crowdplay/protocol';
+import type { EnqueueResult, JobResult, Lane, SendFn, SendJob, SendOutcome, SendQueue } from '@crowdplay/sendq';
+import { AVATAR_MAX_BYTES, Avatars, Gate } from './avatars.ts';
+import { BOARD_PROBE_IDS, MemoryBoardStore, type BoardStore } from './board-store.ts';
+import { classifyError, isIdempotent, type ErrorClass } from './outcome.ts';
+
+/** A file inside a queued call: base64 bytes (JSON-serialisable for BullMQ). */
+export interface EncodedFile {
+  __file: string;
+  filename?: string;
+}
+
+/** A queued Bot API call: any method with its params, or a board delivery. */
+export type BotCall =
+  | {
+      kind: 'call';
+      method: string;
+      params: Record<string, unknown>;
+      /** The queue chat id it was enqueued for (after a migration the job's chat differs, and `chat_id` follows it). */
+      chatId: number;
+    }
+  | {
+      kind: 'board';
+      /** Increasing per chat; a board older than the one shown is not sent. */
+      version: number;
+      /** PNG bytes, base64. */
+      photo: string;
+      caption?: string;
+      reply_markup?: unknown;
+    };
+
+/**
+ * The queue chat id of calls that address no chat (setWebhook, setMyCommands,
+ * answerCallbackQuery, getMe…): they share this pseudo chat's 1/s limit
+ * unless the caller names a chat with {@link TelegramClient.withCall}.
+ */
+export const BOT_LEVEL_CHAT_ID = Number.MAX_SAFE_INTEGER;
+
+/** Avatar reads: exempt from the send bucket, gated by TELEGRAM_AVATAR_CONCURRENCY. */
+export const AVATAR_READ_METHODS: ReadonlySet<string> = new Set(['getUserProfilePhotos', 'getFile']);
+
+/** How a queued call made through `api` is filed. */
+export interface CallOptions {
+  /** Default `tx` (transactional: command replies). */
+  lane?: Lane;
+  /** Supersession key (a newer call with the same key replaces a queued older one). */
+  key?: string;
+  /** Queue chat id; default the call's `chat_id`, else {@link BOT_LEVEL_CHAT_ID}. */
+  chatId?: number;
+}
+
+/** What a board job did. */
+export interface BoardDelivery {
+  chatId: number;
+  version: number;
+  messageId: number;
+  /** posted: a new message; edited; unchanged: "not modified"; recovered: an ambiguous post was found and edited; stale: a newer version is shown. */
+  action: 'posted' | 'edited' | 'unchanged' | 'recovered' | 'stale';
+}
+
+export interface TelegramHooks {
+  /** The chat stopped accepting the bot (its queued jobs were purged; re-add → `queue.reactivate`). */
+  onDeactivate?(chatId: number, reason: string): void;
+  /** Group → supergroup: the queue moved the chat's jobs; the product moves the chat's state. */
+  onMigrate?(oldChatId: number, newChatId: number): void;
+  /** A board job landed. */
+  onBoard?(d: BoardDelivery): void;
+}
+
+export interface TelegramClientOptions {
+  /** TELEGRAM_BOT_TOKEN. */
+  token: string;
+  /** TELEGRAM_API_ROOT (no trailing slash). */
+  apiRoot: string;
+  /** The send queue every call passes (opened by the caller: `openSendQueue`). */
+  queue: SendQueue<BotCall>;
+  /** Board message ids and flags. @defaultValue a new MemoryBoardStore */
+  boards?: BoardStore;
+  /** TELEGRAM_AVATAR_CONCURRENCY, TELEGRAM_AVATAR_CACHE_BYTES, TELEGRAM_AVATAR_TTL_MS. */
+  avatars: { concurrency: number; cacheBytes: number; ttlMs: number; errorTtlMs?: number };
+  /** How long a caller of `api.*` waits for its queued call's result, ms. @defaultValue 60_000 */
+  resultTimeoutMs?: number;
+  /** Lifetime of a chat's post claim (a crashed sender's claim lapses), ms. @defaultValue 60_000 */
+  postClaimTtlMs?: number;
+  /** grammY's HTTP timeout per call, s. @defaultValue 30 */
+  timeoutSeconds?: number;
+  /** Clock, ms. @defaultValue Date.now */
+  now?: () => number;
+  hooks?: TelegramHooks;
+  /** A hook threw. @defaultValue console.error */
+  onError?: (err: unknown) => void;
+}
+
+/** Counters since start (this process). */
+export interface TelegramClientStats {
+  /** Calls enqueued through `api` or `enqueueCall`, by method. */
+  enqueued: Record<string, number>;
+  /** HTTP calls made under a grant, by method. */
+  sent: Record<string, number>;
+  /** Error classes seen, by kind. */
+  errors: Record<string, number>;
+  boards: {
+    posted: number;
+    edited: number;
+    unchanged: number;
+    recovered: number;
+    stale: number;
+    /** "message to edit not found": the board message was gone (one repost each). */
+    missing: number;
+    /** Posts that got no answer (probed before posting again). */
+    ambiguousPosts: number;
+    /** Edits of candidate ids after an ambiguous post. */
+    probes: number;
+  };
+  deactivated: number;
+  migrated: number;
+}
+
+type RawCall = (params: unknown) => Promise<unknown>;
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  if (typeof v !== 'object' || v === null) return false;
+  const proto = Object.getPrototypeOf(v) as unknown;
+  return proto === Object.prototype || proto === null;
+}
+
+/** Largest file accepted in a queued call, bytes (Telegram's photo upload limit is 10 MB). */
+export const MAX_QUEUED_FILE_BYTES = 10 * 1024 * 1024;
+
+async function inputFileBytes(f: InputFile): Promise<Buffer> {
+  const raw = await f.toRaw();
+  if (raw instanceof Uint8Array) return Buffer.from(raw);
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of raw as AsyncIterable<Uint8Array>) {
+    n += c.length;
+    if (n > MAX_QUEUED_FILE_BYTES) throw new RangeError(`a queued file is larger than ${MAX_QUEUED_FILE_BYTES} bytes`);
+    chunks.push(Buffer.from(c));
+  }
+  return Buffer.concat(chunks);
+}
+
+/** Params with every InputFile replaced by an {@link EncodedFile} (JSON-serialisable). */
+export async function encodeParams(v: unknown): Promise<unknown> {
+  if (v instanceof InputFile) {
+    const bytes = await inputFileBytes(v);
+    return { __file: bytes.toString('base64'), ...(v.filename ? { filename: v.filename } : {}) } satisfies EncodedFile;
+  }
+  if (Array.isArray(v)) return Promise.all(v.map(encodeParams));
+  if (isPlainObject(v)) {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) if (x !== undefined) out[k] = await encodeParams(x);
+    return out;
+  }
+  return v;
+}
+
+/** The inverse of {@link encodeParams}: EncodedFiles become InputFiles again. */
+export function decodeParams(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(decodeParams);
+  if (isPlainObject(v)) {
+    if (typeof v.__file === 'string')
+      return new InputFile(Buffer.from(v.__file, 'base64'), typeof v.filename === 'string' ? v.filename : undefined);
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) out[k] = decodeParams(x);
+    return out;
+  }
+  return v;
+}
+
+function chatIdOf(params: unknown): number | undefined {
+  if (!isPlainObject(params)) return undefined;
+  const c = params.chat_id;
+  const n = typeof c === 'number' ? c : typeof c === 'string' && /^-?\d+$/.test(c) ? Number(c) : NaN;
+  return Number.isSafeInteger(n) && n !== 0 ? n : undefined;
+}
+
+/** `code: description`: how a Telegram error travels in a job's reason (and back into a GrammyError). */
+function tgReason(code: number, description: string): string {
+  return `${code}: ${description}`;
+}
+
+/** The client (see the module doc). One per process. */
+export class TelegramClient {
+  /** grammY's Api: every call passes the send queue (avatar reads: the avatar gate). */
+  readonly api: Api;
+  readonly avatars: Avatars;
+  readonly boards: BoardStore;
+  /** The gate of avatar HTTP requests. */
+  readonly avatarGate: Gate;
+  private readonly queue: SendQueue<BotCall>;
+  private readonly grants = new AsyncLocalStorage<{ used: boolean }>();
+  private readonly callCtx = new AsyncLocalStorage<CallOptions>();
+  private readonly resultTimeoutMs: number;
+  private readonly postClaimTtlMs: number;
+  private readonly now: () => number;
+  private readonly hooks: TelegramHooks;
+  /** Makes claim holders unique across processes (queue job ids of in-process queues repeat: m1, m2, …). */
+  private readonly instance = randomBytes(6).toString('hex');
+  private readonly s: TelegramClientStats = {
+    enqueued: {},
+    sent: {},
+    errors: {},
+    boards: { posted: 0, edited: 0, unchanged: 0, recovered: 0, stale: 0, missing: 0, ambiguousPosts: 0, probes: 0 },
+    deactivated: 0,
+    migrated: 0,
+  };
+
+  /** @throws RangeError on an empty token (the Telegram part stays off without one: do not construct the client) */
+  constructor(private readonly o: TelegramClientOptions) {
+    if (!o.token) throw new RangeError('TelegramClient needs a bot token (TELEGRAM_BOT_TOKEN)');
+    this.queue = o.queue;
+    this.boards = o.boards ?? new MemoryBoardStore();
+    this.resultTimeoutMs = o.resultTimeoutMs ?? 60_000;
+    this.postClaimTtlMs = o.postClaimTtlMs ?? 60_000;
+    this.now = o.now ?? Date.now;
+    this.hooks = o.hooks ?? {};
+    this.api = new Api(o.token, { apiRoot: o.apiRoot, timeoutSeconds: o.timeoutSeconds ?? 30 });
+    this.api.config.use(this.transformer);
+    this.avatarGate = new Gate(o.avatars.concurrency);
+    const root = o.apiRoot;
+    const token = o.token;
+    const timeoutMs = (o.timeoutSeconds ?? 30) * 1000;
+    this.avatars = new Avatars({
+      api: this.api,
+      gate: this.avatarGate,
+      cacheBytes: o.avatars.cacheBytes,
+      ttlMs: o.avatars.ttlMs,
+      ...(o.avatars.errorTtlMs !== undefined ? { errorTtlMs: o.avatars.errorTtlMs } : {}),
+      ...(o.now ? { now: o.now } : {}),
+      download: async (filePath) => {
+        const res = await fetch(`${root}/file/bot${token}/${filePath}`, { signal: AbortSignal.timeout(timeoutMs) });
+        if (!res.ok) throw new Error(`avatar download: HTTP ${res.status}`);
+        if (Number(res.headers.get('content-length') ?? 0) > AVATAR_MAX_BYTES) throw new Error('avatar download: too large');
+        return new Uint8Array(await res.arrayBuffer());
+      },
+    });
+  }
+
+  private count(map: Record<string, number>, k: string): void {
+    map[k] = (map[k] ?? 0) + 1;
+  }
+
+  /** The API transformer (see the module doc). */
+  private readonly transformer = (async (prev, method, payload, signal) => {
+    const grant = this.grants.getStore();
+    if (grant) {
+      if (grant.used) throw new CrowdplayError('CP_ERR_TELEGRAM_GRANT_REUSED', [method]);
+      grant.used = true;
+      this.count(this.s.sent, method);
+      return prev(method, payload, signal);
+    }
+    if (AVATAR_READ_METHODS.has(method)) return this.avatarGate.run(() => prev(method, payload, signal));
+    const ctx = this.callCtx.getStore() ?? {};
+    const params = (await encodeParams(payload ?? {})) as Record<string, unknown>;
+    const r = await this.enqueueEncoded(method, params, ctx);
+    const chatId = ctx.chatId ?? chatIdOf(params) ?? BOT_LEVEL_CHAT_ID;
+    if (r.status === 'refused') throw new CrowdplayError('CP_ERR_TELEGRAM_REFUSED', [method, chatId, r.reason]);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new CrowdplayError('CP_ERR_TELEGRAM_TIMEOUT', [method, this.resultTimeoutMs])), this.resultTimeoutMs);
+      timer.unref();
+    });
+    try {
+      const res = await Promise.race([r.result, timeout]);
+      return this.toApiResponse(method, chatId, res);
+    } finally {
+      clearTimeout(timer);
+    }
+  }) as Transformer;
+
+  private toApiResponse(
+    method: string,
+    chatId: number,
+    res: JobResult,
+  ): never | { ok: true; result: never } | { ok: false; error_code: number; description: string } {
+    switch (res.status) {
+      case 'sent':
+        return { ok: true, result: res.value as never };
+      case 'superseded':
+        throw new CrowdplayError('CP_ERR_TELEGRAM_SUPERSEDED', [method, chatId, res.by]);
+      case 'purged':
+        throw new CrowdplayError('CP_ERR_TELEGRAM_CHAT_INACTIVE', [chatId, 'purged while queued']);
+      case 'deactivated':
+      case 'dropped': {
+        const m = /^(\d{3}): (.*)$/s.exec(res.reason);
+        if (m) return { ok: false, error_code: Number(m[1]), description: m[2]! };
+        if (res.status === 'deactivated') throw new CrowdplayError('CP_ERR_TELEGRAM_CHAT_INACTIVE', [chatId, res.reason]);
+        throw new CrowdplayError('CP_ERR_TELEGRAM_FAILED', [method, chatId, res.reason]);
+      }
+      case 'failed':
+        throw new CrowdplayError('CP_ERR_TELEGRAM_FAILED', [method, chatId, res.reason]);
+    }
+  }
+
+  private enqueueEncoded(method: string, params: Record<string, unknown>, opts: CallOptions): Promise<EnqueueResult> {
+    const chatId = opts.chatId ?? chatIdOf(params) ?? BOT_LEVEL_CHAT_ID;
+    this.count(this.s.enqueued, method);
+    return this.queue.enqueue({
+      chatId,
+      lane: opts.lane ?? 'tx',
+      ...(opts.key !== undefined ? { key: opts.key } : {}),
+      ...(chatId === BOT_LEVEL_CHAT_ID ? { isGroup: false } : {}),
+      payload: { kind: 'call', method, params, chatId },
+    });
+  }
+
+  /**
+   * Runs `fn` with `opts` applied to every `api` call it makes (lane,
+   * supersession key, queue chat id), e.g.
+   * `client.withCall({ chatId: from.id }, () => client.api.answerCallbackQuery(id))`.
+   */
+  withCall<T>(opts: CallOptions, fn: () => Promise<T>): Promise<T> {
+    return this.callCtx.run(opts, fn);
+  }
+
+  /**
+   * Queues a call without waiting for it (the webhook answers within a
+   * second and never waits on Telegram). `result` settles when it ran.
+   * @returns the queue's answer (refused: deactivated chat, full, closed)
+   * @throws RangeError from the queue on a bad chat id, lane or key
+   */
+  async enqueueCall<M extends keyof ApiMethods>(
+    method: M,
+    params: Parameters<ApiMethods[M]>[0],
+    opts: CallOptions = {},
+  ): Promise<EnqueueResult> {
+    const encoded = (await encodeParams(params ?? {})) as Record<string, unknown>;
+    return this.enqueueEncoded(method, encoded, opts);
+  }
+
+  /**
+   * Queues a board for a chat (lane `board`, key `board:<chatId>`: a newer
+   * board supersedes a queued older one). The sender edits the chat's board
+   * message, or posts one when there is none; see docs/telegram.md.
+   * @param board.version increasing per chat (a version older than the one shown is skipped)
+   * @param board.png the PNG bytes
+   */
+  enqueueBoard(
+    chatId: number,
+    board: { version: number; png: Uint8Array; caption?: string; replyMarkup?: unknown },
+  ): Promise<EnqueueResult> {
+    const payload: BotCall = { kind: 'board', version: board.version, photo: Buffer.from(board.png).toString('base64') };
+    if (board.caption !== undefined) payload.caption = board.caption;
+    if (board.replyMarkup !== undefined) payload.reply_markup = board.replyMarkup;
+    this.count(this.s.enqueued, 'board');
+    return this.queue.enqueue({ chatId, lane: 'board', key: `board:${chatId}`, payload });
+  }
+
+  /** Records a message id seen in a chat (the bot ingress calls it for each update) so a lost post can be found. */
+  noteMessageId(chatId: number, messageId: number): Promise<void> {
+    return this.boards.noteMessageId(chatId, messageId);
+  }
+
+  /** The function to pass to `queue.start()` in the process that sends. */
+  sender(): SendFn<BotCall> {
+    return (job) => (job.payload.kind === 'board' ? this.sendBoard(job, job.payload) : this.sendCall(job, job.payload));
+  }
+
+  stats(): TelegramClientStats {
+    return structuredClone(this.s);
+  }
+
+  /**
+   * Exports the counters as gauges read at scrape time (libs/telemetry
+   * `Metrics.gauge`): `crowdplay_telegram_boards{action}`,
+   * `crowdplay_telegram_errors{class}`, `crowdplay_telegram_avatar{stat}`
+   * (gateWaits: the avatar cap biting; peakInFlight; cacheBytes; …).
+   */
+  exportMetrics(metrics: { gauge(name: string, description: string, read: () => Array<[number, Record<string, string>]>): unknown }): void {
+    metrics.gauge(
+      'crowdplay_telegram_boards',
+      'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes)',
+      () => Object.entries(this.s.boards).map(([action, n]) => [n, { action }]),
+    );
+    metrics.gauge('crowdplay_telegram_errors', 'Bot API failures by class (outcome.ts)', () =>
+      Object.entries(this.s.errors).map(([k, n]) => [n, { class: k }]),
+    );
+    metrics.gauge(
+      'crowdplay_telegram_avatar',
+      'Avatar reads: requests, cacheHits, collapsed, reads, failures, gateWaits, peakInFlight, cacheBytes, cacheEntries',
+      () => Object.entries(this.avatars.stats()).map(([stat, n]) => [n, { stat }]),
+    );
+  }
+
+  // ---- the send side ----
+
+  /** One HTTP call through `api`, inside a grant. */
+  private granted(method: string, params: unknown): Promise<unknown> {
+    const fn = (this.api.raw as unknown as Record<string, RawCall>)[method];
+    if (typeof fn !== 'function') return Promise.reject(new Error(`unknown Bot API method ${method}`));
+    return this.grants.run({ used: false }, () => fn(params));
+  }
+
+  private async noteResult(chatId: number, result: unknown): Promise<void> {
+    if (isPlainObject(result) && typeof result.message_id === 'number') await this.boards.noteMessageId(chatId, result.message_id);
+  }
+
+  private async sendCall(job: SendJob<BotCall>, call: Extract<BotCall, { kind: 'call' }>): Promise<SendOutcome<BotCall>> {
+    const params = decodeParams(call.params) as Record<string, unknown>;
+    // Migration moves a job to the new chat id: address the job's chat, not the one it was queued with.
+    if (job.chatId !== call.chatId && chatIdOf(params) === call.chatId) params.chat_id = job.chatId;
+    try {
+      const result = await this.granted(call.method, params);
+      await this.noteResult(job.chatId, result);
+      return { ok: true, value: result };
+    } catch (err) {
+      return this.outcome(job, call.method, classifyError(err), err);
+    }
+  }
+
+  /** The outcome policy shared by raw calls and boards (docs/telegram.md). */
+  private async outcome(job: SendJob<BotCall>, method: string, c: ErrorClass, err: unknown): Promise<SendOutcome<BotCall>> {
+    this.count(this.s.errors, c.kind);
+    switch (c.kind) {
+      case 'not_modified':
+        return { ok: true, value: true };
+      case 'rate_limited':
+        return { retryAfterS: c.retryAfterS };
+      case 'delete_target_missing':
+        return method === 'deleteMessage'
+          ? { ok: true, value: true }
+          : { drop: true, reason: tgReason(400, 'message to delete not found') };
+      case 'chat_gone':
+        this.s.deactivated++;
+        this.hook(() => this.hooks.onDeactivate?.(job.chatId, c.reason));
+        return { deactivate: true, reason: tgReason(c.code, c.description) };
+      case 'migrated':
+        await this.migrate(job.chatId, c.toChatId);
+        return { requeue: true, reason: `migrated to ${c.toChatId}` };
+      case 'edit_target_missing':
+        return { drop: true, reason: tgReason(400, c.description) };
+      case 'rejected':
+        return { drop: true, reason: tgReason(c.code, c.description) };
+      case 'server':
+      case 'network': {
+        const detail = c.kind === 'server' ? tgReason(c.code, c.description) : c.detail;
+        if (isIdempotent(method) || (c.kind === 'network' && !c.maybeApplied)) return { retry: true, reason: detail };
+        // It may have been applied: repeating it could post twice.
+        return { drop: true, reason: `ambiguous (not repeated): ${detail || String(err)}` };
+      }
+    }
+  }
+
+  /** Runs a hook; a throwing hook is reported, never turned into the job's outcome. */
+  private hook(fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      (this.o.onError ?? ((e: unknown) => console.error('telegram hook threw:', e)))(err);
+    }
+  }
+
+  private async migrate(oldId: number, newId: number): Promise<void> {
+    if (oldId === newId) return;
+    this.s.migrated++;
+    await this.queue.moveChat(oldId, newId);
+    await this.boards.move(oldId, newId);
+    this.hook(() => this.hooks.onMigrate?.(oldId, newId));
+  }
+
+  private boardMedia(b: Extract<BotCall, { kind: 'board' }>): Record<string, unknown> {
+    return {
+      type: 'photo',
+      media: new InputFile(Buffer.from(b.photo, 'base64'), 'board.png'),
+      ...(b.caption !== undefined ? { caption: b.caption } : {}),
+    };
+  }
+
+  private delivered(job: SendJob<BotCall>, version: number, messageId: number, action: BoardDelivery['action']): SendOutcome<BotCall> {
+    this.s.boards[action]++;
+    const d: BoardDelivery = { chatId: job.chatId, version, messageId, action };
+    this.hook(() => this.hooks.onBoard?.(d));
+    return { ok: true, value: d };
+  }
+
+  private async sendBoard(job: SendJob<BotCall>, b: Extract<BotCall, { kind: 'board' }>): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    const st = await this.boards.get(chatId);
+    if (st.messageId !== undefined) {
+      if (st.version !== undefined && b.version <= st.version) return this.delivered(job, st.version, st.messageId, 'stale');
+      return this.boardEdit(job, b, st.messageId, false);
+    }
+    if (st.unconfirmed) {
+      const u = st.unconfirmed;
+      if (u.next <= u.afterId + BOARD_PROBE_IDS) return this.boardEdit(job, b, u.next, true);
+      await this.boards.patch(chatId, { unconfirmed: undefined });
+    }
+    return this.boardPost(job, b, st.lastSeenId);
+  }
+
+  /** Edits the board in message `messageId`; `probe`: a candidate after an ambiguous post. */
+  private async boardEdit(
+    job: SendJob<BotCall>,
+    b: Extract<BotCall, { kind: 'board' }>,
+    messageId: number,
+    probe: boolean,
+  ): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    if (probe) this.s.boards.probes++;
+    let c: ErrorClass;
+    let err: unknown;
+    try {
+      await this.granted('editMessageMedia', {
+        chat_id: chatId,
+        message_id: messageId,
+        media: this.boardMedia(b),
+        ...(b.reply_markup !== undefined ? { reply_markup: b.reply_markup } : {}),
+      });
+      await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined });
+      await this.boards.noteMessageId(chatId, messageId);
+      return this.delivered(job, b.version, messageId, probe ? 'recovered' : 'edited');
+    } catch (e) {
+      err = e;
+      c = classifyError(e);
+    }
+    if (c.kind === 'not_modified') {
+      await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined });
+      return this.delivered(job, b.version, messageId, probe ? 'recovered' : 'unchanged');
+    }
+    if (!probe && c.kind === 'edit_target_missing') {
+      // The board message is gone: forget it; the requeued job (or whichever board job runs next) posts once.
+      this.count(this.s.errors, c.kind);
+      this.s.boards.missing++;
+      await this.boards.patch(chatId, { messageId: undefined });
+      return { requeue: true, reason: 'board message missing: reposting' };
+    }
+    if (probe && (c.kind === 'edit_target_missing' || c.kind === 'rejected')) {
+      this.count(this.s.errors, c.kind);
+      const st = await this.boards.get(chatId);
+      if (c.kind === 'edit_target_missing' && /not found/i.test(c.description)) {
+        // No message with this id: ids are sequential, so the lost post did not land (barring a deletion in between). Post.
+        await this.boards.patch(chatId, { unconfirmed: undefined });
+        return { requeue: true, reason: `message ${messageId} does not exist: the lost post did not land` };
+      }
+      // Someone else's message (or not a photo): try the next candidate id (or post, once they are used up).
+      if (st.unconfirmed) await this.boards.patch(chatId, { unconfirmed: { ...st.unconfirmed, next: messageId + 1 } });
+      return { requeue: true, reason: `message ${messageId} is not the lost board` };
+    }
+    return this.outcome(job, 'editMessageMedia', c, err);
+  }
+
+  private claimId(job: SendJob<BotCall>): string {
+    return `${this.instance}:${job.id}`;
+  }
+
+  private async boardPost(
+    job: SendJob<BotCall>,
+    b: Extract<BotCall, { kind: 'board' }>,
+    lastSeenId: number,
+  ): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    if (!(await this.boards.claimPost(chatId, this.claimId(job), this.now(), this.postClaimTtlMs)))
+      return { retry: true, reason: 'another board post is in flight for this chat' };
+    let result: unknown;
+    try {
+      result = await this.granted('sendPhoto', {
+        chat_id: chatId,
+        photo: new InputFile(Buffer.from(b.photo, 'base64'), 'board.png'),
+        ...(b.caption !== undefined ? { caption: b.caption } : {}),
+        ...(b.reply_markup !== undefined ? { reply_markup: b.reply_markup } : {}),
+      });
+    } catch (e) {
+      const c = classifyError(e);
+      if (c.kind === 'server' || (c.kind === 'network' && c.maybeApplied)) {
+        // It may have landed: never post it again blindly. Probe the ids after the last one seen first.
+        this.count(this.s.errors, c.kind);
+        this.s.boards.ambiguousPosts++;
+        await this.boards.patch(chatId, {
+          unconfirmed: { afterId: lastSeenId, next: lastSeenId + 1, version: b.version },
+          postClaim: undefined,
+        });
+        return { requeue: true, reason: 'ambiguous board post: probing before posting again' };
+      }
+      await this.boards.releasePost(chatId, this.claimId(job));
+      return this.outcome(job, 'sendPhoto', c, e);
+    }
+    const messageId = isPlainObject(result) && typeof result.message_id === 'number' ? result.message_id : undefined;
+    if (messageId === undefined) {
+      await this.boards.releasePost(chatId, this.claimId(job));
+      return { drop: true, reason: 'sendPhoto answered without a message_id' };
+    }
+    await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined, postClaim: undefined });
+    await this.boards.noteMessageId(chatId, messageId);
+    return this.delivered(job, b.version, messageId, 'posted');
+  }
+}

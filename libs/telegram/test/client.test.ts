@@ -1,0 +1,534 @@
+/**
+ * The Bot API client against the Telegram stub (loadtest/src/telegram-stub)
+ * through grammY with the send-queue transformer and the in-process queue:
+ * each outcome of docs/telegram.md, end to end over HTTP.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { GrammyError } from 'grammy';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { MemorySendQueue, type JobResult, type SendQueueOptions } from '@crowdplay/sendq';
+import {
+  TelegramStub,
+  NOT_MODIFIED,
+  EDIT_NOT_FOUND,
+  TELEGRAM_LIMITS,
+  type StubOptions,
+} from '../../../loadtest/src/telegram-stub/index.ts';
+import { TelegramClient, MemoryBoardStore, BOT_LEVEL_CHAT_ID, type BoardDelivery, type BotCall } from '../src/index.ts';
+
+const TOKEN = '4242:test-token';
+const A = -1001000000001;
+const B = -1001000000002;
+
+function png(fill: number, width = 400, height = 300): Uint8Array {
+  const b = Buffer.alloc(128, fill);
+  Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52]).copy(b, 0);
+  b.writeUInt32BE(width, 16);
+  b.writeUInt32BE(height, 20);
+  return new Uint8Array(b);
+}
+
+interface Rig {
+  stub: TelegramStub;
+  queue: MemorySendQueue<BotCall>;
+  client: TelegramClient;
+  deactivated: Array<[number, string]>;
+  migrated: Array<[number, number]>;
+  boards: BoardDelivery[];
+  close(): Promise<void>;
+}
+
+async function rig(
+  o: {
+    stub?: StubOptions;
+    queue?: Partial<SendQueueOptions>;
+    start?: boolean;
+    avatars?: { concurrency?: number; cacheBytes?: number; ttlMs?: number };
+    now?: () => number;
+  } = {},
+): Promise<Rig> {
+  const stub = new TelegramStub({ limits: false, ...o.stub });
+  await stub.listen();
+  const queue = new MemorySendQueue<BotCall>({
+    limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+    retryBaseMs: 10,
+    retryMaxMs: 50,
+    maxRequeues: 6,
+    onError: () => {},
+    ...o.queue,
+  });
+  const deactivated: Array<[number, string]> = [];
+  const migrated: Array<[number, number]> = [];
+  const boards: BoardDelivery[] = [];
+  const client = new TelegramClient({
+    token: TOKEN,
+    apiRoot: stub.url,
+    queue,
+    avatars: { concurrency: 2, cacheBytes: 1 << 20, ttlMs: 86_400_000, ...o.avatars },
+    timeoutSeconds: 5,
+    ...(o.now ? { now: o.now } : {}),
+    hooks: {
+      onDeactivate: (c, r) => deactivated.push([c, r]),
+      onMigrate: (a, b) => migrated.push([a, b]),
+      onBoard: (d) => boards.push(d),
+    },
+  });
+  if (o.start !== false) queue.start(client.sender());
+  return {
+    stub,
+    queue,
+    client,
+    deactivated,
+    migrated,
+    boards,
+    async close() {
+      await queue.close(1_000);
+      await stub.close();
+    },
+  };
+}
+
+/** Waits for the enqueue and then for the job's end. */
+async function result(r: Promise<import('@crowdplay/sendq').EnqueueResult>): Promise<JobResult> {
+  const e = await r;
+  assert.equal(e.status, 'queued');
+  if (e.status !== 'queued') throw new Error('refused');
+  return e.result;
+}
+
+const photoMessages = (stub: TelegramStub, chat: number): number => stub.messages(chat).filter((m) => m.kind === 'photo').length;
+
+void test('every api call passes the send queue; avatar reads do not', async () => {
+  const r = await rig({ start: false });
+  try {
+    const sent = r.client.api.sendMessage(A, 'hello');
+    const hook = r.client.api.setWebhook('https://example.org/hook');
+    // Nothing reached Telegram: both wait in the queue.
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(r.stub.stats().calls, 0);
+    assert.deepEqual(await r.queue.depth(), { tx: 2, board: 0 });
+    assert.equal(await r.queue.chatDepth(A), 1);
+    assert.equal(await r.queue.chatDepth(BOT_LEVEL_CHAT_ID), 1);
+    // Avatar reads are exempt: answered while the queue is stopped.
+    const photos = await r.client.api.getUserProfilePhotos(7);
+    assert.equal(photos.total_count, 1);
+    r.queue.start(r.client.sender());
+    const msg = await sent;
+    assert.equal(msg.text, 'hello');
+    assert.equal(msg.chat.id, A);
+    assert.equal(await hook, true);
+    assert.equal(r.stub.calls()[0]!.method, 'getUserProfilePhotos');
+    assert.deepEqual(
+      r.stub
+        .calls()
+        .map((c) => c.method)
+        .sort(),
+      ['getUserProfilePhotos', 'sendMessage', 'setWebhook'],
+    );
+    assert.deepEqual(r.queue.stats().sends.tx.ok, 2);
+    const s = r.client.stats();
+    assert.deepEqual(s.enqueued, { sendMessage: 1, setWebhook: 1 });
+    assert.deepEqual(s.sent, { sendMessage: 1, setWebhook: 1 });
+  } finally {
+    await r.close();
+  }
+});
+
+void test('"message is not modified" is success (board and raw edit)', async () => {
+  const r = await rig();
+  try {
+    const v1 = await result(r.client.enqueueBoard(A, { version: 1, png: png(1), caption: 'board' }));
+    assert.equal(v1.status, 'sent', JSON.stringify(v1));
+    // The same picture again as version 2: Telegram answers "not modified", the job is sent.
+    const v2 = await result(r.client.enqueueBoard(A, { version: 2, png: png(1), caption: 'board' }));
+    assert.deepEqual(v2, { status: 'sent', value: { chatId: A, version: 2, messageId: 1, action: 'unchanged' } });
+    assert.deepEqual(
+      r.stub.calls().map((c) => [c.method, c.status, c.description ?? '']),
+      [
+        ['sendPhoto', 200, ''],
+        ['editMessageMedia', 400, NOT_MODIFIED],
+      ],
+    );
+    const m = await r.client.api.sendMessage(B, 'text');
+    assert.equal(await r.client.api.editMessageText(B, m.message_id, 'text'), true);
+    assert.equal(r.stub.messages(B)[0]!.edits, 0);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('"message to edit not found" reposts once per chat, not once per queued job', async () => {
+  const r = await rig();
+  try {
+    await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
+    await result(r.client.enqueueBoard(B, { version: 1, png: png(1) }));
+    // An admin deletes both boards.
+    for (const chat of [A, B]) {
+      const res = await fetch(`${r.stub.url}/bot${TOKEN}/deleteMessage?chat_id=${chat}&message_id=1`);
+      assert.equal(res.status, 200);
+    }
+    assert.equal(photoMessages(r.stub, A), 0);
+    // Several board jobs per chat are queued at once (as across processes, or with one in flight and one queued).
+    await r.queue.close(); // stop the first queue; a fresh one is loaded before it starts
+    const queue = new MemorySendQueue<BotCall>({
+      limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+      maxRequeues: 6,
+      onError: () => {},
+    });
+    const client = new TelegramClient({
+      token: TOKEN,
+      apiRoot: r.stub.url,
+      queue,
+      boards: r.client.boards,
+      avatars: { concurrency: 2, cacheBytes: 0, ttlMs: 1000 },
+    });
+    const jobs: Array<Promise<JobResult>> = [];
+    for (const chat of [A, B])
+      for (const v of [2, 3, 4]) {
+        const e = await queue.enqueue({
+          chatId: chat,
+          lane: 'board',
+          payload: { kind: 'board', version: v, photo: Buffer.from(png(v)).toString('base64') },
+        });
+        assert.equal(e.status, 'queued');
+        if (e.status === 'queued') jobs.push(e.result);
+      }
+    queue.start(client.sender());
+    const results = await Promise.all(jobs);
+    assert.ok(results.every((x) => x.status === 'sent'));
+    for (const chat of [A, B]) {
+      const calls = r.stub.calls().filter((c) => c.chatId === chat && c.method === 'sendPhoto');
+      assert.equal(calls.length, 2, `chat ${chat}: the first post and exactly one repost`);
+      assert.equal(photoMessages(r.stub, chat), 1);
+      const board = r.stub.board(chat)!;
+      assert.equal(board.messageId, 2);
+      assert.equal(board.sha256.length, 64);
+      assert.equal(
+        r.stub.calls().filter((c) => c.chatId === chat && c.description === EDIT_NOT_FOUND).length,
+        1,
+        'one failed edit per chat',
+      );
+    }
+    // The last version is the one shown.
+    const st = await client.boards.get(A);
+    assert.equal(st.version, 4);
+    assert.equal(st.messageId, 2);
+    assert.equal(client.stats().boards.missing, 2);
+    assert.equal(client.stats().boards.posted, 2);
+    await queue.close();
+  } finally {
+    await r.stub.close();
+  }
+});
+
+void test('two senders sharing one board store: one post per chat (the post claim), the other job edits it', async () => {
+  const stub = new TelegramStub({ limits: false });
+  await stub.listen();
+  const boards = new MemoryBoardStore();
+  const senders = [0, 1].map(() => {
+    const queue = new MemorySendQueue<BotCall>({
+      limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+      retryBaseMs: 20,
+      retryMaxMs: 100,
+      maxRetries: 10,
+      onError: () => {},
+    });
+    const client = new TelegramClient({
+      token: TOKEN,
+      apiRoot: stub.url,
+      queue,
+      boards,
+      avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
+    });
+    queue.start(client.sender());
+    return { queue, client };
+  });
+  try {
+    stub.inject({ kind: 'slow', delayMs: 150, method: 'sendPhoto', times: Infinity });
+    const results = await Promise.all([
+      result(senders[0]!.client.enqueueBoard(A, { version: 1, png: png(1) })),
+      result(senders[1]!.client.enqueueBoard(A, { version: 2, png: png(2) })),
+    ]);
+    assert.ok(
+      results.every((x) => x.status === 'sent'),
+      JSON.stringify(results),
+    );
+    assert.equal(stub.calls().filter((c) => c.method === 'sendPhoto').length, 1);
+    assert.equal(photoMessages(stub, A), 1);
+    assert.ok(
+      senders.some((x) => x.queue.stats().sends.board.retry > 0),
+      'the second job waited for the claim',
+    );
+  } finally {
+    for (const x of senders) await x.queue.close();
+    await stub.close();
+  }
+});
+
+void test('403 (bot kicked) deactivates the chat: its queued jobs are purged, new ones refused, other chats unaffected', async () => {
+  const r = await rig({ start: false });
+  try {
+    r.stub.kick(A);
+    const queued = await r.client.enqueueBoard(A, { version: 1, png: png(1) });
+    assert.equal(queued.status, 'queued');
+    const board = queued.status === 'queued' ? queued.result : undefined;
+    const reply = r.client.api.sendMessage(A, 'hi').catch((e: unknown) => e);
+    const other = r.client.api.sendMessage(B, 'still here');
+    while ((await r.queue.depth()).tx < 2) await new Promise((res) => setTimeout(res, 5));
+    // The tx lane goes first in chat A: the reply meets the 403, the board behind it is purged.
+    r.queue.start(r.client.sender());
+    const err = await reply;
+    assert.ok(err instanceof GrammyError, `got ${String(err)}`);
+    assert.equal(err.error_code, 403);
+    assert.equal(err.description, 'Forbidden: bot was kicked from the supergroup chat');
+    assert.deepEqual(await board, { status: 'purged' });
+    assert.deepEqual(r.deactivated, [[A, 'kicked']]);
+    assert.equal(await r.queue.isActive(A), false);
+    assert.deepEqual(await r.client.enqueueBoard(A, { version: 2, png: png(2) }), { status: 'refused', reason: 'deactivated' });
+    await assert.rejects(r.client.api.sendMessage(A, 'again'), (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_REFUSED'));
+    assert.equal((await other).text, 'still here');
+    // One call reached Telegram for A: the one that learned the bot was kicked.
+    assert.equal(r.stub.calls().filter((c) => c.chatId === A).length, 1);
+    // Re-added: accepted again.
+    r.stub.readd(A);
+    await r.queue.reactivate(A);
+    assert.equal((await result(r.client.enqueueBoard(A, { version: 3, png: png(3) }))).status, 'sent');
+  } finally {
+    await r.close();
+  }
+});
+
+void test('"chat not found" deactivates too; a group upgraded to a supergroup moves its jobs', async () => {
+  const r = await rig();
+  try {
+    r.stub.forget(B);
+    assert.equal((await result(r.client.enqueueBoard(B, { version: 1, png: png(1) }))).status, 'deactivated');
+    assert.deepEqual(r.deactivated, [[B, 'chat_not_found']]);
+    const group = -4242;
+    const superGroup = -1004242;
+    r.stub.migrate(group, superGroup);
+    const res = await result(r.client.enqueueBoard(group, { version: 1, png: png(1) }));
+    assert.deepEqual(res, { status: 'sent', value: { chatId: superGroup, version: 1, messageId: 1, action: 'posted' } });
+    assert.deepEqual(r.migrated, [[group, superGroup]]);
+    assert.equal(photoMessages(r.stub, superGroup), 1);
+    // Later calls for the old id go to the new one.
+    const msg = await r.client.api.sendMessage(group, 'moved');
+    assert.equal(msg.chat.id, superGroup);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('429: a bot-wide pause for retry_after, then the call goes through', async () => {
+  const r = await rig();
+  try {
+    r.stub.inject({ kind: '429', retryAfterS: 1, chatId: A, method: 'sendMessage' });
+    const first = r.client.api.sendMessage(A, 'one');
+    // Let A's call meet the 429 before B's call is queued: B must then wait for the pause too.
+    while (r.queue.stats().rateLimited === 0) await new Promise((res) => setTimeout(res, 5));
+    const second = r.client.api.sendMessage(B, 'two');
+    assert.equal((await first).text, 'one');
+    assert.equal((await second).text, 'two');
+    const calls = r.stub.calls();
+    assert.deepEqual(
+      calls.map((c) => [c.method, c.chatId, c.status]).sort(),
+      [
+        ['sendMessage', A, 200],
+        ['sendMessage', A, 429],
+        ['sendMessage', B, 200],
+      ].sort(),
+    );
+    assert.equal(calls[0]!.status, 429);
+    const t429 = calls[0]!.atMs;
+    for (const c of calls.slice(1))
+      assert.ok(c.atMs - t429 >= 990, `call for ${c.chatId} ${c.atMs - t429} ms after the 429: inside the pause`);
+    const s = r.queue.stats();
+    assert.equal(s.rateLimited, 1);
+    assert.equal(s.pauseMs, 1000);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('a dropped connection after the post was applied: no duplicate board, the lost post is found and edited', async () => {
+  const r = await rig();
+  try {
+    await r.client.api.sendMessage(A, '/start reply'); // message 1: the highest id the sender knows
+    r.stub.inject({ kind: 'drop-after-apply', chatId: A, method: 'sendPhoto' });
+    const v1 = await result(r.client.enqueueBoard(A, { version: 1, png: png(1), caption: 'v1' }));
+    assert.deepEqual(v1, { status: 'sent', value: { chatId: A, version: 1, messageId: 2, action: 'recovered' } });
+    assert.equal(photoMessages(r.stub, A), 1);
+    assert.equal(r.stub.calls().filter((c) => c.method === 'sendPhoto').length, 1, 'posted once');
+    const v2 = await result(r.client.enqueueBoard(A, { version: 2, png: png(2), caption: 'v2' }));
+    assert.deepEqual(v2, { status: 'sent', value: { chatId: A, version: 2, messageId: 2, action: 'edited' } });
+    assert.equal(photoMessages(r.stub, A), 1);
+    assert.equal(r.stub.board(A)!.caption, 'v2');
+    assert.equal(r.client.stats().boards.ambiguousPosts, 1);
+
+    // With people talking in between: the lost post is the first bot message after the last id known.
+    await r.client.api.sendMessage(B, 'known'); // 1
+    r.stub.inject({ kind: 'drop-after-apply', chatId: B, method: 'sendPhoto' });
+    r.stub.userMessage(B); // 2
+    const pending = r.client.enqueueBoard(B, { version: 1, png: png(1) }); // the lost post becomes 3
+    const res = await result(pending);
+    assert.equal(res.status, 'sent');
+    assert.equal(photoMessages(r.stub, B), 1);
+    assert.equal(r.stub.board(B)!.messageId, (res as { value: BoardDelivery }).value.messageId);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('a dropped connection before the post was applied: probed, not found, posted once', async () => {
+  const r = await rig();
+  try {
+    await r.client.api.sendMessage(A, 'reply'); // 1
+    r.stub.inject({ kind: 'drop-before-apply', chatId: A, method: 'sendPhoto' });
+    const v1 = await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
+    assert.deepEqual(v1, { status: 'sent', value: { chatId: A, version: 1, messageId: 2, action: 'posted' } });
+    assert.deepEqual(
+      r.stub.calls().map((c) => [c.method, c.outcome]),
+      [
+        ['sendMessage', 'ok'],
+        ['sendPhoto', 'dropped'],
+        ['editMessageMedia', 'error'], // probe of id 2: "message to edit not found"
+        ['sendPhoto', 'ok'],
+      ],
+    );
+    assert.equal(photoMessages(r.stub, A), 1);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('5xx: an edit is retried; a sendMessage that may have been applied is not repeated', async () => {
+  const r = await rig();
+  try {
+    await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
+    r.stub.inject({ kind: 'error', code: 500, description: 'Internal Server Error', method: 'editMessageMedia', chatId: A });
+    const v2 = await result(r.client.enqueueBoard(A, { version: 2, png: png(2) }));
+    assert.deepEqual(v2, { status: 'sent', value: { chatId: A, version: 2, messageId: 1, action: 'edited' } });
+    r.stub.inject({ kind: 'http', status: 502, body: '<html>Bad Gateway</html>', method: 'sendMessage' });
+    await assert.rejects(
+      r.client.api.sendMessage(A, 'once'),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_FAILED') && /ambiguous/.test(e.message),
+    );
+    assert.equal(r.stub.calls().filter((c) => c.method === 'sendMessage').length, 1, 'not repeated');
+    // A connection that was never made is retried even for a send.
+    const dead = new TelegramStub();
+    const deadUrl = await dead.listen();
+    await dead.close();
+    const q = new MemorySendQueue<BotCall>({
+      limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+      retryBaseMs: 5,
+      retryMaxMs: 5,
+      maxRetries: 2,
+      onError: () => {},
+    });
+    const c = new TelegramClient({ token: TOKEN, apiRoot: deadUrl, queue: q, avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 } });
+    q.start(c.sender());
+    await assert.rejects(
+      c.api.sendMessage(A, 'x'),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_FAILED') && /retries exhausted \(2\)/.test(e.message),
+    );
+    assert.equal(c.stats().sent.sendMessage, 3);
+    await q.close();
+  } finally {
+    await r.close();
+  }
+});
+
+void test('avatars: collapsed per user, capped in concurrency, cached by bytes with a TTL', async () => {
+  let now = 1_000_000;
+  const r = await rig({ avatars: { concurrency: 2, cacheBytes: 3 * 2_048, ttlMs: 60_000 }, now: () => now });
+  try {
+    const c = r.client;
+    const userIds = [1, 2, 3, 4, 5];
+    // 20 concurrent requests for one user: one read.
+    const same = await Promise.all(Array.from({ length: 20 }, () => c.avatars.get(1)));
+    assert.ok(same.every((b) => b !== null && b.length === 2_048));
+    assert.deepEqual(r.stub.stats().byMethod, { getUserProfilePhotos: 1, getFile: 1, file: 1 });
+    assert.equal(c.avatars.stats().collapsed, 19);
+    // Slow Telegram: 5 users at once never have more than 2 avatar requests open.
+    r.stub.inject({ kind: 'slow', delayMs: 40, method: 'getUserProfilePhotos', times: Infinity });
+    await Promise.all(userIds.slice(1).map((u) => c.avatars.get(u)));
+    const s = r.stub.stats();
+    assert.ok((s.peakInFlight.getUserProfilePhotos ?? 0) <= 2, `peak ${s.peakInFlight.getUserProfilePhotos}`);
+    assert.ok(c.avatars.stats().gateWaits > 0);
+    assert.ok(c.avatars.stats().peakInFlight <= 2);
+    // The byte budget holds 3 avatars of 2,048 bytes: user 1 (least recently used) was evicted.
+    assert.equal(c.avatars.stats().cacheEntries, 3);
+    assert.equal(c.avatars.stats().cacheBytes, 3 * 2_048);
+    r.stub.clearFaults();
+    const before = r.stub.stats().byMethod.getUserProfilePhotos;
+    await c.avatars.get(5);
+    assert.equal(r.stub.stats().byMethod.getUserProfilePhotos, before, 'user 5: from the cache');
+    await c.avatars.get(1);
+    assert.equal(r.stub.stats().byMethod.getUserProfilePhotos, before! + 1, 'user 1: read again');
+    // After the TTL, read again.
+    now += 60_001;
+    await c.avatars.get(1);
+    assert.equal(r.stub.stats().byMethod.getUserProfilePhotos, before! + 2);
+    // No queue involvement at all.
+    assert.deepEqual(r.queue.stats().sends.tx.ok, 0);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('avatars: a user without a photo is cached as null', async () => {
+  const r = await rig({ stub: { limits: false, avatarFor: (u) => (u === 9 ? null : new Uint8Array(100)) } });
+  try {
+    assert.equal(await r.client.avatars.get(9), null);
+    assert.equal(await r.client.avatars.get(9), null);
+    assert.equal(r.stub.stats().byMethod.getUserProfilePhotos, 1);
+    assert.equal(r.stub.stats().byMethod.getFile, undefined);
+    assert.equal((await r.client.avatars.get(8))?.length, 100);
+  } finally {
+    await r.close();
+  }
+});
+
+void test("the queue at Telegram's rates never meets the stub's ceilings (30/s bot, 1/s chat)", async () => {
+  // 50 ms of tolerance for arrival jitter (two cores shared with other suites); the group ceiling is
+  // covered by the stub's own test and the queue's suite (it needs a minute of real time).
+  const stub = new TelegramStub({ limits: { ...TELEGRAM_LIMITS, toleranceMs: 50 } });
+  await stub.listen();
+  const queue = new MemorySendQueue<BotCall>({ limits: { botRatePerS: 30, groupRatePerMin: 20, chatRatePerS: 1 }, onError: () => {} });
+  const client = new TelegramClient({ token: TOKEN, apiRoot: stub.url, queue, avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 } });
+  queue.start(client.sender());
+  try {
+    // One each into 40 private chats (over 30/s), two into one chat (over 1/s).
+    const calls: Array<Promise<unknown>> = [];
+    for (let i = 0; i < 40; i++) calls.push(client.api.sendMessage(1_000 + i, `p${i}`));
+    for (let i = 0; i < 2; i++) calls.push(client.api.sendMessage(2_000, `c${i}`));
+    await Promise.all(calls);
+    const s = stub.stats();
+    assert.equal(s.rejected429, 0);
+    assert.equal(s.ok, 42);
+    assert.ok(queue.stats().bucketWaits.bot > 0, 'the bucket held calls back');
+    const two = stub.calls().filter((c) => c.chatId === 2_000);
+    assert.ok(two[1]!.atMs - two[0]!.atMs >= 950, 'one chat: a second apart');
+  } finally {
+    await queue.close();
+    await stub.close();
+  }
+});
+
+void test('counters exported as gauges', async () => {
+  const { Metrics } = await import('@crowdplay/telemetry');
+  const r = await rig();
+  const metrics = new Metrics({ service: 'telegram-test' });
+  try {
+    r.client.exportMetrics(metrics);
+    await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
+    await r.client.avatars.get(5);
+    const text = await metrics.prometheusText();
+    assert.match(text, /crowdplay_telegram_boards\{action="posted"[^}]*\} 1\n/);
+    assert.match(text, /crowdplay_telegram_avatar\{stat="reads"[^}]*\} 1\n/);
+  } finally {
+    await metrics.close();
+    await r.close();
+  }
+});
