@@ -478,6 +478,21 @@ export const schema = {
       unit: 'per second',
       doc: "Sends per chat per second (Telegram's documented ~1/s per chat).",
     }),
+    sendConcurrency: int({
+      env: 'TELEGRAM_SENDQ_CONCURRENCY',
+      default: 8,
+      min: 1,
+      max: 256,
+      unit: 'count',
+      doc: "Bot API calls one process has in flight at once (the token bucket still spaces them; 8 covers 30/s at Telegram's usual ~100–250 ms per call).",
+    }),
+    sendMaxQueued: int({
+      env: 'TELEGRAM_SENDQ_MAX_QUEUED',
+      default: 100_000,
+      min: 1,
+      unit: 'count',
+      doc: 'Jobs the send queue holds; one more is refused with CP_ERR_SENDQ_FULL (a board per chat supersedes its older one, so the bound is chats plus transactional messages).',
+    }),
     avatarConcurrency: int({
       env: 'TELEGRAM_AVATAR_CONCURRENCY',
       default: 8,

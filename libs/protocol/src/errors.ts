@@ -159,6 +159,10 @@ export const ERRORS = {
     message: 'more than %s of your stakes and trades are waiting in this round (ROUND_MAX_PENDING_PER_VIEWER)',
     httpStatus: 429,
   },
+  // the send queue (libs/sendq): refusals of an enqueue, counted in crowdplay_refusals_total
+  CP_ERR_SENDQ_CHAT_DEACTIVATED: { message: 'chat %s is deactivated: its sends are refused until it is re-activated', httpStatus: 403 },
+  CP_ERR_SENDQ_FULL: { message: 'the send queue holds its maximum of %s jobs (TELEGRAM_SENDQ_MAX_QUEUED)', httpStatus: 503 },
+  CP_ERR_SENDQ_CLOSED: { message: 'the send queue is closed', httpStatus: 503 },
   // telegram (libs/telegram)
   CP_ERR_INITDATA_MALFORMED: { message: 'initData is malformed: %s', httpStatus: 400, closeCode: CloseCode.unauthorized },
   CP_ERR_INITDATA_MISSING_FIELD: { message: 'initData has no %s field', httpStatus: 401, closeCode: CloseCode.unauthorized },

@@ -1,1 +1,24 @@
-export {};
+/**
+ * @crowdplay/sendq: the one send queue every outgoing Telegram Bot API call
+ * passes. See docs/sendq.md for the bucket's algorithm, the key layout, the
+ * scheduling design and the outcome policy.
+ */
+export * from './types.ts';
+export { systemClock, scaledClock, ManualClock, type Clock } from './clock.ts';
+export {
+  DEFAULT_CONCURRENCY,
+  DEFAULT_MAX_QUEUED,
+  DEFAULT_MAX_RETRIES,
+  DEFAULT_RETRY_BASE_MS,
+  DEFAULT_RETRY_MAX_MS,
+  DEFAULT_MAX_REQUEUES,
+  retryBackoffMs,
+  type SendQueueOptions,
+} from './options.ts';
+export { intervalsOf, decideTake, type Intervals, type TakeState, type TakeDecision } from './gcra.ts';
+export { DEFAULT_PREFIX, sendqKeys, type SendqKeys } from './keys.ts';
+export { MemoryBucket, type MemoryBucketOptions } from './memory-bucket.ts';
+export { RedisBucket, BUCKET_LUA, BUCKET_LUA_SHA, type RedisBucketOptions } from './redis-bucket.ts';
+export { MemorySendQueue, type MemorySendQueueOptions } from './memory-queue.ts';
+export { BullmqSendQueue, type BullmqSendQueueOptions } from './bullmq-queue.ts';
+export { openSendQueue, type OpenSendQueueOptions } from './open.ts';

@@ -1,0 +1,123 @@
+import type { Metrics, Refusals } from '@crowdplay/telemetry';
+import type { Lane, LaneDepth, LimitName, OutcomeKind, RefuseReason, SendQueueStats } from './types.ts';
+
+/**
+ * Refusal codes reported to `Refusals` (area `sendq`). Not yet in the
+ * catalogue (libs/protocol/src/errors.ts); proposed there as CP_ERR_SENDQ_*.
+ */
+export const REFUSAL_CODES: Record<RefuseReason, string> = {
+  deactivated: 'CP_ERR_SENDQ_CHAT_DEACTIVATED',
+  full: 'CP_ERR_SENDQ_FULL',
+  closed: 'CP_ERR_SENDQ_CLOSED',
+};
+
+function emptyStats(): SendQueueStats {
+  const outcomes = (): Record<OutcomeKind, number> => ({ ok: 0, retryAfter: 0, deactivate: 0, drop: 0, retry: 0, requeue: 0, threw: 0 });
+  return {
+    sends: { tx: outcomes(), board: outcomes() },
+    rateLimited: 0,
+    pauseMs: 0,
+    superseded: 0,
+    purged: 0,
+    failed: 0,
+    refused: { deactivated: 0, full: 0, closed: 0 },
+    bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
+  };
+}
+
+type Counter = ReturnType<Metrics['counter']>;
+
+interface Instruments {
+  sends: Counter;
+  rateLimited: Counter;
+  pauseMs: Counter;
+  superseded: Counter;
+  purged: Counter;
+  failed: Counter;
+  refused: Counter;
+  bucketWaits: Counter;
+}
+
+/**
+ * The queue's counters: kept in `stats` (this process) and, when a `Metrics`
+ * is given, exported as `crowdplay_sendq_*`:
+ * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
+ * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
+ * bucket_waits_total{limit}, and the gauge depth{lane}.
+ */
+export class QueueCounters {
+  readonly stats: SendQueueStats = emptyStats();
+  private readonly m: Instruments | undefined;
+
+  constructor(
+    metrics: Metrics | undefined,
+    private readonly refusals: Refusals | undefined,
+    depth: () => LaneDepth,
+  ) {
+    if (metrics === undefined) return;
+    this.m = {
+      sends: metrics.counter('crowdplay_sendq_sends_total', 'Bot API calls made through the send queue, by lane and outcome'),
+      rateLimited: metrics.counter('crowdplay_sendq_rate_limited_total', 'Bot API 429 answers (each pauses every sender for retry_after)'),
+      pauseMs: metrics.counter('crowdplay_sendq_pause_ms_total', 'Bot-wide pause requested after 429s, ms'),
+      superseded: metrics.counter('crowdplay_sendq_superseded_total', 'Queued jobs replaced by a newer job with the same key, by lane'),
+      purged: metrics.counter('crowdplay_sendq_purged_total', 'Queued jobs purged because their chat was deactivated'),
+      failed: metrics.counter('crowdplay_sendq_failed_total', 'Jobs that exhausted their retries or requeues'),
+      refused: metrics.counter('crowdplay_sendq_refused_total', 'Enqueues refused, by reason (deactivated, full, closed)'),
+      bucketWaits: metrics.counter(
+        'crowdplay_sendq_bucket_waits_total',
+        'Bucket takes refused, by the limit that refused (pause, bot, group, chat)',
+      ),
+    };
+    metrics.gauge('crowdplay_sendq_depth', 'Jobs queued in the send queue (not started), by lane', () => {
+      const d = depth();
+      return [
+        [d.tx, { lane: 'tx' }],
+        [d.board, { lane: 'board' }],
+      ];
+    });
+  }
+
+  send(lane: Lane, kind: OutcomeKind): void {
+    this.stats.sends[lane][kind]++;
+    this.m?.sends.add(1, { lane, outcome: kind });
+  }
+
+  rateLimited(pauseMs: number): void {
+    this.stats.rateLimited++;
+    this.stats.pauseMs += pauseMs;
+    this.m?.rateLimited.add(1);
+    this.m?.pauseMs.add(pauseMs);
+  }
+
+  superseded(lane: Lane): void {
+    this.stats.superseded++;
+    this.m?.superseded.add(1, { lane });
+  }
+
+  purged(n: number): void {
+    if (n <= 0) return;
+    this.stats.purged += n;
+    this.m?.purged.add(n);
+  }
+
+  failed(): void {
+    this.stats.failed++;
+    this.m?.failed.add(1);
+  }
+
+  refused(reason: RefuseReason, chatId: number): void {
+    this.stats.refused[reason]++;
+    this.m?.refused.add(1, { reason });
+    this.refusals?.refuse('sendq', REFUSAL_CODES[reason], { chatId });
+  }
+
+  bucketWait(limit: LimitName): void {
+    this.stats.bucketWaits[limit]++;
+    this.m?.bucketWaits.add(1, { limit });
+  }
+
+  /** A deep copy of the stats. */
+  snapshot(): SendQueueStats {
+    return structuredClone(this.stats);
+  }
+}

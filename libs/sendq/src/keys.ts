@@ -1,0 +1,78 @@
+/**
+ * Every Redis key, channel and BullMQ name of the send queue, built here only.
+ * These names are contracts: renaming one strands state in a running Redis.
+ *
+ * All keys start with the hash tag `{<prefix>}` so that they share one Redis
+ * Cluster slot (the Lua bucket touches several keys atomically).
+ */
+
+/** Default key prefix (tests use a unique one from `uniqueName()`). */
+export const DEFAULT_PREFIX = 'crowdplay:sendq';
+
+const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
+
+/** The keys of one send queue / bucket under `prefix`. */
+export interface SendqKeys {
+  /** `{p}`: the common start of every key (SCAN `{p}*` finds them all). */
+  readonly base: string;
+  /** Bot-wide pause end, µs (string integer), PX-expiring. */
+  readonly pause: string;
+  /** Bot rate GCRA tat, µs. */
+  readonly bot: string;
+  /** Per-chat rate GCRA tat, µs. */
+  chat(chatKey: string): string;
+  /** Per-group rate GCRA tat, µs. */
+  group(chatKey: string): string;
+  /** BullMQ `prefix` option (queue keys are `{p}:<queueName>:…`). */
+  readonly bullPrefix: string;
+  /** BullMQ queue name (both lanes: tx unprioritised, board prioritised). */
+  readonly queueName: string;
+  /** Latest version (INCR counter) of a supersession key. */
+  version(key: string): string;
+  /** SET of deactivated chat ids. */
+  readonly deactivated: string;
+  /** HASH old chat id → new chat id (migrations). */
+  readonly moved: string;
+  /**
+   * ZSET of a chat's unfinished jobs, score = lane offset (tx 0, board 2^50) +
+   * enqueue sequence: rank 0 is the chat's head (per-chat order, purge, migration).
+   */
+  chatJobs(chatId: number): string;
+  /** INCR counter: enqueue sequence. */
+  readonly seq: string;
+  /** HASH lane → jobs not finished (depth). */
+  readonly depth: string;
+  /** INCR counter: calls of `send` started for job `id` (a restarted job never repeats a call whose outcome was lost). */
+  called(id: string): string;
+  /** BullMQ's hash of job `id`. */
+  bullJob(id: string): string;
+  /** Pub/sub channel carrying `{id, result}` when a job ends (feeds `EnqueueResult.result` across processes). */
+  readonly settled: string;
+}
+
+/**
+ * The key layout for `prefix`.
+ * @throws RangeError unless `prefix` is 1–100 characters of `A-Za-z0-9_:.-`.
+ */
+export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
+  if (!PREFIX_RE.test(prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${prefix}"`);
+  const base = `{${prefix}}`;
+  return {
+    base,
+    pause: `${base}:b:pause`,
+    bot: `${base}:b:bot`,
+    chat: (k) => `${base}:b:chat:${k}`,
+    group: (k) => `${base}:b:group:${k}`,
+    bullPrefix: base,
+    queueName: 'q',
+    version: (k) => `${base}:v:${k}`,
+    deactivated: `${base}:off`,
+    moved: `${base}:moved`,
+    chatJobs: (id) => `${base}:cj:${id}`,
+    seq: `${base}:seq`,
+    depth: `${base}:depth`,
+    bullJob: (id) => `${base}:q:${id}`,
+    called: (id) => `${base}:called:${id}`,
+    settled: `${base}:settled`,
+  };
+}

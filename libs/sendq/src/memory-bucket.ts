@@ -1,0 +1,102 @@
+import { systemClock, type Clock } from './clock.ts';
+import { decideTake, intervalsOf, waitUsToMs, type Intervals } from './gcra.ts';
+import { checkLimits } from './options.ts';
+import type { SendBucket, SendLimits, TakeResult } from './types.ts';
+
+/** Options of {@link MemoryBucket}. */
+export interface MemoryBucketOptions {
+  limits: SendLimits;
+  /** @defaultValue systemClock */
+  clock?: Clock;
+}
+
+/** Takes between sweeps of expired per-chat entries (keeps memory bounded by chats active in the last interval). */
+const SWEEP_EVERY = 4_096;
+
+/**
+ * The in-process bucket (standalone; one process is the whole bot). Same
+ * arithmetic as the Redis script (`gcra.ts`), on the injected clock.
+ */
+export class MemoryBucket implements SendBucket {
+  readonly kind = 'memory' as const;
+  private readonly iv: Intervals;
+  private readonly clock: Clock;
+  private pausedUntilUs = 0;
+  private botTatUs = 0;
+  private readonly chatTat = new Map<string, number>();
+  private readonly groupTat = new Map<string, number>();
+  private takes = 0;
+
+  /** @throws CrowdplayError CP_ERR_CONFIG_INVALID on bad limits. */
+  constructor(opts: MemoryBucketOptions) {
+    checkLimits(opts.limits);
+    this.iv = intervalsOf(opts.limits);
+    this.clock = opts.clock ?? systemClock;
+  }
+
+  /** Synchronous {@link SendBucket.take} (the in-process queue uses it directly). */
+  takeNow(chatKey: string, isGroup: boolean): TakeResult {
+    if (chatKey === '') throw new RangeError('chatKey must not be empty');
+    const nowMs = this.clock.now();
+    const nowUs = Math.round(nowMs * 1000);
+    if (++this.takes % SWEEP_EVERY === 0) this.sweep(nowUs);
+    const d = decideTake(
+      {
+        pausedUntilUs: this.pausedUntilUs,
+        botTatUs: this.botTatUs,
+        chatTatUs: this.chatTat.get(chatKey) ?? 0,
+        groupTatUs: isGroup ? (this.groupTat.get(chatKey) ?? 0) : undefined,
+      },
+      nowUs,
+      this.iv,
+    );
+    if (!d.granted)
+      return { granted: false, nowMs, retryAfterMs: waitUsToMs(d.retryUs), botWaitMs: waitUsToMs(d.botWaitUs), limit: d.limit };
+    this.botTatUs = d.botTatUs;
+    this.chatTat.set(chatKey, d.chatTatUs);
+    if (d.groupTatUs !== undefined) this.groupTat.set(chatKey, d.groupTatUs);
+    return { granted: true, nowMs };
+  }
+
+  take(chatKey: string, isGroup: boolean): Promise<TakeResult> {
+    try {
+      return Promise.resolve(this.takeNow(chatKey, isGroup));
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  /** Synchronous {@link SendBucket.pause}. */
+  pauseNow(forMs: number): number {
+    if (!(Number.isFinite(forMs) && forMs >= 0)) throw new RangeError(`forMs must be a finite number >= 0, got ${forMs}`);
+    const nowUs = Math.round(this.clock.now() * 1000);
+    this.pausedUntilUs = Math.max(this.pausedUntilUs, nowUs + Math.ceil(forMs * 1000));
+    return this.pausedUntilUs / 1000;
+  }
+
+  pause(forMs: number): Promise<number> {
+    try {
+      return Promise.resolve(this.pauseNow(forMs));
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  /** Synchronous {@link SendBucket.pausedForMs}. */
+  pausedForMsNow(): number {
+    return waitUsToMs(this.pausedUntilUs - Math.round(this.clock.now() * 1000));
+  }
+
+  pausedForMs(): Promise<number> {
+    return Promise.resolve(this.pausedForMsNow());
+  }
+
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  private sweep(nowUs: number): void {
+    for (const [k, t] of this.chatTat) if (t <= nowUs) this.chatTat.delete(k);
+    for (const [k, t] of this.groupTat) if (t <= nowUs) this.groupTat.delete(k);
+  }
+}

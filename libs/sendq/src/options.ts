@@ -1,0 +1,105 @@
+import type { Metrics, Refusals } from '@crowdplay/telemetry';
+import { CrowdplayError } from '@crowdplay/protocol';
+import type { Clock } from './clock.ts';
+import type { JobResult, SendJob, SendLimits } from './types.ts';
+
+/** Calls of `send` in flight per process. Telegram answers in ~50–300 ms, so 8 covers 30/s with room. */
+export const DEFAULT_CONCURRENCY = 8;
+/** Queued jobs (both lanes) before enqueue answers `full`: a bound, not a target (supersession keeps boards at ~1 per chat). */
+export const DEFAULT_MAX_QUEUED = 100_000;
+/** `{retry}` outcomes allowed per job before it fails. */
+export const DEFAULT_MAX_RETRIES = 3;
+/** First retry backoff, ms; doubles per retry. */
+export const DEFAULT_RETRY_BASE_MS = 1_000;
+/** Longest retry backoff, ms. */
+export const DEFAULT_RETRY_MAX_MS = 30_000;
+/** `{requeue}` outcomes allowed per job before it fails (a repost after "message to edit not found" needs one). */
+export const DEFAULT_MAX_REQUEUES = 3;
+
+/** Options shared by both queue adapters. */
+export interface SendQueueOptions {
+  /** The three rates (from `config.telegram`). */
+  limits: SendLimits;
+  /** Calls of `send` in flight in this process (bucket takes included). @defaultValue {@link DEFAULT_CONCURRENCY} */
+  concurrency?: number;
+  /** Queued jobs before enqueue is refused `full` (BullMQ: checked against a count at most 1 s old). @defaultValue {@link DEFAULT_MAX_QUEUED} */
+  maxQueued?: number;
+  /** @defaultValue {@link DEFAULT_MAX_RETRIES} */
+  maxRetries?: number;
+  /** Backoff before retry n (1-based): min(retryMaxMs, retryBaseMs × 2^(n−1)), ms. @defaultValue {@link DEFAULT_RETRY_BASE_MS} */
+  retryBaseMs?: number;
+  /** @defaultValue {@link DEFAULT_RETRY_MAX_MS} */
+  retryMaxMs?: number;
+  /** @defaultValue {@link DEFAULT_MAX_REQUEUES} */
+  maxRequeues?: number;
+  /** Time source of the queue (and of the in-process bucket it creates). @defaultValue `systemClock` */
+  clock?: Clock;
+  /** Metrics sink (`crowdplay_sendq_*`). Counters are also kept in `stats()`. */
+  metrics?: Metrics;
+  /** Refusal reporting (area `sendq`). */
+  refusals?: Refusals;
+  /** Called in the process that decided a job's end, for every job (after its `result` promise settles). Must not throw. */
+  onSettled?: (job: SendJob<unknown>, result: JobResult) => void;
+  /** Unexpected errors (a throwing `send`, Redis errors in workers). @defaultValue console.error */
+  onError?: (err: unknown, context: string) => void;
+}
+
+/** `SendQueueOptions` with defaults applied. */
+export interface ResolvedQueueOptions {
+  limits: SendLimits;
+  concurrency: number;
+  maxQueued: number;
+  maxRetries: number;
+  retryBaseMs: number;
+  retryMaxMs: number;
+  maxRequeues: number;
+}
+
+function positiveInt(name: string, v: number, min: number): string | undefined {
+  return Number.isInteger(v) && v >= min ? undefined : `${name} must be an integer >= ${min}, got ${v}`;
+}
+
+/**
+ * Checks the limits.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming each bad field.
+ */
+export function checkLimits(limits: SendLimits): void {
+  const bad = [
+    positiveInt('limits.botRatePerS', limits.botRatePerS, 1),
+    positiveInt('limits.groupRatePerMin', limits.groupRatePerMin, 1),
+    positiveInt('limits.chatRatePerS', limits.chatRatePerS, 1),
+  ].filter((x): x is string => x !== undefined);
+  if (bad.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [bad.join('\n')]);
+}
+
+/**
+ * Applies defaults and validates.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming each bad field.
+ */
+export function resolveQueueOptions(o: SendQueueOptions): ResolvedQueueOptions {
+  checkLimits(o.limits);
+  const r: ResolvedQueueOptions = {
+    limits: { ...o.limits },
+    concurrency: o.concurrency ?? DEFAULT_CONCURRENCY,
+    maxQueued: o.maxQueued ?? DEFAULT_MAX_QUEUED,
+    maxRetries: o.maxRetries ?? DEFAULT_MAX_RETRIES,
+    retryBaseMs: o.retryBaseMs ?? DEFAULT_RETRY_BASE_MS,
+    retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS,
+    maxRequeues: o.maxRequeues ?? DEFAULT_MAX_REQUEUES,
+  };
+  const bad = [
+    positiveInt('concurrency', r.concurrency, 1),
+    positiveInt('maxQueued', r.maxQueued, 1),
+    positiveInt('maxRetries', r.maxRetries, 0),
+    positiveInt('retryBaseMs', r.retryBaseMs, 0),
+    positiveInt('retryMaxMs', r.retryMaxMs, 0),
+    positiveInt('maxRequeues', r.maxRequeues, 0),
+  ].filter((x): x is string => x !== undefined);
+  if (bad.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [bad.join('\n')]);
+  return r;
+}
+
+/** Backoff before retry `n` (1-based), ms: min(retryMaxMs, retryBaseMs × 2^(n−1)). */
+export function retryBackoffMs(o: Pick<ResolvedQueueOptions, 'retryBaseMs' | 'retryMaxMs'>, n: number): number {
+  return Math.min(o.retryMaxMs, o.retryBaseMs * 2 ** Math.max(0, n - 1));
+}

@@ -1,0 +1,93 @@
+/**
+ * Runs the shared queue suite against BullMQ + the Redis Lua bucket (REDIS_URL,
+ * default redis://127.0.0.1:6379), each test under its own key prefix, deleted
+ * afterwards. The clock runs 50× real time so per-minute limits take ~1 s. It
+ * FAILS, never skips, when Redis is unreachable.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Redis } from 'ioredis';
+import { BullmqSendQueue, scaledClock, sendqKeys, type SendFn } from '../src/index.ts';
+import { REDIS_URL, TELEGRAM_LIMITS, bullmqHarness, deleteKeys, uniquePrefix, type TestPayload } from './harness.ts';
+import { sendqSuite } from './sendq-suite.ts';
+
+sendqSuite('bullmq', bullmqHarness(50));
+
+void test(
+  'bullmq - two processes: one bot-wide limit, one pause, each job sent once, results cross over',
+  { timeout: 20_000 },
+  async (t) => {
+    const prefix = uniquePrefix();
+    const clock = scaledClock(50);
+    const open = (): Promise<BullmqSendQueue<TestPayload>> =>
+      BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM_LIMITS, clock, concurrency: 4 });
+    const a = await open();
+    const b = await open();
+    t.after(async () => {
+      await a.close(2_000);
+      await b.close(2_000);
+      const r = new Redis(REDIS_URL);
+      await deleteKeys(r, prefix);
+      await r.quit();
+    });
+    const calls: Array<{ id: string; by: string; atMs: number; grantedAtMs: number; ok: boolean }> = [];
+    let answeredAt = -1;
+    const sender =
+      (by: string): SendFn<TestPayload> =>
+      (job) => {
+        const limited = calls.length === 20;
+        calls.push({ id: job.id, by, atMs: clock.now(), grantedAtMs: job.grantedAtMs, ok: !limited });
+        if (limited) answeredAt = clock.now();
+        return Promise.resolve(limited ? { retryAfterS: 2 } : { ok: true, value: by });
+      };
+    a.start(sender('a'));
+    b.start(sender('b'));
+    // Producer: process a only; both work.
+    const results = [];
+    for (let n = 1; n <= 90; n++) {
+      const r = await a.enqueue({ chatId: 1_000 + n, lane: 'tx', payload: { n } });
+      assert.equal(r.status, 'queued');
+      if (r.status === 'queued') results.push(r.result);
+    }
+    const settled = await Promise.all(results);
+    assert.ok(
+      settled.every((s) => s.status === 'sent'),
+      JSON.stringify(settled.filter((s) => s.status !== 'sent')),
+    );
+    const sentBy = new Set(settled.map((s) => (s.status === 'sent' ? String(s.value) : '')));
+    assert.deepEqual([...sentBy].sort(), ['a', 'b'], 'both processes sent, and b’s results reached a');
+    const ok = calls.filter((c) => c.ok);
+    assert.equal(ok.length, 90);
+    assert.equal(new Set(ok.map((c) => c.id)).size, 90, 'no job sent twice');
+    const grants = calls.map((c) => c.grantedAtMs).sort((x, y) => x - y);
+    for (let i = 0; i + 30 < grants.length; i++) assert.ok(grants[i + 30]! - grants[i]! >= 1_000, `31 grants within 1 s at ${grants[i]}`);
+    // The 429 seen by one process paused both: the only calls after it started after the pause.
+    const late = calls.filter((c) => c.atMs > answeredAt + 50 && c.atMs < answeredAt + 2_000);
+    assert.deepEqual(late, [], 'no call during the pause (allowing the pause write’s own round trip)');
+  },
+);
+
+void test('bullmq - a job re-run after a worker stopped mid-call is never called again', { timeout: 20_000 }, async (t) => {
+  const prefix = uniquePrefix();
+  const q = await BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM_LIMITS, clock: scaledClock(50) });
+  const r = new Redis(REDIS_URL);
+  t.after(async () => {
+    await q.close(2_000);
+    await deleteKeys(r, prefix);
+    await r.quit();
+  });
+  const crashed = await q.enqueue({ chatId: 91, lane: 'board', payload: { n: 1 } });
+  const fine = await q.enqueue({ chatId: 92, lane: 'board', payload: { n: 2 } });
+  assert.ok(crashed.status === 'queued' && fine.status === 'queued');
+  // What a worker does right before calling send; it then "died" before recording the outcome.
+  await r.incr(sendqKeys(prefix).called(crashed.id));
+  const calls: number[] = [];
+  q.start((job) => {
+    calls.push(job.payload.n);
+    return Promise.resolve({ ok: true });
+  });
+  assert.deepEqual(await crashed.result, { status: 'dropped', reason: 'outcome unknown: a worker stopped during the call' });
+  assert.deepEqual(await fine.result, { status: 'sent' });
+  assert.deepEqual(calls, [2]);
+  assert.equal(await r.exists(sendqKeys(prefix).called(crashed.id)), 0, 'the counter goes with the job');
+});
