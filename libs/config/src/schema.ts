@@ -438,6 +438,18 @@ export const schema = {
       secret: true,
       doc: 'secret_token given to setWebhook: the webhook refuses an update whose X-Telegram-Bot-Api-Secret-Token header differs. Required when TELEGRAM_BOT_TOKEN is set.',
     }),
+    botUsername: str({
+      env: 'TELEGRAM_BOT_USERNAME',
+      default: 'crowdplay_bot',
+      pattern: /^[A-Za-z0-9_]{1,64}$/,
+      doc: "The bot's username (without @): commands addressed to another bot are ignored, and the Mini App link is https://t.me/<username>/<TELEGRAM_APP_NAME>?startapp=….",
+    }),
+    appName: str({
+      env: 'TELEGRAM_APP_NAME',
+      default: 'play',
+      pattern: /^[A-Za-z0-9_]{1,64}$/,
+      doc: "The Mini App's short name registered with @BotFather (its direct link; the page is served at /tg/).",
+    }),
     tenantId: str({
       env: 'TELEGRAM_TENANT_ID',
       default: 'dev',

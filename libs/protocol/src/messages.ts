@@ -333,6 +333,8 @@ export interface BusIntent {
   trade?: BusTrade;
   /** A word game's guess (the crowd frame's `word`), with an empty `action`. */
   guess?: string;
+  /** The viewer's display name when the gateway knows it (Telegram Mini App sessions), for boards. */
+  name?: string;
   /** Gateway receive time, ms since epoch. */
   at: number;
 }

@@ -445,3 +445,9 @@ export function miniAppSession(raw: string, opts: MiniAppSessionOptions): MiniAp
     throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [opts.expectChatId]);
   return { user: initData.user, chatId, initData };
 }
+
+/** The crowdplay channel id of a Telegram chat: `tg` + the id, `n` standing for the minus of a group's negative id. */
+export function telegramChannelId(chatId: number): string {
+  if (!Number.isSafeInteger(chatId) || chatId === 0) throw new RangeError(`not a chat id: ${chatId}`);
+  return chatId < 0 ? `tgn${-chatId}` : `tg${chatId}`;
+}

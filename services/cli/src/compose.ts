@@ -14,6 +14,7 @@ import { Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
+import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
 
 export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer'] as const;
 export type ServiceName = (typeof SERVICES)[number];
@@ -40,6 +41,7 @@ interface Parts {
   shard?: Shard;
   router?: Router;
   sequencer?: SequencerService;
+  telegram?: TelegramPart | null;
 }
 
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
@@ -130,7 +132,24 @@ export async function startServices(config: Config, names: readonly ServiceName[
     let port: number | undefined;
     if (names.includes('gateway')) {
       const router = new RouterClient(bus, subjects, config.bus.requestTimeoutMs);
-      parts.gateway = createGateway({ config, bus, store, router, telemetry, ledger: parts.ledger });
+      // The bot and its live boards run beside the gateway that receives the webhook (off without TELEGRAM_BOT_TOKEN).
+      parts.telegram = await startTelegram({
+        config,
+        bus,
+        subjects,
+        telemetry,
+        ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId)),
+      });
+      const bot = parts.telegram?.bot;
+      parts.gateway = createGateway({
+        config,
+        bus,
+        store,
+        router,
+        telemetry,
+        ledger: parts.ledger,
+        ...(bot ? { onTelegramUpdate: (u) => bot.handle(u) } : {}),
+      });
       port = (await parts.gateway.listen()).port;
       logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);
     }
@@ -146,6 +165,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         // 3. Now the sockets close (1001), then everything else.
         if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         await parts.gateway?.close();
+        await parts.telegram?.close();
         await parts.ledger?.drain();
         await parts.router?.close();
         await parts.sequencer?.close();
@@ -159,6 +179,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
     return { port, telemetry, store, bus, stop };
   } catch (err) {
     await parts.gateway?.close();
+    await parts.telegram?.close();
     await parts.ledger?.close();
     await parts.shard?.close();
     await parts.router?.close();

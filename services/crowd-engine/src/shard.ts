@@ -371,7 +371,7 @@ export class Shard {
           continue;
         }
         try {
-          const r = g.call(o.game, it.viewer, it.guess, now);
+          const r = g.call(o.game, it.viewer, it.guess, now, it.name);
           acks.push({ conn: it.conn, seq: it.seq, ok: true, cost: 0, marks: r.marks, solved: r.solved, left: r.left });
           this.m.intents.add(1, { outcome: 'accepted' });
         } catch (err) {

@@ -52,6 +52,8 @@ export class Conn {
   gamePumping = false;
   /** Answered the last ping (or was just opened). */
   alive = true;
+  /** Display name (Telegram Mini App sessions: the user's first and last name), sent with guesses for the board. */
+  displayName: string | undefined;
   /** performance.now() when the upgrade completed (for crowdplay_connect_setup_ms). */
   readonly upgradedAt = performance.now();
 

@@ -65,6 +65,7 @@ import type { RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { Authenticator } from './auth.ts';
 import { TelegramAuth } from './telegram-auth.ts';
+import { registerTelegramWebhook, type TelegramUpdate } from './telegram-webhook.ts';
 import { closeWithError, Conn, sendErrorFrame, TEXT_FRAME, type ConnRole } from './connection.ts';
 import { ChannelFanout } from './fanout.ts';
 import { registerRoutes } from './http.ts';
@@ -107,6 +108,8 @@ export interface GatewayDeps {
   store: Store;
   router: RouterApi;
   telemetry: Telemetry;
+  /** Handles the Telegram webhook's updates (served when given and TELEGRAM_BOT_TOKEN is set). */
+  onTelegramUpdate?: (update: TelegramUpdate) => Promise<void>;
   /** When given, the funding routes (grants, balances) are served. */
   ledger?: Ledger;
 }
@@ -212,6 +215,7 @@ class GatewayImpl implements Gateway {
   private readonly metrics: GatewayMetrics;
   private readonly auth: Authenticator;
   private readonly telegramAuth: TelegramAuth;
+  private telegramWebhook: { drain(): Promise<void> } | undefined;
   private readonly fanout: ChannelFanout;
   private readonly batcher: IntentBatcher;
   private readonly connLimiter: KeyedLimiter;
@@ -294,6 +298,13 @@ class GatewayImpl implements Gateway {
       ready: () => this.lifecycle === 'ready',
       state: () => this.lifecycle,
     });
+    if (deps.onTelegramUpdate && config.telegram.botToken) {
+      this.telegramWebhook = registerTelegramWebhook(this.app, {
+        secret: config.telegram.webhookSecret,
+        handle: deps.onTelegramUpdate,
+        telemetry,
+      });
+    }
     if (deps.ledger) {
       registerFundingRoutes(this.app, {
         store,
@@ -360,6 +371,8 @@ class GatewayImpl implements Gateway {
   }
 
   private async doDrain(): Promise<void> {
+    // Updates already taken from Telegram are handled (their replies queued) before the process stops.
+    await this.telegramWebhook?.drain();
     if (this.lifecycle === 'created' || this.lifecycle === 'ready') this.lifecycle = 'draining';
     const open = [...this.conns.values()].filter((c) => c.state === 'auth' || c.state === 'open');
     for (const conn of open) this.end(conn, 'CP_ERR_LIMIT_DRAINING');
@@ -493,6 +506,7 @@ class GatewayImpl implements Gateway {
         conn.channel = id.channel;
         conn.tenantId = id.tenantId;
         conn.viewer = id.viewer;
+        conn.displayName = id.name;
       } else if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
       else if (conn.role === 'crowd') {
         conn.lastEventId = parseLastEventId(query);
@@ -682,6 +696,7 @@ class GatewayImpl implements Gateway {
       if (msg.option !== undefined) intent.option = msg.option;
     } else if (msg.t === 'guess') {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', guess: msg.word, at: Date.now() };
+      if (conn.displayName !== undefined) intent.name = conn.displayName;
     } else {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', trade: busTrade(msg), at: Date.now() };
     }

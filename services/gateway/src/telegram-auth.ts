@@ -13,13 +13,7 @@
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Store } from '@crowdplay/store';
-import { miniAppSession, startParamSecret } from '@crowdplay/telegram';
-
-/** The channel id of a Telegram chat: `tg` + the id, `n` standing for the minus of a group's negative id. */
-export function telegramChannelId(chatId: number): string {
-  if (!Number.isSafeInteger(chatId) || chatId === 0) throw new RangeError(`not a chat id: ${chatId}`);
-  return chatId < 0 ? `tgn${-chatId}` : `tg${chatId}`;
-}
+import { miniAppSession, startParamSecret, telegramChannelId } from '@crowdplay/telegram';
 
 /** A verified Mini App viewer. */
 export interface TelegramIdentity {

@@ -32,7 +32,7 @@ export interface GameModule {
    * Optional: scores a viewer's `guess` frame (word games). Throws a
    * CrowdplayError to refuse it (its code goes into the ack).
    */
-  guess?(viewer: string, word: string, nowMs: number): { marks: string; solved: boolean; left: number };
+  guess?(viewer: string, word: string, nowMs: number, name?: string): { marks: string; solved: boolean; left: number };
   /**
    * Optional: called every tick; returns the new game state when it changed
    * since the last call (guesses, a rollover), else null.

@@ -69,6 +69,8 @@ export interface PlayerGame {
   /** Marks of each guess so far, in order (e.g. ['..y.g', 'ggggg']). */
   marks: string[];
   solved: boolean;
+  /** Display name for the board (when the gateway knows it). */
+  name?: string;
 }
 
 /** The outcome of a guess. */
@@ -99,7 +101,7 @@ export class ChatPuzzle {
    * @throws CrowdplayError CP_ERR_PUZZLE_INVALID_WORD (not five letters a–z, or
    *   not in the dictionary), CP_ERR_PUZZLE_OVER (solved, or six guesses used)
    */
-  guess(player: string, word: string): GuessResult {
+  guess(player: string, word: string, name?: string): GuessResult {
     const w = typeof word === 'string' ? word.toLowerCase() : '';
     if (!/^[a-z]{5}$/.test(w) || !this.dictionary.has(w))
       throw new CrowdplayError('CP_ERR_PUZZLE_INVALID_WORD', [String(word).slice(0, 16)]);
@@ -107,6 +109,7 @@ export class ChatPuzzle {
     if (!g) this.players.set(player, (g = { marks: [], solved: false }));
     if (g.solved || g.marks.length >= MAX_GUESSES) throw new CrowdplayError('CP_ERR_PUZZLE_OVER', [g.solved ? 'solved' : 'out of guesses']);
     const marks = score(w, this.answer);
+    if (name !== undefined && name !== '') g.name = name.slice(0, 128);
     g.marks.push(marks);
     g.solved = marks === 'ggggg';
     this.version++;
@@ -152,7 +155,9 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
   };
   const state = (p: ChatPuzzle): WordPuzzleState => ({
     puzzle: p.number,
-    players: Object.fromEntries([...p.players].map(([v, g]) => [v, { marks: [...g.marks], solved: g.solved }])),
+    players: Object.fromEntries(
+      [...p.players].map(([v, g]) => [v, { marks: [...g.marks], solved: g.solved, ...(g.name ? { name: g.name } : {}) }]),
+    ),
   });
   return {
     name: 'word-puzzle',
@@ -163,7 +168,9 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
       if (r && r.puzzle === p.number && r.players && typeof r.players === 'object') {
         for (const [v, g] of Object.entries(r.players)) {
           if (Array.isArray(g?.marks) && g.marks.every((m) => typeof m === 'string' && /^[gy.]{5}$/.test(m))) {
-            p.players.set(v, { marks: [...g.marks].slice(0, MAX_GUESSES), solved: g.marks.includes('ggggg') });
+            const restoredGame: PlayerGame = { marks: [...g.marks].slice(0, MAX_GUESSES), solved: g.marks.includes('ggggg') };
+            if (typeof g.name === 'string') restoredGame.name = g.name.slice(0, 128);
+            p.players.set(v, restoredGame);
           }
         }
       }
@@ -172,7 +179,7 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
       return state(p);
     },
     onBatch: () => null,
-    guess: (viewer, word, nowMs) => at(nowMs).guess(viewer, word),
+    guess: (viewer, word, nowMs, name) => at(nowMs).guess(viewer, word, name),
     tick(nowMs) {
       const p = at(nowMs);
       if (p.number === sentNumber && p.version === sentVersion) return null;

@@ -1,0 +1,128 @@
+/**
+ * The bot: handles the webhook's updates (one at a time, in order).
+ *
+ * - `/start` in a chat: the chat's channel is created for the bot's tenant,
+ *   its live board starts, and the bot answers (transactional lane) with a
+ *   button opening the Mini App for THIS chat: a direct link
+ *   `https://t.me/<bot>/<app>?startapp=<start parameter>`; the start
+ *   parameter is signed by the bot, so the app's initData names this chat
+ *   and no other.
+ * - `/board`: the board is sent again now (at the scheduler's pace).
+ * - `/stop`: the chat's live board stops.
+ * - `my_chat_member`: the bot removed (left, kicked) → the chat is
+ *   deactivated in the send queue (its queued jobs purged) and its board
+ *   stops; added again → re-activated.
+ * - A message with `migrate_to_chat_id` (group → supergroup): the chat's
+ *   queued jobs and its board move to the new id.
+ * Every message id seen is noted for the client (so a board post whose
+ * answer was lost can be found).
+ */
+import type { SendQueue } from '@crowdplay/sendq';
+import { startParamFor, telegramChannelId, type BotCall, type TelegramClient } from '@crowdplay/telegram';
+import type { Telemetry } from '@crowdplay/telemetry';
+import type { ChatBoards } from './chat-boards.ts';
+
+interface Chat {
+  id: number;
+  title?: string;
+  type?: string;
+}
+interface Message {
+  message_id: number;
+  chat: Chat;
+  text?: string;
+  migrate_to_chat_id?: number;
+}
+
+/** What the bot needs. */
+export interface TelegramBotDeps {
+  client: TelegramClient;
+  queue: SendQueue<BotCall>;
+  boards: ChatBoards;
+  /** Creates the chat's channel for the bot's tenant (store.channels.ensure). */
+  ensureChannel: (channel: string) => Promise<void>;
+  /** TELEGRAM_BOT_USERNAME and TELEGRAM_APP_NAME: the Mini App's direct link. */
+  botUsername: string;
+  appName: string;
+  /** The start-parameter secret (libs/telegram `startParamSecret(token)`). */
+  startSecret: Uint8Array;
+  telemetry: Telemetry;
+}
+
+/** A command of the bot in `text` (`/start`, `/start@thisbot args`), or null. Commands addressed to another bot are ignored. */
+export function parseCommand(text: string | undefined, botUsername: string): string | null {
+  const m = /^\/([a-z_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?:\s|$)/.exec(text ?? '');
+  if (!m) return null;
+  if (m[2] !== undefined && m[2].toLowerCase() !== botUsername.toLowerCase()) return null;
+  return m[1]!;
+}
+
+export class TelegramBot {
+  private readonly commands;
+
+  constructor(private readonly d: TelegramBotDeps) {
+    this.commands = d.telemetry.metrics.counter('crowdplay_telegram_commands_total', 'Bot commands handled, by command');
+  }
+
+  /** The Mini App link for a chat. */
+  appLink(chatId: number): string {
+    return `https://t.me/${this.d.botUsername}/${this.d.appName}?startapp=${startParamFor(chatId, this.d.startSecret)}`;
+  }
+
+  /** Handles one update. Sends are queued, never awaited here (the queue paces them). */
+  async handle(update: Record<string, unknown>): Promise<void> {
+    const msg = (update.message ?? update.edited_message) as Message | undefined;
+    if (msg?.chat && Number.isSafeInteger(msg.chat.id)) {
+      await this.d.client.noteMessageId(msg.chat.id, msg.message_id);
+      if (Number.isSafeInteger(msg.migrate_to_chat_id)) {
+        await this.d.queue.moveChat(msg.chat.id, msg.migrate_to_chat_id!);
+        this.d.boards.move(msg.chat.id, msg.migrate_to_chat_id!);
+        return;
+      }
+      const cmd = parseCommand(msg.text, this.d.botUsername);
+      if (cmd) await this.command(cmd, msg.chat);
+      return;
+    }
+    const member = update.my_chat_member as { chat?: Chat; new_chat_member?: { status?: string } } | undefined;
+    if (member?.chat && Number.isSafeInteger(member.chat.id)) {
+      const status = member.new_chat_member?.status;
+      if (status === 'left' || status === 'kicked') {
+        await this.d.queue.deactivate(member.chat.id);
+        this.d.boards.unwatch(member.chat.id);
+      } else if (status === 'member' || status === 'administrator') {
+        await this.d.queue.reactivate(member.chat.id);
+      }
+    }
+  }
+
+  private async command(cmd: string, chat: Chat): Promise<void> {
+    const title = chat.title ?? 'Word puzzle';
+    const reply = (text: string, markup?: unknown): void => {
+      void this.d.client.api
+        .sendMessage(chat.id, text, markup === undefined ? {} : { reply_markup: markup as never })
+        .catch((err: unknown) => this.d.telemetry.logger.warn({ err, chat: chat.id }, 'command reply failed'));
+    };
+    switch (cmd) {
+      case 'start':
+        this.commands.add(1, { command: 'start' });
+        await this.d.ensureChannel(telegramChannelId(chat.id));
+        await this.d.queue.reactivate(chat.id);
+        this.d.boards.watch(chat.id, title);
+        reply("Today's word puzzle: six guesses each, and the group's board below.", {
+          inline_keyboard: [[{ text: 'Play', url: this.appLink(chat.id) }]],
+        });
+        return;
+      case 'board':
+        this.commands.add(1, { command: 'board' });
+        this.d.boards.watch(chat.id, title);
+        return;
+      case 'stop':
+        this.commands.add(1, { command: 'stop' });
+        this.d.boards.unwatch(chat.id);
+        reply('The board is stopped. /start brings it back.');
+        return;
+      default:
+        return;
+    }
+  }
+}

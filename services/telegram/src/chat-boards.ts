@@ -1,0 +1,163 @@
+/**
+ * Live boards of the chats that play: watches each chat's channel updates
+ * (`ch.<tg…>.out`), lets the {@link RefreshScheduler} pick which boards are
+ * due by cost, renders them in the render pool (semaphore before the thread,
+ * a newer version superseding a queued older one) and queues each PNG on the
+ * bot's send queue (lane `board`, key `board:<chat>`: a newer board
+ * supersedes a queued one there too).
+ */
+import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
+import { decodeJson } from '@crowdplay/bus';
+import type { Board, Card, RenderPool, Square } from '@crowdplay/board';
+import type { ChannelUpdate } from '@crowdplay/protocol';
+import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
+import type { Telemetry } from '@crowdplay/telemetry';
+import type { RefreshScheduler } from './scheduler.ts';
+
+/** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
+interface PuzzleState {
+  puzzle: number;
+  players: Record<string, { marks: string[]; solved: boolean; name?: string }>;
+}
+
+interface Watched {
+  title: string;
+  sub: Subscription;
+  state: PuzzleState | null;
+  ev: number;
+}
+
+const SQUARE: Record<string, Square> = { g: 'green', y: 'yellow', '.': 'grey' };
+
+/**
+ * The board of a puzzle state: one card per player, solved first, then by
+ * fewer guesses, then by name (colours only; letters never leave the shard).
+ */
+export function boardOf(title: string, s: PuzzleState): Board {
+  const cards: Card[] = Object.entries(s.players).map(([viewer, p]) => {
+    const id = viewer.startsWith('tg:') ? viewer.slice(3) : viewer;
+    return { id, name: p.name ?? `player ${id}`, rows: p.marks.map((m) => [...m].map((c) => SQUARE[c] ?? 'empty')) };
+  });
+  const rank = (viewer: string): [number, number] => [s.players[viewer]!.solved ? 0 : 1, s.players[viewer]!.marks.length];
+  const byViewer = new Map(Object.keys(s.players).map((v) => [v.startsWith('tg:') ? v.slice(3) : v, v]));
+  cards.sort((a, b) => {
+    const [sa, ga] = rank(byViewer.get(a.id)!);
+    const [sb, gb] = rank(byViewer.get(b.id)!);
+    return sa - sb || ga - gb || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+  });
+  return { title, puzzle: `#${s.puzzle}`, cards };
+}
+
+/** Options of {@link ChatBoards}. */
+export interface ChatBoardsDeps {
+  bus: Bus;
+  subjects: Subjects;
+  client: TelegramClient;
+  pool: RenderPool;
+  scheduler: RefreshScheduler;
+  telemetry: Telemetry;
+  /** How often due boards are looked for, ms. @defaultValue 250 */
+  tickMs?: number;
+  now?: () => number;
+}
+
+export class ChatBoards {
+  private readonly chats = new Map<number, Watched>();
+  private timer: NodeJS.Timeout | null = null;
+  private ticking = false;
+  private readonly now: () => number;
+
+  constructor(private readonly d: ChatBoardsDeps) {
+    this.now = d.now ?? Date.now;
+    const m = d.telemetry.metrics;
+    m.gauge(
+      'crowdplay_board_interval_ms',
+      'Refresh interval the board scheduler chose (docs/telegram.md: by cost, not by chat count), ms',
+      () => d.scheduler.intervalMs,
+    );
+    m.gauge('crowdplay_board_chats', 'Chats with a live board', () => this.chats.size);
+  }
+
+  /** Chats with a live board. */
+  get watching(): number[] {
+    return [...this.chats.keys()];
+  }
+
+  /** Starts (or retitles) the live board of a chat. */
+  watch(chatId: number, title: string): void {
+    const w = this.chats.get(chatId);
+    if (w) {
+      w.title = title;
+      return;
+    }
+    const entry: Watched = { title, state: null, ev: 0, sub: undefined as unknown as Subscription };
+    entry.sub = this.d.bus.subscribe(this.d.subjects.channelOut(telegramChannelId(chatId)), (msg) =>
+      this.onUpdate(chatId, entry, msg.data),
+    );
+    this.chats.set(chatId, entry);
+  }
+
+  /** Stops a chat's live board. */
+  unwatch(chatId: number): void {
+    const w = this.chats.get(chatId);
+    if (!w) return;
+    w.sub.unsubscribe();
+    this.chats.delete(chatId);
+    this.d.scheduler.remove(chatId);
+  }
+
+  /** A chat moved (group → supergroup): its board follows. */
+  move(oldId: number, newId: number): void {
+    const w = this.chats.get(oldId);
+    if (!w) return;
+    this.unwatch(oldId);
+    this.watch(newId, w.title);
+  }
+
+  private onUpdate(chatId: number, w: Watched, data: Uint8Array): void {
+    let u: ChannelUpdate;
+    try {
+      u = decodeJson<ChannelUpdate>(data);
+    } catch {
+      return;
+    }
+    const g = u.game as Partial<PuzzleState> | undefined;
+    if (!g || typeof g.puzzle !== 'number' || typeof g.players !== 'object' || g.players === null || u.ev <= w.ev) return;
+    w.ev = u.ev;
+    w.state = g as PuzzleState;
+    this.d.scheduler.changed(chatId, u.ev, Object.keys(g.players).length, this.now());
+  }
+
+  /** Starts looking for due boards every tickMs. */
+  start(): void {
+    this.timer ??= setInterval(() => void this.tick(), this.d.tickMs ?? 250);
+  }
+
+  /** Renders and queues every board that is due now. Never rejects. */
+  async tick(): Promise<void> {
+    if (this.ticking) return;
+    this.ticking = true;
+    try {
+      const jobs = this.d.scheduler.due(this.now()).map(async ({ chatId, version }) => {
+        const w = this.chats.get(chatId);
+        if (!w?.state) return;
+        this.d.scheduler.sent(chatId, version, this.now());
+        const out = await this.d.pool.render(String(chatId), version, boardOf(w.title, w.state));
+        if (out.status === 'rendered') await this.d.client.enqueueBoard(chatId, { version, png: out.png });
+        else if (out.status === 'refused') this.d.scheduler.failed(chatId);
+      });
+      const results = await Promise.allSettled(jobs);
+      for (const r of results)
+        if (r.status === 'rejected') this.d.telemetry.logger.error({ err: r.reason }, 'board render or queueing failed');
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  /** Stops every board (subscriptions and the timer). */
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    for (const id of [...this.chats.keys()]) this.unwatch(id);
+  }
+}

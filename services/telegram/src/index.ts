@@ -1,0 +1,4 @@
+export * from './scheduler.ts';
+export * from './chat-boards.ts';
+export * from './bot.ts';
+export * from './start.ts';

@@ -1,0 +1,105 @@
+/**
+ * The Telegram part of a process (gateway side): the send queue (in-process,
+ * or BullMQ + the Redis Lua bucket with REDIS_URL), the Bot API client every
+ * call passes, the render pool, the refresh scheduler, the live boards and
+ * the bot that handles the webhook's updates. Off (null) without
+ * TELEGRAM_BOT_TOKEN.
+ */
+import type { Bus, Subjects } from '@crowdplay/bus';
+import { RenderPool, renderCost } from '@crowdplay/board';
+import type { Config } from '@crowdplay/config';
+import { CrowdplayError } from '@crowdplay/protocol';
+import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
+import { TelegramClient, startParamSecret, type BotCall } from '@crowdplay/telegram';
+import type { Telemetry } from '@crowdplay/telemetry';
+import { TelegramBot } from './bot.ts';
+import { ChatBoards } from './chat-boards.ts';
+import { RefreshScheduler } from './scheduler.ts';
+
+/** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
+export const GROUP_MIN_INTERVAL_MS = 3_000;
+
+export interface TelegramPart {
+  bot: TelegramBot;
+  boards: ChatBoards;
+  client: TelegramClient;
+  queue: SendQueue<BotCall>;
+  pool: RenderPool;
+  close(): Promise<void>;
+}
+
+/**
+ * Starts the Telegram part, or returns null (and logs it) when TELEGRAM_BOT_TOKEN is empty.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID when the token is set without TELEGRAM_WEBHOOK_SECRET
+ */
+export async function startTelegram(deps: {
+  config: Config;
+  bus: Bus;
+  subjects: Subjects;
+  telemetry: Telemetry;
+  ensureChannel: (channel: string) => Promise<void>;
+}): Promise<TelegramPart | null> {
+  const { config, telemetry } = deps;
+  const t = config.telegram;
+  if (!t.botToken) {
+    telemetry.logger.info('Telegram is off: TELEGRAM_BOT_TOKEN is not set');
+    return null;
+  }
+  if (!t.webhookSecret) {
+    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)']);
+  }
+  const queue = await openSendQueue<BotCall>({
+    redisUrl: config.redis.url,
+    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
+    concurrency: t.sendConcurrency,
+    maxQueued: t.sendMaxQueued,
+    // A lost post is looked for by probing message ids after a repost: more than the default 3 requeues (libs/telegram docs).
+    maxRequeues: 6,
+    metrics: telemetry.metrics,
+    refusals: telemetry.refusals,
+    onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
+  });
+  const client = new TelegramClient({
+    token: t.botToken,
+    apiRoot: t.apiRoot.replace(/\/$/, ''),
+    queue,
+    avatars: { concurrency: t.avatarConcurrency, cacheBytes: t.avatarCacheBytes, ttlMs: t.avatarTtlMs },
+    onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
+  });
+  queue.start(client.sender());
+  const pool = new RenderPool({
+    ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
+    maxPngBytes: config.board.maxPngBytes,
+  });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: config.board.renderBudgetMsPerS,
+    sendBudgetPerS: config.board.sendBudgetPerS,
+    minIntervalMs: GROUP_MIN_INTERVAL_MS,
+    costMs: (cards) => renderCost(cards).ms,
+  });
+  const boards = new ChatBoards({ bus: deps.bus, subjects: deps.subjects, client, pool, scheduler, telemetry });
+  boards.start();
+  const bot = new TelegramBot({
+    client,
+    queue,
+    boards,
+    ensureChannel: deps.ensureChannel,
+    botUsername: t.botUsername,
+    appName: t.appName,
+    startSecret: startParamSecret(t.botToken),
+    telemetry,
+  });
+  telemetry.logger.info({ queue: queue.kind, bucket: queue.bucket.kind, apiRoot: t.apiRoot }, 'Telegram is on');
+  return {
+    bot,
+    boards,
+    client,
+    queue,
+    pool,
+    async close() {
+      boards.close();
+      await pool.close();
+      await queue.close(5_000);
+    },
+  };
+}

@@ -1,0 +1,45 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { RefreshScheduler } from '../src/scheduler.ts';
+
+// A cost model shaped like the seed's: 4 cards ≈ 19 ms, 40 ≈ 171 ms (5 + 4.2 ms per card, rounded).
+const cost = (cards: number): number => 5 + 4.2 * cards;
+const make = (): RefreshScheduler =>
+  new RefreshScheduler({ renderBudgetMsPerS: 100, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost });
+
+test('scheduler - the interval counts cost, not chats: one 40-card board weighs as much as its cards', () => {
+  const a = make();
+  for (let c = 1; c <= 8; c++) a.changed(c, 1, 4, 0); // eight 4-card chats: Σ cost = 8 × 21.8 = 174.4 ms
+  a.due(0);
+  assert.equal(a.intervalMs, 3_000, 'min interval: 174.4 ms of render per 100 ms/s → 1,744 ms; 8 sends / 10/s → 800 ms');
+  const b = make();
+  for (let c = 1; c <= 8; c++) b.changed(c, 1, 40, 0); // eight 40-card chats: Σ cost = 8 × 173 = 1,384 ms → 13,840 ms
+  b.due(0);
+  assert.equal(b.intervalMs, 13_840);
+  const c = make();
+  for (let i = 1; i <= 100; i++) c.changed(i, 1, 4, 0); // 100 small chats: render 21,800 ms; sends 10,000 ms
+  c.due(0);
+  assert.equal(c.intervalMs, 21_800);
+});
+
+test('scheduler - only dirty chats are due, once per interval, oldest change first; unchanged chats cost nothing', () => {
+  const s = make();
+  s.changed(1, 5, 4, 100);
+  s.changed(2, 3, 4, 50);
+  assert.deepEqual(
+    s.due(1_000).map((d) => d.chatId),
+    [2, 1],
+  );
+  s.sent(2, 3, 1_000);
+  s.sent(1, 5, 1_000);
+  assert.deepEqual(s.due(1_001), [], 'nothing changed');
+  s.changed(1, 4, 4, 1_200); // older version: ignored
+  assert.deepEqual(s.due(5_000), []);
+  s.changed(1, 6, 4, 1_500);
+  assert.deepEqual(s.due(2_000), [], 'sent 1 s ago: not before the 3 s interval');
+  assert.deepEqual(s.due(4_000), [{ chatId: 1, version: 6, cards: 4 }]);
+  s.remove(1);
+  assert.deepEqual(s.due(10_000), []);
+  assert.equal(s.size, 1);
+  assert.throws(() => new RefreshScheduler({ renderBudgetMsPerS: 0, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost }), RangeError);
+});

@@ -1,0 +1,91 @@
+/**
+ * A Telegram group plays the word puzzle end to end, against the Bot API
+ * stub (loadtest/src/telegram-stub: Telegram's ceilings and error bodies):
+ * the webhook's /start → the bot answers with a Mini App link for this chat
+ * → a player opens it (signed initData with that link's start parameter) and
+ * guesses → the chat's board is rendered and posted as a photo, once.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { signInitData } from '@crowdplay/telegram';
+import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
+import { startStandalone, type InProcess } from '../helpers.ts';
+
+const TOKEN = '424242:TEST-token-for-the-chat-suite';
+const HOOK_SECRET = 'hook-secret-for-tests';
+const CHAT = -1005550001;
+
+async function until<T>(what: () => T | undefined | false, label: string, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = what();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${label}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+describe('Telegram group chat: /start → Mini App guesses → live board', () => {
+  let stub: TelegramStub;
+  let s: InProcess;
+  before(async () => {
+    stub = new TelegramStub();
+    const root = await stub.listen();
+    s = await startStandalone({
+      telegram: { botToken: TOKEN, webhookSecret: HOOK_SECRET, apiRoot: root, botUsername: 'cp_test_bot', appName: 'play' },
+    });
+  });
+  after(async () => {
+    await s?.stop();
+    await stub?.close();
+  });
+
+  const webhook = (update: unknown, secret = HOOK_SECRET) =>
+    fetch(`${s.baseUrl}/v1/telegram/webhook`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-telegram-bot-api-secret-token': secret },
+      body: JSON.stringify(update),
+    });
+
+  it('runs the whole loop, and refuses a webhook call without the secret', async () => {
+    assert.equal((await webhook({ update_id: 1 }, 'wrong')).status, 401);
+    const r = await webhook({
+      update_id: 2,
+      message: {
+        message_id: 10,
+        date: 1,
+        chat: { id: CHAT, type: 'supergroup', title: 'Crew' },
+        from: { id: 7, is_bot: false, first_name: 'Ann' },
+        text: '/start@cp_test_bot',
+      },
+    });
+    assert.equal(r.status, 200);
+    assert.equal(await r.text(), '', 'no Bot API method in the webhook answer');
+    // The bot's answer carries the Mini App link for this chat.
+    const reply = await until(() => stub.messages(CHAT).find((m) => m.fromBot && m.kind === 'text'), 'the /start reply');
+    const url = /"url":"([^"]+)"/.exec(reply.markup)?.[1];
+    assert.ok(url?.startsWith('https://t.me/cp_test_bot/play?startapp='), reply.markup);
+    const startParam = new URL(url!).searchParams.get('startapp')!;
+
+    const initData = signInitData(
+      { user: { id: 7, first_name: 'Ann' }, chat_type: 'supergroup', start_param: startParam },
+      { botToken: TOKEN },
+    );
+    const ws = new WebSocket(`${s.baseUrl.replace('http', 'ws')}/v1/ws?role=crowd&initData=${encodeURIComponent(initData)}`);
+    const frames: Array<Record<string, unknown>> = [];
+    ws.on('message', (d: Buffer) => frames.push(JSON.parse(d.toString()) as Record<string, unknown>));
+    await until(() => frames.find((f) => f.t === 'welcome'), 'welcome');
+    ws.send(JSON.stringify({ t: 'guess', seq: 1, word: 'crane' }));
+    const ack = await until(() => frames.find((f) => f.t === 'ack' && f.seq === 1), 'the guess ack');
+    assert.equal(ack.ok, true);
+
+    // The board: rendered (PNG) and posted to the chat as one photo message.
+    const board = await until(() => stub.board(CHAT), 'the board photo', 15_000);
+    assert.equal(board.photoMessages, 1, 'one board message, no duplicate');
+    assert.ok(board.bytes > 1_000 && board.bytes < 100_000, `board PNG of ${board.bytes} bytes`);
+    const stats = stub.stats();
+    assert.equal(stats.rejected429, 0, 'no 429 from the stub');
+    ws.close();
+  });
+});
