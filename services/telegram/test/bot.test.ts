@@ -1,0 +1,109 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createTelemetry } from '@crowdplay/telemetry';
+import { chatFromStartParam, startParamSecret } from '@crowdplay/telegram';
+import { TelegramBot, parseCommand, boardOf } from '../src/index.ts';
+
+test('bot - commands: its own, with or without @username; another bot’s and plain text are ignored', () => {
+  assert.equal(parseCommand('/start', 'cp_bot'), 'start');
+  assert.equal(parseCommand('/start@CP_bot extra', 'cp_bot'), 'start');
+  assert.equal(parseCommand('/board', 'cp_bot'), 'board');
+  assert.equal(parseCommand('/start@other_bot', 'cp_bot'), null);
+  assert.equal(parseCommand('hello /start', 'cp_bot'), null);
+  assert.equal(parseCommand(undefined, 'cp_bot'), null);
+  assert.equal(parseCommand('/startx', 'cp_bot'), 'startx', 'an unknown command is parsed (and then ignored)');
+});
+
+function fakes() {
+  const log: string[] = [];
+  const sent: Array<{ chat: number; text: string; markup?: unknown }> = [];
+  const client = {
+    noteMessageId: async (chat: number, id: number) => void log.push(`note ${chat} ${id}`),
+    api: {
+      sendMessage: async (chat: number, text: string, other: { reply_markup?: unknown }) => {
+        sent.push({ chat, text, markup: other.reply_markup });
+        return {};
+      },
+    },
+  };
+  const queue = {
+    reactivate: async (c: number) => void log.push(`reactivate ${c}`),
+    deactivate: async (c: number) => (log.push(`deactivate ${c}`), 0),
+    moveChat: async (a: number, b: number) => (log.push(`move ${a} ${b}`), 0),
+  };
+  const boards = {
+    watch: (c: number, title: string) => void log.push(`watch ${c} ${title}`),
+    unwatch: (c: number) => void log.push(`unwatch ${c}`),
+    move: (a: number, b: number) => void log.push(`boards.move ${a} ${b}`),
+  };
+  const secret = startParamSecret('1:tok');
+  const bot = new TelegramBot({
+    client: client as never,
+    queue: queue as never,
+    boards: boards as never,
+    ensureChannel: async (c) => void log.push(`ensure ${c}`),
+    botUsername: 'cp_bot',
+    appName: 'play',
+    startSecret: secret,
+    telemetry: createTelemetry({ service: 'bot-test', level: 'silent', refusalLogIntervalMs: 60_000 }),
+  });
+  return { bot, log, sent, secret };
+}
+
+test('bot - /start creates the channel, starts the board and answers with a Mini App link signed for this chat', async () => {
+  const { bot, log, sent, secret } = fakes();
+  await bot.handle({ update_id: 1, message: { message_id: 5, chat: { id: -100777, title: 'Crew' }, text: '/start' } });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(log, ['note -100777 5', 'ensure tgn100777', 'reactivate -100777', 'watch -100777 Crew']);
+  assert.equal(sent.length, 1);
+  const url = new URL((sent[0]!.markup as { inline_keyboard: Array<Array<{ url: string }>> }).inline_keyboard[0]![0]!.url);
+  assert.equal(`${url.origin}${url.pathname}`, 'https://t.me/cp_bot/play');
+  assert.equal(chatFromStartParam(url.searchParams.get('startapp')!, secret), -100777, 'the link names this chat, signed');
+});
+
+test('bot - /stop, removal, re-adding and migration act on the queue and the board', async () => {
+  const { bot, log } = fakes();
+  await bot.handle({ update_id: 2, message: { message_id: 6, chat: { id: -1 }, text: '/stop@cp_bot' } });
+  await bot.handle({ update_id: 3, my_chat_member: { chat: { id: -2 }, new_chat_member: { status: 'kicked' } } });
+  await bot.handle({ update_id: 4, my_chat_member: { chat: { id: -2 }, new_chat_member: { status: 'member' } } });
+  await bot.handle({ update_id: 5, message: { message_id: 7, chat: { id: -3 }, migrate_to_chat_id: -1003 } });
+  await bot.handle({ update_id: 6, message: { message_id: 8, chat: { id: -4 }, text: '/start@someone_else' } });
+  assert.deepEqual(log, [
+    'note -1 6',
+    'unwatch -1',
+    'deactivate -2',
+    'unwatch -2',
+    'reactivate -2',
+    'note -3 7',
+    'move -3 -1003',
+    'boards.move -3 -1003',
+    'note -4 8',
+  ]);
+});
+
+test('board - one card per player, colours only, solved first, then fewer guesses, then name', () => {
+  const b = boardOf('Crew', {
+    puzzle: 12,
+    players: {
+      'tg:1': { marks: ['g....', '.y...'], solved: false, name: 'Zed' },
+      'tg:2': { marks: ['ggggg'], solved: true, name: 'Bea' },
+      'tg:3': { marks: ['..y..'], solved: false },
+    },
+  });
+  assert.deepEqual(b, {
+    title: 'Crew',
+    puzzle: '#12',
+    cards: [
+      { id: '2', name: 'Bea', rows: [['green', 'green', 'green', 'green', 'green']] },
+      { id: '3', name: 'player 3', rows: [['grey', 'grey', 'yellow', 'grey', 'grey']] },
+      {
+        id: '1',
+        name: 'Zed',
+        rows: [
+          ['green', 'grey', 'grey', 'grey', 'grey'],
+          ['grey', 'yellow', 'grey', 'grey', 'grey'],
+        ],
+      },
+    ],
+  });
+});
