@@ -1,10 +1,11 @@
 /**
- * Benchmark dispatcher: `npm run bench -- <name> [args…]` imports
- * `libs/<name>/bench/<name>.bench.ts` (or `services/<name>/bench/…`) and calls
+ * Benchmark dispatcher: `npm run bench -- <name> [args…]` imports the one
+ * `libs/<package>/bench/<name>.bench.ts` or `services/<package>/bench/<name>.bench.ts`
+ * (e.g. `render` → libs/board/bench/render.bench.ts) and calls
  * its exported `main(args)`, which prints a table, writes JSON with
  * `--json FILE`, and resolves to the process exit code.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -22,8 +23,8 @@ async function run(argv: readonly string[]): Promise<number> {
   const root = resolve(import.meta.dirname, '..');
   const file =
     name !== undefined && /^[a-z0-9-]+$/.test(name)
-      ? [`libs/${name}/bench/${name}.bench.ts`, `services/${name}/bench/${name}.bench.ts`]
-          .map((p) => resolve(root, p))
+      ? ['libs', 'services']
+          .flatMap((dir) => readdirSync(resolve(root, dir)).map((pkg) => resolve(root, dir, pkg, 'bench', `${name}.bench.ts`)))
           .find((p) => existsSync(p))
       : undefined;
   if (file === undefined) {

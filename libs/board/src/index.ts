@@ -1,1 +1,31 @@
-export {};
+/**
+ * @crowdplay/board: the live board of a chat game (model, layout, renderer,
+ * measured cost model, render pool). docs/board.md.
+ */
+export { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type Card, type Square } from './model.ts';
+export { BOARD_MAX_CARDS, GEOMETRY, GRID_H, GRID_W, NAME_W, cardOrigin, layout, type BoardLayout } from './layout.ts';
+export { FONT_STACK, boardFontFiles, registerBoardFonts, type FontRegistration } from './fonts.ts';
+export { BOARD_PNG_OPTIONS, encodePng, quantize, type PngFilter, type PngOptions, type Quantized } from './png.ts';
+export {
+  COLOURS,
+  cleanText,
+  drawBoard,
+  fitText,
+  isRtl,
+  releaseThreadCaches,
+  renderBoard,
+  warmUpFonts,
+  type RenderOptions,
+  type RenderResult,
+} from './render.ts';
+export { RENDER_COST_MODEL, fitLine, renderCost, type RenderCost } from './cost.ts';
+export {
+  RenderPool,
+  defaultRenderConcurrency,
+  type BoardMetrics,
+  type BoardRefusals,
+  type RenderOutcome,
+  type RenderPoolOptions,
+  type RenderPoolStats,
+} from './pool.ts';
+export { sampleAvatar, sampleBoard } from './sample.ts';

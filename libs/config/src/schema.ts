@@ -536,6 +536,13 @@ export const schema = {
       unit: 'count',
       doc: 'Boards rendered at once (the semaphore taken before a job reaches a render thread). 0 = min(3, the cores this process may use). Each canvas in flight holds ~17 MiB at 1000×1400 (measured with @napi-rs/canvas 1.1.1).',
     }),
+    renderMaxQueue: int({
+      env: 'BOARD_RENDER_MAX_QUEUE',
+      default: 1_024,
+      min: 1,
+      unit: 'count',
+      doc: 'Board renders waiting for a slot; one more is refused with CP_ERR_BOARD_QUEUE_FULL (a newer board of a chat replaces its queued one, so this is at most one per chat: 1,024 covers the 1,000-chat rollover).',
+    }),
     maxPngBytes: int({
       env: 'BOARD_MAX_PNG_BYTES',
       default: 100_000,

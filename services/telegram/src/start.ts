@@ -70,6 +70,9 @@ export async function startTelegram(deps: {
   const pool = new RenderPool({
     ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
     maxPngBytes: config.board.maxPngBytes,
+    maxQueue: config.board.renderMaxQueue,
+    metrics: telemetry.metrics,
+    refusals: telemetry.refusals,
   });
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,

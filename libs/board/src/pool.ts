@@ -1,0 +1,371 @@
+/**
+ * The render pool: piscina worker threads behind a semaphore taken BEFORE a
+ * job is handed to a thread. A queued job is the caller's board object, by
+ * reference: its structured-cloned copy (avatars included) exists only while
+ * the job holds a slot, so at most `concurrency` copies and `concurrency`
+ * canvases are ever in flight, however many boards wait (the seed's 11 GB
+ * came from a thousand renders at once).
+ *
+ * Per chat: one queued job at most. A newer version for a chat replaces its
+ * queued (not yet started) job in place (same queue position), and the
+ * replaced job resolves `superseded`; an older or equal version resolves
+ * `superseded` at once. A chat's next job never starts while its previous
+ * one renders (versions finish in order). A full queue refuses (counted).
+ */
+import { availableParallelism } from 'node:os';
+import { Piscina } from 'piscina';
+import { registerBoardFonts } from './fonts.ts';
+import { validateBoard, type Board } from './model.ts';
+import type { PngOptions } from './png.ts';
+import type { ReleaseTask, RenderTask, RenderTaskResult } from './worker.ts';
+
+/** The slice of libs/telemetry's `Metrics` the pool uses (structural: pass a `Metrics`, or nothing). */
+export interface BoardMetrics {
+  counter(name: string, description: string): { add(value: number, attributes?: Record<string, string>): void };
+  latencyMs(name: string, description: string): { record(value: number): void };
+  sizeBytes(name: string, description: string): { record(value: number): void };
+  gauge(name: string, description: string, read: () => number): unknown;
+}
+
+/** The slice of libs/telemetry's `Refusals` the pool uses. */
+export interface BoardRefusals {
+  refuse(area: string, reason: string, detail?: Record<string, unknown>): void;
+}
+
+/** Pool options. Defaults in brackets. */
+export interface RenderPoolOptions {
+  /** Renders at once, = render threads (BOARD_RENDER_CONCURRENCY) [0: min(3, os.availableParallelism())]. */
+  readonly concurrency?: number;
+  /** Jobs waiting for a slot before `render` refuses with `queue-full` [1024; at most one per chat]. */
+  readonly maxQueue?: number;
+  /** A PNG over this is counted in `crowdplay_board_png_over_budget_total` (BOARD_MAX_PNG_BYTES) [100,000]. */
+  readonly maxPngBytes?: number;
+  /** Encoder options passed to every render [the renderer's defaults]. */
+  readonly png?: PngOptions;
+  /** Metrics (libs/telemetry `Metrics`) [none]. */
+  readonly metrics?: BoardMetrics;
+  /** Refusal log (libs/telemetry `Refusals`) [none]. */
+  readonly refusals?: BoardRefusals;
+  /** A thread idle this long exits (ms) [never: a thread exiting with decoded avatars makes napi-rs print a leak warning; see worker.ts]. */
+  readonly idleTimeoutMs?: number;
+  /** The worker module (tests instrument the pool with their own) [./worker.ts]. */
+  readonly workerFile?: string | URL;
+  /** `workerData` for the worker module [none]. */
+  readonly workerData?: unknown;
+}
+
+/** How a render ended. */
+export type RenderOutcome =
+  | {
+      readonly status: 'rendered';
+      readonly png: Buffer;
+      /** Render time on the thread, drawing plus PNG encoding (ms). */
+      readonly ms: number;
+      /** PNG size (bytes). */
+      readonly bytes: number;
+      readonly width: number;
+      readonly height: number;
+      readonly cards: number;
+      readonly drawMs: number;
+      readonly encodeMs: number;
+      /** Time from `render()` to a slot (ms). */
+      readonly queuedMs: number;
+      /** True when `bytes` is over `maxPngBytes`. */
+      readonly overBudget: boolean;
+    }
+  | { readonly status: 'superseded'; readonly superseded: true; readonly by: number }
+  | { readonly status: 'refused'; readonly reason: 'queue-full' | 'closed' };
+
+/** Counters and gauges of a pool (also exported as metrics). */
+export interface RenderPoolStats {
+  readonly concurrency: number;
+  readonly inFlight: number;
+  readonly queued: number;
+  /** Highest `inFlight` ever seen. */
+  readonly maxInFlight: number;
+  /** Tasks piscina holds beyond its threads (0 while the semaphore works). */
+  readonly piscinaQueued: number;
+  readonly rendered: number;
+  readonly superseded: number;
+  readonly refused: number;
+  readonly failed: number;
+  readonly overBudget: number;
+}
+
+interface Job {
+  readonly chatId: string;
+  version: number;
+  board: Board;
+  enqueuedAt: number;
+  resolve: (o: RenderOutcome) => void;
+  reject: (e: unknown) => void;
+}
+
+/**
+ * The board with every avatar that is a view into a larger buffer copied out:
+ * structured cloning a typed array copies its whole ArrayBuffer, so an avatar
+ * sliced from a 10 MB response would otherwise send 10 MB to the thread.
+ */
+function compactAvatars(board: Board): Board {
+  if (!board.cards.some((c) => c.avatar && c.avatar.byteLength !== c.avatar.buffer.byteLength)) return board;
+  return {
+    ...board,
+    cards: board.cards.map((c) =>
+      c.avatar && c.avatar.byteLength !== c.avatar.buffer.byteLength ? { ...c, avatar: new Uint8Array(c.avatar) } : c,
+    ),
+  };
+}
+
+/** The default concurrency: min(3, the cores this process may use). */
+export function defaultRenderConcurrency(): number {
+  return Math.max(1, Math.min(3, availableParallelism()));
+}
+
+/** A render pool. See the module comment. */
+export class RenderPool {
+  readonly concurrency: number;
+  private readonly maxQueue: number;
+  private readonly maxPngBytes: number;
+  private readonly png: PngOptions | undefined;
+  private readonly piscina: Piscina<RenderTask | ReleaseTask, RenderTaskResult | undefined>;
+  /** Queued jobs by chat, in queue order (a superseding job keeps its chat's place). */
+  private readonly queue = new Map<string, Job>();
+  /** Chats with a job on a thread, and that job's version. */
+  private readonly running = new Map<string, number>();
+  private inFlight = 0;
+  private closed = false;
+  private closing: Promise<void> | null = null;
+  private readonly releaseOnClose: boolean;
+  private idle: (() => void) | null = null;
+  private readonly counts = { maxInFlight: 0, rendered: 0, superseded: 0, refused: 0, failed: 0, overBudget: 0 };
+  private readonly m:
+    | {
+        renderMs: { record(v: number): void };
+        queuedMs: { record(v: number): void };
+        bytes: { record(v: number): void };
+        superseded: { add(v: number): void };
+        refused: { add(v: number, a?: Record<string, string>): void };
+        failed: { add(v: number): void };
+        overBudget: { add(v: number): void };
+      }
+    | undefined;
+  private readonly refusals: BoardRefusals | undefined;
+
+  /**
+   * Starts `concurrency` render threads (each warms the fonts: ~0.5 s of CPU
+   * once). The main thread registers the fonts first (~160 ms, synchronous),
+   * so the threads find them registered.
+   * @throws RangeError when concurrency, maxQueue or maxPngBytes is not a non-negative integer
+   * @throws Error when a font package is missing (registerBoardFonts)
+   */
+  constructor(opts: RenderPoolOptions = {}) {
+    const c = opts.concurrency ?? 0;
+    if (!Number.isInteger(c) || c < 0) throw new RangeError(`concurrency must be a non-negative integer, got ${c}`);
+    this.concurrency = c === 0 ? defaultRenderConcurrency() : c;
+    this.maxQueue = opts.maxQueue ?? 1024;
+    if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0)
+      throw new RangeError(`maxQueue must be a non-negative integer, got ${this.maxQueue}`);
+    this.maxPngBytes = opts.maxPngBytes ?? 100_000;
+    if (!Number.isInteger(this.maxPngBytes) || this.maxPngBytes < 1) {
+      throw new RangeError(`maxPngBytes must be a positive integer, got ${this.maxPngBytes}`);
+    }
+    this.png = opts.png;
+    this.refusals = opts.refusals;
+    if (opts.workerFile === undefined) registerBoardFonts();
+    this.releaseOnClose = opts.workerFile === undefined;
+    const file = opts.workerFile ?? new URL('./worker.ts', import.meta.url);
+    this.piscina = new Piscina<RenderTask | ReleaseTask, RenderTaskResult | undefined>({
+      filename: typeof file === 'string' ? file : file.href,
+      minThreads: this.concurrency,
+      maxThreads: this.concurrency,
+      idleTimeout: opts.idleTimeoutMs ?? Infinity,
+      workerData: opts.workerData,
+      name: 'default',
+      // Let a thread's event loop run between tasks ('sync' parks it in Atomics.wait): napi-rs frees
+      // native buffers (each render's pixel read-back) in finalizers that run on the event loop.
+      atomics: 'disabled',
+      // Each render allocates ~4 bytes a pixel of short-lived read-back strips: a small young generation
+      // collects them often and cheaply instead of growing to V8's default (measured: ~30 MB less with 3 threads).
+      resourceLimits: { maxYoungGenerationSizeMb: 4 },
+    });
+    const metrics = opts.metrics;
+    if (metrics) {
+      this.m = {
+        renderMs: metrics.latencyMs('crowdplay_board_render_ms', 'Board render time on a render thread, drawing and PNG encoding, ms'),
+        queuedMs: metrics.latencyMs('crowdplay_board_queued_ms', 'Time a board waited for a render slot, ms'),
+        bytes: metrics.sizeBytes('crowdplay_board_png_bytes', 'Board PNG size, bytes'),
+        superseded: metrics.counter(
+          'crowdplay_board_superseded_total',
+          'Queued board renders replaced by a newer version of the same chat',
+        ),
+        refused: metrics.counter('crowdplay_board_refused_total', 'Board renders refused, by reason (queue-full, closed)'),
+        failed: metrics.counter('crowdplay_board_failed_total', 'Board renders that threw on a render thread'),
+        overBudget: metrics.counter('crowdplay_board_png_over_budget_total', 'Board PNGs larger than BOARD_MAX_PNG_BYTES'),
+      };
+      metrics.gauge('crowdplay_board_queue_depth', 'Board renders waiting for a slot', () => this.queue.size);
+      metrics.gauge('crowdplay_board_in_flight', 'Board renders on a render thread', () => this.inFlight);
+    }
+  }
+
+  /**
+   * Renders chat `chatId`'s board `version` (versions increase per chat).
+   * Resolves `rendered` with the PNG; `superseded` when a newer version of
+   * the chat replaced this one before it started (or this one was not newer
+   * than a version already queued or rendering); `refused` when the queue
+   * holds `maxQueue` jobs (`queue-full`, counted) or the pool is closed.
+   * The board is validated here, before it is queued.
+   * @throws TypeError (rejects) when the board is malformed (validateBoard), or a render thread's error
+   */
+  render(chatId: string, version: number, board: Board): Promise<RenderOutcome> {
+    try {
+      validateBoard(board);
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new TypeError(String(err)));
+    }
+    if (this.closed) return Promise.resolve(this.refuse('closed', chatId));
+    const latest = Math.max(this.queue.get(chatId)?.version ?? -Infinity, this.running.get(chatId) ?? -Infinity);
+    if (version <= latest) {
+      this.countSuperseded();
+      return Promise.resolve({ status: 'superseded', superseded: true, by: latest });
+    }
+    return new Promise<RenderOutcome>((resolve, reject) => {
+      const queued = this.queue.get(chatId);
+      if (queued) {
+        // Replace in place: the older job resolves superseded, the chat keeps its place.
+        const old = queued.resolve;
+        queued.version = version;
+        queued.board = board;
+        queued.resolve = resolve;
+        queued.reject = reject;
+        this.countSuperseded();
+        old({ status: 'superseded', superseded: true, by: version });
+        return;
+      }
+      if (this.queue.size >= this.maxQueue) {
+        resolve(this.refuse('queue-full', chatId));
+        return;
+      }
+      this.queue.set(chatId, { chatId, version, board, enqueuedAt: performance.now(), resolve, reject });
+      this.dispatch();
+    });
+  }
+
+  /** Counters and gauges (see RenderPoolStats). */
+  stats(): RenderPoolStats {
+    return {
+      concurrency: this.concurrency,
+      inFlight: this.inFlight,
+      queued: this.queue.size,
+      piscinaQueued: this.piscina.queueSize,
+      ...this.counts,
+    };
+  }
+
+  /**
+   * Stops: queued jobs resolve `refused: closed`, renders on a thread finish
+   * and resolve, then the threads exit. Later `render` calls resolve
+   * `refused: closed`. Safe to call twice.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.closed = true;
+    const queued = [...this.queue.values()];
+    this.queue.clear();
+    for (const j of queued) j.resolve(this.refuse('closed', j.chatId));
+    if (this.inFlight > 0) await new Promise<void>((r) => (this.idle = r));
+    if (this.releaseOnClose) {
+      const release = new Int32Array(new SharedArrayBuffer(4));
+      const threads = this.piscina.threads.length;
+      await Promise.allSettled(Array.from({ length: threads }, () => this.piscina.run({ release, threads })));
+    }
+    await this.piscina.destroy();
+  }
+
+  private refuse(reason: 'queue-full' | 'closed', chatId: string): RenderOutcome {
+    this.counts.refused++;
+    this.m?.refused.add(1, { reason });
+    if (reason === 'queue-full') this.refusals?.refuse('board', 'CP_ERR_BOARD_QUEUE_FULL', { chatId, maxQueue: this.maxQueue });
+    return { status: 'refused', reason };
+  }
+
+  private countSuperseded(): void {
+    this.counts.superseded++;
+    this.m?.superseded.add(1);
+  }
+
+  /** Starts queued jobs while a slot is free: the first queued job whose chat is not rendering. */
+  private dispatch(): void {
+    while (this.inFlight < this.concurrency && !this.closed) {
+      let next: Job | undefined;
+      for (const j of this.queue.values()) {
+        if (!this.running.has(j.chatId)) {
+          next = j;
+          break;
+        }
+      }
+      if (!next) return;
+      this.queue.delete(next.chatId);
+      this.start(next);
+    }
+  }
+
+  private start(job: Job): void {
+    this.inFlight++;
+    this.counts.maxInFlight = Math.max(this.counts.maxInFlight, this.inFlight);
+    this.running.set(job.chatId, job.version);
+    const queuedMs = performance.now() - job.enqueuedAt;
+    this.m?.queuedMs.record(queuedMs);
+    const board = compactAvatars(job.board);
+    const task: RenderTask = this.png ? { board, png: this.png } : { board };
+    this.piscina.run(task).then(
+      (r) => {
+        if (!r) throw new Error('a render thread returned nothing');
+        const png = Buffer.from(r.png.buffer, r.png.byteOffset, r.png.byteLength);
+        const ms = r.drawMs + r.encodeMs;
+        const overBudget = png.length > this.maxPngBytes;
+        this.counts.rendered++;
+        if (overBudget) {
+          this.counts.overBudget++;
+          this.m?.overBudget.add(1);
+        }
+        this.m?.renderMs.record(ms);
+        this.m?.bytes.record(png.length);
+        this.finish(job);
+        job.resolve({
+          status: 'rendered',
+          png,
+          ms,
+          bytes: png.length,
+          width: r.width,
+          height: r.height,
+          cards: r.cards,
+          drawMs: r.drawMs,
+          encodeMs: r.encodeMs,
+          queuedMs,
+          overBudget,
+        });
+      },
+      (err: unknown) => {
+        this.counts.failed++;
+        this.m?.failed.add(1);
+        this.finish(job);
+        job.reject(err);
+      },
+    );
+  }
+
+  private finish(job: Job): void {
+    this.inFlight--;
+    this.running.delete(job.chatId);
+    if (this.inFlight === 0 && this.idle) {
+      const idle = this.idle;
+      this.idle = null;
+      idle();
+    }
+    this.dispatch();
+  }
+}

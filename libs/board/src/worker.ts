@@ -1,0 +1,85 @@
+/**
+ * The render thread (a piscina worker): registers the fonts (once per
+ * process: a no-op when the main thread already has), warms Skia's font
+ * loading, then renders the boards it is handed, one at a time.
+ */
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
+import type { Board } from './model.ts';
+import type { PngOptions } from './png.ts';
+
+/** What the pool hands a render thread (structured-cloned once the semaphore is held). */
+export interface RenderTask {
+  readonly board: Board;
+  readonly png?: PngOptions;
+}
+
+/**
+ * Sent by `RenderPool.close()` to every thread before they are terminated:
+ * each waits on `barrier` until `threads` release tasks have arrived (so each
+ * thread gets exactly one), drops its caches and collects garbage, so no
+ * native image is left for napi-rs to report at exit ("ObjectRef is not
+ * unref, it considered as a memory leak" on stderr, one line per avatar).
+ */
+export interface ReleaseTask {
+  readonly release: Int32Array;
+  readonly threads: number;
+}
+
+/** What a render thread hands back. */
+export interface RenderTaskResult {
+  readonly png: Uint8Array;
+  readonly width: number;
+  readonly height: number;
+  readonly cards: number;
+  readonly hidden: number;
+  readonly drawMs: number;
+  readonly encodeMs: number;
+}
+
+warmUpFonts();
+
+/**
+ * `gc` through the V8 flag, for this thread. Each render reads its pixels back
+ * (4.3 MB at 40 cards, render.ts `readPixels`) through @napi-rs/canvas
+ * buffers that are freed by finalizers after a collection, and V8 collects
+ * rarely when its own heap is small: with `canvas.data()` and no help,
+ * resident memory grew 4.3 MB a render (400+ MB with three threads, measured).
+ * A minor collection every READBACK_GC_BYTES of read-back bounds it; the
+ * finalizers run when the thread's event loop turns between tasks (piscina
+ * `atomics: 'disabled'`, pool.ts).
+ */
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as (opts?: { type: 'minor' | 'major' }) => void;
+const READBACK_GC_BYTES = 8 * 2 ** 20;
+let readBack = 0;
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+async function release(t: ReleaseTask): Promise<void> {
+  Atomics.add(t.release, 0, 1);
+  Atomics.notify(t.release, 0);
+  const deadline = Date.now() + 2_000;
+  for (let seen = Atomics.load(t.release, 0); seen < t.threads && Date.now() < deadline; seen = Atomics.load(t.release, 0)) {
+    Atomics.wait(t.release, 0, seen, 50);
+  }
+  releaseThreadCaches();
+  // napi-rs finalizers run after a collection, on a later turn: collect, yield, twice.
+  gc();
+  await sleep(5);
+  gc();
+  await sleep(5);
+}
+
+/** Renders one board (piscina calls the default export), or releases the thread (ReleaseTask). */
+export default function render(task: RenderTask | ReleaseTask): RenderTaskResult | Promise<void> {
+  if ('release' in task) return release(task);
+  const r = renderBoard(task.board, task.png ? { png: task.png } : {});
+  readBack += r.width * r.height * 4;
+  if (readBack >= READBACK_GC_BYTES) {
+    readBack = 0;
+    gc({ type: 'minor' });
+  }
+  return { png: r.png, width: r.width, height: r.height, cards: r.cards, hidden: r.hidden, drawMs: r.drawMs, encodeMs: r.encodeMs };
+}

@@ -1,0 +1,259 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Image } from '@napi-rs/canvas';
+import {
+  RenderPool,
+  defaultRenderConcurrency,
+  sampleBoard,
+  type Board,
+  type BoardMetrics,
+  type RenderOutcome,
+  type RenderPoolOptions,
+} from '../src/index.ts';
+
+const GATE_WORKER = new URL('./fixtures/gate-worker.ts', import.meta.url);
+const BOARD = sampleBoard(3, { avatarShare: 0 });
+
+/** A pool whose threads hold every task until `open()`; `s` are the threads' shared counters (see gate-worker.ts). */
+function gatePool(opts: RenderPoolOptions = {}) {
+  const sab = new SharedArrayBuffer(6 * 4);
+  const s = new Int32Array(sab);
+  const pool = new RenderPool({ concurrency: 2, ...opts, workerFile: GATE_WORKER, workerData: { sab } });
+  return {
+    pool,
+    s,
+    started: () => Atomics.load(s, 2),
+    open: () => {
+      Atomics.store(s, 3, 1);
+      Atomics.notify(s, 3);
+    },
+  };
+}
+
+async function waitFor(what: string, cond: () => boolean, ms = 8_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+/** Records every metric the pool writes. */
+function fakeMetrics() {
+  const counters: Record<string, Array<[number, Record<string, string> | undefined]>> = {};
+  const histograms: Record<string, number[]> = {};
+  const gauges: Record<string, () => number> = {};
+  const metrics: BoardMetrics = {
+    counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
+    latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    sizeBytes: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    gauge: (name, _d, read) => (gauges[name] = read),
+  };
+  return { metrics, counters, histograms, gauges };
+}
+
+const status = (o: RenderOutcome): string => (o.status === 'refused' ? `refused:${o.reason}` : o.status);
+
+test('never more than `concurrency` renders on threads; queued jobs never reach a thread', async () => {
+  const m = fakeMetrics();
+  const { pool, s, started, open } = gatePool({ concurrency: 2, metrics: m.metrics });
+  try {
+    const jobs = Array.from({ length: 6 }, (_, i) => pool.render(`chat-${i}`, 1, BOARD));
+    await waitFor('two renders on threads', () => started() === 2);
+    await sleep(150); // time for a third to slip through, if the semaphore leaked
+    assert.equal(started(), 2, 'tasks handed to threads');
+    assert.equal(Atomics.load(s, 0), 2, 'in flight on threads');
+    const st = pool.stats();
+    assert.deepEqual([st.inFlight, st.queued, st.piscinaQueued], [2, 4, 0]);
+    assert.equal(m.gauges['crowdplay_board_queue_depth']!(), 4);
+    assert.equal(m.gauges['crowdplay_board_in_flight']!(), 2);
+    open();
+    const out = await Promise.all(jobs);
+    assert.deepEqual(out.map(status), Array(6).fill('rendered'));
+    assert.equal(Atomics.load(s, 1), 2, 'most in flight at once, counted on the threads');
+    assert.equal(started(), 6);
+    assert.equal(pool.stats().maxInFlight, 2);
+    assert.equal(m.histograms['crowdplay_board_render_ms']!.length, 6);
+    assert.deepEqual(m.histograms['crowdplay_board_png_bytes'], Array(6).fill(2));
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
+test('a newer version replaces a queued older one, which resolves superseded and never renders', async () => {
+  const m = fakeMetrics();
+  const { pool, started, open } = gatePool({ concurrency: 1, metrics: m.metrics });
+  try {
+    const order: string[] = [];
+    const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
+      p.then((o) => {
+        order.push(`${name}:${status(o)}`);
+        return o;
+      });
+    const a1 = track('A1', pool.render('A', 1, BOARD));
+    await waitFor('A1 on a thread', () => started() === 1);
+    const b1 = track('B1', pool.render('B', 1, BOARD));
+    const c1 = track('C1', pool.render('C', 1, BOARD));
+    const b2 = track('B2', pool.render('B', 2, sampleBoard(5, { avatarShare: 0 })));
+    assert.deepEqual(await b1, { status: 'superseded', superseded: true, by: 2 });
+    assert.deepEqual(await pool.render('B', 2, BOARD), { status: 'superseded', superseded: true, by: 2 }, 'an equal version');
+    assert.deepEqual(await pool.render('B', 1, BOARD), { status: 'superseded', superseded: true, by: 2 }, 'an older version');
+    assert.deepEqual(
+      await pool.render('A', 1, BOARD),
+      { status: 'superseded', superseded: true, by: 1 },
+      'not newer than the one rendering',
+    );
+    assert.deepEqual([pool.stats().queued, started()], [2, 1]);
+    open();
+    const [ra, rb, rc] = await Promise.all([a1, b2, c1]);
+    assert.deepEqual([ra, rb, rc].map(status), ['rendered', 'rendered', 'rendered']);
+    assert.equal(rb.status === 'rendered' && rb.cards, 5, 'the newer board was rendered');
+    assert.equal(started(), 3, 'B1 never reached a thread');
+    assert.deepEqual(order, ['B1:superseded', 'A1:rendered', 'B2:rendered', 'C1:rendered'], 'B kept its place ahead of C');
+    assert.equal(pool.stats().superseded, 4);
+    assert.equal(m.counters['crowdplay_board_superseded_total']!.length, 4);
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
+test("a chat's next version waits for its render on a thread, even with a slot free", async () => {
+  const { pool, started, open } = gatePool({ concurrency: 2 });
+  try {
+    const a1 = pool.render('A', 1, BOARD);
+    await waitFor('A1 on a thread', () => started() === 1);
+    const a2 = pool.render('A', 2, BOARD);
+    await sleep(100);
+    assert.equal(started(), 1, 'A2 waits for A1');
+    const b1 = pool.render('B', 1, BOARD);
+    await waitFor('B1 on the free slot', () => started() === 2);
+    open();
+    assert.deepEqual((await Promise.all([a1, a2, b1])).map(status), ['rendered', 'rendered', 'rendered']);
+    assert.equal(started(), 3);
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
+test('a full queue refuses, counted and reported, and changes nothing queued', async () => {
+  const m = fakeMetrics();
+  const refused: Array<[string, string, Record<string, unknown> | undefined]> = [];
+  const { pool, started, open } = gatePool({
+    concurrency: 1,
+    maxQueue: 2,
+    metrics: m.metrics,
+    refusals: { refuse: (area, reason, detail) => void refused.push([area, reason, detail]) },
+  });
+  try {
+    const a = pool.render('A', 1, BOARD);
+    await waitFor('A on a thread', () => started() === 1);
+    const b = pool.render('B', 1, BOARD);
+    const c = pool.render('C', 1, BOARD);
+    assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'queue-full' });
+    assert.deepEqual([pool.stats().queued, pool.stats().refused], [2, 1]);
+    assert.deepEqual(m.counters['crowdplay_board_refused_total'], [[1, { reason: 'queue-full' }]]);
+    assert.deepEqual(refused, [['board', 'CP_ERR_BOARD_QUEUE_FULL', { chatId: 'D', maxQueue: 2 }]]);
+    // A newer version of a queued chat needs no new place: accepted.
+    const b2 = pool.render('B', 2, BOARD);
+    assert.deepEqual(await b, { status: 'superseded', superseded: true, by: 2 });
+    assert.equal(pool.stats().queued, 2);
+    open();
+    assert.deepEqual((await Promise.all([a, b2, c])).map(status), ['rendered', 'rendered', 'rendered']);
+    assert.equal(started(), 3, 'D never reached a thread');
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
+test('close() refuses queued jobs, lets the one on a thread finish, then refuses everything', async () => {
+  const { pool, started, open } = gatePool({ concurrency: 1 });
+  const a = pool.render('A', 1, BOARD);
+  await waitFor('A on a thread', () => started() === 1);
+  const b = pool.render('B', 1, BOARD);
+  const c = pool.render('C', 1, BOARD);
+  let closed = false;
+  const closing = pool.close().then(() => (closed = true));
+  assert.deepEqual(await b, { status: 'refused', reason: 'closed' });
+  assert.deepEqual(await c, { status: 'refused', reason: 'closed' });
+  assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'closed' });
+  await sleep(50);
+  assert.equal(closed, false, 'close waits for the render on a thread');
+  open();
+  assert.equal(status(await a), 'rendered');
+  await closing;
+  assert.equal(closed, true);
+  await pool.close(); // twice is fine
+  assert.equal(started(), 1);
+  assert.equal(pool.stats().refused, 3);
+});
+
+test('an avatar sliced from a large buffer reaches the thread without that buffer', async () => {
+  const { pool, s, open } = gatePool({ concurrency: 1 });
+  try {
+    const big = Buffer.alloc(1 << 20, 7);
+    const avatar = big.subarray(1000, 1100);
+    const board: Board = { ...BOARD, cards: [{ ...BOARD.cards[0]!, avatar }] };
+    open();
+    assert.equal(status(await pool.render('A', 1, board)), 'rendered');
+    assert.equal(Atomics.load(s, 5), 100, 'the thread got a 100-byte buffer, not the 1 MiB one');
+    assert.equal(board.cards[0]!.avatar, avatar, "the caller's board is untouched");
+  } finally {
+    await pool.close();
+  }
+});
+
+test('a malformed board is refused before it is queued', async () => {
+  const { pool, started, open } = gatePool({ concurrency: 1 });
+  try {
+    const bad = { ...BOARD, cards: [{ ...BOARD.cards[0]!, rows: [['green']] }] } as unknown as Board;
+    await assert.rejects(pool.render('A', 1, bad), { name: 'TypeError', message: /rows\[0\]/ });
+    assert.deepEqual([pool.stats().queued, pool.stats().inFlight, started()], [0, 0, 0]);
+    // The chat is not blocked by the refused board.
+    open();
+    assert.equal(status(await pool.render('A', 1, BOARD)), 'rendered');
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
+test('concurrency 0 means min(3, the cores this process may use); bad options are refused', async () => {
+  assert.equal(defaultRenderConcurrency(), Math.min(3, availableParallelism()));
+  const { pool, open } = gatePool({ concurrency: 0 });
+  assert.equal(pool.concurrency, defaultRenderConcurrency());
+  open();
+  await pool.close();
+  assert.throws(() => new RenderPool({ concurrency: -1, workerFile: GATE_WORKER }), RangeError);
+  assert.throws(() => new RenderPool({ concurrency: 1.5, workerFile: GATE_WORKER }), RangeError);
+  assert.throws(() => new RenderPool({ maxQueue: -1, workerFile: GATE_WORKER }), RangeError);
+  assert.throws(() => new RenderPool({ maxPngBytes: 0, workerFile: GATE_WORKER }), RangeError);
+});
+
+test('the real render thread renders a board to a PNG', async () => {
+  const m = fakeMetrics();
+  const pool = new RenderPool({ concurrency: 1, metrics: m.metrics, maxPngBytes: 5_000 });
+  try {
+    const small = await pool.render('A', 1, sampleBoard(4));
+    assert.equal(small.status, 'rendered');
+    if (small.status !== 'rendered') return;
+    assert.deepEqual([small.width, small.height, small.cards, small.bytes], [576, 232, 4, small.png.length]);
+    assert.ok(small.ms > 0 && small.ms === small.drawMs + small.encodeMs);
+    assert.equal(small.overBudget, small.bytes > 5_000);
+    const img = new Image();
+    img.src = small.png;
+    assert.deepEqual([img.width, img.height], [576, 232]);
+    const big = await pool.render('B', 1, sampleBoard(40));
+    assert.equal(big.status === 'rendered' && big.overBudget, true, 'over the (test) budget of 5,000 bytes');
+    assert.equal(pool.stats().overBudget, small.status === 'rendered' && small.overBudget ? 2 : 1);
+    assert.equal(m.counters['crowdplay_board_png_over_budget_total']!.length, pool.stats().overBudget);
+    assert.deepEqual(m.histograms['crowdplay_board_png_bytes'], [small.bytes, big.status === 'rendered' ? big.bytes : -1]);
+  } finally {
+    await pool.close();
+  }
+});
