@@ -78,6 +78,7 @@ describe('Telegram Mini App (initData) → word puzzle', () => {
     assert.deepEqual((u.game as { players: Record<string, unknown> }).players['tg:42'], {
       marks: [ack.marks],
       solved: ack.marks === 'ggggg',
+      name: 'Ann',
     });
     c.ws.close();
   });
