@@ -66,6 +66,7 @@ export async function startTelegram(deps: {
     avatars: { concurrency: t.avatarConcurrency, cacheBytes: t.avatarCacheBytes, ttlMs: t.avatarTtlMs },
     onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
   });
+  client.exportMetrics(telemetry.metrics);
   queue.start(client.sender());
   const pool = new RenderPool({
     ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
