@@ -108,7 +108,9 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     );
     const d = await h.queue.depth();
     assert.ok(d.board >= 70, `most of the burst still queued, depth ${d.board}`);
-    assert.ok(h.queue.stats().bucketWaits.group > 0, 'group waits counted');
+    // In process the group limit shows up as bucket refusals; BullMQ mostly holds a chat's later jobs back by
+    // their rank in the chat's order (no token asked), so there a bucket wait is possible but not certain.
+    if (h.queue.kind === 'memory') assert.ok(h.queue.stats().bucketWaits.group > 0, 'group waits counted');
   });
 
   void test(`${name} - rates: 150 chats at once get at most 30 calls in any second (bot-wide)`, TIMEOUT, async (t) => {
