@@ -86,6 +86,7 @@ describe('Telegram group chat: /start → Mini App guesses → live board', () =
     assert.ok(board.bytes > 1_000 && board.bytes < 100_000, `board PNG of ${board.bytes} bytes`);
     const stats = stub.stats();
     assert.equal(stats.rejected429, 0, 'no 429 from the stub');
+    assert.ok((stats.byMethod.getUserProfilePhotos ?? 0) >= 1, 'the player’s avatar was read for the board');
     ws.close();
   });
 });

@@ -142,7 +142,8 @@ export class ChatBoards {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());
-        const out = await this.d.pool.render(String(chatId), version, boardOf(w.title, w.state));
+        const board = await this.withAvatars(boardOf(w.title, w.state));
+        const out = await this.d.pool.render(String(chatId), version, board);
         if (out.status === 'rendered') await this.d.client.enqueueBoard(chatId, { version, png: out.png });
         else if (out.status === 'refused') this.d.scheduler.failed(chatId);
       });
@@ -152,6 +153,23 @@ export class ChatBoards {
     } finally {
       this.ticking = false;
     }
+  }
+
+  /**
+   * The board with each player's avatar (the client's avatar reads: exempt
+   * from the send bucket, collapsed per user, capped, cached for a day). An
+   * avatar that cannot be read is drawn as the player's initial.
+   */
+  private async withAvatars(board: Board): Promise<Board> {
+    const cards = await Promise.all(
+      board.cards.map(async (c) => {
+        const id = Number(c.id);
+        if (!Number.isSafeInteger(id) || id <= 0) return c;
+        const avatar = await this.d.client.avatars.get(id).catch(() => null);
+        return avatar ? { ...c, avatar } : c;
+      }),
+    );
+    return { ...board, cards };
   }
 
   /** Stops every board (subscriptions and the timer). */
