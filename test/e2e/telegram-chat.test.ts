@@ -80,13 +80,23 @@ describe('Telegram group chat: /start → Mini App guesses → live board', () =
     const ack = await until(() => frames.find((f) => f.t === 'ack' && f.seq === 1), 'the guess ack');
     assert.equal(ack.ok, true);
 
-    // The board: rendered (PNG) and posted to the chat as one photo message.
-    const board = await until(() => stub.board(CHAT), 'the board photo', 15_000);
+    // The board: rendered (PNG) and posted to the chat as one photo message when the chat's channel first
+    // updates (the puzzle may still be empty then), and edited in place once the guess is in, at the scheduler's
+    // pace (at least 3 s apart in a group): wait for that edit.
+    await until(
+      () => stub.calls().some((c) => c.method === 'editMessageMedia' && c.chatId === CHAT && c.outcome === 'ok'),
+      'the board edited to show the guess',
+      15_000,
+    );
+    const board = stub.board(CHAT)!;
     assert.equal(board.photoMessages, 1, 'one board message, no duplicate');
     assert.ok(board.bytes > 1_000 && board.bytes < 100_000, `board PNG of ${board.bytes} bytes`);
     const stats = stub.stats();
     assert.equal(stats.rejected429, 0, 'no 429 from the stub');
-    assert.ok((stats.byMethod.getUserProfilePhotos ?? 0) >= 1, 'the player’s avatar was read for the board');
+    assert.ok(
+      (stats.byMethod.getUserProfilePhotos ?? 0) >= 1,
+      `the player’s avatar was read for the board: ${JSON.stringify(stats.byMethod)}`,
+    );
     ws.close();
   });
 });
