@@ -348,19 +348,9 @@ export interface IntentBatch {
 }
 
 /** One ack as the shard sends it back; the gateway turns it into an ActAck frame. */
-export interface BusAck {
+/** An ack as the shard sends it: the ActAck's fields (without `t`) and the socket it is for. */
+export interface BusAck extends Omit<ActAck, 't'> {
   conn: number;
-  seq: number;
-  ok: boolean;
-  cost?: number;
-  code?: string;
-  shares?: number;
-  proceeds?: number;
-  position?: number;
-  balance?: number;
-  marks?: string;
-  solved?: boolean;
-  left?: number;
 }
 
 /** Acks for one IntentBatch, on `gw.<id>.acks`. `conn` routes each to its socket. */

@@ -51,6 +51,22 @@ interface JobData<P> {
   enqueuedAtMs: number;
 }
 
+/** The frozen view of a job that `send` and `onSettled` get. */
+function jobView<P>(id: string, chatId: number, d: JobData<P>, grantedAtMs: number): SendJob<P> {
+  return Object.freeze({
+    id,
+    chatId,
+    lane: d.lane,
+    key: d.key,
+    payload: d.payload,
+    isGroup: d.isGroup,
+    retries: d.retries,
+    requeues: d.requeues,
+    enqueuedAtMs: d.enqueuedAtMs,
+    grantedAtMs,
+  });
+}
+
 /** A version key lives this long after its last job was enqueued (ms): longer than any job waits. */
 const VERSION_TTL_MS = 7 * 86_400_000;
 /** BullMQ job name (one kind of job). */
@@ -464,18 +480,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       // Immediately before the call: a 429 seen in this process while we awaited the token wins.
       if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
       await this.redis.incr(k.called(id));
-      const view: SendJob<P> = Object.freeze({
-        id,
-        chatId,
-        lane: d.lane,
-        key: d.key,
-        payload: d.payload,
-        isGroup: d.isGroup,
-        retries: d.retries,
-        requeues: d.requeues,
-        enqueuedAtMs: d.enqueuedAtMs,
-        grantedAtMs: t.nowMs,
-      });
+      const view = jobView<P>(id, chatId, d, t.nowMs);
       let out: SendOutcome<P>;
       try {
         out = await send(view);
@@ -591,21 +596,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     const cb = this.opts.onSettled;
     if (cb !== undefined) {
       try {
-        cb(
-          Object.freeze({
-            id,
-            chatId: d.chatId,
-            lane: d.lane,
-            key: d.key,
-            payload: d.payload,
-            isGroup: d.isGroup,
-            retries: d.retries,
-            requeues: d.requeues,
-            enqueuedAtMs: d.enqueuedAtMs,
-            grantedAtMs: 0,
-          }),
-          result,
-        );
+        cb(jobView<P>(id, d.chatId, d, 0), result);
       } catch (err) {
         this.onError(err, 'onSettled');
       }
