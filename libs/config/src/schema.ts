@@ -528,6 +528,11 @@ export const schema = {
     }),
   },
   board: {
+    enabled: bool({
+      env: 'BOARDS_ENABLED',
+      default: true,
+      doc: "Live boards in the chats that play. Off: the bot, the Mini App and the puzzle work as before, but no board is rendered or sent (the seed's A/B: the same game scored without the shared picture).",
+    }),
     renderConcurrency: int({
       env: 'BOARD_RENDER_CONCURRENCY',
       default: 0,

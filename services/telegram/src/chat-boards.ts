@@ -58,6 +58,8 @@ export interface ChatBoardsDeps {
   telemetry: Telemetry;
   /** How often due boards are looked for, ms. @defaultValue 250 */
   tickMs?: number;
+  /** BOARDS_ENABLED: when false, `watch` does nothing (no board is rendered or sent). @defaultValue true */
+  enabled?: boolean;
   now?: () => number;
 }
 
@@ -83,8 +85,9 @@ export class ChatBoards {
     return [...this.chats.keys()];
   }
 
-  /** Starts (or retitles) the live board of a chat. */
+  /** Starts (or retitles) the live board of a chat (nothing when boards are off). */
   watch(chatId: number, title: string): void {
+    if (this.d.enabled === false) return;
     const w = this.chats.get(chatId);
     if (w) {
       w.title = title;

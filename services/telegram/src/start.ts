@@ -46,7 +46,9 @@ export async function startTelegram(deps: {
     return null;
   }
   if (!t.webhookSecret) {
-    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)']);
+    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [
+      'TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)',
+    ]);
   }
   const queue = await openSendQueue<BotCall>({
     redisUrl: config.redis.url,
@@ -81,7 +83,15 @@ export async function startTelegram(deps: {
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
   });
-  const boards = new ChatBoards({ bus: deps.bus, subjects: deps.subjects, client, pool, scheduler, telemetry });
+  const boards = new ChatBoards({
+    bus: deps.bus,
+    subjects: deps.subjects,
+    client,
+    pool,
+    scheduler,
+    telemetry,
+    enabled: config.board.enabled,
+  });
   boards.start();
   const bot = new TelegramBot({
     client,
