@@ -1,0 +1,67 @@
+/**
+ * The word puzzle's Mini App page in a real browser (Debian's chromium via
+ * playwright-core), opened as Telegram opens it: the signed initData in the
+ * URL fragment (`#tgWebAppData=…`).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { chromium, type Browser } from 'playwright-core';
+import { signInitData, startParamFor, startParamSecret } from '@crowdplay/telegram';
+import { startStandalone, type InProcess } from '../helpers.ts';
+
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const TOKEN = '777000:TEST-token-for-the-page-suite';
+
+describe('Mini App page (browser)', () => {
+  let s: InProcess;
+  let browser: Browser;
+  before(async () => {
+    assert.ok(existsSync(CHROMIUM), `chromium not found at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+    s = await startStandalone({ telegram: { botToken: TOKEN, webhookSecret: 'page-suite-secret', apiRoot: 'http://127.0.0.1:9' } });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--no-first-run'] });
+  });
+  after(async () => {
+    await browser?.close();
+    await s?.stop();
+  });
+
+  it('guesses through the page: marks in the grid, a bad word refused, the group board lists the player', async () => {
+    const initData = signInitData(
+      { user: { id: 31, first_name: 'Page' }, chat_type: 'supergroup', start_param: startParamFor(-1004242, startParamSecret(TOKEN)) },
+      { botToken: TOKEN },
+    );
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${s.baseUrl}/tg/#tgWebAppData=${encodeURIComponent(initData)}`);
+    await page.waitForFunction(() => document.querySelector('[data-testid="tg-state"]')?.textContent === 'open');
+    await page.fill('[data-testid="guess-input"]', 'zzzzz');
+    await page.click('[data-testid="guess-submit"]');
+    await page.waitForFunction(() =>
+      /CP_ERR_PUZZLE_INVALID_WORD/.test(document.querySelector('[data-testid="last-error"]')?.textContent ?? ''),
+    );
+    await page.fill('[data-testid="guess-input"]', 'crane');
+    await page.click('[data-testid="guess-submit"]');
+    await page.waitForFunction(() => document.querySelector('[data-testid="cell-0-4"]')?.getAttribute('data-mark') !== null);
+    const marks = await page.evaluate(() =>
+      [0, 1, 2, 3, 4].map((j) => document.querySelector(`[data-testid="cell-0-${j}"]`)?.getAttribute('data-mark')),
+    );
+    assert.ok(
+      marks.every((m) => m === 'g' || m === 'y' || m === '.'),
+      JSON.stringify(marks),
+    );
+    assert.equal(await page.locator('[data-testid="cell-0-0"]').textContent(), 'c');
+    assert.equal(await page.locator('[data-testid="cell-1-0"]').getAttribute('data-mark'), null, 'one row used');
+    await page.locator('[data-testid="player-tg:31"]').waitFor();
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  it('without initData the page says so and opens no socket', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${s.baseUrl}/tg/`);
+    await page.waitForFunction(() => document.querySelector('[data-testid="tg-state"]')?.textContent === 'no-init-data');
+    await page.close();
+  });
+});
