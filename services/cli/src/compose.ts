@@ -14,9 +14,9 @@ import { Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
+import { startTelegram, startTelegramSender, type TelegramPart } from '@crowdplay/telegram-service';
 
-export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer'] as const;
+export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer', 'telegram-sender'] as const;
 export type ServiceName = (typeof SERVICES)[number];
 
 /** The standalone dev tenant's id (credentials are the STANDALONE_TENANT_* settings). */
@@ -42,6 +42,7 @@ interface Parts {
   router?: Router;
   sequencer?: SequencerService;
   telegram?: TelegramPart | null;
+  sender?: { close(): Promise<void> };
 }
 
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
@@ -107,6 +108,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
       });
       await parts.shard.start();
     }
+    if (names.includes('telegram-sender') && !names.includes('gateway')) parts.sender = await startTelegramSender({ config, telemetry });
     if (names.includes('router')) {
       parts.router = new Router(
         { bus, subjects, store, telemetry },
@@ -138,6 +140,8 @@ export async function startServices(config: Config, names: readonly ServiceName[
         bus,
         subjects,
         telemetry,
+        // The gateway makes the Bot API calls itself unless a telegram-sender service takes them from Redis.
+        send: opts.standalone || names.includes('telegram-sender') || !config.redis.url,
         ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId)),
       });
       const bot = parts.telegram?.bot;
@@ -166,6 +170,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         await parts.gateway?.close();
         await parts.telegram?.close();
+        await parts.sender?.close();
         await parts.ledger?.drain();
         await parts.router?.close();
         await parts.sequencer?.close();
@@ -180,6 +185,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
   } catch (err) {
     await parts.gateway?.close();
     await parts.telegram?.close();
+    await parts.sender?.close();
     await parts.ledger?.close();
     await parts.shard?.close();
     await parts.router?.close();

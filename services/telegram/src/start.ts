@@ -16,6 +16,34 @@ import { TelegramBot } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { RefreshScheduler } from './scheduler.ts';
 
+/**
+ * The bot's send queue (in-process, or BullMQ + the Redis Lua bucket with
+ * REDIS_URL) and the Bot API client whose every call passes it.
+ */
+async function openBot(config: Config, telemetry: Telemetry): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
+  const t = config.telegram;
+  const queue = await openSendQueue<BotCall>({
+    redisUrl: config.redis.url,
+    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
+    concurrency: t.sendConcurrency,
+    maxQueued: t.sendMaxQueued,
+    // A lost post is looked for by probing message ids after a repost: more than the default 3 requeues (libs/telegram docs).
+    maxRequeues: 6,
+    metrics: telemetry.metrics,
+    refusals: telemetry.refusals,
+    onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
+  });
+  const client = new TelegramClient({
+    token: t.botToken,
+    apiRoot: t.apiRoot.replace(/\/$/, ''),
+    queue,
+    avatars: { concurrency: t.avatarConcurrency, cacheBytes: t.avatarCacheBytes, ttlMs: t.avatarTtlMs },
+    onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
+  });
+  client.exportMetrics(telemetry.metrics);
+  return { queue, client };
+}
+
 /** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
 export const GROUP_MIN_INTERVAL_MS = 3_000;
 
@@ -38,6 +66,12 @@ export async function startTelegram(deps: {
   subjects: Subjects;
   telemetry: Telemetry;
   ensureChannel: (channel: string) => Promise<void>;
+  /**
+   * Also make the Bot API calls (run the send queue's worker). Standalone:
+   * true. A gateway beside a separate `telegram-sender` service (BullMQ on
+   * REDIS_URL): false — it only enqueues. @defaultValue true
+   */
+  send?: boolean;
 }): Promise<TelegramPart | null> {
   const { config, telemetry } = deps;
   const t = config.telegram;
@@ -50,26 +84,8 @@ export async function startTelegram(deps: {
       'TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)',
     ]);
   }
-  const queue = await openSendQueue<BotCall>({
-    redisUrl: config.redis.url,
-    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
-    concurrency: t.sendConcurrency,
-    maxQueued: t.sendMaxQueued,
-    // A lost post is looked for by probing message ids after a repost: more than the default 3 requeues (libs/telegram docs).
-    maxRequeues: 6,
-    metrics: telemetry.metrics,
-    refusals: telemetry.refusals,
-    onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
-  });
-  const client = new TelegramClient({
-    token: t.botToken,
-    apiRoot: t.apiRoot.replace(/\/$/, ''),
-    queue,
-    avatars: { concurrency: t.avatarConcurrency, cacheBytes: t.avatarCacheBytes, ttlMs: t.avatarTtlMs },
-    onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
-  });
-  client.exportMetrics(telemetry.metrics);
-  queue.start(client.sender());
+  const { queue, client } = await openBot(config, telemetry);
+  if (deps.send !== false) queue.start(client.sender());
   const pool = new RenderPool({
     ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
     maxPngBytes: config.board.maxPngBytes,
@@ -116,4 +132,23 @@ export async function startTelegram(deps: {
       await queue.close(5_000);
     },
   };
+}
+
+/**
+ * The `telegram-sender` service: the send queue's worker alone (BullMQ on
+ * REDIS_URL, the Redis Lua bucket): it makes every Bot API call the gateways
+ * enqueue.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID without TELEGRAM_BOT_TOKEN or REDIS_URL
+ */
+export async function startTelegramSender(deps: { config: Config; telemetry: Telemetry }): Promise<{ close(): Promise<void> }> {
+  const { config, telemetry } = deps;
+  const t = config.telegram;
+  if (!t.botToken) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_BOT_TOKEN: the telegram-sender needs the bot token']);
+  if (!config.redis.url) {
+    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['REDIS_URL: the telegram-sender takes its jobs from the BullMQ queue on Redis']);
+  }
+  const { queue, client } = await openBot(config, telemetry);
+  queue.start(client.sender());
+  telemetry.logger.info({ queue: queue.kind, bucket: queue.bucket.kind }, 'telegram-sender is sending');
+  return { close: () => queue.close(5_000) };
 }
