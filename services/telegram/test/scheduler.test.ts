@@ -43,3 +43,44 @@ test('scheduler - only dirty chats are due, once per interval, oldest change fir
   assert.equal(s.size, 1);
   assert.throws(() => new RefreshScheduler({ renderBudgetMsPerS: 0, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost }), RangeError);
 });
+
+test('scheduler - boards leave at the budgets’ pace, oldest change first, each charged its cost', () => {
+  // 10 sends/s and 100 render ms/s; 4-card boards cost 21.8 ms: the render budget allows 4 per second (87.2 ms), sends 10.
+  const s = make();
+  for (let c = 1; c <= 20; c++) s.changed(c, 1, 4, c); // chat 1 changed first
+  const first = s.due(0).map((d) => d.chatId);
+  assert.deepEqual(first, [1, 2, 3, 4], 'a full second of render budget: 4 boards, the oldest changes');
+  assert.deepEqual(s.due(0), [], 'nothing left until the budget refills');
+  for (const id of first) s.sent(id, 1, 0);
+  assert.deepEqual(
+    s.due(250).map((d) => d.chatId),
+    [5],
+    '250 ms refill 25 render ms: one more board',
+  );
+  // Over the next seconds every chat goes once, in order; the pass takes about the exported interval.
+  const order = [...first, 5];
+  s.sent(5, 1, 250);
+  for (let t = 500; t <= 6_000; t += 250) for (const d of s.due(t)) (order.push(d.chatId), s.sent(d.chatId, 1, t));
+  assert.deepEqual(
+    order,
+    Array.from({ length: 20 }, (_, i) => i + 1),
+  );
+  // A 40-card board (173 ms) is costlier than a second's budget: it goes when the budget is full, alone.
+  const big = make();
+  big.changed(1, 1, 40, 0);
+  big.changed(2, 1, 4, 1);
+  assert.deepEqual(
+    big.due(0).map((d) => d.chatId),
+    [1],
+  );
+  big.sent(1, 1, 0);
+  assert.deepEqual(
+    big.due(100).map((d) => d.chatId),
+    [],
+    'the render budget is spent',
+  );
+  assert.deepEqual(
+    big.due(1_300).map((d) => d.chatId),
+    [2],
+  );
+});
