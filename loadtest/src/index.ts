@@ -1,6 +1,7 @@
 /**
  * @crowdplay/loadtest — load scenarios (`crowd` from the seeds, `market`:
- * funded viewers trading and staking in rounds, then ledger verify), the
+ * funded viewers trading and staking in rounds, then ledger verify;
+ * `rollover`: Telegram chats at the word puzzle's rollover), the
  * frozen bare-ws reference server, and the report formats. CLI: main.ts.
  */
 export {
@@ -31,3 +32,21 @@ export { spawnReferenceServer } from './reference-spawn.ts';
 export type { SpawnedReferenceServer } from './reference-spawn.ts';
 export { findListeningPid, processCpuMs, clockTicksPerSecond, machineCpuTicks } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
+export {
+  runRolloverScenario,
+  allowedSends,
+  BUCKET_RATES,
+  msSummary,
+  DEFAULT_DATABASE_URL,
+  DEFAULT_REDIS_URL,
+  DEFAULT_PLAYERS_PER_ADDRESS,
+  MAX_ROLLOVER_SOCKETS,
+  CHAT_ID_BASE,
+  PLAYER_ID_BASE,
+  AVATAR_POOL,
+} from './rollover/scenario.ts';
+export type { RolloverOptions } from './rollover/scenario.ts';
+export { formatRolloverReport } from './rollover/report.ts';
+export type { RolloverReport, RolloverTarget, MsSummary } from './rollover/report.ts';
+export { playerWords, MAX_GUESSES } from './rollover/players.ts';
+export { metricValue, readRss, PRODUCT_MAIN, SENDQ_KEY_PATTERN } from './rollover/product.ts';

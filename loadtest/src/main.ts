@@ -10,6 +10,10 @@
  *         [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P]
  *         [--liquidity B] [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
  *
+ *   rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
+ *         [--database-url URL] [--redis-url URL] [--connect-concurrency C]
+ *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
+ *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
  * report to --json. Fields: loadtest/README.md.
  */
@@ -21,6 +25,8 @@ import { formatReport } from './crowd/report.ts';
 import { runCrowdScenario, runCrowdWithBaseline, type CrowdOptions } from './crowd/scenario.ts';
 import { formatMarketReport } from './market/report.ts';
 import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
+import { formatRolloverReport } from './rollover/report.ts';
+import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
@@ -28,7 +34,9 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
      npm run loadtest -- market --url http://127.0.0.1:8080 --viewers N --trades T --json FILE
        [--channels K] [--database-url URL] [--database-schema S] [--skip-verify]
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P] [--liquidity B]
-       [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]`;
+       [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
+     npm run loadtest -- rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
+       [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -42,7 +50,7 @@ function required(name: string, v: number | undefined): number {
   return v;
 }
 
-const SECRET_FLAGS = new Set(['--tenant-secret', '--tenant-key', '--database-url']);
+const SECRET_FLAGS = new Set(['--tenant-secret', '--tenant-key', '--database-url', '--redis-url']);
 
 /** The command as typed (shell-quoted), with the tenant secret, the key and the database URL masked. */
 function commandLine(argv: string[]): string {
@@ -124,8 +132,65 @@ async function marketMain(argv: string[]): Promise<number> {
   return clean ? 0 : 1;
 }
 
+/**
+ * `rollover`: exit 0 when the run is `complete` (no crash, every guess
+ * answered, every chat's final board correct); 1 otherwise.
+ */
+async function rolloverMain(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv.slice(1),
+    options: {
+      chats: { type: 'string' },
+      players: { type: 'string' },
+      'period-s': { type: 'string' },
+      'no-boards': { type: 'boolean', default: false },
+      json: { type: 'string' },
+      'database-url': { type: 'string' },
+      'redis-url': { type: 'string' },
+      'connect-concurrency': { type: 'string' },
+      'think-ms': { type: 'string' },
+      'ack-timeout-ms': { type: 'string' },
+      'no-pin': { type: 'boolean', default: false },
+      avatars: { type: 'string', default: 'photo' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.error(USAGE);
+    return 0;
+  }
+  let thinkMs: [number, number] | undefined;
+  if (values['think-ms'] !== undefined) {
+    const [lo, hi] = values['think-ms'].split(',').map((x) => num('think-ms', x));
+    if (lo === undefined || hi === undefined || lo < 0 || hi < lo)
+      throw new Error(`--think-ms must be LO,HI with 0 ≤ LO ≤ HI, got ${values['think-ms']}`);
+    thinkMs = [lo, hi];
+  }
+  if (values.avatars !== 'photo' && values.avatars !== 'none') throw new Error(`--avatars must be photo or none, got ${values.avatars}`);
+  const opts: RolloverOptions = {
+    avatars: values.avatars,
+    chats: required('chats', num('chats', values.chats)),
+    players: required('players', num('players', values.players)),
+    periodS: num('period-s', values['period-s']),
+    boards: !values['no-boards'],
+    databaseUrl: values['database-url'] ?? (process.env.DATABASE_URL || undefined),
+    redisUrl: values['redis-url'] ?? (process.env.REDIS_URL || undefined),
+    connectConcurrency: num('connect-concurrency', values['connect-concurrency']),
+    thinkMs,
+    ackTimeoutMs: num('ack-timeout-ms', values['ack-timeout-ms']),
+    pin: !values['no-pin'],
+    onProgress: (line) => console.error(line),
+    command: commandLine(argv),
+  };
+  const report = await runRolloverScenario(opts);
+  console.log(formatRolloverReport(report));
+  writeJson(values.json, report);
+  return report.complete ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<number> {
   if (argv[0] === 'market') return marketMain(argv);
+  if (argv[0] === 'rollover') return rolloverMain(argv);
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,

@@ -1,0 +1,194 @@
+/**
+ * The rollover scenario's report: the JSON written by `--json` and the
+ * printed table. Every field is defined in loadtest/README.md ("rollover").
+ */
+import type { MachineInfo } from '../crowd/report.ts';
+import type { LatencySummary } from '../hist.ts';
+
+/** Percentiles of a set of ms samples (nearest rank), null when there are none. */
+export interface MsSummary {
+  count: number;
+  p50: number | null;
+  p95: number | null;
+  p99: number | null;
+  max: number | null;
+}
+
+/** One "Done when" figure: the measured value, the limit, and whether it is met. */
+export interface RolloverTarget {
+  value: number | null;
+  limit: string;
+  ok: boolean;
+}
+
+export interface RolloverReport {
+  scenario: 'rollover';
+  command: string;
+  startedAt: string;
+  machine: MachineInfo;
+  config: {
+    chats: number;
+    players: number;
+    periodMs: number;
+    boards: boolean;
+    /** How `--no-boards` was realised (null with boards on). */
+    noBoardsMode: string | null;
+    /** Players' profile photos on the stub: `photo` or `none`. */
+    avatars: 'photo' | 'none';
+    connectConcurrency: number;
+    thinkMs: [number, number];
+    playersPerAddress: number;
+    sourceAddresses: string[];
+    /** CPU list the product was pinned to (`taskset -c`), null when unpinned. */
+    productCpus: string | null;
+    /** CPU list this process (generator + stub) was pinned to, null when unpinned. */
+    generatorCpus: string | null;
+    databaseSchema: string;
+    redis: string;
+    puzzle: number | null;
+    rolloverAt: string | null;
+  };
+  /** Guesses: `served` = acks ok, `refused` = acks with a code, `failed` = no ack (socket error, close, timeout). */
+  requests: {
+    sent: number;
+    served: number;
+    refused: number;
+    refusedByCode: Record<string, number>;
+    failed: number;
+    failedByCode: Record<string, number>;
+  };
+  /** Guesses the generator did not send because the puzzle was about to roll over again. */
+  guessesSkipped: number;
+  /** Acks whose marks differ from the generator's own scoring of the guess. */
+  marksMismatches: number;
+  players: { requested: number; connected: number; failed: number; failedByCode: Record<string, number>; dropped: number };
+  guessMs: LatencySummary;
+  connectMs: LatencySummary;
+  /** First socket opened → last guess answered, s. */
+  guessingS: number | null;
+  peakRssMb: number | null;
+  /** Largest event-loop stall from the rollover on (samples of crowdplay_event_loop_lag_ms{quantile="max"}), ms. */
+  maxLoopStallMs: number | null;
+  /** The same before the rollover (start-up, /start replies), ms. */
+  setupLoopStallMs: number | null;
+  /** The product's RSS one second before the rollover, MB. */
+  rssAtRolloverMb: number | null;
+  telegram: {
+    calls: number;
+    /** Calls the ceilings count (every method but the stub's UNLIMITED_METHODS), answered ok. */
+    sends: number;
+    rejected429: number;
+    /** By the stub's ceiling that answered 429 (bot, group, chat; injected ones have none). */
+    rejected429ByScope: Record<string, number>;
+    /** The first 10 calls answered 429 (whole run), time relative to the rollover. */
+    rejected429Calls: Array<{ method: string; chatId: number | null; scope: string | null; atMsAfterRollover: number }>;
+    /** Counted sends answered ok per second after the rollover (index 0 = the first second). */
+    sendsPerSecond: number[];
+    errors: Record<string, number>;
+    byMethod: Record<string, number>;
+    /** sends in the busy window ÷ what the bucket allowed in it (README); null with boards off. */
+    utilisation: number | null;
+    busyWindowMs: number | null;
+    allowedInWindow: number | null;
+  };
+  boards: {
+    /** Chats with at least one accepted guess (each must end with a board). */
+    chats: number;
+    /** Of those, chats with at least one board photo applied after the rollover. */
+    delivered: number;
+    /** Of those, chats whose last board before the deadline is byte-identical to the render of their final state. */
+    finalCorrect: number;
+    /** Chats whose final state is unknown (a guess without an ack): not checked. */
+    unverifiable: number;
+    /** Chats with more than one board photo message at the end (a duplicate board). */
+    duplicates: number;
+    stalenessMs: MsSummary;
+    /** The product's crowdplay_board_interval_ms: the last value seen and the largest. */
+    intervalMs: { last: number | null; max: number | null };
+    /** Up to 10 chats whose final board was wrong or missing. */
+    samples: string[];
+  };
+  errorLogLines: number;
+  /** Issue 4's "Done when" figures for this run, each `{value, limit, ok}` (README); null with boards off. */
+  targets: Record<string, RolloverTarget> | null;
+  /** Up to 10 of those lines (truncated). */
+  errorLogSamples: string[];
+  productExit: { code: number | null; signal: string | null; duringRun: boolean };
+  elapsedS: number;
+  /** No crash, every guess answered, every chat's final board correct (with boards on). */
+  complete: boolean;
+  warnings: string[];
+}
+
+const fmt = (n: number | null | undefined, d = 0): string =>
+  n === null || n === undefined ? '–' : n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: 0 });
+const codes = (m: Record<string, number>): string => {
+  const e = Object.entries(m);
+  return e.length === 0 ? '' : ` (${e.map(([k, v]) => `${k} ${fmt(v)}`).join(', ')})`;
+};
+const lat = (l: LatencySummary | MsSummary): string =>
+  l.count === 0
+    ? 'no samples'
+    : `p50 ${fmt(l.p50, 1)}  p95 ${fmt(l.p95, 1)}  p99 ${fmt(l.p99, 1)}  max ${fmt(l.max, 1)}  (n ${fmt(l.count)})`;
+
+/** The report as an aligned two-column table (for stdout). */
+export function formatRolloverReport(r: RolloverReport): string {
+  const rows: Array<[string, string]> = [
+    ['command', r.command],
+    [
+      'machine',
+      `${r.machine.cpuCount}× ${r.machine.cpuModel}, ${(r.machine.memoryBytes / 2 ** 30).toFixed(1)} GiB, node ${r.machine.nodeVersion}`,
+    ],
+    [
+      'config',
+      `${fmt(r.config.chats)} chats × ${fmt(r.config.players)} players, period ${fmt(r.config.periodMs / 1000)} s, boards ${r.config.boards ? 'on' : `off (${r.config.noBoardsMode})`}, product cpus ${r.config.productCpus ?? 'unpinned'}`,
+    ],
+    ['puzzle', `${r.config.puzzle ?? '–'} (rollover ${r.config.rolloverAt ?? '–'})`],
+    [
+      'players connected',
+      `${fmt(r.players.connected)} / ${fmt(r.players.requested)}; failed ${fmt(r.players.failed)}${codes(r.players.failedByCode)}; dropped ${fmt(r.players.dropped)}`,
+    ],
+    ['guesses sent', `${fmt(r.requests.sent)} (skipped near the next rollover ${fmt(r.guessesSkipped)})`],
+    [
+      'served / refused / failed',
+      `${fmt(r.requests.served)} / ${fmt(r.requests.refused)}${codes(r.requests.refusedByCode)} / ${fmt(r.requests.failed)}${codes(r.requests.failedByCode)}`,
+    ],
+    ['marks mismatches', fmt(r.marksMismatches)],
+    ['guess ms', lat(r.guessMs)],
+    ['connect ms', lat(r.connectMs)],
+    ['guessing', `${fmt(r.guessingS, 1)} s`],
+    ['peak RSS (product)', `${fmt(r.peakRssMb, 1)} MB (at the rollover ${fmt(r.rssAtRolloverMb, 1)} MB)`],
+    ['max loop stall (product)', `${fmt(r.maxLoopStallMs, 1)} ms (before the rollover ${fmt(r.setupLoopStallMs, 1)} ms)`],
+    [
+      'telegram calls / sends / 429',
+      `${fmt(r.telegram.calls)} / ${fmt(r.telegram.sends)} / ${fmt(r.telegram.rejected429)}${codes(r.telegram.errors)}`,
+    ],
+    [
+      'telegram utilisation',
+      r.telegram.utilisation === null
+        ? '–'
+        : `${fmt(r.telegram.utilisation, 3)} (${fmt(r.telegram.allowedInWindow, 1)} allowed in ${fmt((r.telegram.busyWindowMs ?? 0) / 1000, 1)} s)`,
+    ],
+    [
+      'boards chats / delivered / final ok',
+      `${fmt(r.boards.chats)} / ${fmt(r.boards.delivered)} / ${fmt(r.boards.finalCorrect)}; unverifiable ${fmt(r.boards.unverifiable)}; duplicates ${fmt(r.boards.duplicates)}`,
+    ],
+    ['board staleness ms', lat(r.boards.stalenessMs)],
+    ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
+    ['error log lines', fmt(r.errorLogLines)],
+    [
+      'product exit',
+      r.productExit.duringRun ? `DURING THE RUN: code ${r.productExit.code} signal ${r.productExit.signal}` : 'after the run (stopped)',
+    ],
+    ['elapsed', `${fmt(r.elapsedS, 1)} s`],
+    ['complete', String(r.complete)],
+  ];
+  const w = Math.max(...rows.map(([k]) => k.length));
+  const lines = rows.map(([k, v]) => `${k.padEnd(w)}  ${v}`);
+  if (r.targets)
+    for (const [k, t] of Object.entries(r.targets)) lines.push(`target ${k}: ${fmt(t.value, 3)} (${t.limit}) ${t.ok ? 'ok' : 'MISSED'}`);
+  for (const s of r.boards.samples) lines.push(`  board: ${s}`);
+  for (const s of r.errorLogSamples) lines.push(`  error log: ${s}`);
+  for (const x of r.warnings) lines.push(`WARNING: ${x}`);
+  return lines.join('\n');
+}

@@ -1,0 +1,147 @@
+/**
+ * The rollover scenario at smoke size, through the CLI exactly as
+ * `npm run loadtest -- rollover` runs it: the product as its own process on
+ * the machine's PostgreSQL (a fresh schema) and Redis, the Bot API stub, 30
+ * chats × 3 players guessing at a rollover with a 12 s period. Asserts
+ * correctness, not speed: no crash, every guess answered ok, no Telegram
+ * 429, every chat's final board byte-identical to the render of its final
+ * state. Also the utilisation allowance's arithmetic. About 35 s.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { allowedSends, metricValue, msSummary, playerWords, type RolloverReport } from '@crowdplay/loadtest';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const LOADTEST_MAIN = join(ROOT, 'loadtest/src/main.ts');
+const CHATS = 30;
+const PLAYERS = 3;
+
+/** Runs `npm run loadtest -- <args>` as `node --import tsx loadtest/src/main.ts <args>`. */
+function loadtestCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', LOADTEST_MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const hard = setTimeout(() => child.kill('SIGKILL'), 90_000);
+  return new Promise((resolve) =>
+    child.once('exit', (code) => {
+      clearTimeout(hard);
+      resolve({ code, stdout, stderr });
+    }),
+  );
+}
+
+describe('loadtest rollover - helpers', () => {
+  it('allowedSends: the bucket spaces a group chat 3 s apart and the bot 1/30 s apart', () => {
+    const R30 = { botPerS: 30, groupPerMin: 20, chatPerS: 1 };
+    // One chat pending 10 s: sends at 0, 3,000, 6,000, 9,000 ms.
+    assert.equal(allowedSends([[0, 10_000]], R30), 4);
+    assert.equal(allowedSends([[0, 30_000]], R30), 11);
+    // 40 chats pending for 999 ms: the bot's slots at 0, 33.3, …, 966.7 ms.
+    assert.equal(
+      allowedSends(
+        Array.from({ length: 40 }, (): [number, number] => [0, 999]),
+        R30,
+      ),
+      30,
+    );
+    // 200 chats for 3 s: 90 bot slots; 2 chats for 3 s: one send each.
+    assert.equal(
+      allowedSends(
+        Array.from({ length: 200 }, (): [number, number] => [0, 2_999]),
+        R30,
+      ),
+      90,
+    );
+    assert.equal(
+      allowedSends(
+        [
+          [0, 2_999],
+          [0, 2_999],
+        ],
+        R30,
+      ),
+      2,
+    );
+    // A chat pending later starts when it starts.
+    assert.equal(allowedSends([[5_000, 5_000]], R30), 1);
+    assert.equal(allowedSends([]), 0);
+  });
+
+  it('msSummary: nearest rank; null on no samples', () => {
+    assert.deepEqual(msSummary([5, 1, 4, 2, 3]), { count: 5, p50: 3, p95: 5, p99: 5, max: 5 });
+    assert.deepEqual(msSummary([]), { count: 0, p50: null, p95: null, p99: null, max: null });
+  });
+
+  it('playerWords: 2–6 guesses, the answer last and only last', () => {
+    let r = 0;
+    // solveAt = 2 + ⌊0.5 × 5⌋ = 4; then 'crane' (0) is the answer and skipped, 'slate', 'pious', 'slate'.
+    const seq = [0.5, 0, 0.5, 0.9];
+    const words = playerWords('crane', ['crane', 'slate', 'pious'], () => seq[r++ % seq.length]!);
+    assert.deepEqual(words, ['slate', 'pious', 'slate', 'crane']);
+  });
+
+  it('metricValue: reads a gauge, with a label filter and a unit suffix', () => {
+    const text = [
+      '# HELP crowdplay_event_loop_lag_ms x',
+      'crowdplay_event_loop_lag_ms{quantile="p50"} 10.5',
+      'crowdplay_event_loop_lag_ms{quantile="max"} 42.25',
+      'crowdplay_board_interval_ms 3000',
+    ].join('\n');
+    assert.equal(metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"'), 42.25);
+    assert.equal(metricValue(text, 'crowdplay_board_interval_ms'), 3000);
+    assert.equal(metricValue(text, 'crowdplay_nothing'), null);
+  });
+});
+
+describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Redis', () => {
+  it(`${CHATS} chats × ${PLAYERS} players: every guess served, no 429, every final board correct`, { timeout: 90_000 }, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rollover-smoke-'));
+    try {
+      const file = join(dir, 'report.json');
+      const res = await loadtestCli([
+        'rollover',
+        '--chats',
+        String(CHATS),
+        '--players',
+        String(PLAYERS),
+        '--period-s',
+        '12',
+        '--json',
+        file,
+      ]);
+      assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
+      const r = JSON.parse(readFileSync(file, 'utf8')) as RolloverReport;
+      assert.equal(r.scenario, 'rollover');
+      assert.equal(r.productExit.duringRun, false, 'the product did not exit during the run');
+      assert.equal(r.players.connected, CHATS * PLAYERS);
+      assert.equal(r.players.failed, 0);
+      assert.equal(r.requests.failed, 0, JSON.stringify(r.requests.failedByCode));
+      assert.equal(r.requests.refused, 0, JSON.stringify(r.requests.refusedByCode));
+      assert.ok(r.requests.sent >= 2 * CHATS * PLAYERS, `each player guesses at least twice: ${r.requests.sent}`);
+      assert.equal(r.requests.served, r.requests.sent);
+      assert.equal(r.guessesSkipped, 0);
+      assert.equal(r.marksMismatches, 0);
+      assert.equal(r.telegram.rejected429, 0);
+      assert.equal(r.boards.chats, CHATS);
+      assert.equal(r.boards.unverifiable, 0);
+      assert.equal(r.boards.delivered, CHATS);
+      assert.equal(r.boards.finalCorrect, CHATS, r.boards.samples.join('\n'));
+      assert.equal(r.boards.duplicates, 0);
+      assert.equal(r.boards.stalenessMs.count, CHATS);
+      assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
+      assert.ok(r.maxLoopStallMs !== null);
+      assert.ok(r.telegram.utilisation !== null && r.telegram.utilisation > 0);
+      assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
+      assert.equal(r.complete, true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
