@@ -168,16 +168,6 @@ export class Avatars {
     return tracked;
   }
 
-  /**
-   * The cached avatar without reading: the bytes, null when the user has
-   * none (or the last read failed, until its error TTL), undefined when not
-   * cached — then call {@link get} to read it.
-   */
-  peek(userId: number): Uint8Array | null | undefined {
-    const hit = this.cache?.get(userId);
-    return hit ? hit.bytes : undefined;
-  }
-
   private async read(userId: number): Promise<Uint8Array | null> {
     const photos = await this.o.api.getUserProfilePhotos(userId, { limit: 1 });
     const sizes = photos.photos[0];

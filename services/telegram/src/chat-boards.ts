@@ -25,12 +25,7 @@ interface Watched {
   sub: Subscription;
   state: PuzzleState | null;
   ev: number;
-  /** Redraws since `ev` because avatars arrived; the board's version is ev × AVATAR_GENS + gen. */
-  gen: number;
 }
-
-/** Redraws for arriving avatars one state may get (versions stay increasing: ev × this + gen). */
-const AVATAR_GENS = 1024;
 
 const SQUARE: Record<string, Square> = { g: 'green', y: 'yellow', '.': 'grey' };
 
@@ -70,8 +65,6 @@ export interface ChatBoardsDeps {
 
 export class ChatBoards {
   private readonly chats = new Map<number, Watched>();
-  /** Avatar reads in flight: user id → the chats whose board lacks it. */
-  private readonly avatarWaiters = new Map<number, Set<number>>();
   private timer: NodeJS.Timeout | null = null;
   private ticking = false;
   private readonly now: () => number;
@@ -100,7 +93,7 @@ export class ChatBoards {
       w.title = title;
       return;
     }
-    const entry: Watched = { title, state: null, ev: 0, gen: 0, sub: undefined as unknown as Subscription };
+    const entry: Watched = { title, state: null, ev: 0, sub: undefined as unknown as Subscription };
     entry.sub = this.d.bus.subscribe(this.d.subjects.channelOut(telegramChannelId(chatId)), (msg) =>
       this.onUpdate(chatId, entry, msg.data),
     );
@@ -134,9 +127,8 @@ export class ChatBoards {
     const g = u.game as Partial<PuzzleState> | undefined;
     if (!g || typeof g.puzzle !== 'number' || typeof g.players !== 'object' || g.players === null || u.ev <= w.ev) return;
     w.ev = u.ev;
-    w.gen = 0;
     w.state = g as PuzzleState;
-    this.d.scheduler.changed(chatId, u.ev * AVATAR_GENS, Object.keys(g.players).length, this.now());
+    this.d.scheduler.changed(chatId, u.ev, Object.keys(g.players).length, this.now());
   }
 
   /** Starts looking for due boards every tickMs. */
@@ -153,7 +145,7 @@ export class ChatBoards {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());
-        const board = this.withAvatars(chatId, boardOf(w.title, w.state));
+        const board = await this.withAvatars(boardOf(w.title, w.state));
         const out = await this.d.pool.render(String(chatId), version, board);
         if (out.status === 'rendered') await this.d.client.enqueueBoard(chatId, { version, png: out.png });
         else if (out.status === 'refused') this.d.scheduler.failed(chatId);
@@ -167,41 +159,20 @@ export class ChatBoards {
   }
 
   /**
-   * The board with each player's avatar as far as it is cached. Avatars are
-   * cosmetic: a board never waits for one. A missing one is read in the
-   * background (the client's avatar reads: exempt from the send bucket,
-   * collapsed per user, capped, cached for a day) and the player is drawn
-   * with an initial; when it arrives, the chats whose board lacked it are
-   * marked changed, so their next board has it.
+   * The board with each player's avatar (the client's avatar reads: exempt
+   * from the send bucket, collapsed per user, capped, cached for a day). An
+   * avatar that cannot be read is drawn as the player's initial.
    */
-  private withAvatars(chatId: number, board: Board): Board {
-    const cards = board.cards.map((c) => {
-      const id = Number(c.id);
-      if (!Number.isSafeInteger(id) || id <= 0) return c;
-      const hit = this.d.client.avatars.peek(id);
-      if (hit === undefined) this.fetchAvatar(id, chatId);
-      return hit ? { ...c, avatar: hit } : c;
-    });
+  private async withAvatars(board: Board): Promise<Board> {
+    const cards = await Promise.all(
+      board.cards.map(async (c) => {
+        const id = Number(c.id);
+        if (!Number.isSafeInteger(id) || id <= 0) return c;
+        const avatar = await this.d.client.avatars.get(id).catch(() => null);
+        return avatar ? { ...c, avatar } : c;
+      }),
+    );
     return { ...board, cards };
-  }
-
-  private fetchAvatar(userId: number, chatId: number): void {
-    let chats = this.avatarWaiters.get(userId);
-    if (chats) {
-      chats.add(chatId);
-      return;
-    }
-    this.avatarWaiters.set(userId, (chats = new Set([chatId])));
-    void this.d.client.avatars.get(userId).then((bytes) => {
-      this.avatarWaiters.delete(userId);
-      if (!bytes) return;
-      for (const id of chats) {
-        const w = this.chats.get(id);
-        if (!w?.state || w.gen + 1 >= AVATAR_GENS) continue;
-        w.gen++;
-        this.d.scheduler.changed(id, w.ev * AVATAR_GENS + w.gen, Object.keys(w.state.players).length, this.now());
-      }
-    });
   }
 
   /** Stops every board (subscriptions and the timer). */
