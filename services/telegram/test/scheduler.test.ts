@@ -60,7 +60,12 @@ test('scheduler - boards leave at the budgets’ pace, oldest change first, each
   // Over the next seconds every chat goes once, in order; the pass takes about the exported interval.
   const order = [...first, 5];
   s.sent(5, 1, 250);
-  for (let t = 500; t <= 6_000; t += 250) for (const d of s.due(t)) (order.push(d.chatId), s.sent(d.chatId, 1, t));
+  for (let t = 500; t <= 6_000; t += 250) {
+    for (const d of s.due(t)) {
+      order.push(d.chatId);
+      s.sent(d.chatId, 1, t);
+    }
+  }
   assert.deepEqual(
     order,
     Array.from({ length: 20 }, (_, i) => i + 1),
