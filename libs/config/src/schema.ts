@@ -456,6 +456,27 @@ export const schema = {
       pattern: /^[A-Za-z0-9_-]{1,64}$/,
       doc: "The tenant whose bot this is: the chats' channels (`tg<chat id>`, `n` for a negative id) and the players' wallets are that tenant's.",
     }),
+    webhookMaxQueued: int({
+      env: 'TELEGRAM_WEBHOOK_MAX_QUEUED',
+      default: 10_000,
+      min: 1,
+      unit: 'count',
+      doc: 'Webhook updates waiting for the bot; one more is answered 503 (Telegram delivers it again later), counted in crowdplay_telegram_updates_total{outcome="refused"}. 10 rollovers of 1,000 chats.',
+    }),
+    webhookDedupeSize: int({
+      env: 'TELEGRAM_WEBHOOK_DEDUPE_SIZE',
+      default: 100_000,
+      min: 1,
+      unit: 'count',
+      doc: "update_ids remembered to drop Telegram's re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome=\"duplicate\"}.",
+    }),
+    webhookMaxBodyBytes: int({
+      env: 'TELEGRAM_WEBHOOK_MAX_BODY_BYTES',
+      default: 1_048_576,
+      min: 1_024,
+      unit: 'bytes',
+      doc: 'Largest webhook update body; a larger one is answered 413 (an Update is a few KB).',
+    }),
     apiRoot: url({
       env: 'TELEGRAM_API_ROOT',
       default: 'https://api.telegram.org',

@@ -303,6 +303,9 @@ class GatewayImpl implements Gateway {
         secret: config.telegram.webhookSecret,
         handle: deps.onTelegramUpdate,
         telemetry,
+        maxQueued: config.telegram.webhookMaxQueued,
+        dedupeSize: config.telegram.webhookDedupeSize,
+        bodyLimitBytes: config.telegram.webhookMaxBodyBytes,
       });
     }
     if (deps.ledger) {

@@ -60,11 +60,15 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
 export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   const { config, telemetry } = ctx;
 
-  app.setErrorHandler((err, _req, reply) => {
+  app.setErrorHandler((err, req, reply) => {
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
     const status = (err as { statusCode?: number }).statusCode ?? 500;
-    if (status === 413)
-      return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [DEV_TOKEN_BODY_LIMIT_BYTES]));
+    if (status === 413) {
+      // The route's own limit (the dev token route's, the webhook's TELEGRAM_WEBHOOK_MAX_BODY_BYTES, …).
+      const limit = req.routeOptions.bodyLimit ?? DEV_TOKEN_BODY_LIMIT_BYTES;
+      telemetry.refusals.refuse('http', 'CP_ERR_PROTO_TOO_BIG', { url: req.routeOptions.url, limit });
+      return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [limit]));
+    }
     if (status >= 400 && status < 500) {
       const code: ErrorCode =
         (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';

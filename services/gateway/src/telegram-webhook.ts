@@ -31,11 +31,11 @@ export interface TelegramWebhookOptions {
   /** Handles one update, in arrival order, one at a time; errors are logged and counted, never retried. */
   handle: (update: TelegramUpdate) => Promise<void>;
   telemetry: Telemetry;
-  /** Updates queued at most (answered 503 beyond). @defaultValue 10_000 */
+  /** TELEGRAM_WEBHOOK_MAX_QUEUED: updates queued at most (answered 503 beyond). @defaultValue 10_000 */
   maxQueued?: number;
-  /** update_ids remembered for de-duplication. @defaultValue 100_000 */
+  /** TELEGRAM_WEBHOOK_DEDUPE_SIZE: update_ids remembered for de-duplication. @defaultValue 100_000 */
   dedupeSize?: number;
-  /** Largest update body, bytes. @defaultValue 1_048_576 */
+  /** TELEGRAM_WEBHOOK_MAX_BODY_BYTES: largest update body, bytes. @defaultValue 1_048_576 */
   bodyLimitBytes?: number;
 }
 

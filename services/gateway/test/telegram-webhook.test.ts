@@ -16,6 +16,7 @@ describe('telegram webhook', () => {
       secret: 's3cret',
       telemetry,
       maxQueued: 3,
+      bodyLimitBytes: 2_048,
       handle: async (u: TelegramUpdate) => {
         if (u.update_id === 99) await new Promise<void>((r) => (release = r)); // a slow update holds the queue
         if (u.update_id === 13) throw new Error('boom');
@@ -44,6 +45,7 @@ describe('telegram webhook', () => {
       assert.equal((r.json() as { code: string }).code, 'CP_ERR_AUTH_INVALID');
     }
     assert.equal((await post({ nope: 1 })).statusCode, 400);
+    assert.equal((await post({ update_id: 2, pad: 'x'.repeat(4_096) })).statusCode, 413, 'over TELEGRAM_WEBHOOK_MAX_BODY_BYTES');
     await hook.drain();
     assert.deepEqual(handled, []);
   });
