@@ -912,28 +912,29 @@ class GatewayImpl implements Gateway {
  * written once per intent, the hottest send after broadcasts. Numbers are
  * checked so a malformed AckBatch cannot inject text.
  *
- * @param trade the BusAck itself (or any object) whose `shares`, `proceeds`,
- *   `position` and `balance` (shares and points, finite numbers) are appended
- *   when present; a plain act ack has none and costs four property reads
+ * @param extra the BusAck itself (or any object) whose trade fields `shares`,
+ *   `proceeds`, `position`, `balance` (shares and points, finite numbers) and
+ *   guess fields `marks`, `solved`, `left` are appended when present; a plain
+ *   act ack has none and costs a few property reads
  */
 export function ackFrame(
   seq: number,
   ok: boolean,
   cost: number | undefined,
   code: string | undefined,
-  trade?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance' | 'marks' | 'solved' | 'left'>,
+  extra?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance' | 'marks' | 'solved' | 'left'>,
 ): string {
   const s = Number.isSafeInteger(seq) ? seq : -1;
   let text = `{"t":"ack","seq":${s},"ok":${ok === true}`;
   if (cost !== undefined && Number.isSafeInteger(cost)) text += `,"cost":${cost}`;
   if (code !== undefined) text += `,"code":${JSON.stringify(String(code))}`;
-  if (trade !== undefined) {
-    const { shares, proceeds, position, balance } = trade;
+  if (extra !== undefined) {
+    const { shares, proceeds, position, balance } = extra;
     if (shares !== undefined && Number.isFinite(shares)) text += `,"shares":${shares}`;
     if (proceeds !== undefined && Number.isFinite(proceeds)) text += `,"proceeds":${proceeds}`;
     if (position !== undefined && Number.isFinite(position)) text += `,"position":${position}`;
     if (balance !== undefined && Number.isFinite(balance)) text += `,"balance":${balance}`;
-    const { marks, solved, left } = trade;
+    const { marks, solved, left } = extra;
     if (typeof marks === 'string') text += `,"marks":${JSON.stringify(marks)}`;
     if (typeof solved === 'boolean') text += `,"solved":${solved}`;
     if (left !== undefined && Number.isFinite(left)) text += `,"left":${left}`;

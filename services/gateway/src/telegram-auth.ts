@@ -13,7 +13,11 @@
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Store } from '@crowdplay/store';
+import { LRUCache } from 'lru-cache';
 import { miniAppSession, startParamSecret, telegramChannelId } from '@crowdplay/telegram';
+
+/** Chats whose channel is known to exist for the bot's tenant (a channel never changes tenant, so no expiry). */
+const ENSURED_MAX = 100_000;
 
 /** A verified Mini App viewer. */
 export interface TelegramIdentity {
@@ -26,6 +30,8 @@ export interface TelegramIdentity {
 
 export class TelegramAuth {
   private readonly secret: Buffer | null;
+  /** Channels already ensured: a Mini App connect costs no database round trip after the chat's first. */
+  private readonly ensured = new LRUCache<string, true>({ max: ENSURED_MAX });
 
   constructor(
     private readonly cfg: Config['telegram'],
@@ -57,7 +63,10 @@ export class TelegramAuth {
     });
     const channel = telegramChannelId(s.chatId);
     if (channelParam !== '' && channelParam !== channel) throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [channelParam]);
-    await this.store.channels.ensure(channel, this.cfg.tenantId);
+    if (!this.ensured.has(channel)) {
+      await this.store.channels.ensure(channel, this.cfg.tenantId);
+      this.ensured.set(channel, true);
+    }
     const name = [s.user.first_name, s.user.last_name].filter((x) => typeof x === 'string' && x !== '').join(' ');
     return { tenantId: this.cfg.tenantId, viewer: `tg:${s.user.id}`, channel, name: name || `user ${s.user.id}` };
   }
