@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import { startServices, SERVICES, type Running } from '@crowdplay/cli';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
+import WebSocket from 'ws';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
@@ -94,4 +95,74 @@ export async function spawnCrowdplay(env: Record<string, string>, readyTimeoutMs
       return code;
     },
   };
+}
+
+/** A JSON frame as a test reads it. */
+export type Frame = Record<string, unknown> & { t: string };
+
+/** A raw WebSocket for end-to-end suites: every frame kept in order, waited on by predicate. */
+export interface TestSocket {
+  ws: WebSocket;
+  frames: Frame[];
+  /** Resolves with the close code. */
+  closed: Promise<number>;
+  /** The first frame (from the start) matching `pred`; rejects after `ms`, or at once when the socket closed without one. */
+  next(pred: (f: Frame) => boolean, ms?: number): Promise<Frame>;
+  send(frame: Record<string, unknown>): void;
+  close(): void;
+}
+
+export function openSocket(url: string): TestSocket {
+  const ws = new WebSocket(url);
+  const frames: Frame[] = [];
+  let isClosed = false;
+  let wake: Array<() => void> = [];
+  const notify = (): void => {
+    const w = wake;
+    wake = [];
+    for (const f of w) f();
+  };
+  ws.on('message', (d: Buffer) => {
+    frames.push(JSON.parse(d.toString()) as Frame);
+    notify();
+  });
+  ws.on('error', () => undefined); // the close follows; tests look at frames and the close code
+  const closed = new Promise<number>((resolve) =>
+    ws.on('close', (code) => {
+      isClosed = true;
+      notify();
+      resolve(code);
+    }),
+  );
+  return {
+    ws,
+    frames,
+    closed,
+    async next(pred, ms = 10_000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        const f = frames.find(pred);
+        if (f) return f;
+        if (isClosed) throw new Error(`socket closed without such a frame; got ${JSON.stringify(frames).slice(0, 500)}`);
+        if (Date.now() > deadline) throw new Error(`no such frame within ${ms} ms; got ${JSON.stringify(frames).slice(0, 500)}`);
+        await new Promise<void>((r) => {
+          wake.push(r);
+          setTimeout(r, 50);
+        });
+      }
+    },
+    send: (frame) => ws.send(JSON.stringify(frame)),
+    close: () => ws.terminate(),
+  };
+}
+
+/** Polls `what` every 25 ms until it yields a value (not undefined or false); fails after `ms`. */
+export async function until<T>(what: () => T | undefined | false, label: string, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = what();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${label}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
 }

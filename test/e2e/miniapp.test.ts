@@ -6,38 +6,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
 import { signInitData, startParamFor, startParamSecret } from '@crowdplay/telegram';
-import { startStandalone, type InProcess } from '../helpers.ts';
+import { openSocket as open, startStandalone, type InProcess } from '../helpers.ts';
 
 const BOT_TOKEN = '123456789:TEST-token-for-the-miniapp-suite';
 const CHAT_A = -1001234567890;
 const CHAT_B = -1009876543210;
-
-type Frame = Record<string, unknown> & { t: string };
-
-/** Opens a socket and collects frames until it closes; resolves with the close code. */
-function open(url: string): {
-  ws: WebSocket;
-  frames: Frame[];
-  closed: Promise<number>;
-  next: (p: (f: Frame) => boolean) => Promise<Frame>;
-} {
-  const ws = new WebSocket(url);
-  const frames: Frame[] = [];
-  const closed = new Promise<number>((resolve) => ws.on('close', (code) => resolve(code)));
-  ws.on('message', (d: Buffer) => frames.push(JSON.parse(d.toString()) as Frame));
-  const next = async (p: (f: Frame) => boolean): Promise<Frame> => {
-    const deadline = Date.now() + 5_000;
-    for (;;) {
-      const f = frames.find(p);
-      if (f) return f;
-      if (Date.now() > deadline) throw new Error(`no such frame; got ${JSON.stringify(frames)}`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  };
-  return { ws, frames, closed, next };
-}
 
 describe('Telegram Mini App (initData) → word puzzle', () => {
   let s: InProcess;
@@ -64,10 +38,10 @@ describe('Telegram Mini App (initData) → word puzzle', () => {
     const c = open(url({ initData: initData(CHAT_A, 42) }));
     const welcome = await c.next((f) => f.t === 'welcome');
     assert.deepEqual([welcome.channel, welcome.viewer], ['tgn1001234567890', 'tg:42']);
-    c.ws.send(JSON.stringify({ t: 'guess', seq: 1, word: 'zzzzz' }));
+    c.send({ t: 'guess', seq: 1, word: 'zzzzz' });
     const bad = await c.next((f) => f.t === 'ack' && f.seq === 1);
     assert.deepEqual([bad.ok, bad.code], [false, 'CP_ERR_PUZZLE_INVALID_WORD']);
-    c.ws.send(JSON.stringify({ t: 'guess', seq: 2, word: 'crane' }));
+    c.send({ t: 'guess', seq: 2, word: 'crane' });
     const ack = await c.next((f) => f.t === 'ack' && f.seq === 2);
     assert.equal(ack.ok, true);
     assert.match(String(ack.marks), /^[gy.]{5}$/);
@@ -80,7 +54,7 @@ describe('Telegram Mini App (initData) → word puzzle', () => {
       solved: ack.marks === 'ggggg',
       name: 'Ann',
     });
-    c.ws.close();
+    c.close();
   });
 
   it('data signed for chat A is refused on chat B; tampered, stale or unsigned data is refused with its code', async () => {

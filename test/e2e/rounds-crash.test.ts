@@ -7,13 +7,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
 import { SignJWT } from 'jose';
 import { defaultConfig } from '@crowdplay/config';
 import { verifyLedger } from '@crowdplay/ledger';
 import { openStore, type Store } from '@crowdplay/store';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
-import { spawnCrowdplay, type ChildServer } from '../helpers.ts';
+import { openSocket, spawnCrowdplay, type ChildServer, type Frame, type TestSocket } from '../helpers.ts';
 
 const KEY = defaultConfig({}).standalone.tenantKey;
 const SECRET = defaultConfig({}).standalone.tenantSecret;
@@ -21,47 +20,11 @@ const CHANNEL = 'arena';
 const VIEWERS = ['v1', 'v2', 'v3', 'v4', 'v5'];
 const FUNDS = 1_000;
 
-type Frame = Record<string, unknown> & { t: string };
-
-/** A raw WebSocket client that collects frames. */
-class Client {
-  readonly frames: Frame[] = [];
-  private waiters: Array<() => void> = [];
-  constructor(readonly ws: WebSocket) {
-    ws.on('message', (d: Buffer) => {
-      this.frames.push(JSON.parse(d.toString()) as Frame);
-      for (const w of this.waiters.splice(0)) w();
-    });
-  }
-  static async open(url: string): Promise<Client> {
-    const ws = new WebSocket(url);
-    const c = new Client(ws);
-    await new Promise<void>((resolve, reject) => {
-      ws.once('error', reject);
-      ws.once('close', () => reject(new Error('closed before the welcome')));
-      void c.next((f) => f.t === 'welcome', 10_000).then(() => resolve(), reject);
-    });
-    return c;
-  }
-  /** The first frame (from the start) matching `pred`. */
-  async next(pred: (f: Frame) => boolean, ms = 10_000): Promise<Frame> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const f = this.frames.find(pred);
-      if (f) return f;
-      if (Date.now() > deadline) throw new Error('frame not received in time');
-      await new Promise<void>((r) => {
-        this.waiters.push(r);
-        setTimeout(r, 50);
-      });
-    }
-  }
-  send(frame: Frame): void {
-    this.ws.send(JSON.stringify(frame));
-  }
-  close(): void {
-    this.ws.terminate();
-  }
+/** A socket that has had its welcome. */
+async function welcomed(url: string): Promise<TestSocket> {
+  const c = openSocket(url);
+  await c.next((f) => f.t === 'welcome');
+  return c;
 }
 
 async function viewerToken(viewer: string): Promise<string> {
@@ -93,7 +56,7 @@ describe('rounds survive kill -9 and SIGTERM (standalone process on PostgreSQL)'
   });
 
   /** Game request with a ref, answered by a result or error frame. */
-  async function request(game: Client, frame: Frame): Promise<Frame> {
+  async function request(game: TestSocket, frame: Frame): Promise<Frame> {
     const ref = `r${Math.random().toString(36).slice(2)}`;
     game.send({ ...frame, ref });
     return game.next((f) => f.ref === ref && (f.t === 'result' || f.t === 'error'));
@@ -104,7 +67,7 @@ describe('rounds survive kill -9 and SIGTERM (standalone process on PostgreSQL)'
    * stake and trade in a closed loop until `stop()`; returns what was acked.
    */
   async function play(base: string, rounds: { pool: string; market: string }) {
-    const game = await Client.open(wsUrl(base, { role: 'game', channel: CHANNEL, key: KEY }));
+    const game = await welcomed(wsUrl(base, { role: 'game', channel: CHANNEL, key: KEY }));
     game.send({ t: 'declare', actions: [{ name: 'cheer', maxPerTick: 10 }] });
     for (const [round, kind] of [
       [rounds.pool, 'pool'],
@@ -125,7 +88,7 @@ describe('rounds survive kill -9 and SIGTERM (standalone process on PostgreSQL)'
     let running = true;
     let total = 0;
     const loops = VIEWERS.map(async (v) => {
-      const c = await Client.open(wsUrl(base, { role: 'crowd', channel: CHANNEL, token: await viewerToken(v) }));
+      const c = await welcomed(wsUrl(base, { role: 'crowd', channel: CHANNEL, token: await viewerToken(v) }));
       let seq = 0;
       try {
         while (running) {

@@ -7,24 +7,13 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import WebSocket from 'ws';
 import { signInitData } from '@crowdplay/telegram';
 import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
-import { startStandalone, type InProcess } from '../helpers.ts';
+import { openSocket, startStandalone, until, type InProcess } from '../helpers.ts';
 
 const TOKEN = '424242:TEST-token-for-the-chat-suite';
 const HOOK_SECRET = 'hook-secret-for-tests';
 const CHAT = -1005550001;
-
-async function until<T>(what: () => T | undefined | false, label: string, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = what();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${label}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 describe('Telegram group chat: /start → Mini App guesses → live board', () => {
   let stub: TelegramStub;
@@ -72,12 +61,10 @@ describe('Telegram group chat: /start → Mini App guesses → live board', () =
       { user: { id: 7, first_name: 'Ann' }, chat_type: 'supergroup', start_param: startParam },
       { botToken: TOKEN },
     );
-    const ws = new WebSocket(`${s.baseUrl.replace('http', 'ws')}/v1/ws?role=crowd&initData=${encodeURIComponent(initData)}`);
-    const frames: Array<Record<string, unknown>> = [];
-    ws.on('message', (d: Buffer) => frames.push(JSON.parse(d.toString()) as Record<string, unknown>));
-    await until(() => frames.find((f) => f.t === 'welcome'), 'welcome');
-    ws.send(JSON.stringify({ t: 'guess', seq: 1, word: 'crane' }));
-    const ack = await until(() => frames.find((f) => f.t === 'ack' && f.seq === 1), 'the guess ack');
+    const c = openSocket(`${s.baseUrl.replace('http', 'ws')}/v1/ws?role=crowd&initData=${encodeURIComponent(initData)}`);
+    await c.next((f) => f.t === 'welcome');
+    c.send({ t: 'guess', seq: 1, word: 'crane' });
+    const ack = await c.next((f) => f.t === 'ack' && f.seq === 1);
     assert.equal(ack.ok, true);
 
     // The board: rendered (PNG) and posted to the chat as one photo message when the chat's channel first
@@ -97,6 +84,6 @@ describe('Telegram group chat: /start → Mini App guesses → live board', () =
       (stats.byMethod.getUserProfilePhotos ?? 0) >= 1,
       `the player’s avatar was read for the board: ${JSON.stringify(stats.byMethod)}`,
     );
-    ws.close();
+    c.close();
   });
 });
