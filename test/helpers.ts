@@ -1,6 +1,6 @@
 /** Helpers for end-to-end suites: a standalone crowdplay in this process or as a child process. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,14 +52,34 @@ export interface ChildServer {
   stop(): Promise<number | null>;
 }
 
+let bundle: Promise<string> | null = null;
+
 /**
- * `crowdplay start` as a child process exactly as `npm start` runs it
- * (tsx services/cli/src/main.ts start), on a free port, with `env` added.
- * Resolves once it logs its URL.
+ * The product bundle `npm start` runs (scripts/build.mjs), built once per
+ * test process into `.crowdplay/test-build-<pid>/` (inside the repository, so
+ * its npm imports resolve) and removed when the process exits.
+ * @returns the path of its crowdplay.js
+ */
+export function builtProduct(): Promise<string> {
+  bundle ??= (async () => {
+    const { buildProduct } = await import('../scripts/build.mjs');
+    const outdir = join(ROOT, '.crowdplay', `test-build-${process.pid}`);
+    mkdirSync(outdir, { recursive: true });
+    process.once('exit', () => rmSync(outdir, { recursive: true, force: true }));
+    return (await buildProduct({ outdir, quiet: true })).main;
+  })();
+  return bundle;
+}
+
+/**
+ * `crowdplay start` as a child process exactly as `npm start` runs it (the
+ * bundle, `node dist/crowdplay.js start`: see builtProduct), on a free port,
+ * with `env` added. Resolves once it logs its URL.
  */
 export async function spawnCrowdplay(env: Record<string, string>, readyTimeoutMs = 60_000): Promise<ChildServer> {
+  const main = await builtProduct();
   const dataDir = mkdtempSync(join(tmpdir(), 'crowdplay-e2e-'));
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'services/cli/src/main.ts'), 'start'], {
+  const child = spawn(process.execPath, [main, 'start'], {
     cwd: ROOT,
     env: { ...process.env, PORT: '0', PGLITE_DIR: join(dataDir, 'pglite'), LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -49,4 +49,4 @@ export type { RolloverOptions } from './rollover/scenario.ts';
 export { formatRolloverReport } from './rollover/report.ts';
 export type { RolloverReport, RolloverTarget, MsSummary } from './rollover/report.ts';
 export { playerWords, MAX_GUESSES } from './rollover/players.ts';
-export { metricValue, readRss, PRODUCT_MAIN, SENDQ_KEY_PATTERN } from './rollover/product.ts';
+export { buildProductBundle, metricValue, readRss, sendqKeyPattern } from './rollover/product.ts';

@@ -8,6 +8,7 @@ export { FONT_STACK, boardFontFiles, registerBoardFonts, type FontRegistration }
 export { BOARD_PNG_OPTIONS, encodePng, quantize, type PngFilter, type PngOptions, type Quantized } from './png.ts';
 export {
   COLOURS,
+  avatarThumbnail,
   cleanText,
   drawBoard,
   fitText,

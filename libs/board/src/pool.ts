@@ -17,7 +17,7 @@ import { Piscina } from 'piscina';
 import { registerBoardFonts } from './fonts.ts';
 import { validateBoard, type Board } from './model.ts';
 import type { PngOptions } from './png.ts';
-import type { ReleaseTask, RenderTask, RenderTaskResult } from './worker.ts';
+import type { ReleaseTask, RenderTask, RenderTaskResult, ThumbnailTask } from './worker.ts';
 
 /** The slice of libs/telemetry's `Metrics` the pool uses (structural: pass a `Metrics`, or nothing). */
 export interface BoardMetrics {
@@ -127,7 +127,7 @@ export class RenderPool {
   private readonly maxQueue: number;
   private readonly maxPngBytes: number;
   private readonly png: PngOptions | undefined;
-  private readonly piscina: Piscina<RenderTask | ReleaseTask, RenderTaskResult | undefined>;
+  private readonly piscina: Piscina<RenderTask | ReleaseTask | ThumbnailTask, RenderTaskResult | Uint8Array | null | undefined>;
   /** Queued jobs by chat, in queue order (a superseding job keeps its chat's place). */
   private readonly queue = new Map<string, Job>();
   /** Chats with a job on a thread, and that job's version. */
@@ -137,6 +137,7 @@ export class RenderPool {
   private closing: Promise<void> | null = null;
   private readonly releaseOnClose: boolean;
   private idle: (() => void) | null = null;
+  private readonly thumbnails = new Set<Promise<Uint8Array | null>>();
   private readonly counts = { maxInFlight: 0, rendered: 0, superseded: 0, refused: 0, failed: 0, overBudget: 0 };
   private readonly m:
     | {
@@ -174,7 +175,7 @@ export class RenderPool {
     if (opts.workerFile === undefined) registerBoardFonts();
     this.releaseOnClose = opts.workerFile === undefined;
     const file = opts.workerFile ?? new URL('./worker.ts', import.meta.url);
-    this.piscina = new Piscina<RenderTask | ReleaseTask, RenderTaskResult | undefined>({
+    this.piscina = new Piscina<RenderTask | ReleaseTask | ThumbnailTask, RenderTaskResult | Uint8Array | null | undefined>({
       filename: typeof file === 'string' ? file : file.href,
       minThreads: this.concurrency,
       maxThreads: this.concurrency,
@@ -262,6 +263,26 @@ export class RenderPool {
   }
 
   /**
+   * Shrinks an avatar to the size a card draws it (render.ts
+   * `avatarThumbnail`: a ~1–2 KB PNG) on a render thread. Not behind the
+   * render semaphore: a thumbnail holds a 24 px canvas, not a board's, and
+   * its callers are already bounded (the avatar reads' gate,
+   * TELEGRAM_AVATAR_CONCURRENCY); ~1 ms per 160 px JPEG, measured.
+   * @returns the PNG, or null when the bytes are not an image or the pool is closed
+   */
+  async thumbnail(bytes: Uint8Array): Promise<Uint8Array | null> {
+    if (this.closed) return null;
+    const run = this.piscina.run({ thumbnail: bytes }) as Promise<Uint8Array | null>;
+    this.thumbnails.add(run);
+    try {
+      const out = await run;
+      return out ? new Uint8Array(out.buffer, out.byteOffset, out.byteLength) : null;
+    } finally {
+      this.thumbnails.delete(run);
+    }
+  }
+
+  /**
    * Stops: queued jobs resolve `refused: closed`, renders on a thread finish
    * and resolve, then the threads exit. Later `render` calls resolve
    * `refused: closed`. Safe to call twice.
@@ -277,6 +298,7 @@ export class RenderPool {
     this.queue.clear();
     for (const j of queued) j.resolve(this.refuse('closed', j.chatId));
     if (this.inFlight > 0) await new Promise<void>((r) => (this.idle = r));
+    await Promise.allSettled([...this.thumbnails]);
     if (this.releaseOnClose) {
       const release = new Int32Array(new SharedArrayBuffer(4));
       const threads = this.piscina.threads.length;
@@ -321,7 +343,7 @@ export class RenderPool {
     this.m?.queuedMs.record(queuedMs);
     const board = compactAvatars(job.board);
     const task: RenderTask = this.png ? { board, png: this.png } : { board };
-    this.piscina.run(task).then(
+    (this.piscina.run(task) as Promise<RenderTaskResult | undefined>).then(
       (r) => {
         if (!r) throw new Error('a render thread returned nothing');
         const png = Buffer.from(r.png.buffer, r.png.byteOffset, r.png.byteLength);

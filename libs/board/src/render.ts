@@ -118,13 +118,46 @@ function avatarTile(bytes: Uint8Array): Canvas | null {
     t.beginPath();
     t.arc(G.AVATAR / 2, G.AVATAR / 2, G.AVATAR / 2, 0, Math.PI * 2);
     t.clip();
-    // Cover: the centred square of the image.
-    const side = Math.min(img.width, img.height);
-    t.drawImage(img, (img.width - side) / 2, (img.height - side) / 2, side, side, 0, 0, G.AVATAR, G.AVATAR);
+    // Cover: the centred square of the image, scaled first and drawn 1:1 in the circle, so a board
+    // drawn from avatarThumbnail() bytes is the same picture.
+    if (img.width === G.AVATAR && img.height === G.AVATAR) t.drawImage(img, 0, 0);
+    else t.drawImage(coverSquare(img), 0, 0);
   }
   avatarCache.set(key, tile);
   if (avatarCache.size > AVATAR_CACHE_MAX) avatarCache.delete(avatarCache.keys().next().value!);
   return tile;
+}
+
+/**
+ * The avatar as the card draws it: the centred square of the image scaled to
+ * GEOMETRY.AVATAR × GEOMETRY.AVATAR px (24), as a PNG (~1–2 KB instead of a
+ * profile photo's ~5–15 KB), so a process can hold every playing chat's
+ * avatars for a puzzle's life (10,000 players ≈ 15 MB). A board drawn with
+ * the thumbnail is pixel-identical to one drawn with an opaque original (the
+ * card scales any avatar this way first, then draws it 1:1 inside its circle;
+ * tested). Synchronous: run it on a
+ * render thread (`RenderPool.thumbnail`).
+ * @param bytes an image @napi-rs/canvas decodes (JPEG, PNG, WebP, GIF)
+ * @returns the PNG, the input itself when it already is AVATAR × AVATAR, or null when the bytes are not an image
+ */
+export function avatarThumbnail(bytes: Uint8Array): Uint8Array | null {
+  const img = new Image();
+  try {
+    img.src = bytes;
+  } catch {
+    return null;
+  }
+  if (!(img.width > 0 && img.height > 0)) return null;
+  if (img.width === G.AVATAR && img.height === G.AVATAR) return bytes;
+  return new Uint8Array(coverSquare(img).encodeSync('png'));
+}
+
+/** The centred square of `img` scaled to AVATAR × AVATAR (no clip). */
+function coverSquare(img: Image): Canvas {
+  const canvas = createCanvas(G.AVATAR, G.AVATAR);
+  const side = Math.min(img.width, img.height);
+  canvas.getContext('2d').drawImage(img, (img.width - side) / 2, (img.height - side) / 2, side, side, 0, 0, G.AVATAR, G.AVATAR);
+  return canvas;
 }
 
 const SQUARE_FILL: Record<Exclude<Square, 'empty'>, string> = { green: COLOURS.green, yellow: COLOURS.yellow, grey: COLOURS.grey };

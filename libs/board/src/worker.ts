@@ -5,7 +5,7 @@
  */
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
+import { avatarThumbnail, releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
 import type { Board } from './model.ts';
 import type { PngOptions } from './png.ts';
 
@@ -25,6 +25,11 @@ export interface RenderTask {
 export interface ReleaseTask {
   readonly release: Int32Array;
   readonly threads: number;
+}
+
+/** Shrinks one avatar (render.ts `avatarThumbnail`); the thread answers the PNG or null. */
+export interface ThumbnailTask {
+  readonly thumbnail: Uint8Array;
 }
 
 /** What a render thread hands back. */
@@ -72,9 +77,10 @@ async function release(t: ReleaseTask): Promise<void> {
   await sleep(5);
 }
 
-/** Renders one board (piscina calls the default export), or releases the thread (ReleaseTask). */
-export default function render(task: RenderTask | ReleaseTask): RenderTaskResult | Promise<void> {
+/** Renders one board (piscina calls the default export), shrinks an avatar (ThumbnailTask), or releases the thread (ReleaseTask). */
+export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): RenderTaskResult | Uint8Array | null | Promise<void> {
   if ('release' in task) return release(task);
+  if ('thumbnail' in task) return avatarThumbnail(task.thumbnail);
   const r = renderBoard(task.board, task.png ? { png: task.png } : {});
   readBack += r.width * r.height * 4;
   if (readBack >= READBACK_GC_BYTES) {

@@ -5,7 +5,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Image } from '@napi-rs/canvas';
 import {
   RenderPool,
+  avatarThumbnail,
   defaultRenderConcurrency,
+  renderBoard,
+  sampleAvatar,
   sampleBoard,
   type Board,
   type BoardMetrics,
@@ -256,4 +259,33 @@ test('the real render thread renders a board to a PNG', async () => {
   } finally {
     await pool.close();
   }
+});
+
+test('avatarThumbnail - a 24 px PNG a fraction of the photo; the board drawn from it is the same picture; not an image: null', () => {
+  const photo = sampleAvatar(3);
+  const thumb = avatarThumbnail(photo);
+  assert.ok(thumb && thumb.length < photo.length / 2, `thumbnail ${thumb?.length} bytes of ${photo.length}`);
+  const img = new Image();
+  img.src = Buffer.from(thumb);
+  assert.deepEqual([img.width, img.height], [24, 24]);
+  assert.equal(avatarThumbnail(thumb), thumb, 'already card-sized: itself');
+  const board = sampleBoard(6, { avatarShare: 0 });
+  const drawn = (avatar: Uint8Array) => renderBoard({ ...board, cards: board.cards.map((c) => ({ ...c, avatar })) }).png;
+  assert.deepEqual(Buffer.from(drawn(thumb)), Buffer.from(drawn(photo)));
+  assert.notDeepEqual(Buffer.from(drawn(avatarThumbnail(sampleAvatar(4))!)), Buffer.from(drawn(photo)), 'another avatar differs');
+  assert.equal(avatarThumbnail(new Uint8Array([1, 2, 3, 4])), null);
+  assert.equal(avatarThumbnail(new Uint8Array(0)), null);
+});
+
+test('RenderPool.thumbnail - shrinks on a render thread; null for bytes that are not an image and after close', async () => {
+  const pool = new RenderPool({ concurrency: 1 });
+  const photo = sampleAvatar(5);
+  try {
+    const thumb = await pool.thumbnail(photo);
+    assert.deepEqual(thumb && Buffer.from(thumb), Buffer.from(avatarThumbnail(photo)!));
+    assert.equal(await pool.thumbnail(new Uint8Array([7, 7, 7])), null);
+  } finally {
+    await pool.close();
+  }
+  assert.equal(await pool.thumbnail(photo), null);
 });

@@ -468,7 +468,7 @@ export const schema = {
       default: 100_000,
       min: 1,
       unit: 'count',
-      doc: "update_ids remembered to drop Telegram's re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome=\"duplicate\"}.",
+      doc: 'update_ids remembered to drop Telegram\'s re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome="duplicate"}.',
     }),
     webhookMaxBodyBytes: int({
       env: 'TELEGRAM_WEBHOOK_MAX_BODY_BYTES',
@@ -495,7 +495,7 @@ export const schema = {
       default: 28,
       min: 1,
       unit: 'per second',
-      doc: "Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; spaced at exactly 30/s, up to 8 calls in flight arrive jittered and a strict 1 s window saw 31 (1–17 429s per 1,000-chat rollover run, docs/benchmarks.md), so the default keeps a margin.",
+      doc: 'Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; spaced at exactly 30/s, up to 8 calls in flight arrive jittered and a strict 1 s window saw 31 (1–17 429s per 1,000-chat rollover run, docs/benchmarks.md), so the default keeps a margin.',
     }),
     groupRatePerMin: int({
       env: 'TELEGRAM_GROUP_RATE_PER_MIN',
@@ -518,6 +518,12 @@ export const schema = {
       max: 256,
       unit: 'count',
       doc: "Bot API calls one process has in flight at once (the token bucket still spaces them; 8 covers 30/s at Telegram's usual ~100–250 ms per call).",
+    }),
+    sendPrefix: str({
+      env: 'TELEGRAM_SENDQ_PREFIX',
+      default: 'crowdplay:sendq',
+      pattern: /^[A-Za-z0-9_:.-]{1,100}$/,
+      doc: "Redis key prefix of the bot's send queue and token bucket (keys `{<prefix>}:…`, one hash slot). Every process of one bot uses the same; two bots, or two deployments on one Redis, use different ones.",
     }),
     sendMaxQueued: int({
       env: 'TELEGRAM_SENDQ_MAX_QUEUED',
@@ -603,7 +609,7 @@ export const schema = {
       env: 'PUZZLE_SECRET',
       default: 'dev-puzzle-secret-change-me',
       secret: true,
-      doc: "Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.",
+      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.',
     }),
   },
 } as const;

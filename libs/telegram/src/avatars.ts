@@ -82,6 +82,13 @@ export interface AvatarOptions {
   errorTtlMs?: number;
   /** Smallest side wanted, px: the smallest photo size at least this wide is fetched. @defaultValue 160 */
   sizePx?: number;
+  /**
+   * Turns a downloaded photo into what is cached and handed out (the board
+   * passes `RenderPool.thumbnail`: the 24 px PNG a card draws, ~1.7 KB
+   * instead of ~10 KB, so the byte budget holds ~6× the users); null = not an
+   * image (cached as "no avatar"). A shrink that throws counts as a failed read.
+   */
+  shrink?: (bytes: Uint8Array) => Promise<Uint8Array | null>;
   /** Clock for TTLs (lru-cache `perf`). */
   now?: () => number;
 }
@@ -179,7 +186,8 @@ export class Avatars {
     if (file.file_size !== undefined && file.file_size > AVATAR_MAX_BYTES) return null;
     const path = file.file_path;
     const bytes = await this.o.gate.run(() => this.o.download(path));
-    return bytes.length > AVATAR_MAX_BYTES ? null : bytes;
+    if (bytes.length > AVATAR_MAX_BYTES) return null;
+    return this.o.shrink ? this.o.shrink(bytes) : bytes;
   }
 
   /** Reads in flight now (one per user). */

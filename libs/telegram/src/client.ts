@@ -30,7 +30,7 @@ import { Api, InputFile, type Transformer } from 'grammy';
 import type { ApiMethods } from 'grammy/types';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { EnqueueResult, JobResult, Lane, SendFn, SendJob, SendOutcome, SendQueue } from '@crowdplay/sendq';
-import { AVATAR_MAX_BYTES, Avatars, Gate } from './avatars.ts';
+import { AVATAR_MAX_BYTES, Avatars, Gate, type AvatarOptions } from './avatars.ts';
 import { BOARD_PROBE_IDS, MemoryBoardStore, type BoardStore } from './board-store.ts';
 import { classifyError, isIdempotent, type ErrorClass } from './outcome.ts';
 
@@ -107,7 +107,7 @@ export interface TelegramClientOptions {
   /** Board message ids and flags. @defaultValue a new MemoryBoardStore */
   boards?: BoardStore;
   /** TELEGRAM_AVATAR_CONCURRENCY, TELEGRAM_AVATAR_CACHE_BYTES, TELEGRAM_AVATAR_TTL_MS. */
-  avatars: { concurrency: number; cacheBytes: number; ttlMs: number; errorTtlMs?: number };
+  avatars: { concurrency: number; cacheBytes: number; ttlMs: number; errorTtlMs?: number; shrink?: AvatarOptions['shrink'] };
   /** How long a caller of `api.*` waits for its queued call's result, ms. @defaultValue 60_000 */
   resultTimeoutMs?: number;
   /** Lifetime of a chat's post claim (a crashed sender's claim lapses), ms. @defaultValue 60_000 */
@@ -257,6 +257,7 @@ export class TelegramClient {
       cacheBytes: o.avatars.cacheBytes,
       ttlMs: o.avatars.ttlMs,
       ...(o.avatars.errorTtlMs !== undefined ? { errorTtlMs: o.avatars.errorTtlMs } : {}),
+      ...(o.avatars.shrink ? { shrink: o.avatars.shrink } : {}),
       ...(o.now ? { now: o.now } : {}),
       download: async (filePath) => {
         const res = await fetch(`${root}/file/bot${token}/${filePath}`, { signal: AbortSignal.timeout(timeoutMs) });

@@ -44,7 +44,7 @@ async function rig(
     stub?: StubOptions;
     queue?: Partial<SendQueueOptions>;
     start?: boolean;
-    avatars?: { concurrency?: number; cacheBytes?: number; ttlMs?: number };
+    avatars?: { concurrency?: number; cacheBytes?: number; ttlMs?: number; shrink?: (b: Uint8Array) => Promise<Uint8Array | null> };
     now?: () => number;
   } = {},
 ): Promise<Rig> {
@@ -472,6 +472,36 @@ void test('avatars: collapsed per user, capped in concurrency, cached by bytes w
     assert.equal(r.stub.stats().byMethod.getUserProfilePhotos, before! + 2);
     // No queue involvement at all.
     assert.deepEqual(r.queue.stats().sends.tx.ok, 0);
+  } finally {
+    await r.close();
+  }
+});
+
+void test('avatars: a shrink is applied once per read and its result is what is cached; a shrink that throws is a failed read', async () => {
+  let shrinks = 0;
+  const r = await rig({
+    avatars: {
+      concurrency: 2,
+      cacheBytes: 1 << 20,
+      ttlMs: 60_000,
+      shrink: (b) => {
+        shrinks++;
+        if (shrinks === 3) return Promise.reject(new Error('not an image'));
+        return Promise.resolve(b.subarray(0, 100));
+      },
+    },
+  });
+  try {
+    const c = r.client;
+    const [a, b] = await Promise.all([c.avatars.get(1), c.avatars.get(1)]);
+    assert.equal(a?.length, 100);
+    assert.equal(b, a, 'collapsed: one read, one shrink');
+    assert.equal((await c.avatars.get(1))?.length, 100, 'the cache holds the shrunk bytes');
+    assert.equal(c.avatars.stats().cacheBytes, 100);
+    assert.equal((await c.avatars.get(2))?.length, 100);
+    assert.equal(shrinks, 2);
+    assert.equal(await c.avatars.get(3), null, 'the third shrink threw');
+    assert.equal(c.avatars.stats().failures, 1);
   } finally {
     await r.close();
   }

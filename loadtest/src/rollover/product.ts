@@ -1,21 +1,36 @@
 /**
- * The product as its own child process for the rollover scenario
- * (`node --import tsx services/cli/src/main.ts start`, pinned with
+ * The product as its own child process for the rollover scenario, as
+ * `npm start` runs it (the bundle scripts/build.mjs writes, built for the
+ * run into `.crowdplay/loadtest-build-<pid>/`; `node crowdplay.js start`, pinned with
  * `taskset -c` when available), its samplers (RSS from /proc, event-loop lag
  * and board interval from /metrics), its error-log count, and the run's
  * isolation (a fresh PostgreSQL schema, dropped after; the send queue's Redis
  * keys removed after).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-/** The CLI entry point of the product. */
-export const PRODUCT_MAIN = fileURLToPath(new URL('../../../services/cli/src/main.ts', import.meta.url));
-/** The send queue's default Redis key prefix (libs/sendq keys.ts DEFAULT_PREFIX); the product has no setting for it. */
-export const SENDQ_KEY_PATTERN = '{crowdplay:sendq}*';
+
+/**
+ * Builds the product bundle (scripts/build.mjs) into
+ * `.crowdplay/loadtest-build-<pid>/` (inside the repository, so its npm
+ * imports resolve; removed when this process exits).
+ * @returns the path of its crowdplay.js
+ * @throws Error when the build fails
+ */
+export async function buildProductBundle(): Promise<string> {
+  const { buildProduct } = await import('../../../scripts/build.mjs');
+  const outdir = join(ROOT, '.crowdplay', `loadtest-build-${process.pid}`);
+  mkdirSync(outdir, { recursive: true });
+  process.once('exit', () => rmSync(outdir, { recursive: true, force: true }));
+  return (await buildProduct({ outdir, quiet: true })).main;
+}
+/** The Redis keys of the send queue under TELEGRAM_SENDQ_PREFIX `prefix` (libs/sendq keys.ts: `{<prefix>}…`). */
+export const sendqKeyPattern = (prefix: string): string => `{${prefix}}*`;
 
 /** `taskset` on PATH (util-linux), or null. */
 export function tasksetPath(): string | null {
@@ -50,7 +65,7 @@ export interface Product {
  */
 export async function startProduct(env: Record<string, string>, cpus: string | null): Promise<Product> {
   const ts = cpus === null ? null : tasksetPath();
-  const node = [process.execPath, '--import', 'tsx', PRODUCT_MAIN, 'start'];
+  const node = [process.execPath, await buildProductBundle(), 'start'];
   const [cmd, ...args] = ts ? [ts, '-c', cpus!, ...node] : node;
   const child = spawn(cmd!, args, {
     cwd: ROOT,
@@ -219,13 +234,14 @@ export async function dropSchema(databaseUrl: string, schema: string): Promise<v
 }
 
 /**
- * Deletes the send queue's Redis keys ({@link SENDQ_KEY_PATTERN}) with
- * redis-cli (SCAN + DEL). @returns keys deleted, or null when redis-cli is missing or failed
+ * Deletes the send queue's Redis keys under TELEGRAM_SENDQ_PREFIX `prefix`
+ * ({@link sendqKeyPattern}) with redis-cli (SCAN + DEL).
+ * @returns keys deleted, or null when redis-cli is missing or failed
  */
-export function purgeSendqKeys(redisUrl: string): number | null {
+export function purgeSendqKeys(redisUrl: string, prefix: string): number | null {
   const u = new URL(redisUrl);
   const base = ['-h', u.hostname || '127.0.0.1', '-p', u.port || '6379', ...(u.pathname.length > 1 ? ['-n', u.pathname.slice(1)] : [])];
-  const scan = spawnSync('redis-cli', [...base, '--scan', '--pattern', SENDQ_KEY_PATTERN], { encoding: 'utf8' });
+  const scan = spawnSync('redis-cli', [...base, '--scan', '--pattern', sendqKeyPattern(prefix)], { encoding: 'utf8' });
   if (scan.status !== 0) return null;
   const keys = scan.stdout.split('\n').filter((k) => k !== '');
   for (let i = 0; i < keys.length; i += 500) {

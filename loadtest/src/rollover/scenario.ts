@@ -184,12 +184,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   const hookSecret = randomBytes(16).toString('hex');
   const puzzleSecret = `rollover-${randomBytes(8).toString('hex')}`;
 
-  const stale = purgeSendqKeys(redisUrl);
-  if (stale === null) warnings.push('redis-cli failed or missing: the send queue keys {crowdplay:sendq}* were not cleaned');
-  else if (stale > 0) warnings.push(`${stale} stale send-queue keys ({crowdplay:sendq}*) were in Redis before the run and were deleted`);
-  warnings.push(
-    'the product has no setting for the send queue key prefix (libs/sendq DEFAULT_PREFIX {crowdplay:sendq}): two runs on one Redis at once would share the queue and bucket',
-  );
+  // The run's own send queue and bucket (TELEGRAM_SENDQ_PREFIX): runs and tests on one Redis never share them.
+  const sendqPrefix = `rollover:${run}`;
 
   const avatarMode = o.avatars ?? 'photo';
   const avatarImages = avatarMode === 'photo' ? Array.from({ length: AVATAR_POOL }, (_, i) => sampleAvatar(i + 1)) : [];
@@ -231,6 +227,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         TELEGRAM_APP_NAME: APP_NAME,
         PUZZLE_PERIOD_MS: String(periodMs),
         PUZZLE_SECRET: puzzleSecret,
+        TELEGRAM_SENDQ_PREFIX: sendqPrefix,
         BOARDS_ENABLED: boardsOn ? 'true' : 'false',
         ...o.productEnv,
       },
@@ -569,7 +566,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       if (report) report.warnings.push(m);
       else log(m);
     });
-    purgeSendqKeys(redisUrl);
+    if (purgeSendqKeys(redisUrl, sendqPrefix) === null)
+      warnings.push(`redis-cli failed or missing: the run's send queue keys {${sendqPrefix}}* were not removed`);
   }
   report.elapsedS = Math.round((Date.now() - started) / 100) / 10;
   log(`done in ${report.elapsedS} s`);

@@ -25,6 +25,31 @@ interface Watched {
   sub: Subscription;
   state: PuzzleState | null;
   ev: number;
+  /**
+   * The players' avatars for this chat, held for the puzzle's life (not only
+   * in the client's shared cache, which may evict them before the final
+   * board): Telegram user id → thumbnail (players with none are absent); a
+   * read in flight is listed in `reading`.
+   */
+  avatars: Map<number, Uint8Array>;
+  reading: Set<number>;
+  /** Avatars that arrived (each makes the board newer: see boardVersion). */
+  avatarRev: number;
+}
+
+/** Board versions per event id: `ev × AVATAR_REV_SPAN + min(avatarRev, AVATAR_REV_SPAN − 1)`. */
+export const AVATAR_REV_SPAN = 1024;
+
+/**
+ * The version of a chat's board: it rises with the channel's event id (ids
+ * rise within a channel across moves and restarts: DESIGN.md) and, within
+ * one event, with every avatar that arrived since the chat was first watched,
+ * so an avatar arriving after its player's last guess still gets the chat a
+ * newer board (the send queue skips a board not newer than the one shown).
+ * Exact while ev < 2^53 ÷ 1024 ≈ 8.8 × 10^12.
+ */
+export function boardVersion(ev: number, avatarRev: number): number {
+  return ev * AVATAR_REV_SPAN + Math.min(avatarRev, AVATAR_REV_SPAN - 1);
 }
 
 const SQUARE: Record<string, Square> = { g: 'green', y: 'yellow', '.': 'grey' };
@@ -53,7 +78,8 @@ export interface ChatBoardsDeps {
   bus: Bus;
   subjects: Subjects;
   client: TelegramClient;
-  pool: RenderPool;
+  /** The render threads; null when boards are off. */
+  pool: RenderPool | null;
   scheduler: RefreshScheduler;
   telemetry: Telemetry;
   /** How often due boards are looked for, ms. @defaultValue 250 */
@@ -87,13 +113,21 @@ export class ChatBoards {
 
   /** Starts (or retitles) the live board of a chat (nothing when boards are off). */
   watch(chatId: number, title: string): void {
-    if (this.d.enabled === false) return;
+    if (this.d.enabled === false || !this.d.pool) return;
     const w = this.chats.get(chatId);
     if (w) {
       w.title = title;
       return;
     }
-    const entry: Watched = { title, state: null, ev: 0, sub: undefined as unknown as Subscription };
+    const entry: Watched = {
+      title,
+      state: null,
+      ev: 0,
+      sub: undefined as unknown as Subscription,
+      avatars: new Map(),
+      reading: new Set(),
+      avatarRev: 0,
+    };
     entry.sub = this.d.bus.subscribe(this.d.subjects.channelOut(telegramChannelId(chatId)), (msg) =>
       this.onUpdate(chatId, entry, msg.data),
     );
@@ -127,8 +161,38 @@ export class ChatBoards {
     const g = u.game as Partial<PuzzleState> | undefined;
     if (!g || typeof g.puzzle !== 'number' || typeof g.players !== 'object' || g.players === null || u.ev <= w.ev) return;
     w.ev = u.ev;
-    w.state = g as PuzzleState;
-    this.d.scheduler.changed(chatId, u.ev, Object.keys(g.players).length, this.now());
+    const state = g as PuzzleState;
+    // A new puzzle: keep only the avatars of players still in it (the client's cache answers the rest).
+    if (w.state && w.state.puzzle !== state.puzzle) {
+      for (const id of w.avatars.keys()) if (!(`tg:${id}` in state.players)) w.avatars.delete(id);
+    }
+    w.state = state;
+    for (const viewer of Object.keys(state.players)) this.readAvatar(chatId, w, viewer);
+    this.d.scheduler.changed(chatId, boardVersion(w.ev, w.avatarRev), Object.keys(state.players).length, this.now());
+  }
+
+  /**
+   * Starts reading a player's avatar as soon as the player appears (not when
+   * the board is due), so boards never wait for avatar reads: a board drawn
+   * before the avatar arrived shows the initial, and the arrival makes the
+   * chat dirty again (a newer boardVersion).
+   */
+  private readAvatar(chatId: number, w: Watched, viewer: string): void {
+    const id = Number(viewer.startsWith('tg:') ? viewer.slice(3) : viewer);
+    if (!Number.isSafeInteger(id) || id <= 0 || w.avatars.has(id) || w.reading.has(id)) return;
+    w.reading.add(id);
+    void this.d.client.avatars
+      .get(id)
+      .catch(() => null)
+      .then((bytes) => {
+        w.reading.delete(id);
+        // Only photos are held: "none" (or a failed read) is asked again at the player's next change,
+        // which the client answers from its own cache (TELEGRAM_AVATAR_TTL_MS, failures for a minute).
+        if (this.chats.get(chatId) !== w || !bytes || !w.state) return;
+        w.avatars.set(id, bytes);
+        w.avatarRev++;
+        this.d.scheduler.changed(chatId, boardVersion(w.ev, w.avatarRev), Object.keys(w.state.players).length, this.now());
+      });
   }
 
   /** Starts looking for due boards every tickMs. */
@@ -145,7 +209,8 @@ export class ChatBoards {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());
-        const board = await this.withAvatars(boardOf(w.title, w.state));
+        const board = this.withAvatars(w, boardOf(w.title, w.state));
+        if (!this.d.pool) return;
         const out = await this.d.pool.render(String(chatId), version, board);
         if (out.status === 'rendered') await this.d.client.enqueueBoard(chatId, { version, png: out.png });
         else if (out.status === 'refused') this.d.scheduler.failed(chatId);
@@ -158,20 +223,12 @@ export class ChatBoards {
     }
   }
 
-  /**
-   * The board with each player's avatar (the client's avatar reads: exempt
-   * from the send bucket, collapsed per user, capped, cached for a day). An
-   * avatar that cannot be read is drawn as the player's initial.
-   */
-  private async withAvatars(board: Board): Promise<Board> {
-    const cards = await Promise.all(
-      board.cards.map(async (c) => {
-        const id = Number(c.id);
-        if (!Number.isSafeInteger(id) || id <= 0) return c;
-        const avatar = await this.d.client.avatars.get(id).catch(() => null);
-        return avatar ? { ...c, avatar } : c;
-      }),
-    );
+  /** The board with the avatars the chat holds (a player whose avatar is not read yet, or who has none, gets an initial). */
+  private withAvatars(w: Watched, board: Board): Board {
+    const cards = board.cards.map((c) => {
+      const avatar = w.avatars.get(Number(c.id));
+      return avatar ? { ...c, avatar } : c;
+    });
     return { ...board, cards };
   }
 

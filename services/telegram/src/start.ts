@@ -20,10 +20,15 @@ import { RefreshScheduler } from './scheduler.ts';
  * The bot's send queue (in-process, or BullMQ + the Redis Lua bucket with
  * REDIS_URL) and the Bot API client whose every call passes it.
  */
-async function openBot(config: Config, telemetry: Telemetry): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
+async function openBot(
+  config: Config,
+  telemetry: Telemetry,
+  shrinkAvatar?: (bytes: Uint8Array) => Promise<Uint8Array | null>,
+): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
   const t = config.telegram;
   const queue = await openSendQueue<BotCall>({
     redisUrl: config.redis.url,
+    prefix: t.sendPrefix,
     limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
     concurrency: t.sendConcurrency,
     maxQueued: t.sendMaxQueued,
@@ -37,7 +42,12 @@ async function openBot(config: Config, telemetry: Telemetry): Promise<{ queue: S
     token: t.botToken,
     apiRoot: t.apiRoot.replace(/\/$/, ''),
     queue,
-    avatars: { concurrency: t.avatarConcurrency, cacheBytes: t.avatarCacheBytes, ttlMs: t.avatarTtlMs },
+    avatars: {
+      concurrency: t.avatarConcurrency,
+      cacheBytes: t.avatarCacheBytes,
+      ttlMs: t.avatarTtlMs,
+      ...(shrinkAvatar ? { shrink: shrinkAvatar } : {}),
+    },
     onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
   });
   client.exportMetrics(telemetry.metrics);
@@ -52,7 +62,8 @@ export interface TelegramPart {
   boards: ChatBoards;
   client: TelegramClient;
   queue: SendQueue<BotCall>;
-  pool: RenderPool;
+  /** The render threads; null when boards are off. */
+  pool: RenderPool | null;
   close(): Promise<void>;
 }
 
@@ -84,15 +95,19 @@ export async function startTelegram(deps: {
       'TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)',
     ]);
   }
-  const { queue, client } = await openBot(config, telemetry);
+  // No render threads when boards are off (BOARDS_ENABLED=false): they are most of an idle process's memory.
+  const pool = config.board.enabled
+    ? new RenderPool({
+        ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
+        maxPngBytes: config.board.maxPngBytes,
+        maxQueue: config.board.renderMaxQueue,
+        metrics: telemetry.metrics,
+        refusals: telemetry.refusals,
+      })
+    : null;
+  // Avatars are kept as the 24 px thumbnails a card draws (shrunk on a render thread).
+  const { queue, client } = await openBot(config, telemetry, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
   if (deps.send !== false) queue.start(client.sender());
-  const pool = new RenderPool({
-    ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
-    maxPngBytes: config.board.maxPngBytes,
-    maxQueue: config.board.renderMaxQueue,
-    metrics: telemetry.metrics,
-    refusals: telemetry.refusals,
-  });
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
@@ -128,7 +143,7 @@ export async function startTelegram(deps: {
     pool,
     async close() {
       boards.close();
-      await pool.close();
+      await pool?.close();
       await queue.close(5_000);
     },
   };

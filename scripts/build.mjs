@@ -1,0 +1,96 @@
+#!/usr/bin/env node
+// Builds the runnable product: `dist/crowdplay.js` (the `crowdplay` CLI, every
+// service) and `dist/render-worker.js` (the board render thread), bundled with
+// esbuild from the TypeScript sources. `npm start` runs the bundle, not tsx:
+// measured idle (standalone, PostgreSQL + Redis + Telegram on, 2 render
+// threads) 203 MB resident instead of 286 MB under tsx, whose module hooks
+// run a loader thread beside the main thread and beside each render thread
+// (docs/benchmarks.md, "Rollover"). Tests and `npm run crowdplay` keep
+// running the sources under tsx.
+//
+// What the bundle holds: every @crowdplay/* package; npm packages stay
+// outside (imported from node_modules at run time) unless they are installed
+// only inside a workspace (then they are bundled: node_modules/ at the root
+// would not find them). `import.meta.url` in a source file is rewritten to
+// that file's own URL (relative to the bundle), so paths a module computes
+// beside itself (migrations, public/, fonts' packages) stay right; the render
+// pool's thread module becomes render-worker.js beside the bundle.
+//
+// Usage: node scripts/build.mjs [--outdir DIR]   (default: dist/)
+// Exits non-zero (and writes nothing usable) on any build error.
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const POOL_WORKER = "new URL('./worker.ts', import.meta.url)";
+
+/**
+ * Builds the bundle into `outdir`.
+ * @param {{ outdir?: string, quiet?: boolean }} [o]
+ * @returns {Promise<{ main: string, worker: string, ms: number }>} absolute paths of the two files
+ * @throws Error on a build error, or when libs/board/src/pool.ts no longer names its worker as POOL_WORKER
+ */
+export async function buildProduct(o = {}) {
+  const t0 = performance.now();
+  const { build } = await import('esbuild');
+  const outdir = resolve(o.outdir ?? join(ROOT, 'dist'));
+  const sources = {
+    name: 'crowdplay-sources',
+    setup(b) {
+      b.onLoad({ filter: /[\\/](libs|services)[\\/][^\\/]+[\\/]src[\\/].*\.ts$/ }, (args) => {
+        let src = readFileSync(args.path, 'utf8');
+        if (src.startsWith('#!')) src = src.slice(src.indexOf('\n') + 1); // the bundle is run with node, not the sources' tsx
+        if (args.path.endsWith(join('libs', 'board', 'src', 'pool.ts'))) {
+          if (!src.includes(POOL_WORKER))
+            throw new Error(`libs/board/src/pool.ts no longer contains ${POOL_WORKER}: update scripts/build.mjs`);
+          // The bundle's own URL here: the thread module is render-worker.js beside it.
+          src = src.replace(POOL_WORKER, "new URL('./render-worker.js', import.meta.url)");
+        } else if (src.includes('import.meta.url')) {
+          const rel = relative(outdir, args.path).split('\\').join('/');
+          src = src.replaceAll('import.meta.url', `new URL(${JSON.stringify(rel)}, import.meta.url).href`);
+        }
+        return { contents: src, loader: 'ts' };
+      });
+    },
+  };
+  const packages = {
+    name: 'crowdplay-packages',
+    setup(b) {
+      b.onResolve({ filter: /^[^./]/ }, (args) => {
+        if (args.path.startsWith('@crowdplay/') || args.path.startsWith('node:')) return undefined;
+        const parts = args.path.split('/');
+        const name = args.path.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0];
+        return existsSync(join(ROOT, 'node_modules', name)) ? { path: args.path, external: true } : undefined;
+      });
+    },
+  };
+  await build({
+    absWorkingDir: ROOT,
+    entryPoints: { crowdplay: 'services/cli/src/main.ts', 'render-worker': 'libs/board/src/worker.ts' },
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    outdir,
+    plugins: [sources, packages],
+    logLevel: o.quiet ? 'error' : 'warning',
+    // Bundled CommonJS dependencies may call require().
+    banner: {
+      js: "import { createRequire as __crowdplayRequire } from 'node:module'; const require = __crowdplayRequire(import.meta.url);",
+    },
+  });
+  return { main: join(outdir, 'crowdplay.js'), worker: join(outdir, 'render-worker.js'), ms: performance.now() - t0 };
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const i = process.argv.indexOf('--outdir');
+  buildProduct(i > 0 ? { outdir: process.argv[i + 1] } : {}).then(
+    (r) => console.log(`[crowdplay] built ${relative(process.cwd(), r.main)} in ${Math.round(r.ms)} ms`),
+    (err) => {
+      console.error(err instanceof Error ? err.message : err);
+      process.exit(1);
+    },
+  );
+}

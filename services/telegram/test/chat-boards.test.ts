@@ -1,0 +1,150 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
+import type { Board, RenderPool } from '@crowdplay/board';
+import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
+import { createTelemetry } from '@crowdplay/telemetry';
+import { AVATAR_REV_SPAN, ChatBoards, boardVersion } from '../src/chat-boards.ts';
+import { RefreshScheduler } from '../src/scheduler.ts';
+
+const telemetry = createTelemetry({ service: 'chat-boards-test', level: 'silent', refusalLogIntervalMs: 60_000 });
+const CHAT = -1001234;
+
+/** A deferred avatar read per user; `reads` counts calls per user. */
+function fakeAvatars() {
+  const pending = new Map<number, (b: Uint8Array | null) => void>();
+  const reads = new Map<number, number>();
+  return {
+    pending,
+    reads,
+    get(id: number): Promise<Uint8Array | null> {
+      reads.set(id, (reads.get(id) ?? 0) + 1);
+      return new Promise((resolve) => pending.set(id, resolve));
+    },
+  };
+}
+
+function rig() {
+  const bus = new InProcessBus();
+  const subj = subjects('cb-test');
+  let now = 1_000_000;
+  const avatars = fakeAvatars();
+  const rendered: Array<{ version: number; board: Board }> = [];
+  const queued: number[] = [];
+  const pool = {
+    render: (_chat: string, version: number, board: Board) => {
+      rendered.push({ version, board });
+      return Promise.resolve({ status: 'rendered', png: new Uint8Array([version % 256]) });
+    },
+  } as unknown as RenderPool;
+  const client = {
+    avatars,
+    enqueueBoard: (_chat: number, b: { version: number }) => {
+      queued.push(b.version);
+      return Promise.resolve();
+    },
+  } as unknown as TelegramClient;
+  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const boards = new ChatBoards({ bus, subjects: subj, client, pool, scheduler, telemetry, now: () => now });
+  const publish = (ev: number, puzzle: number, players: Record<string, string[]>): void => {
+    const game = {
+      puzzle,
+      players: Object.fromEntries(Object.entries(players).map(([v, marks]) => [v, { marks, solved: false, name: v }])),
+    };
+    bus.publish(
+      subj.channelOut(telegramChannelId(CHAT)),
+      encodeJson({ t: 'update', channel: 'x', ev, at: now, actions: [], tally: {}, game }),
+    );
+  };
+  return {
+    boards,
+    avatars,
+    rendered,
+    queued,
+    publish,
+    advance: (ms: number) => (now += ms),
+    flush: () => new Promise<void>((r) => setImmediate(r)),
+  };
+}
+
+test('boardVersion - rises with the event id and with avatars within one event; capped below the next event', () => {
+  assert.equal(boardVersion(7, 0), 7 * AVATAR_REV_SPAN);
+  assert.ok(boardVersion(7, 3) > boardVersion(7, 2));
+  assert.ok(boardVersion(8, 0) > boardVersion(7, 5000), 'a later event always wins');
+  assert.equal(boardVersion(7, 5000), 8 * AVATAR_REV_SPAN - 1);
+});
+
+test('ChatBoards - a board never waits for avatars; an avatar that arrives later makes a newer board with it', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  r.publish(1, 10, { 'tg:501': ['g.y..'], 'tg:502': ['.....'] });
+  await r.flush();
+  assert.deepEqual([...r.avatars.reads.keys()].sort(), [501, 502], 'reads start when players appear');
+  await r.boards.tick();
+  assert.equal(r.rendered.length, 1, 'rendered although no avatar has arrived');
+  assert.ok(r.rendered[0]!.board.cards.every((c) => c.avatar === undefined));
+
+  const photo = new Uint8Array([1, 2, 3]);
+  r.avatars.pending.get(501)!(photo);
+  r.avatars.pending.get(502)!(null); // no photo: nothing to redraw
+  await r.flush();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.rendered.length, 2, 'the arrival made the chat dirty');
+  const second = r.rendered[1]!;
+  assert.ok(second.version > r.rendered[0]!.version);
+  assert.deepEqual(second.board.cards.find((c) => c.id === '501')!.avatar, photo);
+  assert.equal(second.board.cards.find((c) => c.id === '502')!.avatar, undefined);
+  assert.deepEqual(r.queued, [r.rendered[0]!.version, second.version]);
+
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.rendered.length, 2, 'nothing changed: no render');
+  r.boards.close();
+});
+
+test('ChatBoards - avatars are held for the puzzle: later guesses read nothing again; a new puzzle keeps only its players', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  r.publish(1, 10, { 'tg:501': ['g....'] });
+  await r.flush();
+  r.avatars.pending.get(501)!(new Uint8Array([9]));
+  await r.flush();
+  for (let ev = 2; ev < 6; ev++) r.publish(ev, 10, { 'tg:501': Array(ev).fill('g....') as string[] });
+  await r.flush();
+  assert.equal(r.avatars.reads.get(501), 1, 'held by the chat, not read per update');
+
+  r.publish(6, 11, { 'tg:502': ['y....'] });
+  await r.flush();
+  r.publish(7, 11, { 'tg:502': ['y....'], 'tg:501': ['.....'] });
+  await r.flush();
+  assert.equal(r.avatars.reads.get(501), 2, 'dropped at the new puzzle (501 was not in it), read again when it came back');
+
+  // An older or repeated update changes nothing.
+  r.advance(10_000);
+  await r.boards.tick();
+  const n = r.rendered.length;
+  r.publish(7, 11, { 'tg:999': ['.....'] });
+  r.publish(3, 11, { 'tg:998': ['.....'] });
+  await r.flush();
+  r.advance(10_000);
+  await r.boards.tick();
+  assert.equal(r.rendered.length, n);
+  assert.equal(r.avatars.reads.get(999), undefined);
+  r.boards.close();
+});
+
+test('ChatBoards - with boards off (no pool) watch does nothing', async () => {
+  const bus = new InProcessBus();
+  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const boards = new ChatBoards({
+    bus,
+    subjects: subjects('cb-off'),
+    client: {} as TelegramClient,
+    pool: null,
+    scheduler,
+    telemetry,
+  });
+  boards.watch(CHAT, 'chat');
+  assert.deepEqual(boards.watching, []);
+});
