@@ -329,13 +329,16 @@ export class Shard {
   }
 
   /**
-   * Snapshots `channel`, stops serving it and clears its owner in Postgres
+   * Snapshots `channel` (with its built-in game's latest state), stops serving it and clears its owner in Postgres
    * (only if this shard still owns it at its epoch). No-op for a channel not owned.
    */
   async release(channel: string): Promise<void> {
     const o = this.owned.get(channel);
     if (!o) return;
     this.stopServing(o);
+    // A built-in game's changes since the last tick (a guess just scored) go into the final snapshot too.
+    const state = o.game?.tick?.(this.now());
+    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');

@@ -119,6 +119,14 @@ describe('router migrate: the chat, its state, its owner', () => {
     assert.match(text, /crowdplay_channel_absorbed_total\{result="added"[^}]*\} 2/);
   });
 
+  it('a guess scored just before the move (not yet in a tick) is in the final snapshot and moves too', async () => {
+    await h.store.channels.ensure('tgn150', 'acme');
+    await h.router.assign('tgn150');
+    assert.equal((await guess('tgn150', 'tg:5', 'crane')).ok, true);
+    const m = await h.router.migrate('tgn150', 'tgn1000150'); // at once: no tick ran in between, or one did (both must hold)
+    assert.equal(m.absorbed?.added, 1);
+  });
+
   it('a new channel that already has state is merged into, never overwritten', async () => {
     for (const c of ['tgn200', 'tgn1000200']) {
       await h.store.channels.ensure(c, 'acme');
