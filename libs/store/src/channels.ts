@@ -7,7 +7,20 @@ export interface ChannelRow {
   tenantId: string;
   epoch: number;
   owner: string | null;
+  /** The channel its chat became (a Telegram group upgraded to a supergroup), or null. Never changes once set. */
+  migratedTo: string | null;
+  /** When the move to `migratedTo` finished (the state was merged there); null while it is under way or never began. */
+  migratedAt: Date | null;
 }
+
+/**
+ * What {@link ChannelRepository.beginMigration} found:
+ * - `none`: the old channel does not exist (the chat never played): nothing was written.
+ * - `started`: the move is recorded now (`migrated_to` set, the new channel created for the same tenant).
+ * - `resumed`: the same move was recorded before but not finished (a crash, a failed merge): carry it on.
+ * - `done`: the same move finished before (a re-delivered request): nothing to do.
+ */
+export type MigrationBegin = 'none' | 'started' | 'resumed' | 'done';
 
 /** A channel's last snapshot. */
 export interface Snapshot {
@@ -23,10 +36,14 @@ interface Row {
   tenant_id: string;
   epoch: string;
   owner: string | null;
+  migrated_to: string | null;
+  migrated_at: Date | null;
 }
 
+const COLUMNS = 'id, tenant_id, epoch, owner, migrated_to, migrated_at';
+
 function toChannel(r: Row): ChannelRow {
-  return { id: r.id, tenantId: r.tenant_id, epoch: Number(r.epoch), owner: r.owner };
+  return { id: r.id, tenantId: r.tenant_id, epoch: Number(r.epoch), owner: r.owner, migratedTo: r.migrated_to, migratedAt: r.migrated_at };
 }
 
 /**
@@ -53,7 +70,7 @@ export class ChannelRepository {
   /** The channel, or null. */
   async get(id: string): Promise<ChannelRow | null> {
     if (!CHANNEL_ID_RE.test(id)) return null;
-    const { rows } = await this.db.query<Row>('SELECT id, tenant_id, epoch, owner FROM channels WHERE id = $1', [id]);
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE id = $1`, [id]);
     return rows[0] ? toChannel(rows[0]) : null;
   }
 
@@ -85,9 +102,70 @@ export class ChannelRepository {
     return rowCount === 1;
   }
 
+  /**
+   * Records that channel `from` became `to` (a Telegram group upgraded to a
+   * supergroup), in one transaction: `to` is created for `from`'s tenant if
+   * it does not exist, and `from.migrated_to` is set. From then on the old
+   * channel is never served again (the router and the shards refuse it with
+   * CP_ERR_CHANNEL_MIGRATED). Idempotent: the same move again answers
+   * `resumed` (not finished) or `done`.
+   * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID (either id),
+   *   CP_ERR_CHANNEL_MIGRATION_INVALID (`from` = `to`; `from` already moved to
+   *   another channel; `to` belongs to another tenant; `to` itself moved on)
+   */
+  async beginMigration(from: string, to: string): Promise<MigrationBegin> {
+    if (!CHANNEL_ID_RE.test(from) || !CHANNEL_ID_RE.test(to)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+    if (from === to) throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, 'it would move to itself']);
+    return this.db.tx(async (q) => {
+      const { rows } = await q.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE id = $1 FOR UPDATE`, [from]);
+      const old = rows[0];
+      if (!old) return 'none';
+      if (old.migrated_to !== null) {
+        if (old.migrated_to !== to)
+          throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, `it moved to ${old.migrated_to} before`]);
+        return old.migrated_at === null ? 'resumed' : 'done';
+      }
+      await q.query('INSERT INTO channels (id, tenant_id) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [to, old.tenant_id]);
+      const target = (await q.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE id = $1 FOR UPDATE`, [to])).rows[0]!;
+      if (target.tenant_id !== old.tenant_id)
+        throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, `${to} belongs to another tenant`]);
+      if (target.migrated_to !== null)
+        throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, `${to} itself moved to ${target.migrated_to}`]);
+      await q.query('UPDATE channels SET migrated_to = $2 WHERE id = $1', [from, to]);
+      return 'started';
+    });
+  }
+
+  /**
+   * Marks the move of `from` finished (its state was merged into `migrated_to`).
+   * @returns false when `from` has no move recorded (nothing changed)
+   */
+  async finishMigration(from: string): Promise<boolean> {
+    const { rowCount } = await this.db.query(
+      'UPDATE channels SET migrated_at = coalesce(migrated_at, now()) WHERE id = $1 AND migrated_to IS NOT NULL',
+      [from],
+    );
+    return rowCount === 1;
+  }
+
+  /**
+   * Fences the channel: a new epoch and no owner, so every write its last
+   * owner might still make is refused (cp_check_epoch).
+   * @returns the new epoch
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN
+   */
+  async fence(id: string): Promise<number> {
+    const { rows } = await this.db.query<{ epoch: string }>(
+      'UPDATE channels SET epoch = epoch + 1, owner = NULL WHERE id = $1 RETURNING epoch',
+      [id],
+    );
+    if (!rows[0]) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);
+    return Number(rows[0].epoch);
+  }
+
   /** Channels owned by `shardId`. */
   async listOwned(shardId: string): Promise<ChannelRow[]> {
-    const { rows } = await this.db.query<Row>('SELECT id, tenant_id, epoch, owner FROM channels WHERE owner = $1 ORDER BY id', [shardId]);
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`, [shardId]);
     return rows.map(toChannel);
   }
 

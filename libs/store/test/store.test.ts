@@ -82,6 +82,47 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       assert.equal((await store.channels.get('room-2'))?.owner, null);
     });
 
+    it('channels - a move (group → supergroup) is recorded once, resumed until finished, then a no-op', async () => {
+      await store.channels.ensure('tgn100', 'acme');
+      assert.equal(await store.channels.beginMigration('tgn999', 'tgn998'), 'none', 'a chat that never played');
+      assert.equal(await store.channels.get('tgn998'), null, '…and nothing was created for it');
+      assert.equal(await store.channels.beginMigration('tgn100', 'tgn1000100'), 'started');
+      const target = await store.channels.get('tgn1000100');
+      assert.deepEqual([target?.tenantId, target?.migratedTo], ['acme', null], 'the new channel, for the same tenant');
+      assert.equal((await store.channels.get('tgn100'))?.migratedTo, 'tgn1000100');
+      assert.equal(await store.channels.beginMigration('tgn100', 'tgn1000100'), 'resumed', 'not finished yet');
+      assert.equal(await store.channels.finishMigration('tgn100'), true);
+      const done = await store.channels.get('tgn100');
+      assert.ok(done?.migratedAt instanceof Date);
+      assert.equal(await store.channels.beginMigration('tgn100', 'tgn1000100'), 'done');
+      assert.equal(await store.channels.finishMigration('tgn100'), true);
+      assert.equal((await store.channels.get('tgn100'))?.migratedAt?.getTime(), done.migratedAt.getTime(), 'finished once');
+      assert.equal(await store.channels.finishMigration('tgn1000100'), false, 'no move recorded for it');
+      // Fencing the old channel: its last owner's writes are refused.
+      const e1 = await store.channels.acquire('tgn100', 'shard-a');
+      assert.equal(await store.channels.fence('tgn100'), e1 + 1);
+      await assert.rejects(store.channels.saveSnapshot('tgn100', e1, 1, {}), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'));
+      assert.equal((await store.channels.get('tgn100'))?.owner, null);
+      await assert.rejects(store.channels.fence('nope'), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_UNKNOWN'));
+    });
+
+    it('channels - a bad move is refused and changes nothing', async () => {
+      await store.channels.ensure('tgn200', 'acme');
+      await store.channels.ensure('tgn300', 'other');
+      const before = await store.channels.get('tgn200');
+      const refused = (why: RegExp) => (e: unknown) => isCrowdplayError(e, 'CP_ERR_CHANNEL_MIGRATION_INVALID') && why.test(e.message);
+      await assert.rejects(store.channels.beginMigration('tgn200', 'tgn200'), refused(/itself/));
+      await assert.rejects(store.channels.beginMigration('tgn200', 'tgn300'), refused(/another tenant/));
+      await assert.rejects(store.channels.beginMigration('tgn200', 'no.dots'), (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_INVALID_ID'));
+      // Back and forth: the target moved on already.
+      assert.equal(await store.channels.beginMigration('tgn200', 'tgn201'), 'started');
+      await assert.rejects(store.channels.beginMigration('tgn201', 'tgn200'), refused(/tgn200 itself moved/));
+      await assert.rejects(store.channels.beginMigration('tgn200', 'tgn202'), refused(/moved to tgn201 before/));
+      assert.equal(await store.channels.get('tgn202'), null, 'the refused target was not created');
+      assert.equal((await store.channels.get('tgn201'))?.migratedTo, null);
+      assert.deepEqual({ ...(await store.channels.get('tgn200'))!, migratedTo: null }, before, 'only migrated_to changed');
+    });
+
     it('sequencer - blocks never overlap and rise', async () => {
       const a = await store.sequencer.lease(100);
       const b = await store.sequencer.lease(5);

@@ -143,6 +143,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         // The gateway makes the Bot API calls itself unless a telegram-sender service takes them from Redis.
         send: opts.standalone || names.includes('telegram-sender') || !config.redis.url,
         ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId)),
+        moveChannel: (from, to) => router.migrate(from, to),
       });
       const bot = parts.telegram?.bot;
       parts.gateway = createGateway({

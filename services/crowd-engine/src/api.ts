@@ -30,9 +30,25 @@ export type ChannelCtlRequest =
   | { op: 'round.cancel'; tenant: string; round: string }
   | { op: 'state'; state: Record<string, unknown> }
   /** The channel's current `update` frame (JSON text), for a viewer that just joined. */
-  | { op: 'snapshot' };
+  | { op: 'snapshot' }
+  /**
+   * From the router's `migrate` only (never forwarded from a socket): merge
+   * the final snapshot of channel `from` (whose chat became this channel's)
+   * into this channel's game (GameModule.absorb), then snapshot this channel
+   * at its epoch before answering.
+   */
+  | { op: 'absorb'; from: string; state: unknown };
 
-export type ChannelCtlReply = { ok: true; update?: string; round?: RoundView } | { ok: false; code: ErrorCode; message: string };
+/** What an `absorb` did (GameModule.absorb's counts). */
+export interface AbsorbCounts {
+  added: number;
+  replaced: number;
+  kept: number;
+  stale: boolean;
+}
+
+export type ChannelCtlReply =
+  { ok: true; update?: string; round?: RoundView; absorbed?: AbsorbCounts } | { ok: false; code: ErrorCode; message: string };
 
 export type ShardCtlRequest =
   /** Take ownership of `channel` at `epoch` (already written to Postgres by the router). */

@@ -26,7 +26,7 @@ import type { Ledger } from '@crowdplay/ledger';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Counter, Histogram } from '@opentelemetry/api';
-import type { ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest } from './api.ts';
+import type { AbsorbCounts, ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest } from './api.ts';
 import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
 import type { GameModule } from './games/game-module.ts';
 import { IdAllocator, type IdBlock } from './ids.ts';
@@ -90,6 +90,7 @@ interface EngineMetrics {
   updates: Counter;
   updateBytes: Histogram;
   snapshotErrors: Counter;
+  absorbed: Counter;
 }
 
 export class Shard {
@@ -134,6 +135,10 @@ export class Shard {
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
       updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
       snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
+      absorbed: mx.counter(
+        'crowdplay_channel_absorbed_total',
+        "Entries (players) of a moved chat's state merged into its new channel, by result: added, replaced (the moved one was further along), kept (the new channel's was), stale (another period's state, nothing taken)",
+      ),
     };
     mx.gauge('crowdplay_shard_channels', 'Channels owned by this shard', () => this.owned.size);
     mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
@@ -267,6 +272,8 @@ export class Shard {
     }
     const row = await store.channels.get(channel);
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    // A channel whose chat became another one never runs again (its state moved; see the router's migrate).
+    if (row.migratedTo !== null) throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
     const rt = new ChannelRuntime(channel);
     const snap = await store.channels.loadSnapshot(channel);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
@@ -322,13 +329,16 @@ export class Shard {
   }
 
   /**
-   * Snapshots `channel`, stops serving it and clears its owner in Postgres
+   * Snapshots `channel` (with its built-in game's latest state), stops serving it and clears its owner in Postgres
    * (only if this shard still owns it at its epoch). No-op for a channel not owned.
    */
   async release(channel: string): Promise<void> {
     const o = this.owned.get(channel);
     if (!o) return;
     this.stopServing(o);
+    // A built-in game's changes since the last tick (a guess just scored) go into the final snapshot too.
+    const state = o.game?.tick?.(this.now());
+    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
@@ -615,11 +625,46 @@ export class Shard {
         o.rt.setGameState(req.state, await this.eventIdFor(o), now);
         this.scheduleUpdate(o);
         reply = { ok: true };
+      } else if (req.op === 'absorb') {
+        reply = { ok: true, absorbed: await this.absorb(o, req.from, req.state) };
       } else throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', ['?', 'game']);
     } catch (err) {
       reply = toErrorReply(err);
     }
     msg.respond(encodeJson(reply));
+  }
+
+  /**
+   * Merges the final snapshot of channel `from` (its chat became this one)
+   * into this channel's built-in game, and snapshots this channel at its
+   * epoch before answering, so the router may then mark the move finished.
+   * Idempotent when the game's `absorb` is (the word puzzle's is).
+   * @throws CrowdplayError CP_ERR_CHANNEL_MIGRATION_INVALID (no built-in game
+   *   that can absorb, or a snapshot that is not a channel's),
+   *   CP_ERR_CHANNEL_UNAVAILABLE (the snapshot write failed; the router retries)
+   */
+  private async absorb(o: Owned, from: string, state: unknown): Promise<AbsorbCounts> {
+    const game = o.game;
+    if (!game?.absorb)
+      throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, `${o.rt.id} runs no game that can take its state`]);
+    const snap = state as Partial<ChannelSnapshotState> | null;
+    if (snap !== null && (typeof snap !== 'object' || snap.v !== 1))
+      throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, 'its snapshot is not a channel snapshot']);
+    const r = game.absorb(snap?.game ?? null, this.now());
+    for (const [result, n] of [
+      ['added', r.added],
+      ['replaced', r.replaced],
+      ['kept', r.kept],
+    ] as const)
+      if (n > 0) this.m.absorbed.add(n, { result });
+    if (r.stale) this.m.absorbed.add(1, { result: 'stale' });
+    if (r.added + r.replaced > 0) {
+      o.rt.setGameState(r.state, await this.eventIdFor(o), this.now());
+      this.scheduleUpdate(o);
+    }
+    if (!(await this.saveSnapshot(o))) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
+    this.deps.telemetry.logger.info({ channel: o.rt.id, from, ...r, state: undefined }, 'channel absorbed a moved chat');
+    return { added: r.added, replaced: r.replaced, kept: r.kept, stale: r.stale };
   }
 
   // ------------------------------------------------------------------ durability

@@ -38,6 +38,7 @@ import {
   CHANNEL_ID_RE,
   CloseCode,
   CrowdplayError,
+  isCrowdplayError,
   formatMessage,
   inboundContext,
   parseInbound,
@@ -523,7 +524,16 @@ class GatewayImpl implements Gateway {
         this.games.set(conn.channel, conn);
       }
       if (conn.state !== 'auth') return;
-      await this.assign(conn.channel);
+      try {
+        await this.assign(conn.channel);
+      } catch (err) {
+        if (initData === null || !isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')) throw err;
+        // The chat moved (group → supergroup) since this gateway cached its channel: look again, once.
+        const id = await this.telegramAuth.crowd(initData, '', Date.now(), true);
+        conn.channel = id.channel;
+        if (conn.state !== 'auth') return;
+        await this.assign(conn.channel);
+      }
       if (conn.state !== 'auth') return;
       if (this.lifecycle !== 'ready') throw new CrowdplayError('CP_ERR_LIMIT_DRAINING');
       this.open(conn);

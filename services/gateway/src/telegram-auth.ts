@@ -8,7 +8,9 @@
  * TELEGRAM_INITDATA_MAX_AGE_S). The chat comes only from the signed
  * `start_param` the bot issued for that chat, so data signed for chat A is
  * refused on chat B. The channel is the chat's (`tg<id>`, created for
- * TELEGRAM_TENANT_ID on first use); the viewer is `tg:<user id>`.
+ * TELEGRAM_TENANT_ID on first use), or, when the chat moved (a group
+ * upgraded to a supergroup: `channels.migrated_to`), the channel it moved to,
+ * so an old link lands in the new chat; the viewer is `tg:<user id>`.
  */
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
@@ -18,20 +20,33 @@ import { miniAppSession, startParamSecret, telegramChannelId } from '@crowdplay/
 
 /** Chats whose channel is known to exist for the bot's tenant (a channel never changes tenant, so no expiry). */
 const ENSURED_MAX = 100_000;
+/**
+ * Moves followed from a signed chat to the channel that plays now. Telegram
+ * upgrades a group to a supergroup once (a supergroup never migrates), so 1
+ * is the real case; a longer chain means corrupt data and is refused.
+ */
+export const MAX_MIGRATION_HOPS = 4;
 
 /** A verified Mini App viewer. */
 export interface TelegramIdentity {
   tenantId: string;
   viewer: string;
+  /** The channel that plays: the signed chat's, or the one it moved to (group → supergroup). */
   channel: string;
+  /** The channel of the chat the start parameter was signed for (differs from `channel` after a move). */
+  signedChannel: string;
   /** The user's display name (first and last name), for the board. */
   name: string;
 }
 
 export class TelegramAuth {
   private readonly secret: Buffer | null;
-  /** Channels already ensured: a Mini App connect costs no database round trip after the chat's first. */
-  private readonly ensured = new LRUCache<string, true>({ max: ENSURED_MAX });
+  /**
+   * Signed chat's channel → the channel that plays (itself, or where it moved), once ensured: a Mini
+   * App connect costs no database round trip after the chat's first. A move after an entry was cached
+   * is noticed by the router (CP_ERR_CHANNEL_MIGRATED) and the gateway then asks again with `fresh`.
+   */
+  private readonly ensured = new LRUCache<string, string>({ max: ENSURED_MAX });
 
   constructor(
     private readonly cfg: Config['telegram'],
@@ -47,13 +62,14 @@ export class TelegramAuth {
 
   /**
    * Verifies a Mini App's initData and returns its viewer and channel.
-   * @param channelParam the socket's `channel` query parameter: empty, or the chat's own channel id
+   * @param channelParam the socket's `channel` query parameter: empty, or the chat's own channel id (or the one it moved to)
+   * @param fresh read the chat's channel again instead of the cached one (the router said it moved)
    * @throws CrowdplayError CP_ERR_AUTH_INVALID (Telegram is off), the
    *   CP_ERR_INITDATA_* codes of libs/telegram (bad or stale data, no or
    *   forged start parameter, data for another chat), CP_ERR_AUTH_FORBIDDEN_CHANNEL
    *   (the chat's channel belongs to another tenant)
    */
-  async crowd(rawInitData: string, channelParam: string, nowMs = Date.now()): Promise<TelegramIdentity> {
+  async crowd(rawInitData: string, channelParam: string, nowMs = Date.now(), fresh = false): Promise<TelegramIdentity> {
     if (!this.secret) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['Telegram is not configured (TELEGRAM_BOT_TOKEN)']);
     const s = miniAppSession(rawInitData, {
       botToken: this.cfg.botToken,
@@ -61,13 +77,32 @@ export class TelegramAuth {
       startParamSecret: this.secret,
       nowMs,
     });
-    const channel = telegramChannelId(s.chatId);
-    if (channelParam !== '' && channelParam !== channel) throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [channelParam]);
-    if (!this.ensured.has(channel)) {
-      await this.store.channels.ensure(channel, this.cfg.tenantId);
-      this.ensured.set(channel, true);
+    const signedChannel = telegramChannelId(s.chatId);
+    if (fresh) this.ensured.delete(signedChannel);
+    let channel = this.ensured.get(signedChannel);
+    if (channel === undefined) {
+      channel = await this.resolve(signedChannel);
+      this.ensured.set(signedChannel, channel);
     }
+    if (channelParam !== '' && channelParam !== signedChannel && channelParam !== channel)
+      throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [channelParam]);
     const name = [s.user.first_name, s.user.last_name].filter((x) => typeof x === 'string' && x !== '').join(' ');
-    return { tenantId: this.cfg.tenantId, viewer: `tg:${s.user.id}`, channel, name: name || `user ${s.user.id}` };
+    return { tenantId: this.cfg.tenantId, viewer: `tg:${s.user.id}`, channel, signedChannel, name: name || `user ${s.user.id}` };
+  }
+
+  /**
+   * Ensures the signed chat's channel for the bot's tenant and follows its
+   * moves (`channels.migrated_to`, at most MAX_MIGRATION_HOPS): an old link
+   * of a group that became a supergroup opens the supergroup's channel.
+   * @throws CrowdplayError CP_ERR_AUTH_FORBIDDEN_CHANNEL, CP_ERR_CHANNEL_UNAVAILABLE (a chain of moves too long)
+   */
+  private async resolve(signedChannel: string): Promise<string> {
+    let row = await this.store.channels.ensure(signedChannel, this.cfg.tenantId);
+    for (let hops = 0; row.migratedTo !== null; hops++) {
+      const next = hops < MAX_MIGRATION_HOPS ? await this.store.channels.get(row.migratedTo) : null;
+      if (!next || next.tenantId !== this.cfg.tenantId) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [signedChannel]);
+      row = next;
+    }
+    return row.id;
   }
 }

@@ -179,6 +179,9 @@ export function fakeRouter(assign?: (channel: string) => Promise<Assignment>): R
     async membership() {
       return [];
     },
+    async migrate(from, to) {
+      return { from, to, outcome: 'none', absorbed: null };
+    },
   };
 }
 

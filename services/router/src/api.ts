@@ -20,11 +20,30 @@ export interface ShardInfo {
   lastSeenMs: number;
 }
 
+/**
+ * What a `migrate` did:
+ * - `none`: the old channel does not exist (the chat never played): nothing changed.
+ * - `moved`: the old channel's final state was merged into the new one now
+ *   (`absorbed`: null when the old channel had no snapshot).
+ * - `done`: the same move had finished before (a re-delivered update): nothing changed.
+ */
+export interface Migration {
+  from: string;
+  to: string;
+  outcome: 'none' | 'moved' | 'done';
+  absorbed: { added: number; replaced: number; kept: number; stale: boolean } | null;
+}
+
 export type RouterRequest =
-  { op: 'assign'; channel: string } | { op: 'lookup'; channel: string } | { op: 'release'; channel: string } | { op: 'membership' };
+  | { op: 'assign'; channel: string }
+  | { op: 'lookup'; channel: string }
+  | { op: 'release'; channel: string }
+  | { op: 'membership' }
+  | { op: 'migrate'; from: string; to: string };
 
 export type RouterReply =
-  { ok: true; assignment?: Assignment | null; shards?: ShardInfo[] } | { ok: false; code: ErrorCode; message: string };
+  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration }
+  | { ok: false; code: ErrorCode; message: string };
 
 /** The router's operations, as a service or through the bus. */
 export interface RouterApi {
@@ -39,6 +58,19 @@ export interface RouterApi {
   release(channel: string): Promise<void>;
   /** Shards the router knows, with their load. */
   membership(): Promise<ShardInfo[]>;
+  /**
+   * Moves channel `from`'s state to channel `to` (its chat became `to`'s: a
+   * Telegram group upgraded to a supergroup): records the move durably (the
+   * old channel is never served again), stops the old channel's owner
+   * (final snapshot at its epoch), fences it, and has `to`'s owner merge that
+   * snapshot into its game. Idempotent; a move interrupted half-way is
+   * resumed by the next call.
+   * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_CHANNEL_MIGRATION_INVALID
+   *   (same channel, another target before, another tenant, a target that moved
+   *   on, a target whose game cannot absorb), CP_ERR_CHANNEL_UNAVAILABLE (no
+   *   shard could take `to`; the move stays recorded and the next call resumes it)
+   */
+  migrate(from: string, to: string): Promise<Migration>;
 }
 
 /** RouterApi over bus request/reply. */
@@ -55,7 +87,9 @@ export class RouterClient implements RouterApi {
       const msg = await this.bus.request(this.subjects.routerCtl(), encodeJson(req), { timeoutMs: this.timeoutMs });
       reply = decodeJson<RouterReply>(msg.data);
     } catch (err) {
-      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : '*'], { cause: err });
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : 'from' in req ? req.from : '*'], {
+        cause: err,
+      });
     }
     if (!reply.ok) throw new CrowdplayError(reply.code, [], { cause: reply.message });
     return reply;
@@ -77,5 +111,11 @@ export class RouterClient implements RouterApi {
 
   async membership(): Promise<ShardInfo[]> {
     return (await this.call({ op: 'membership' })).shards ?? [];
+  }
+
+  async migrate(from: string, to: string): Promise<Migration> {
+    const r = await this.call({ op: 'migrate', from, to });
+    if (!r.migration) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [from]);
+    return r.migration;
   }
 }

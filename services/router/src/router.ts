@@ -11,7 +11,7 @@ import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type 
 import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { Assignment, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
+import type { Assignment, Migration, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
 
 export interface RouterOptions {
   /** A shard not heard from for this long is not assigned new channels, ms. */
@@ -23,6 +23,8 @@ export interface RouterOptions {
   now?: () => number;
 }
 
+type Counter = ReturnType<Telemetry['metrics']['counter']>;
+
 interface Member extends ShardInfo {
   draining: boolean;
 }
@@ -31,6 +33,8 @@ export class Router implements RouterApi {
   private readonly members = new Map<string, Member>();
   private readonly assignments = new Map<string, Assignment>();
   private readonly inflight = new Map<string, Promise<Assignment>>();
+  private readonly migrating = new Map<string, Promise<Migration>>();
+  private readonly migrations: Counter;
   private readonly subs: Subscription[] = [];
   private readonly now: () => number;
   private memberWaiters: Array<() => void> = [];
@@ -40,6 +44,10 @@ export class Router implements RouterApi {
     private readonly opts: RouterOptions,
   ) {
     this.now = opts.now ?? Date.now;
+    this.migrations = deps.telemetry.metrics.counter(
+      'crowdplay_channel_migrations_total',
+      'Channel moves (a Telegram group upgraded to a supergroup) asked of the router, by outcome: moved, done (finished before: a re-delivered update), none (the old chat never played), refused (bad request), failed (resumed by the next request)',
+    );
     deps.telemetry.metrics.gauge('crowdplay_router_live_shards', 'Shards heard from within the shard timeout', () => this.live().length);
   }
 
@@ -109,6 +117,10 @@ export class Router implements RouterApi {
     const { store, bus, subjects, telemetry } = this.deps;
     const row = await store.channels.get(channel);
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    if (row.migratedTo !== null) {
+      telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel });
+      throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
+    }
     const shard = await this.pickShard();
     const epoch = await store.channels.acquire(channel, shard.id);
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
@@ -147,6 +159,70 @@ export class Router implements RouterApi {
     this.assignments.delete(channel);
   }
 
+  migrate(from: string, to: string): Promise<Migration> {
+    // One move per old channel at a time (the old group's migrate_to and the supergroup's migrate_from can arrive together).
+    let p = this.migrating.get(from);
+    if (!p) {
+      p = this.doMigrate(from, to).finally(() => this.migrating.delete(from));
+      this.migrating.set(from, p);
+    }
+    return p;
+  }
+
+  private async doMigrate(from: string, to: string): Promise<Migration> {
+    const { store, bus, subjects, telemetry } = this.deps;
+    let begun;
+    try {
+      begun = await store.channels.beginMigration(from, to);
+    } catch (err) {
+      if (isCrowdplayError(err)) {
+        this.migrations.add(1, { outcome: 'refused' });
+        telemetry.refusals.refuse('router', err.code, { from, to });
+      }
+      throw err;
+    }
+    if (begun === 'none' || begun === 'done') {
+      this.migrations.add(1, { outcome: begun });
+      return { from, to, outcome: begun, absorbed: null };
+    }
+    try {
+      // 1. The old channel's owner stops serving it and writes its final snapshot at its epoch.
+      this.assignments.delete(from);
+      const row = await store.channels.get(from);
+      if (row?.owner) {
+        await bus
+          .request(subjects.shardCtl(row.owner), encodeJson({ op: 'release', channel: from }), { timeoutMs: this.opts.requestTimeoutMs })
+          .catch((err: unknown) =>
+            // A dead owner: its last snapshot is the final state (changes since then are lost), and the fence below cuts it off.
+            telemetry.logger.warn({ err, channel: from, shard: row.owner }, 'migrate: the old owner did not answer the release'),
+          );
+      }
+      // 2. Nothing can write the old channel any more (not even an owner that acquired it just before the move was recorded).
+      await store.channels.fence(from);
+      // 3. The new channel's owner merges the final state into its game and snapshots it at its own epoch.
+      const snap = await store.channels.loadSnapshot(from);
+      let absorbed: Migration['absorbed'] = null;
+      if (snap) {
+        const a = await this.assign(to);
+        const msg = await bus.request(subjects.channelCtl(to), encodeJson({ op: 'absorb', from, state: snap.state }), {
+          timeoutMs: this.opts.requestTimeoutMs,
+        });
+        const reply = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string; absorbed?: Migration['absorbed'] }>(msg.data);
+        if (!reply.ok) throw new CrowdplayError(reply.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [from, reply.message ?? to]);
+        absorbed = reply.absorbed ?? null;
+        telemetry.logger.info({ from, to, shard: a.shard, absorbed }, 'channel state moved');
+      }
+      // 4. Finished: a re-delivered request is a no-op from now on.
+      await store.channels.finishMigration(from);
+      this.migrations.add(1, { outcome: 'moved' });
+      return { from, to, outcome: 'moved', absorbed };
+    } catch (err) {
+      // The move stays recorded (the old channel is not served); the next request resumes it.
+      this.migrations.add(1, { outcome: 'failed' });
+      throw err;
+    }
+  }
+
   membership(): Promise<ShardInfo[]> {
     return Promise.resolve(this.live().map(({ id, channels, lastSeenMs }) => ({ id, channels, lastSeenMs })));
   }
@@ -168,6 +244,9 @@ export class Router implements RouterApi {
           break;
         case 'membership':
           reply = { ok: true, shards: await this.membership() };
+          break;
+        case 'migrate':
+          reply = { ok: true, migration: await this.migrate(req.from, req.to) };
           break;
         default:
           throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown router op']);

@@ -12,8 +12,16 @@
  * - `my_chat_member`: the bot removed (left, kicked) → the chat is
  *   deactivated in the send queue (its queued jobs purged) and its board
  *   stops; added again → re-activated.
- * - A message with `migrate_to_chat_id` (group → supergroup): the chat's
- *   queued jobs and its board move to the new id.
+ * - A message with `migrate_to_chat_id` (in the old group) or
+ *   `migrate_from_chat_id` (in the new supergroup): the group became a
+ *   supergroup with a new id. The chat's board moves to the new id, then its
+ *   queued jobs, then its game: `moveChannel` (the router's `migrate`) merges
+ *   the old channel's final puzzle state into the new channel's, and the old
+ *   channel is never served again (an old Mini App link lands in the new
+ *   chat). Telegram sends both messages, and may re-deliver either: every
+ *   step is idempotent, so the second changes nothing. A migration to the
+ *   same id, or with an id that is not a safe integer, is refused and
+ *   counted (refusals, CP_ERR_CHANNEL_MIGRATION_INVALID) and changes nothing.
  * Every message id seen is noted for the client (so a board post whose
  * answer was lost can be found).
  */
@@ -31,7 +39,14 @@ interface Message {
   message_id: number;
   chat: Chat;
   text?: string;
-  migrate_to_chat_id?: number;
+  migrate_to_chat_id?: unknown;
+  migrate_from_chat_id?: unknown;
+}
+
+/** What {@link TelegramBotDeps.moveChannel} reports (the router's `Migration`). */
+export interface ChannelMove {
+  outcome: 'none' | 'moved' | 'done';
+  absorbed: { added: number; replaced: number; kept: number; stale: boolean } | null;
 }
 
 /** What the bot needs. */
@@ -41,6 +56,12 @@ export interface TelegramBotDeps {
   boards: ChatBoards;
   /** Creates the chat's channel for the bot's tenant (store.channels.ensure). */
   ensureChannel: (channel: string) => Promise<void>;
+  /**
+   * Moves a chat's channel state to the channel of the chat it became (the
+   * router's `migrate(from, to)`: idempotent; throws when refused or when the
+   * move could not finish — it is then resumed by the next request).
+   */
+  moveChannel: (from: string, to: string) => Promise<ChannelMove>;
   /** TELEGRAM_BOT_USERNAME and TELEGRAM_APP_NAME: the Mini App's direct link. */
   botUsername: string;
   appName: string;
@@ -74,11 +95,8 @@ export class TelegramBot {
     const msg = (update.message ?? update.edited_message) as Message | undefined;
     if (msg?.chat && Number.isSafeInteger(msg.chat.id)) {
       await this.d.client.noteMessageId(msg.chat.id, msg.message_id);
-      if (Number.isSafeInteger(msg.migrate_to_chat_id)) {
-        await this.d.queue.moveChat(msg.chat.id, msg.migrate_to_chat_id!);
-        this.d.boards.move(msg.chat.id, msg.migrate_to_chat_id!);
-        return;
-      }
+      if (msg.migrate_to_chat_id !== undefined) return this.migrate(msg.chat.id, msg.migrate_to_chat_id);
+      if (msg.migrate_from_chat_id !== undefined) return this.migrate(msg.migrate_from_chat_id, msg.chat.id);
       const cmd = parseCommand(msg.text, this.d.botUsername);
       if (cmd) await this.command(cmd, msg.chat);
       return;
@@ -92,6 +110,30 @@ export class TelegramBot {
       } else if (status === 'member' || status === 'administrator') {
         await this.d.queue.reactivate(member.chat.id);
       }
+    }
+  }
+
+  /**
+   * A group became a supergroup: its board, queued jobs and game state move
+   * from `from` to `to`. Never throws (a failed state move is logged; the
+   * router counts it and the other migration message resumes it).
+   */
+  private async migrate(from: unknown, to: unknown): Promise<void> {
+    if (!isChatId(from) || !isChatId(to) || from === to) {
+      this.d.telemetry.refusals.refuse('telegram', 'CP_ERR_CHANNEL_MIGRATION_INVALID', { from: String(from), to: String(to) });
+      return;
+    }
+    // The board first: it then watches the new chat's channel when the moved state arrives there.
+    this.d.boards.move(from, to);
+    await this.d.queue.moveChat(from, to);
+    try {
+      const m = await this.d.moveChannel(telegramChannelId(from), telegramChannelId(to));
+      this.d.telemetry.logger.info({ from, to, outcome: m.outcome, absorbed: m.absorbed }, 'chat migrated');
+    } catch (err) {
+      this.d.telemetry.logger.warn(
+        { err, from, to },
+        'chat migration: the game state did not move (the next migration message resumes it)',
+      );
     }
   }
 
@@ -125,4 +167,9 @@ export class TelegramBot {
         return;
     }
   }
+}
+
+/** A Telegram chat id: a non-zero safe integer. */
+function isChatId(x: unknown): x is number {
+  return typeof x === 'number' && Number.isSafeInteger(x) && x !== 0;
 }

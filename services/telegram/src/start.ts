@@ -12,7 +12,7 @@ import { CrowdplayError } from '@crowdplay/protocol';
 import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
 import { TelegramClient, startParamSecret, type BotCall } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { TelegramBot } from './bot.ts';
+import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { RefreshScheduler } from './scheduler.ts';
 
@@ -77,6 +77,8 @@ export async function startTelegram(deps: {
   subjects: Subjects;
   telemetry: Telemetry;
   ensureChannel: (channel: string) => Promise<void>;
+  /** The router's `migrate(from, to)`: a chat's game state follows it to its supergroup. */
+  moveChannel: TelegramBotDeps['moveChannel'];
   /**
    * Also make the Bot API calls (run the send queue's worker). Standalone:
    * true. A gateway beside a separate `telegram-sender` service (BullMQ on
@@ -129,6 +131,7 @@ export async function startTelegram(deps: {
     queue,
     boards,
     ensureChannel: deps.ensureChannel,
+    moveChannel: deps.moveChannel,
     botUsername: t.botUsername,
     appName: t.appName,
     startSecret: startParamSecret(t.botToken),

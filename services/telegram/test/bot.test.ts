@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { chatFromStartParam, startParamSecret } from '@crowdplay/telegram';
-import { TelegramBot, parseCommand, boardOf } from '../src/index.ts';
+import { TelegramBot, parseCommand, boardOf, type ChannelMove } from '../src/index.ts';
 
 test('bot - commands: its own, with or without @username; another bot’s and plain text are ignored', () => {
   assert.equal(parseCommand('/start', 'cp_bot'), 'start');
@@ -14,8 +14,9 @@ test('bot - commands: its own, with or without @username; another bot’s and pl
   assert.equal(parseCommand('/startx', 'cp_bot'), 'startx', 'an unknown command is parsed (and then ignored)');
 });
 
-function fakes() {
+function fakes(moveChannel?: (from: string, to: string) => Promise<ChannelMove>) {
   const log: string[] = [];
+  const telemetry = createTelemetry({ service: 'bot-test', level: 'silent', refusalLogIntervalMs: 60_000 });
   const sent: Array<{ chat: number; text: string; markup?: unknown }> = [];
   const client = {
     noteMessageId: async (chat: number, id: number) => void log.push(`note ${chat} ${id}`),
@@ -42,12 +43,16 @@ function fakes() {
     queue: queue as never,
     boards: boards as never,
     ensureChannel: async (c) => void log.push(`ensure ${c}`),
+    moveChannel: async (from, to) => {
+      log.push(`moveChannel ${from} ${to}`);
+      return moveChannel ? moveChannel(from, to) : { outcome: 'moved', absorbed: null };
+    },
     botUsername: 'cp_bot',
     appName: 'play',
     startSecret: secret,
-    telemetry: createTelemetry({ service: 'bot-test', level: 'silent', refusalLogIntervalMs: 60_000 }),
+    telemetry,
   });
-  return { bot, log, sent, secret };
+  return { bot, log, sent, secret, telemetry };
 }
 
 test('bot - /start creates the channel, starts the board and answers with a Mini App link signed for this chat', async () => {
@@ -75,10 +80,54 @@ test('bot - /stop, removal, re-adding and migration act on the queue and the boa
     'unwatch -2',
     'reactivate -2',
     'note -3 7',
-    'move -3 -1003',
     'boards.move -3 -1003',
+    'move -3 -1003',
+    'moveChannel tgn3 tgn1003',
     'note -4 8',
   ]);
+});
+
+test('bot - migration: from the old group (migrate_to) or the new supergroup (migrate_from), the same move; bad ids change nothing', async () => {
+  let failNext = false;
+  const { bot, log, telemetry } = fakes(async () => {
+    if (failNext) throw new Error('no shard');
+    return { outcome: 'moved', absorbed: null };
+  });
+  await bot.handle({ update_id: 1, message: { message_id: 1, chat: { id: -5 }, migrate_to_chat_id: -1005 } });
+  await bot.handle({ update_id: 2, message: { message_id: 1, chat: { id: -1005 }, migrate_from_chat_id: -5 } });
+  assert.deepEqual(log, [
+    'note -5 1',
+    'boards.move -5 -1005',
+    'move -5 -1005',
+    'moveChannel tgn5 tgn1005',
+    'note -1005 1',
+    'boards.move -5 -1005',
+    'move -5 -1005',
+    'moveChannel tgn5 tgn1005',
+  ]);
+  log.length = 0;
+  // Bad input: to itself, not integers, zero, a string: refused, counted, nothing moved (and not read as a command either).
+  for (const [id, to] of [
+    [-6, -6],
+    [-6, 1.5],
+    [-6, 0],
+    [-6, '-1006'],
+    [-6, Number.MAX_SAFE_INTEGER + 2],
+  ] as const)
+    await bot.handle({ update_id: 3, message: { message_id: 2, chat: { id }, migrate_to_chat_id: to, text: '/start' } });
+  await bot.handle({ update_id: 4, message: { message_id: 3, chat: { id: -7 }, migrate_from_chat_id: null, text: '/start' } });
+  assert.deepEqual(
+    log.filter((l) => !l.startsWith('note')),
+    [],
+  );
+  assert.match(
+    await telemetry.metrics.prometheusText(),
+    /crowdplay_refusals_total\{area="telegram",reason="CP_ERR_CHANNEL_MIGRATION_INVALID"[^}]*\} 6/,
+  );
+  // The state move failing (no shard) does not stop the rest; the bot does not throw.
+  failNext = true;
+  await bot.handle({ update_id: 5, message: { message_id: 4, chat: { id: -8 }, migrate_to_chat_id: -1008 } });
+  assert.deepEqual(log.slice(-3), ['boards.move -8 -1008', 'move -8 -1008', 'moveChannel tgn8 tgn1008']);
 });
 
 test('board - one card per player, colours only, solved first, then fewer guesses, then name', () => {

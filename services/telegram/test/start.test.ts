@@ -7,7 +7,13 @@ import { createTelemetry } from '@crowdplay/telemetry';
 import { startTelegram, startTelegramSender } from '../src/index.ts';
 
 const telemetry = createTelemetry({ service: 'start-test', level: 'silent', refusalLogIntervalMs: 60_000 });
-const base = { bus: new InProcessBus(), subjects: subjects('start-test'), telemetry, ensureChannel: async () => undefined };
+const base = {
+  bus: new InProcessBus(),
+  subjects: subjects('start-test'),
+  telemetry,
+  ensureChannel: async () => undefined,
+  moveChannel: async () => ({ outcome: 'none' as const, absorbed: null }),
+};
 
 test('startTelegram - off without a token; a token without the webhook secret is a configuration error', async () => {
   assert.equal(await startTelegram({ ...base, config: defaultConfig() }), null);

@@ -5,6 +5,20 @@ import type { OpenRoundRequest } from '../rounds.ts';
 export type RoundCommand =
   { op: 'open'; request: OpenRoundRequest } | { op: 'settle'; round: string; outcome: string } | { op: 'cancel'; round: string };
 
+/** What {@link GameModule.absorb} did with the other channel's state. */
+export interface AbsorbResult {
+  /** The game state now (as viewers see it). */
+  state: Record<string, unknown>;
+  /** Players (or entries) taken over that this channel did not have. */
+  added: number;
+  /** Entries this channel had too, replaced by the other channel's (further along). */
+  replaced: number;
+  /** Entries this channel had too and kept (as far along or further). */
+  kept: number;
+  /** The other state is of another period (an earlier puzzle): nothing was taken. */
+  stale: boolean;
+}
+
 /**
  * A game that runs inside the shard instead of as a `role=game` process. It
  * declares actions, receives every batch of its channel, and returns the new
@@ -38,4 +52,12 @@ export interface GameModule {
    * since the last call (guesses, a rollover), else null.
    */
   tick?(nowMs: number): Record<string, unknown> | null;
+  /**
+   * Optional: merges the final game state of another channel whose chat
+   * became this one (a Telegram group upgraded to a supergroup; router
+   * `migrate` → `ch.<new>.ctl` `absorb`). Must be idempotent (absorbing the
+   * same state twice changes nothing the second time) and must never lose
+   * newer state of this channel. Without it a channel refuses to absorb.
+   */
+  absorb?(state: Record<string, unknown> | null, nowMs: number): AbsorbResult;
 }

@@ -17,7 +17,7 @@
  */
 import { createHmac } from 'node:crypto';
 import { CrowdplayError } from '@crowdplay/protocol';
-import type { GameModule } from './game-module.ts';
+import type { AbsorbResult, GameModule } from './game-module.ts';
 
 /** Letters in a word. */
 export const WORD_LENGTH = 5;
@@ -164,16 +164,7 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
     actions: () => [],
     init(restored) {
       const p = at((opts.now ?? Date.now)());
-      const r = restored as Partial<WordPuzzleState> | null;
-      if (r && r.puzzle === p.number && r.players && typeof r.players === 'object') {
-        for (const [v, g] of Object.entries(r.players)) {
-          if (Array.isArray(g?.marks) && g.marks.every((m) => typeof m === 'string' && /^[gy.]{5}$/.test(m))) {
-            const restoredGame: PlayerGame = { marks: [...g.marks].slice(0, MAX_GUESSES), solved: g.marks.includes('ggggg') };
-            if (typeof g.name === 'string') restoredGame.name = g.name.slice(0, 128);
-            p.players.set(v, restoredGame);
-          }
-        }
-      }
+      for (const [v, g] of playersOf(restored, p.number) ?? []) p.players.set(v, g);
       sentVersion = p.version;
       sentNumber = p.number;
       return state(p);
@@ -187,5 +178,56 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
       sentVersion = p.version;
       return state(p);
     },
+    absorb(from, nowMs) {
+      const p = at(nowMs);
+      const theirs = playersOf(from, p.number);
+      const r: AbsorbResult = { state: state(p), added: 0, replaced: 0, kept: 0, stale: theirs === null && from !== null };
+      for (const [v, g] of theirs ?? []) {
+        const mine = p.players.get(v);
+        if (!mine) {
+          p.players.set(v, g);
+          r.added++;
+        } else if (furtherAlong(g, mine)) {
+          p.players.set(v, mine.name !== undefined && g.name === undefined ? { ...g, name: mine.name } : g);
+          r.replaced++;
+        } else r.kept++;
+      }
+      if (r.added + r.replaced > 0) {
+        // The board's version moves on, so the next tick() sends the merged state too.
+        p.version++;
+        r.state = state(p);
+      }
+      return r;
+    },
   };
+}
+
+/**
+ * The players of a snapshotted puzzle state when it is of puzzle `number`
+ * (each game checked: marks of five g/y/. letters, at most MAX_GUESSES; a
+ * malformed one is skipped), or null for another puzzle or no state.
+ */
+function playersOf(restored: Record<string, unknown> | null, number: number): Array<[string, PlayerGame]> | null {
+  const r = restored as Partial<WordPuzzleState> | null;
+  if (!r || r.puzzle !== number || !r.players || typeof r.players !== 'object') return null;
+  const out: Array<[string, PlayerGame]> = [];
+  for (const [v, g] of Object.entries(r.players)) {
+    if (Array.isArray(g?.marks) && g.marks.every((m) => typeof m === 'string' && /^[gy.]{5}$/.test(m))) {
+      const marks = [...g.marks].slice(0, MAX_GUESSES);
+      const game: PlayerGame = { marks, solved: marks.includes('ggggg') };
+      if (typeof g.name === 'string') game.name = g.name.slice(0, 128);
+      out.push([v, game]);
+    }
+  }
+  return out;
+}
+
+/**
+ * A player's game in two chats (moved state vs the new chat's own): the one
+ * further along wins — solved beats unsolved, else more guesses; a tie keeps
+ * the new chat's (so absorbing twice changes nothing).
+ */
+function furtherAlong(a: PlayerGame, b: PlayerGame): boolean {
+  if (a.solved !== b.solved) return a.solved;
+  return a.marks.length > b.marks.length;
 }
