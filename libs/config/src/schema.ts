@@ -468,7 +468,7 @@ export const schema = {
       default: 100_000,
       min: 1,
       unit: 'count',
-      doc: "update_ids remembered to drop Telegram's re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome=\"duplicate\"}.",
+      doc: 'update_ids remembered to drop Telegram\'s re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome="duplicate"}.',
     }),
     webhookMaxBodyBytes: int({
       env: 'TELEGRAM_WEBHOOK_MAX_BODY_BYTES',
@@ -495,7 +495,7 @@ export const schema = {
       default: 28,
       min: 1,
       unit: 'per second',
-      doc: "Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; spaced at exactly 30/s, up to 8 calls in flight arrive jittered and a strict 1 s window saw 31 (1–17 429s per 1,000-chat rollover run, docs/benchmarks.md), so the default keeps a margin.",
+      doc: 'Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; spaced at exactly 30/s, up to 8 calls in flight arrive jittered and a strict 1 s window saw 31 (1–17 429s per 1,000-chat rollover run, docs/benchmarks.md), so the default keeps a margin.',
     }),
     groupRatePerMin: int({
       env: 'TELEGRAM_GROUP_RATE_PER_MIN',
@@ -569,6 +569,18 @@ export const schema = {
       unit: 'count',
       doc: 'Board renders waiting for a slot; one more is refused with CP_ERR_BOARD_QUEUE_FULL (a newer board of a chat replaces its queued one, so this is at most one per chat: 1,024 covers the 1,000-chat rollover).',
     }),
+    renderMaxJobBytes: int({
+      env: 'BOARD_RENDER_MAX_JOB_BYTES',
+      default: 2_097_152,
+      min: 1_024,
+      unit: 'bytes',
+      doc: 'Largest render job (the board as JSON, avatars base64: what a job holds in Redis with REDIS_URL; checked in process too). A larger one is refused with CP_ERR_BOARD_JOB_TOO_LARGE and counted. A 40-card board of 15 KB avatars is ~0.8 MB.',
+    }),
+    renderInProcess: bool({
+      env: 'BOARD_RENDER_IN_PROCESS',
+      default: true,
+      doc: 'With REDIS_URL: a gateway also runs the render worker (takes the BullMQ render jobs and renders them in its own threads). false: it only enqueues renders, and `crowdplay service board-renderer` processes render them. Without REDIS_URL the render queue is in-process and always renders here.',
+    }),
     maxPngBytes: int({
       env: 'BOARD_MAX_PNG_BYTES',
       default: 100_000,
@@ -603,7 +615,7 @@ export const schema = {
       env: 'PUZZLE_SECRET',
       default: 'dev-puzzle-secret-change-me',
       secret: true,
-      doc: "Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.",
+      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.',
     }),
   },
 } as const;

@@ -164,23 +164,54 @@ export const ERRORS = {
   CP_ERR_SENDQ_FULL: { message: 'the send queue holds its maximum of %s jobs (TELEGRAM_SENDQ_MAX_QUEUED)', httpStatus: 503 },
   CP_ERR_SENDQ_CLOSED: { message: 'the send queue is closed', httpStatus: 503 },
   // boards (libs/board)
+  CP_ERR_BOARD_JOB_TOO_LARGE: { message: 'the board render job is %s bytes, over BOARD_RENDER_MAX_JOB_BYTES', httpStatus: 413 },
   CP_ERR_BOARD_QUEUE_FULL: { message: 'the board render queue holds its maximum of %s jobs (BOARD_RENDER_MAX_QUEUE)', httpStatus: 503 },
   // telegram (libs/telegram)
   CP_ERR_INITDATA_MALFORMED: { message: 'initData is malformed: %s', httpStatus: 400, closeCode: CloseCode.unauthorized },
   CP_ERR_INITDATA_MISSING_FIELD: { message: 'initData has no %s field', httpStatus: 401, closeCode: CloseCode.unauthorized },
-  CP_ERR_INITDATA_BAD_HASH: { message: 'initData hash does not match: the data was altered or signed for another bot', httpStatus: 401, closeCode: CloseCode.unauthorized },
-  CP_ERR_INITDATA_BAD_SIGNATURE: { message: 'initData Ed25519 signature does not verify for bot %s with the %s key', httpStatus: 401, closeCode: CloseCode.unauthorized },
-  CP_ERR_INITDATA_EXPIRED: { message: 'initData is %s s old, past TELEGRAM_INITDATA_MAX_AGE_S (%s s): reopen the app', httpStatus: 401, closeCode: CloseCode.unauthorized },
-  CP_ERR_INITDATA_FUTURE: { message: "initData auth_date is %s s ahead of the server's clock", httpStatus: 401, closeCode: CloseCode.unauthorized },
-  CP_ERR_INITDATA_NO_CHAT: { message: 'initData has no start_param: open the game from the link the bot posted in the chat', httpStatus: 403, closeCode: CloseCode.forbidden },
-  CP_ERR_INITDATA_BAD_START_PARAM: { message: 'start_param %s was not issued by this bot', httpStatus: 403, closeCode: CloseCode.forbidden },
+  CP_ERR_INITDATA_BAD_HASH: {
+    message: 'initData hash does not match: the data was altered or signed for another bot',
+    httpStatus: 401,
+    closeCode: CloseCode.unauthorized,
+  },
+  CP_ERR_INITDATA_BAD_SIGNATURE: {
+    message: 'initData Ed25519 signature does not verify for bot %s with the %s key',
+    httpStatus: 401,
+    closeCode: CloseCode.unauthorized,
+  },
+  CP_ERR_INITDATA_EXPIRED: {
+    message: 'initData is %s s old, past TELEGRAM_INITDATA_MAX_AGE_S (%s s): reopen the app',
+    httpStatus: 401,
+    closeCode: CloseCode.unauthorized,
+  },
+  CP_ERR_INITDATA_FUTURE: {
+    message: "initData auth_date is %s s ahead of the server's clock",
+    httpStatus: 401,
+    closeCode: CloseCode.unauthorized,
+  },
+  CP_ERR_INITDATA_NO_CHAT: {
+    message: 'initData has no start_param: open the game from the link the bot posted in the chat',
+    httpStatus: 403,
+    closeCode: CloseCode.forbidden,
+  },
+  CP_ERR_INITDATA_BAD_START_PARAM: {
+    message: 'start_param %s was not issued by this bot',
+    httpStatus: 403,
+    closeCode: CloseCode.forbidden,
+  },
   CP_ERR_INITDATA_WRONG_CHAT: { message: 'initData is for another chat, not %s', httpStatus: 403, closeCode: CloseCode.forbidden },
   CP_ERR_TELEGRAM_REFUSED: { message: 'the send queue refused %s for chat %s: %s', httpStatus: 503 },
-  CP_ERR_TELEGRAM_CHAT_INACTIVE: { message: 'chat %s is deactivated (%s): its calls are refused until the bot is re-added', httpStatus: 403 },
+  CP_ERR_TELEGRAM_CHAT_INACTIVE: {
+    message: 'chat %s is deactivated (%s): its calls are refused until the bot is re-added',
+    httpStatus: 403,
+  },
   CP_ERR_TELEGRAM_SUPERSEDED: { message: '%s for chat %s was superseded by a newer call (%s)', httpStatus: 409 },
   CP_ERR_TELEGRAM_FAILED: { message: '%s for chat %s failed: %s', httpStatus: 502 },
   CP_ERR_TELEGRAM_TIMEOUT: { message: 'no result for %s within %s ms (the call stays queued)', httpStatus: 504 },
-  CP_ERR_TELEGRAM_GRANT_REUSED: { message: 'one Bot API call per send-queue grant: %s was called a second time in one send', httpStatus: 500 },
+  CP_ERR_TELEGRAM_GRANT_REUSED: {
+    message: 'one Bot API call per send-queue grant: %s was called a second time in one send',
+    httpStatus: 500,
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;
