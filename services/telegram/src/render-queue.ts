@@ -110,6 +110,26 @@ export function encodeBoardJob(board: Board): string {
 }
 
 /**
+ * The byte size of {@link encodeBoardJob}'s JSON without building it (the
+ * avatars' base64 is only counted): what the in-process queue checks against
+ * `maxJobBytes` so both adapters refuse the same boards.
+ * @throws TypeError when the board is malformed (validateBoard)
+ */
+export function boardJobBytes(board: Board): number {
+  validateBoard(board);
+  let avatars = 0;
+  const cards: WireCard[] = board.cards.map((c) => {
+    const w: WireCard = { id: c.id, name: c.name, rows: c.rows };
+    if (c.avatar) {
+      w.avatar = '';
+      avatars += 4 * Math.ceil(c.avatar.byteLength / 3);
+    }
+    return w;
+  });
+  return Buffer.byteLength(JSON.stringify({ title: board.title, puzzle: board.puzzle, cards })) + avatars;
+}
+
+/**
  * The board of a job (avatars decoded to bytes), inverse of {@link encodeBoardJob}.
  * @throws SyntaxError on bad JSON; TypeError when the result is not a valid board
  */
@@ -232,7 +252,7 @@ export class MemoryRenderQueue implements RenderQueue {
   submit(chatId: number, version: number, board: Board): Promise<SubmitOutcome> {
     let bytes: number;
     try {
-      bytes = Buffer.byteLength(encodeBoardJob(board));
+      bytes = boardJobBytes(board);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new TypeError(String(err)));
     }

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { sampleBoard } from '@crowdplay/board';
-import { MemoryRenderQueue, decodeBoardJob, encodeBoardJob } from '../src/index.ts';
+import { MemoryRenderQueue, boardJobBytes, decodeBoardJob, encodeBoardJob } from '../src/index.ts';
 import { memoryFactory } from './render-queue-harness.ts';
 import { renderQueueSuite } from './render-queue-suite.ts';
 
@@ -24,4 +24,20 @@ test('encodeBoardJob / decodeBoardJob - avatars round-trip as bytes; JSON only',
     b.cards.map((c) => [c.id, c.name, c.rows, c.avatar ? [...c.avatar] : null]),
   );
   assert.throws(() => decodeBoardJob('{"title":1,"puzzle":"p","cards":[]}'), TypeError);
+});
+
+test('boardJobBytes - the exact size of the encoded job, without encoding it', () => {
+  for (const [cards, share] of [
+    [0, 0],
+    [1, 1],
+    [7, 0.5],
+    [40, 1],
+  ] as const) {
+    const b = { ...sampleBoard(cards, { avatarShare: share }), title: 'Crew «ü» 😀' };
+    assert.equal(boardJobBytes(b), Buffer.byteLength(encodeBoardJob(b)), `${cards} cards`);
+  }
+  for (const n of [1, 2, 3, 4, 5]) {
+    const b = { ...sampleBoard(1, { avatarShare: 0 }), cards: [{ id: '1', name: 'x', rows: [], avatar: new Uint8Array(n) }] };
+    assert.equal(boardJobBytes(b), Buffer.byteLength(encodeBoardJob(b)), `avatar of ${n} bytes`);
+  }
 });
