@@ -251,6 +251,21 @@ export class RenderPool {
     });
   }
 
+  /**
+   * What `render(chatId, version, …)` would do with a valid board right now,
+   * without doing it: `queued` (a new queued job), `replaces` (replaces the
+   * chat's queued older job), `superseded` (not newer than a version queued
+   * or rendering), `queue-full` or `closed`. A render queue in front of the
+   * pool (services/telegram render-queue.ts) answers its producer with it.
+   */
+  admission(chatId: string, version: number): 'queued' | 'replaces' | 'superseded' | 'queue-full' | 'closed' {
+    if (this.closed) return 'closed';
+    const queued = this.queue.get(chatId);
+    if (version <= Math.max(queued?.version ?? -Infinity, this.running.get(chatId) ?? -Infinity)) return 'superseded';
+    if (queued) return 'replaces';
+    return this.queue.size >= this.maxQueue ? 'queue-full' : 'queued';
+  }
+
   /** Counters and gauges (see RenderPoolStats). */
   stats(): RenderPoolStats {
     return {

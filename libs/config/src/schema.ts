@@ -575,6 +575,24 @@ export const schema = {
       unit: 'count',
       doc: 'Board renders waiting for a slot; one more is refused with CP_ERR_BOARD_QUEUE_FULL (a newer board of a chat replaces its queued one, so this is at most one per chat: 1,024 covers the 1,000-chat rollover).',
     }),
+    renderPrefix: str({
+      env: 'BOARD_RENDER_PREFIX',
+      default: 'crowdplay:render',
+      pattern: /^[A-Za-z0-9_:.-]{1,100}$/,
+      doc: 'Redis key prefix of the render queue with REDIS_URL (keys `{<prefix>}:…`). Every gateway and board-renderer of one bot uses the same; two deployments on one Redis use different ones.',
+    }),
+    renderMaxJobBytes: int({
+      env: 'BOARD_RENDER_MAX_JOB_BYTES',
+      default: 2_097_152,
+      min: 1_024,
+      unit: 'bytes',
+      doc: 'Largest render job (the board as JSON, avatars base64: what a job holds in Redis with REDIS_URL; checked in process too). A larger one is refused with CP_ERR_BOARD_JOB_TOO_LARGE and counted. A 40-card board of 15 KB avatars is ~0.8 MB.',
+    }),
+    renderInProcess: bool({
+      env: 'BOARD_RENDER_IN_PROCESS',
+      default: true,
+      doc: 'With REDIS_URL: a gateway also runs the render worker (takes the BullMQ render jobs and renders them in its own threads). false: it only enqueues renders, and `crowdplay service board-renderer` processes render them. Without REDIS_URL the render queue is in-process and always renders here.',
+    }),
     maxPngBytes: int({
       env: 'BOARD_MAX_PNG_BYTES',
       default: 100_000,

@@ -168,6 +168,7 @@ export const ERRORS = {
   CP_ERR_SENDQ_FULL: { message: 'the send queue holds its maximum of %s jobs (TELEGRAM_SENDQ_MAX_QUEUED)', httpStatus: 503 },
   CP_ERR_SENDQ_CLOSED: { message: 'the send queue is closed', httpStatus: 503 },
   // boards (libs/board)
+  CP_ERR_BOARD_JOB_TOO_LARGE: { message: 'the board render job is %s bytes, over BOARD_RENDER_MAX_JOB_BYTES', httpStatus: 413 },
   CP_ERR_BOARD_QUEUE_FULL: { message: 'the board render queue holds its maximum of %s jobs (BOARD_RENDER_MAX_QUEUE)', httpStatus: 503 },
   // telegram (libs/telegram)
   CP_ERR_INITDATA_MALFORMED: { message: 'initData is malformed: %s', httpStatus: 400, closeCode: CloseCode.unauthorized },

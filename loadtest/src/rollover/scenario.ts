@@ -228,6 +228,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         PUZZLE_PERIOD_MS: String(periodMs),
         PUZZLE_SECRET: puzzleSecret,
         TELEGRAM_SENDQ_PREFIX: sendqPrefix,
+        BOARD_RENDER_PREFIX: `${sendqPrefix}:render`,
         BOARDS_ENABLED: boardsOn ? 'true' : 'false',
         ...o.productEnv,
       },
@@ -566,7 +567,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       if (report) report.warnings.push(m);
       else log(m);
     });
-    if (purgeSendqKeys(redisUrl, sendqPrefix) === null)
+    if (purgeSendqKeys(redisUrl, `${sendqPrefix}:render`) === null || purgeSendqKeys(redisUrl, sendqPrefix) === null)
       warnings.push(`redis-cli failed or missing: the run's send queue keys {${sendqPrefix}}* were not removed`);
   }
   report.elapsedS = Math.round((Date.now() - started) / 100) / 10;

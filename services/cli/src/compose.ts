@@ -14,9 +14,9 @@ import { Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { startTelegram, startTelegramSender, type TelegramPart } from '@crowdplay/telegram-service';
+import { startBoardRenderer, startTelegram, startTelegramSender, type TelegramPart } from '@crowdplay/telegram-service';
 
-export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer', 'telegram-sender'] as const;
+export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer', 'telegram-sender', 'board-renderer'] as const;
 export type ServiceName = (typeof SERVICES)[number];
 
 /** The standalone dev tenant's id (credentials are the STANDALONE_TENANT_* settings). */
@@ -43,6 +43,7 @@ interface Parts {
   sequencer?: SequencerService;
   telegram?: TelegramPart | null;
   sender?: { close(): Promise<void> };
+  renderer?: { close(): Promise<void> };
 }
 
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
@@ -109,6 +110,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
       await parts.shard.start();
     }
     if (names.includes('telegram-sender') && !names.includes('gateway')) parts.sender = await startTelegramSender({ config, telemetry });
+    if (names.includes('board-renderer') && !names.includes('gateway')) parts.renderer = await startBoardRenderer({ config, telemetry });
     if (names.includes('router')) {
       parts.router = new Router(
         { bus, subjects, store, telemetry },
@@ -142,6 +144,8 @@ export async function startServices(config: Config, names: readonly ServiceName[
         telemetry,
         // The gateway makes the Bot API calls itself unless a telegram-sender service takes them from Redis.
         send: opts.standalone || names.includes('telegram-sender') || !config.redis.url,
+        // It renders the boards itself unless it leaves them to board-renderer services (BOARD_RENDER_IN_PROCESS=false).
+        render: opts.standalone || names.includes('board-renderer') || config.board.renderInProcess,
         ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId)),
         moveChannel: (from, to) => router.migrate(from, to),
       });
@@ -172,6 +176,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         await parts.gateway?.close();
         await parts.telegram?.close();
         await parts.sender?.close();
+        await parts.renderer?.close();
         await parts.ledger?.drain();
         await parts.router?.close();
         await parts.sequencer?.close();
@@ -187,6 +192,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
     await parts.gateway?.close();
     await parts.telegram?.close();
     await parts.sender?.close();
+    await parts.renderer?.close();
     await parts.ledger?.close();
     await parts.shard?.close();
     await parts.router?.close();

@@ -3,7 +3,7 @@
  * The `crowdplay` command.
  *
  *   crowdplay start                      every service in one process (npm start)
- *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer | telegram-sender
+ *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer | telegram-sender | board-renderer
  *   crowdplay tenant create <id> [--name NAME]
  *   crowdplay tenant rotate-key <id>
  *   crowdplay tenant rotate-secret <id>

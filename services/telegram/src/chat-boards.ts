@@ -1,17 +1,19 @@
 /**
  * Live boards of the chats that play: watches each chat's channel updates
  * (`ch.<tg…>.out`), lets the {@link RefreshScheduler} pick which boards are
- * due by cost, renders them in the render pool (semaphore before the thread,
- * a newer version superseding a queued older one) and queues each PNG on the
- * bot's send queue (lane `board`, key `board:<chat>`: a newer board
+ * due by cost, submits them to the render queue (rendered in the render pool:
+ * semaphore before the thread, a newer version superseding a queued older
+ * one; in this process, or a board-renderer's with REDIS_URL) whose consumer
+ * queues each PNG on the bot's send queue (lane `board`, key `board:<chat>`: a newer board
  * supersedes a queued one there too).
  */
 import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson } from '@crowdplay/bus';
-import type { Board, Card, RenderPool, Square } from '@crowdplay/board';
+import type { Board, Card, Square } from '@crowdplay/board';
 import type { ChannelUpdate } from '@crowdplay/protocol';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
+import type { RenderQueue } from './render-queue.ts';
 import type { RefreshScheduler } from './scheduler.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
@@ -78,8 +80,8 @@ export interface ChatBoardsDeps {
   bus: Bus;
   subjects: Subjects;
   client: TelegramClient;
-  /** The render threads; null when boards are off. */
-  pool: RenderPool | null;
+  /** Where due boards go to be rendered (in process, or BullMQ for a board-renderer service). */
+  renders: RenderQueue;
   scheduler: RefreshScheduler;
   telemetry: Telemetry;
   /** How often due boards are looked for, ms. @defaultValue 250 */
@@ -113,7 +115,7 @@ export class ChatBoards {
 
   /** Starts (or retitles) the live board of a chat (nothing when boards are off). */
   watch(chatId: number, title: string): void {
-    if (this.d.enabled === false || !this.d.pool) return;
+    if (this.d.enabled === false) return;
     const w = this.chats.get(chatId);
     if (w) {
       w.title = title;
@@ -200,7 +202,7 @@ export class ChatBoards {
     this.timer ??= setInterval(() => void this.tick(), this.d.tickMs ?? 250);
   }
 
-  /** Renders and queues every board that is due now. Never rejects. */
+  /** Submits every board that is due now to the render queue. Never rejects. */
   async tick(): Promise<void> {
     if (this.ticking) return;
     this.ticking = true;
@@ -210,10 +212,9 @@ export class ChatBoards {
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());
         const board = this.withAvatars(w, boardOf(w.title, w.state));
-        if (!this.d.pool) return;
-        const out = await this.d.pool.render(String(chatId), version, board);
-        if (out.status === 'rendered') await this.d.client.enqueueBoard(chatId, { version, png: out.png });
-        else if (out.status === 'refused') this.d.scheduler.failed(chatId);
+        // The render queue's consumer renders it and queues the PNG on the send queue (startTelegram wires it).
+        const out = await this.d.renders.submit(chatId, version, board);
+        if (out.status === 'refused') this.d.scheduler.failed(chatId);
       });
       const results = await Promise.allSettled(jobs);
       for (const r of results)

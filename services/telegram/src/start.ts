@@ -1,9 +1,11 @@
 /**
  * The Telegram part of a process (gateway side): the send queue (in-process,
  * or BullMQ + the Redis Lua bucket with REDIS_URL), the Bot API client every
- * call passes, the render pool, the refresh scheduler, the live boards and
- * the bot that handles the webhook's updates. Off (null) without
- * TELEGRAM_BOT_TOKEN.
+ * call passes, the render queue (in-process, or BullMQ with REDIS_URL) and
+ * its worker with the render pool (unless a board-renderer service renders),
+ * the refresh scheduler, the live boards and the bot that handles the
+ * webhook's updates. Off (null) without TELEGRAM_BOT_TOKEN. Also the
+ * `telegram-sender` and `board-renderer` services.
  */
 import type { Bus, Subjects } from '@crowdplay/bus';
 import { RenderPool, renderCost } from '@crowdplay/board';
@@ -14,6 +16,8 @@ import { TelegramClient, startParamSecret, type BotCall } from '@crowdplay/teleg
 import type { Telemetry } from '@crowdplay/telemetry';
 import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
+import { openRenderQueue } from './render-queue-open.ts';
+import type { RenderQueue } from './render-queue.ts';
 import { RefreshScheduler } from './scheduler.ts';
 
 /**
@@ -23,12 +27,13 @@ import { RefreshScheduler } from './scheduler.ts';
 async function openBot(
   config: Config,
   telemetry: Telemetry,
+  prefixes: QueuePrefixes = {},
   shrinkAvatar?: (bytes: Uint8Array) => Promise<Uint8Array | null>,
 ): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
   const t = config.telegram;
   const queue = await openSendQueue<BotCall>({
     redisUrl: config.redis.url,
-    prefix: t.sendPrefix,
+    prefix: prefixes.sendq ?? t.sendPrefix,
     limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
     concurrency: t.sendConcurrency,
     maxQueued: t.sendMaxQueued,
@@ -54,6 +59,47 @@ async function openBot(
   return { queue, client };
 }
 
+/** Redis key prefixes of the queues (tests isolate themselves with them). @defaultValue each queue's default */
+export interface QueuePrefixes {
+  /** The send queue's (libs/sendq DEFAULT_PREFIX). */
+  sendq?: string;
+  /** The render queue's (DEFAULT_RENDER_PREFIX). */
+  render?: string;
+}
+
+/** The render queue chosen by REDIS_URL (in-process, or BullMQ), not started. */
+function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefixes = {}): Promise<RenderQueue> {
+  return openRenderQueue({
+    redisUrl: config.redis.url,
+    prefix: prefixes.render ?? config.board.renderPrefix,
+    maxQueue: config.board.renderMaxQueue,
+    maxJobBytes: config.board.renderMaxJobBytes,
+    metrics: telemetry.metrics,
+    refusals: telemetry.refusals,
+    onError: (err, context) => telemetry.logger.error({ err, context }, 'board render queue error'),
+  });
+}
+
+/**
+ * Starts the render worker on `renders`: a RenderPool (BOARD_RENDER_CONCURRENCY
+ * threads behind its semaphore) whose PNGs go to the send queue through
+ * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
+ */
+function startRenderWorker(renders: RenderQueue, pool: RenderPool, client: TelegramClient): void {
+  renders.start({ pool, onRendered: (chatId, version, png) => client.enqueueBoard(chatId, { version, png }) });
+}
+
+/** A RenderPool of BOARD_RENDER_CONCURRENCY threads (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE). */
+function newRenderPool(config: Config, telemetry: Telemetry): RenderPool {
+  return new RenderPool({
+    ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
+    maxPngBytes: config.board.maxPngBytes,
+    maxQueue: config.board.renderMaxQueue,
+    metrics: telemetry.metrics,
+    refusals: telemetry.refusals,
+  });
+}
+
 /** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
 export const GROUP_MIN_INTERVAL_MS = 3_000;
 
@@ -62,7 +108,9 @@ export interface TelegramPart {
   boards: ChatBoards;
   client: TelegramClient;
   queue: SendQueue<BotCall>;
-  /** The render threads; null when boards are off. */
+  /** Where the live boards submit renders. */
+  renders: RenderQueue;
+  /** This process's render pool, or null when boards are off or a board-renderer service renders (BullMQ, BOARD_RENDER_IN_PROCESS=false). */
   pool: RenderPool | null;
   close(): Promise<void>;
 }
@@ -85,6 +133,16 @@ export async function startTelegram(deps: {
    * REDIS_URL): false — it only enqueues. @defaultValue true
    */
   send?: boolean;
+  /**
+   * Also render the boards (run the render queue's worker). Standalone: true.
+   * A gateway beside `board-renderer` services (BullMQ on REDIS_URL, and
+   * BOARD_RENDER_IN_PROCESS=false): false — it only submits. Without REDIS_URL
+   * the render queue is in-process and this process always renders.
+   * @defaultValue true
+   */
+  render?: boolean;
+  /** Redis key prefixes (tests). */
+  prefixes?: QueuePrefixes;
 }): Promise<TelegramPart | null> {
   const { config, telemetry } = deps;
   const t = config.telegram;
@@ -97,19 +155,15 @@ export async function startTelegram(deps: {
       'TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set (the webhook checks it)',
     ]);
   }
-  // No render threads when boards are off (BOARDS_ENABLED=false): they are most of an idle process's memory.
-  const pool = config.board.enabled
-    ? new RenderPool({
-        ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
-        maxPngBytes: config.board.maxPngBytes,
-        maxQueue: config.board.renderMaxQueue,
-        metrics: telemetry.metrics,
-        refusals: telemetry.refusals,
-      })
-    : null;
-  // Avatars are kept as the 24 px thumbnails a card draws (shrunk on a render thread).
-  const { queue, client } = await openBot(config, telemetry, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
+  // Render threads only where boards are drawn: none with boards off (BOARDS_ENABLED=false; the threads are
+  // most of an idle process's memory), none in a gateway that only submits to board-renderer services.
+  const pool = config.board.enabled && (!config.redis.url || deps.render !== false) ? newRenderPool(config, telemetry) : null;
+  // Avatars are kept as the 24 px thumbnails a card draws, shrunk on a render thread (a gateway without
+  // render threads keeps the photos as Telegram serves them).
+  const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
   if (deps.send !== false) queue.start(client.sender());
+  const renders = await openRenders(config, telemetry, deps.prefixes);
+  if (pool) startRenderWorker(renders, pool, client);
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
@@ -120,7 +174,7 @@ export async function startTelegram(deps: {
     bus: deps.bus,
     subjects: deps.subjects,
     client,
-    pool,
+    renders,
     scheduler,
     telemetry,
     enabled: config.board.enabled,
@@ -137,15 +191,20 @@ export async function startTelegram(deps: {
     startSecret: startParamSecret(t.botToken),
     telemetry,
   });
-  telemetry.logger.info({ queue: queue.kind, bucket: queue.bucket.kind, apiRoot: t.apiRoot }, 'Telegram is on');
+  telemetry.logger.info(
+    { queue: queue.kind, bucket: queue.bucket.kind, renders: renders.kind, renderHere: pool !== null, apiRoot: t.apiRoot },
+    'Telegram is on',
+  );
   return {
     bot,
     boards,
     client,
     queue,
+    renders,
     pool,
     async close() {
       boards.close();
+      await renders.close();
       await pool?.close();
       await queue.close(5_000);
     },
@@ -169,4 +228,49 @@ export async function startTelegramSender(deps: { config: Config; telemetry: Tel
   queue.start(client.sender());
   telemetry.logger.info({ queue: queue.kind, bucket: queue.bucket.kind }, 'telegram-sender is sending');
   return { close: () => queue.close(5_000) };
+}
+
+/**
+ * The `board-renderer` service: the render queue's worker alone (BullMQ on
+ * REDIS_URL): it takes the render jobs the gateways submit, renders them in
+ * its RenderPool (BOARD_RENDER_CONCURRENCY threads behind the semaphore) and
+ * queues each PNG on the bot's send queue (BullMQ; a `telegram-sender` or a
+ * gateway sends it).
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID without TELEGRAM_BOT_TOKEN or REDIS_URL
+ */
+export async function startBoardRenderer(deps: {
+  config: Config;
+  telemetry: Telemetry;
+  /** Redis key prefixes (tests). */
+  prefixes?: QueuePrefixes;
+}): Promise<{ renders: RenderQueue; pool: RenderPool; close(): Promise<void> }> {
+  const { config, telemetry } = deps;
+  if (!config.telegram.botToken) {
+    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_BOT_TOKEN: the board-renderer queues the boards for the bot']);
+  }
+  if (!config.redis.url) {
+    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [
+      'REDIS_URL: the board-renderer takes its jobs from the BullMQ render queue on Redis',
+    ]);
+  }
+  const { queue, client } = await openBot(config, telemetry, deps.prefixes);
+  let renders: RenderQueue;
+  try {
+    renders = await openRenders(config, telemetry, deps.prefixes);
+  } catch (err) {
+    await queue.close(1_000);
+    throw err;
+  }
+  const pool = newRenderPool(config, telemetry);
+  startRenderWorker(renders, pool, client);
+  telemetry.logger.info({ renders: renders.kind, concurrency: pool.concurrency, queue: queue.kind }, 'board-renderer is rendering');
+  return {
+    renders,
+    pool,
+    async close() {
+      await renders.close();
+      await pool.close();
+      await queue.close(5_000);
+    },
+  };
 }

@@ -1,10 +1,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
-import type { Board, RenderPool } from '@crowdplay/board';
+import type { Board } from '@crowdplay/board';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { AVATAR_REV_SPAN, ChatBoards, boardVersion } from '../src/chat-boards.ts';
+import type { RenderQueue } from '../src/render-queue.ts';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
 const telemetry = createTelemetry({ service: 'chat-boards-test', level: 'silent', refusalLogIntervalMs: 60_000 });
@@ -31,21 +32,17 @@ function rig() {
   const avatars = fakeAvatars();
   const rendered: Array<{ version: number; board: Board }> = [];
   const queued: number[] = [];
-  const pool = {
-    render: (_chat: string, version: number, board: Board) => {
+  // The render queue: what was submitted (its consumer's render and send are tested in render-queue-*.test.ts).
+  const renders = {
+    submit: (_chat: number, version: number, board: Board) => {
       rendered.push({ version, board });
-      return Promise.resolve({ status: 'rendered', png: new Uint8Array([version % 256]) });
+      queued.push(version);
+      return Promise.resolve({ status: 'queued' });
     },
-  } as unknown as RenderPool;
-  const client = {
-    avatars,
-    enqueueBoard: (_chat: number, b: { version: number }) => {
-      queued.push(b.version);
-      return Promise.resolve();
-    },
-  } as unknown as TelegramClient;
+  } as unknown as RenderQueue;
+  const client = { avatars } as unknown as TelegramClient;
   const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
-  const boards = new ChatBoards({ bus, subjects: subj, client, pool, scheduler, telemetry, now: () => now });
+  const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now: () => now });
   const publish = (ev: number, puzzle: number, players: Record<string, string[]>): void => {
     const game = {
       puzzle,
@@ -134,16 +131,17 @@ test('ChatBoards - avatars are held for the puzzle: later guesses read nothing a
   r.boards.close();
 });
 
-test('ChatBoards - with boards off (no pool) watch does nothing', async () => {
+test('ChatBoards - with boards off (BOARDS_ENABLED=false) watch does nothing', async () => {
   const bus = new InProcessBus();
   const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
   const boards = new ChatBoards({
     bus,
     subjects: subjects('cb-off'),
     client: {} as TelegramClient,
-    pool: null,
+    renders: {} as RenderQueue,
     scheduler,
     telemetry,
+    enabled: false,
   });
   boards.watch(CHAT, 'chat');
   assert.deepEqual(boards.watching, []);

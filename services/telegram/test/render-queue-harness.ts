@@ -1,0 +1,170 @@
+/**
+ * Harnesses for the render-queue suite: a queue (in process, or BullMQ under
+ * a unique prefix deleted on close) started with a RenderPool whose threads
+ * are the gate fixture (fixtures/render-worker.ts), and a recorder of what
+ * reaches the `onRendered` callback.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { RenderPool, type BoardMetrics } from '@crowdplay/board';
+import { BullmqRenderQueue, MemoryRenderQueue, renderQueueKeys, type RenderQueue } from '../src/index.ts';
+
+export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
+const WORKER = new URL('./fixtures/render-worker.ts', import.meta.url);
+
+/** A RenderPool on the gate fixture; `s` are its threads' shared counters. */
+export function gatePool(concurrency: number, maxQueue?: number) {
+  const s = new Int32Array(new SharedArrayBuffer(6 * 4));
+  const pool = new RenderPool({ concurrency, ...(maxQueue ? { maxQueue } : {}), workerFile: WORKER, workerData: { sab: s.buffer } });
+  return {
+    pool,
+    started: () => Atomics.load(s, 2),
+    maxInFlight: () => Atomics.load(s, 1),
+    threw: () => Atomics.load(s, 4),
+    open: () => {
+      Atomics.store(s, 3, 1);
+      Atomics.notify(s, 3);
+    },
+  };
+}
+
+export type Gate = ReturnType<typeof gatePool>;
+
+export interface Delivered {
+  /** Delivery order across every harness of this process. */
+  seq: number;
+  chatId: number;
+  version: number;
+  png: Buffer;
+}
+
+/** Records every metric written. */
+export function fakeMetrics() {
+  const counters: Record<string, Array<[number, Record<string, string> | undefined]>> = {};
+  const histograms: Record<string, number[]> = {};
+  const gauges: Record<string, () => number> = {};
+  const metrics: BoardMetrics = {
+    counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
+    latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    sizeBytes: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    gauge: (name, _d, read) => (gauges[name] = read),
+  };
+  const sum = (name: string): number => (counters[name] ?? []).reduce((a, [v]) => a + v, 0);
+  return { metrics, counters, histograms, gauges, sum };
+}
+
+export interface RQHarness {
+  readonly queue: RenderQueue;
+  readonly gate: Gate;
+  readonly delivered: Delivered[];
+  readonly metrics: ReturnType<typeof fakeMetrics>;
+  readonly errors: Array<[unknown, string]>;
+  /** Delivered versions of one chat, in delivery order. */
+  versions(chatId: number): number[];
+  close(): Promise<void>;
+}
+
+export interface RQOptions {
+  concurrency?: number;
+  maxQueue?: number;
+  maxJobBytes?: number;
+}
+
+export type RQFactory = (opts?: RQOptions) => Promise<RQHarness>;
+
+/** Waits until `cond()` holds. @throws Error naming `what` after `ms` */
+export async function waitFor(what: string | (() => string), cond: () => boolean, ms = 8_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${typeof what === 'string' ? what : what()}`);
+    await sleep(5);
+  }
+}
+
+let deliverySeq = 0;
+
+function harness(
+  queue: RenderQueue,
+  gate: Gate,
+  m: ReturnType<typeof fakeMetrics>,
+  errors: Array<[unknown, string]>,
+  after: () => Promise<void>,
+): RQHarness {
+  const delivered: Delivered[] = [];
+  queue.start({
+    pool: gate.pool,
+    onRendered: async (chatId, version, png) => {
+      await sleep(1);
+      delivered.push({ seq: deliverySeq++, chatId, version, png });
+    },
+  });
+  let closing: Promise<void> | undefined;
+  return {
+    queue,
+    gate,
+    delivered,
+    metrics: m,
+    errors,
+    versions: (chatId) => delivered.filter((d) => d.chatId === chatId).map((d) => d.version),
+    close() {
+      closing ??= (async () => {
+        gate.open();
+        await queue.close();
+        await gate.pool.close();
+        await after();
+      })();
+      return closing;
+    },
+  };
+}
+
+export const memoryFactory: RQFactory = (opts = {}) => {
+  const m = fakeMetrics();
+  const errors: Array<[unknown, string]> = [];
+  const gate = gatePool(opts.concurrency ?? 2, opts.maxQueue);
+  const queue = new MemoryRenderQueue({
+    ...(opts.maxJobBytes ? { maxJobBytes: opts.maxJobBytes } : {}),
+    metrics: m.metrics,
+    onError: (e, c) => void errors.push([e, c]),
+  });
+  return Promise.resolve(harness(queue, gate, m, errors, async () => {}));
+};
+
+let seq = 0;
+/** A unique prefix per test (the suite's keys never meet another run's). */
+export function uniquePrefix(): string {
+  return `t_render_${process.pid}_${Date.now().toString(36)}_${seq++}`;
+}
+
+/** Deletes every key under `prefix` (SCAN, not KEYS). */
+export async function deleteKeys(prefix: string): Promise<void> {
+  const redis = new Redis(REDIS_URL);
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${renderQueueKeys(prefix).base}*`, 'COUNT', 500);
+      cursor = next;
+      if (keys.length > 0) await redis.del(...keys);
+    } while (cursor !== '0');
+  } finally {
+    await redis.quit();
+  }
+}
+
+export function bullmqFactory(prefix?: string): RQFactory {
+  return async (opts = {}) => {
+    const p = prefix ?? uniquePrefix();
+    const m = fakeMetrics();
+    const errors: Array<[unknown, string]> = [];
+    const gate = gatePool(opts.concurrency ?? 2);
+    const queue = await BullmqRenderQueue.open({
+      redisUrl: REDIS_URL,
+      prefix: p,
+      ...(opts.maxQueue ? { maxQueue: opts.maxQueue } : {}),
+      ...(opts.maxJobBytes ? { maxJobBytes: opts.maxJobBytes } : {}),
+      metrics: m.metrics,
+      onError: (e, c) => void errors.push([e, c]),
+    });
+    return harness(queue, gate, m, errors, () => (prefix ? Promise.resolve() : deleteKeys(p)));
+  };
+}
