@@ -3,6 +3,14 @@
  * A new block is leased on every acquire (so a moved channel's ids rise past
  * everything its previous owner used) and in the background when the current
  * block runs low.
+ *
+ * Guarantees (tested in services/crowd-engine/test/ids.test.ts):
+ * - every id handed out is greater than every id handed out before it by this
+ *   allocator (shard-wide, so per channel too), even when leases answer out of
+ *   order (a background refill and a renew in flight at once, two sequencers);
+ * - after `renew()` resolves, every id is at least the first id of the block
+ *   that renew leased, i.e. it comes from a block leased after renew was called.
+ *   Blocks that would break either rule are dropped (their ids are never used).
  */
 export interface IdBlock {
   first: number;
@@ -14,8 +22,12 @@ export type LeaseFn = () => Promise<IdBlock>;
 export class IdAllocator {
   private next = 0;
   private last = -1;
+  /** Newest id handed out (0 before any: sequencer ids start at 1). */
+  private issued = 0;
   private spare: IdBlock | null = null;
   private leasing: Promise<void> | null = null;
+  /** Blocks leased but never used (out of order or superseded by a renew), for tests and metrics. */
+  dropped = 0;
 
   /** @param refillBelow lease the next block in the background once fewer ids than this remain */
   constructor(
@@ -29,16 +41,32 @@ export class IdAllocator {
   }
 
   /**
-   * Discards the current and spare blocks and leases a fresh one: every id
-   * handed out after this resolves is greater than any id leased before it
-   * was called. @throws the lease error (sequencer unreachable)
+   * Leases a fresh block: every id handed out after this resolves is at least
+   * that block's first id, hence greater than any id leased before renew was
+   * called. The rest of the current block is dropped unless it already lies
+   * above the new block (a block leased later still). Ids handed out while
+   * the lease is in flight come from the old block.
+   * @throws the lease error (sequencer unreachable)
    */
   async renew(): Promise<void> {
-    if (this.leasing) await this.leasing.catch(() => undefined);
-    this.spare = null;
     const b = await this.lease();
+    if (b.first <= this.issued) {
+      // Ids above b were handed out already (a later block answered first): every next id is above b too.
+      this.dropped++;
+      return;
+    }
+    if (this.next <= this.last && this.next > b.last) {
+      // The current block was leased after b (answers out of order) and is still in use: keep it.
+      this.dropped++;
+      return;
+    }
+    if (this.next <= this.last) this.dropped++;
     this.next = b.first;
     this.last = b.last;
+    if (this.spare && this.spare.first < b.first) {
+      this.spare = null;
+      this.dropped++;
+    }
   }
 
   /**
@@ -48,15 +76,18 @@ export class IdAllocator {
    */
   take(): number | null {
     if (this.next > this.last) {
-      if (!this.spare) {
+      const s = this.spare;
+      this.spare = null;
+      if (!s || s.first <= this.issued) {
+        if (s) this.dropped++;
         this.refill();
         return null;
       }
-      this.next = this.spare.first;
-      this.last = this.spare.last;
-      this.spare = null;
+      this.next = s.first;
+      this.last = s.last;
     }
     const id = this.next++;
+    this.issued = id;
     if (this.last - this.next + 1 < this.refillBelow) this.refill();
     return id;
   }
@@ -71,7 +102,9 @@ export class IdAllocator {
     if (this.leasing || this.spare) return;
     this.leasing = this.lease()
       .then((b) => {
-        this.spare = b;
+        // A block below what is in use (a renew's block answered later but was leased later) is useless.
+        if (b.first > Math.max(this.issued, this.last)) this.spare = b;
+        else this.dropped++;
       })
       .finally(() => {
         this.leasing = null;
