@@ -252,6 +252,36 @@ export const schema = {
       doc: 'Event ids per leased block; a shard leases a new block on every acquire and when its block runs out.',
     }),
   },
+  eventLog: {
+    retentionMs: int({
+      env: 'EVENT_LOG_RETENTION_MS',
+      default: 900_000,
+      min: 1_000,
+      unit: 'ms',
+      doc: 'How long logged events (batches) are kept for resuming clients; older ones are pruned and a resume from before them gets a resync frame.',
+    }),
+    pruneIntervalMs: int({
+      env: 'EVENT_LOG_PRUNE_INTERVAL_MS',
+      default: 10_000,
+      min: 100,
+      unit: 'ms',
+      doc: 'How often the sequencer service runs a pruning pass over the event log.',
+    }),
+    pruneBatch: int({
+      env: 'EVENT_LOG_PRUNE_BATCH',
+      default: 5_000,
+      min: 1,
+      unit: 'count',
+      doc: 'Rows one pruning pass deletes at most (one statement); a pass that hits it counts the limit and the next pass continues.',
+    }),
+    resumeMaxEvents: int({
+      env: 'EVENT_LOG_RESUME_MAX_EVENTS',
+      default: 1_000,
+      min: 1,
+      unit: 'count',
+      doc: 'Events a gateway replays to one reconnecting game client; a client further behind gets a resync frame instead.',
+    }),
+  },
   standalone: {
     tenantSecret: str({
       env: 'STANDALONE_TENANT_SECRET',

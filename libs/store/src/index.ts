@@ -4,3 +4,4 @@ export * from './tenants.ts';
 export * from './channels.ts';
 export * from './sequencer.ts';
 export * from './rounds.ts';
+export * from './events.ts';

@@ -9,6 +9,7 @@ import { TenantRepository } from './tenants.ts';
 import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
 import { RoundRepository } from './rounds.ts';
+import { EventLogRepository } from './events.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
 
@@ -35,6 +36,8 @@ export interface Store {
   readonly channels: ChannelRepository;
   readonly sequencer: SequencerRepository;
   readonly rounds: RoundRepository;
+  /** The event log (resume of game connections, retention). */
+  readonly events: EventLogRepository;
   /** Closes the pool (or PGlite). Safe to call twice. */
   close(): Promise<void>;
 }
@@ -93,6 +96,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     channels: new ChannelRepository(db),
     sequencer: new SequencerRepository(db),
     rounds: new RoundRepository(db),
+    events: new EventLogRepository(db),
     close: () => db.close(),
   };
 }

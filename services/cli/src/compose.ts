@@ -80,7 +80,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
       if (config.standalone.demo) await store.channels.ensure(DEMO_CHANNEL, DEV_TENANT_ID);
     }
     if (names.includes('sequencer')) {
-      parts.sequencer = new SequencerService({ bus, subjects, store, telemetry });
+      parts.sequencer = new SequencerService({ bus, subjects, store, telemetry, eventLog: config.eventLog });
       await parts.sequencer.start();
     }
     // One ledger per process: the shard's stakes and trades and the gateway's grants share its group commits.

@@ -82,7 +82,11 @@ interface Owned {
   roundsDirty: boolean;
 }
 
+/** A tick's batches for external games, logged then published (publishBatches). */
+type Outbox = Array<{ o: Owned; ev: number; text: string }>;
+
 interface EngineMetrics {
+  logWrites: Counter;
   intents: Counter;
   actAckMs: Histogram;
   batchLagMs: Histogram;
@@ -132,6 +136,10 @@ export class Shard {
       actAckMs: mx.latencyMs('crowdplay_act_ack_ms', 'Gateway receipt of an intent → its act ack published by the shard, ms'),
       batchLagMs: mx.latencyMs('crowdplay_batch_lag_ms', 'Gateway receipt of an intent → the batch carrying it closed, ms'),
       batches: mx.counter('crowdplay_batches_total', 'Batches closed (non-empty ticks)'),
+      logWrites: mx.counter(
+        'crowdplay_event_log_writes_total',
+        'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), gap (published, floor raised), gap_unmarked (published, floor not raised)',
+      ),
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
       updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
       snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
@@ -484,6 +492,7 @@ export class Shard {
   private async tick(): Promise<void> {
     if (this.ticking) return;
     this.ticking = true;
+    const outbox: Outbox = [];
     try {
       for (const o of [...this.owned.values()]) {
         if (o.game?.botIntents) {
@@ -511,9 +520,10 @@ export class Shard {
         const batch = o.rt.closeTick(ev, now);
         this.pendingIntents -= pending;
         if (!batch) continue;
-        this.deliverBatch(o, batch, now);
+        this.deliverBatch(o, batch, now, outbox);
         this.scheduleUpdate(o);
       }
+      await this.publishBatches(outbox);
     } catch (err) {
       this.deps.telemetry.logger.error({ err }, 'tick failed');
     } finally {
@@ -544,14 +554,54 @@ export class Shard {
     }
   }
 
-  private deliverBatch(o: Owned, batch: Batch, now: number): void {
+  private deliverBatch(o: Owned, batch: Batch, now: number, outbox: Outbox): void {
     this.m.batches.add(1);
     for (const a of Object.values(batch.actions)) for (const it of a.intents) this.m.batchLagMs.record(Math.max(0, now - it.at));
     if (o.game) {
       const state = o.game.onBatch(batch);
       if (state) o.rt.setGameState(state, batch.ev, now);
     } else {
-      this.deps.bus.publish(this.deps.subjects.channelGame(o.rt.id), encodeJson(batch));
+      outbox.push({ o, ev: batch.ev, text: JSON.stringify(batch) });
+    }
+  }
+
+  /**
+   * Logs a tick's batches in the event log (one statement), then publishes
+   * them on `ch.<C>.game`: a batch a game received is in the log, so a game
+   * that reconnects gets it again (gateway resume). A channel whose epoch is
+   * stale (it moved) publishes nothing and is dropped. Any other log failure
+   * publishes anyway and raises the channel's floor (a resume from before it
+   * resyncs); if that fails too the gap goes unreported (counted: outcome gap_unmarked).
+   */
+  private async publishBatches(outbox: Outbox): Promise<void> {
+    if (outbox.length === 0) return;
+    const { store, bus, subjects, telemetry } = this.deps;
+    try {
+      await store.events.append(outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text })));
+      this.m.logWrites.add(outbox.length, { outcome: 'ok' });
+      for (const b of outbox) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
+      return;
+    } catch (err) {
+      if (outbox.length > 1) {
+        // Find the channel(s) at fault: one statement each.
+        for (const b of outbox) await this.publishBatches([b]);
+        return;
+      }
+      const b = outbox[0]!;
+      if (isCrowdplayError(err, 'CP_ERR_CHANNEL_STALE_EPOCH')) {
+        this.m.logWrites.add(1, { outcome: 'stale_epoch' });
+        telemetry.logger.warn({ channel: b.o.rt.id, epoch: b.o.epoch }, 'event log refused: stale epoch, dropping channel');
+        if (this.owned.get(b.o.rt.id) === b.o) this.stopServing(b.o);
+        return;
+      }
+      telemetry.logger.error({ err, channel: b.o.rt.id }, 'event log write failed; publishing with a floor');
+      try {
+        await store.events.raiseFloor(b.o.rt.id, b.ev);
+        this.m.logWrites.add(1, { outcome: 'gap' });
+      } catch {
+        this.m.logWrites.add(1, { outcome: 'gap_unmarked' });
+      }
+      bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
     }
   }
 

@@ -148,11 +148,18 @@ describe('crowd-engine', () => {
     assert.ok(u.ev > lastEv, `ids rise across the move (${u.ev} > ${lastEv})`);
   });
 
-  it('fencing - a shard whose epoch is stale cannot snapshot and stops serving the channel', async () => {
+  it('fencing - a shard whose epoch is stale cannot log, publish or snapshot and stops serving the channel', async () => {
     // Another owner takes the channel behind the router's back (a cluster move).
     const newEpoch = await h.store.channels.acquire('room', 's2');
+    const batchesBefore = h.batches.length;
     h.send('room', [{ action: 'cheer', seq: 6000 }]);
-    await h.waitFor(() => h.updates.find((x) => x.channel === 'room' && x.tally.cheer?._ === 11));
+    // The tick's batch is refused by the event log (fenced like every durable write): not published, channel dropped.
+    await h.waitFor(() => !h.shard.channels.includes('room'));
+    assert.equal(
+      h.batches.filter((b) => b.channel === 'room').length,
+      h.batches.slice(0, batchesBefore).filter((b) => b.channel === 'room').length,
+    );
+    assert.match(await h.telemetry.metrics.prometheusText(), /crowdplay_event_log_writes_total\{outcome="stale_epoch"[^}]*\} 1/);
     await h.shard.release('room');
     const row = await h.store.channels.get('room');
     assert.deepEqual([row?.epoch, row?.owner], [newEpoch, 's2'], 'the stale owner changed nothing');
@@ -160,7 +167,7 @@ describe('crowd-engine', () => {
     assert.equal(
       (snap?.state as { tally: { cheer: { _: number } } }).tally.cheer._,
       9,
-      'still the snapshot written at the last release: the stale one (11) was refused',
+      'still the snapshot written at the last release: the stale owner wrote nothing',
     );
   });
 });

@@ -3,6 +3,12 @@
  * (`subjects.sequencerLease()`, queue group `sequencer`). The high-water mark
  * is raised in Postgres (committed) before a block is handed out, so no
  * restart of any process reuses an id.
+ *
+ * It also prunes the event log (channel_events): every EVENT_LOG_PRUNE_INTERVAL_MS
+ * one pass deletes at most EVENT_LOG_PRUNE_BATCH of the events older than
+ * EVENT_LOG_RETENTION_MS (one statement that also raises the channels' floors).
+ * Passes never overlap; with several sequencers each prunes (deletes are
+ * idempotent, the statement's row locks keep them apart).
  */
 import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import type { Store } from '@crowdplay/store';
@@ -17,15 +23,73 @@ export type LeaseReply = { ok: true; first: number; last: number } | { ok: false
 /** Largest block one request may take (a sanity bound on a bad request). */
 export const MAX_LEASE_SIZE = 1_000_000;
 
+/** Event log retention (libs/config `eventLog`). */
+export interface EventLogRetention {
+  /** EVENT_LOG_RETENTION_MS: events older than this are pruned, ms. */
+  retentionMs: number;
+  /** EVENT_LOG_PRUNE_INTERVAL_MS: between passes, ms. */
+  pruneIntervalMs: number;
+  /** EVENT_LOG_PRUNE_BATCH: rows one pass deletes at most. */
+  pruneBatch: number;
+}
+
+export interface SequencerDeps {
+  bus: Bus;
+  subjects: Subjects;
+  store: Store;
+  telemetry: Telemetry;
+  /** When given, the event log is pruned on a timer (`pruneOnce` works either way). */
+  eventLog?: EventLogRetention;
+  /** Clock, ms since epoch (tests). */
+  now?: () => number;
+}
+
 export class SequencerService {
   private sub: Subscription | null = null;
   private chain: Promise<void> = Promise.resolve();
+  private pruneTimer: NodeJS.Timeout | null = null;
+  private pruning: Promise<number> | null = null;
+  private readonly pruned: (n: number, outcome: string) => void;
 
-  constructor(private readonly deps: { bus: Bus; subjects: Subjects; store: Store; telemetry: Telemetry }) {
-    const leases = deps.telemetry.metrics.counter('crowdplay_sequencer_leases_total', 'Blocks of event ids leased, by outcome');
+  constructor(private readonly deps: SequencerDeps) {
+    const mx = deps.telemetry.metrics;
+    const leases = mx.counter('crowdplay_sequencer_leases_total', 'Blocks of event ids leased, by outcome');
     this.count = (outcome) => leases.add(1, { outcome });
+    const pruned = mx.counter('crowdplay_event_log_pruned_total', 'Events deleted from the event log past EVENT_LOG_RETENTION_MS');
+    const passes = mx.counter(
+      'crowdplay_event_log_prune_passes_total',
+      'Event log pruning passes, by outcome: done, limited (EVENT_LOG_PRUNE_BATCH rows deleted: more were due), error',
+    );
+    this.pruned = (n, outcome) => {
+      if (n > 0) pruned.add(n);
+      passes.add(1, { outcome });
+    };
   }
   private readonly count: (outcome: string) => void;
+
+  /**
+   * One pruning pass (skipped while one runs: resolves with that one's count):
+   * deletes at most `pruneBatch` events older than `retentionMs`.
+   * @returns events deleted
+   * @throws the store error (also counted as outcome error)
+   */
+  pruneOnce(retention: EventLogRetention | undefined = this.deps.eventLog): Promise<number> {
+    if (!retention) return Promise.resolve(0);
+    this.pruning ??= (async () => {
+      try {
+        const now = (this.deps.now ?? Date.now)();
+        const n = await this.deps.store.events.prune(new Date(now - retention.retentionMs), retention.pruneBatch);
+        this.pruned(n, n >= retention.pruneBatch ? 'limited' : 'done');
+        return n;
+      } catch (err) {
+        this.pruned(0, 'error');
+        throw err;
+      } finally {
+        this.pruning = null;
+      }
+    })();
+    return this.pruning;
+  }
 
   /** Starts answering lease requests. */
   async start(): Promise<void> {
@@ -57,13 +121,23 @@ export class SequencerService {
       },
       { queue: 'sequencer' },
     );
+    const retention = this.deps.eventLog;
+    if (retention) {
+      this.pruneTimer = setInterval(() => {
+        this.pruneOnce().catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'event log pruning failed'));
+      }, retention.pruneIntervalMs);
+      this.pruneTimer.unref();
+    }
     await bus.flush();
   }
 
   /** Stops answering (in-flight leases finish). Safe to call twice. */
   async close(): Promise<void> {
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
+    this.pruneTimer = null;
     this.sub?.unsubscribe();
     this.sub = null;
+    await this.pruning?.catch(() => undefined);
     await this.chain;
   }
 }

@@ -1,0 +1,114 @@
+import type { Db } from './db.ts';
+
+/** One event as the owner of its channel logs it. */
+export interface LoggedEvent {
+  channel: string;
+  eventId: number;
+  /** The channel's epoch the event was made at (fenced: a stale epoch is refused). */
+  epoch: number;
+  /** What the body is, `[a-z]{1,16}` (e.g. 'batch'). */
+  kind: string;
+  /** The frame exactly as published (JSON text). */
+  body: string;
+}
+
+/** What the log holds for a resume: the floor and the events after the resume point. */
+export interface EventsSince {
+  /** Events of the channel with ids <= floor may be missing (pruned, or a log write failed); 0 when none is. */
+  floor: number;
+  /** Events with ids > the resume point, oldest first, at most `limit`. */
+  events: Array<{ eventId: number; kind: string; body: string }>;
+  /** True when more than `limit` events follow the resume point. */
+  more: boolean;
+}
+
+/**
+ * The event log (table channel_events, migrations/…_event_log.sql): the
+ * events a game connection receives, kept EVENT_LOG_RETENTION_MS so a client
+ * that reconnects with its last event id gets what it missed.
+ */
+export class EventLogRepository {
+  constructor(private readonly db: Db) {}
+
+  /**
+   * Appends events in one statement (one transaction). A re-sent event (same
+   * channel and id) is ignored.
+   * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH when any event's epoch is
+   *   not its channel's current one (nothing is written); the pg error otherwise
+   */
+  async append(events: readonly LoggedEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    await this.db.query(
+      `INSERT INTO channel_events (channel_id, event_id, epoch, kind, body)
+       SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
+       ON CONFLICT (channel_id, event_id) DO NOTHING`,
+      [
+        events.map((e) => e.channel),
+        events.map((e) => e.eventId),
+        events.map((e) => e.epoch),
+        events.map((e) => e.kind),
+        events.map((e) => e.body),
+      ],
+    );
+  }
+
+  /**
+   * The events of `channel` after `afterEventId`, oldest first (index scan on
+   * the primary key), at most `limit`, and the channel's floor.
+   * @throws RangeError for a limit that is not a positive integer
+   */
+  async since(channel: string, afterEventId: number, limit: number): Promise<EventsSince> {
+    if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`limit must be a positive integer, got ${limit}`);
+    const floor = await this.floor(channel);
+    const { rows } = await this.db.query<{ event_id: string; kind: string; body: string }>(
+      'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
+      [channel, afterEventId, limit + 1],
+    );
+    const more = rows.length > limit;
+    return { floor, events: rows.slice(0, limit).map((r) => ({ eventId: Number(r.event_id), kind: r.kind, body: r.body })), more };
+  }
+
+  /** The channel's floor (0 for an unknown channel): a resume from below it cannot be served from the log. */
+  async floor(channel: string): Promise<number> {
+    const { rows } = await this.db.query<{ events_floor: string }>('SELECT events_floor FROM channels WHERE id = $1', [channel]);
+    return rows[0] ? Number(rows[0].events_floor) : 0;
+  }
+
+  /**
+   * Marks events up to `eventId` as possibly missing (a log write failed, so
+   * a resume from below must resync). Only ever raises the floor; not fenced
+   * (raising it is always safe).
+   */
+  async raiseFloor(channel: string, eventId: number): Promise<void> {
+    await this.db.query('UPDATE channels SET events_floor = GREATEST(events_floor, $2) WHERE id = $1', [channel, eventId]);
+  }
+
+  /**
+   * One pruning pass: deletes at most `maxRows` of the oldest events logged
+   * before `before` and raises each touched channel's floor to the newest id
+   * it deleted, in one statement (so a resume never sees a hole without the
+   * floor that reports it).
+   * @returns rows deleted (equal to maxRows: more may be due)
+   * @throws RangeError for a maxRows that is not a positive integer
+   */
+  async prune(before: Date, maxRows: number): Promise<number> {
+    if (!Number.isSafeInteger(maxRows) || maxRows < 1) throw new RangeError(`maxRows must be a positive integer, got ${maxRows}`);
+    const { rows } = await this.db.query<{ deleted: string }>(
+      `WITH victims AS (
+         SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2
+       ), del AS (
+         DELETE FROM channel_events e USING victims v
+         WHERE e.channel_id = v.channel_id AND e.event_id = v.event_id
+         RETURNING e.channel_id, e.event_id
+       ), floors AS (
+         UPDATE channels c SET events_floor = GREATEST(c.events_floor, m.mx)
+         FROM (SELECT channel_id, max(event_id) AS mx FROM del GROUP BY channel_id) m
+         WHERE c.id = m.channel_id
+         RETURNING 1
+       )
+       SELECT (SELECT count(*) FROM del) AS deleted, (SELECT count(*) FROM floors) AS channels`,
+      [before, maxRows],
+    );
+    return Number(rows[0]?.deleted ?? 0);
+  }
+}

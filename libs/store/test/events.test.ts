@@ -1,0 +1,74 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { isCrowdplayError } from '@crowdplay/protocol';
+import { testSchema, type TestSchema } from '@crowdplay/testing';
+import { openStore, type Store } from '../src/index.ts';
+
+describe('event log (Postgres)', () => {
+  let schema: TestSchema;
+  let store: Store;
+  before(async () => {
+    schema = await testSchema();
+    store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 2 });
+    await store.tenants.create('acme', 'Acme');
+    await store.channels.ensure('room', 'acme');
+    await store.channels.ensure('hall', 'acme');
+  });
+  after(async () => {
+    await store?.close();
+    await schema?.drop();
+  });
+
+  it('append and since - events after the resume point, oldest first, with the limit and the floor', async () => {
+    const epoch = await store.channels.acquire('room', 's1');
+    await store.events.append([10, 20, 30, 40].map((ev) => ({ channel: 'room', eventId: ev, epoch, kind: 'batch', body: `{"ev":${ev}}` })));
+    await store.events.append([{ channel: 'room', eventId: 20, epoch, kind: 'batch', body: 'replayed' }]); // ignored
+    const s = await store.events.since('room', 15, 2);
+    assert.deepEqual(
+      s.events.map((e) => [e.eventId, e.body]),
+      [
+        [20, '{"ev":20}'],
+        [30, '{"ev":30}'],
+      ],
+    );
+    assert.equal(s.more, true);
+    assert.equal(s.floor, 0);
+    assert.deepEqual((await store.events.since('room', 40, 5)).events, []);
+    await assert.rejects(store.events.since('room', 0, 0), RangeError);
+  });
+
+  it('fencing - an append at a stale epoch is refused and writes nothing (of any channel in the statement)', async () => {
+    const old = (await store.channels.get('room'))!.epoch;
+    const hallEpoch = await store.channels.acquire('hall', 's1');
+    await store.channels.acquire('room', 's2');
+    await assert.rejects(
+      store.events.append([
+        { channel: 'hall', eventId: 50, epoch: hallEpoch, kind: 'batch', body: 'h' },
+        { channel: 'room', eventId: 50, epoch: old, kind: 'batch', body: 'stale' },
+      ]),
+      (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'),
+    );
+    assert.deepEqual((await store.events.since('room', 40, 5)).events, []);
+    assert.deepEqual((await store.events.since('hall', 0, 5)).events, []);
+  });
+
+  it('prune - deletes the oldest past the cutoff, at most maxRows per pass, and raises the floors', async () => {
+    const hallEpoch = (await store.channels.get('hall'))!.epoch;
+    await store.events.append([1, 2, 3].map((ev) => ({ channel: 'hall', eventId: ev, epoch: hallEpoch, kind: 'batch', body: 'x' })));
+    await assert.rejects(store.events.prune(new Date(), 0), RangeError);
+    assert.equal(await store.events.prune(new Date(Date.now() - 60_000), 100), 0, 'nothing older than a minute');
+    const cutoff = new Date(Date.now() + 1_000);
+    assert.equal(await store.events.prune(cutoff, 3), 3, 'bounded: 3 of 7');
+    assert.equal(await store.events.prune(cutoff, 100), 4);
+    assert.equal(await store.events.floor('room'), 40);
+    assert.equal(await store.events.floor('hall'), 3);
+    assert.equal(await store.events.floor('nobody'), 0);
+  });
+
+  it('raiseFloor - only ever raises', async () => {
+    await store.events.raiseFloor('hall', 2);
+    assert.equal(await store.events.floor('hall'), 3);
+    await store.events.raiseFloor('hall', 99);
+    assert.equal(await store.events.floor('hall'), 99);
+  });
+});
