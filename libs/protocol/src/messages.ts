@@ -308,7 +308,26 @@ export interface ErrorFrame {
   ref?: string;
 }
 
-export type ServerFrame = Welcome | ActAck | BalanceFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame;
+/**
+ * Sent after the welcome to a client that reconnected with `lastEventId` when
+ * the gateway cannot give it exactly what it missed: the client must drop
+ * what it derived from the events since `from` and resync from the snapshot
+ * that follows (the channel's current `update` frame; a game client also gets
+ * the live batches after it). Reasons: `pruned` (events after `from` are no
+ * longer in the event log: EVENT_LOG_RETENTION_MS, or a log write failed),
+ * `behind` (more than EVENT_LOG_RESUME_MAX_EVENTS missed), `ahead` (`from` is
+ * newer than the channel's state: changes the client saw were lost, e.g. a
+ * shard died before its snapshot), `unavailable` (the log could not be read).
+ */
+export interface ResyncFrame {
+  t: 'resync';
+  channel: string;
+  /** The client's `lastEventId`. */
+  from: number;
+  reason: 'pruned' | 'behind' | 'ahead' | 'unavailable';
+}
+
+export type ServerFrame = Welcome | ActAck | BalanceFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame | ResyncFrame;
 
 // ---------------------------------------------------------------- bus payloads (gateway ↔ shard)
 

@@ -27,6 +27,8 @@ import type {
   RoundOpen,
   RoundSettle,
   RoundView,
+  ChannelUpdate,
+  ResyncFrame,
   Welcome,
 } from '@crowdplay/protocol';
 import { CHANNEL_ID_RE, CloseCode, CrowdplayError, isCrowdplayError, parseInbound } from '@crowdplay/protocol';
@@ -54,8 +56,15 @@ export interface BatchInfo {
 export interface GameEvents {
   /** Every welcome (first connect and each reconnect; the declaration is re-sent right after). */
   welcome: (welcome: Welcome) => void;
-  /** One tick's intents. */
+  /** One tick's intents (after a reconnect: first the missed ones, replayed from the event log). */
   batch: (batch: Batch, info: BatchInfo) => void;
+  /**
+   * The gateway could not replay what was missed since `lastEventId` (frame
+   * `reason`): the `snapshot` event follows with the channel's current state.
+   */
+  resync: (frame: ResyncFrame) => void;
+  /** The channel's current update (tally, game state, rounds), sent after a `resync`. */
+  snapshot: (update: ChannelUpdate) => void;
   /** A round of this channel changed state (locked at its deadline, settled, cancelled, expired). */
   round: (round: RoundView) => void;
   /** A connection state change (see the viewer SDK's ConnectionState). */
@@ -95,6 +104,13 @@ export interface GameClientOptions {
   wsOptions?: WebSocket.ClientOptions;
   /** Path of the WebSocket endpoint under `url`. @defaultValue '/v1/ws' */
   path?: string;
+  /**
+   * Resume point for the first connect (the newest batch `ev` the game
+   * applied); afterwards every reconnect sends the newest batch `ev` seen, and
+   * the gateway replays the batches missed meanwhile from the event log, or
+   * sends a `resync` frame and the channel's snapshot (docs/protocol.md "Resume").
+   */
+  lastEventId?: number;
   /** Uniform [0, 1) source for the backoff jitter (tests). @defaultValue Math.random */
   random?: () => number;
   /**
@@ -146,6 +162,8 @@ export class GameClient extends TypedEmitter<GameEvents> {
   readonly #apiKey: string;
   readonly #channel: string;
   readonly #conn: ReconnectingSocket<WebSocket>;
+  #lastEventId: number | undefined;
+  #resyncing = false;
   #declared: string | null = null;
   #declaredActions: ActionSpec[] | null = null;
   #gameState: string | null = null;
@@ -165,12 +183,15 @@ export class GameClient extends TypedEmitter<GameEvents> {
     if (!(this.#requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
     const url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
     this.#url = url;
+    if (options.lastEventId !== undefined && !(Number.isSafeInteger(options.lastEventId) && options.lastEventId >= 0))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['lastEventId must be a non-negative integer']);
+    this.#lastEventId = options.lastEventId;
     this.#apiKey = options.apiKey;
     this.#channel = options.channel;
     this.#conn = new ReconnectingSocket<WebSocket>(
       {
         ...options, // backoff, autoReconnect, noReconnectCloseCodes, the deadlines, random: same names and meaning
-        url: () => url,
+        url: () => (this.#lastEventId === undefined ? url : `${url}&lastEventId=${this.#lastEventId}`),
         WebSocket,
         wsOptions: { perMessageDeflate: false, ...options.wsOptions },
         terminate: (sock) => sock.terminate(),
@@ -191,6 +212,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
         },
       },
     );
+  }
+
+  /** Newest batch `ev` received (or the `lastEventId` option until one arrives): the resume point of the next reconnect. */
+  get lastEventId(): number | undefined {
+    return this.#lastEventId;
   }
 
   /** Current connection state. */
@@ -433,9 +459,14 @@ export class GameClient extends TypedEmitter<GameEvents> {
           this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['batch without numeric ev / actions object']));
           return;
         }
+        if (this.#lastEventId === undefined || b.ev > this.#lastEventId) this.#lastEventId = b.ev;
         this.emit('batch', b, { receivedAtMs: info.receivedAtMs, bytes: Buffer.byteLength(info.raw, 'utf8') });
         return;
       }
+      case 'resync':
+        this.#resyncing = true;
+        this.emit('resync', msg as ResyncFrame);
+        return;
       case 'result':
         this.#onResult(msg as ResultFrame);
         return;
@@ -449,7 +480,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
         return;
       }
       case 'update':
-        // a game may be sent its channel's viewer updates; it has no use for them here
+        // After a resync: the snapshot. Otherwise a game has no use for its channel's viewer updates.
+        if (this.#resyncing) {
+          this.#resyncing = false;
+          this.emit('snapshot', msg as ChannelUpdate);
+        }
         return;
       default:
         this.emit('error', new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), 'game']));

@@ -24,6 +24,7 @@ import type {
   CrowdSell,
   CrowdStake,
   ErrorFrame,
+  ResyncFrame,
   Welcome,
 } from '@crowdplay/protocol';
 import { CHANNEL_ID_RE, CloseCode, CrowdplayError, MAX_POINTS, NAME_PATTERN } from '@crowdplay/protocol';
@@ -38,6 +39,12 @@ export interface ViewerEvents {
   welcome: (welcome: Welcome) => void;
   /** A channel update (full state); `lastEventId` is already advanced to `update.ev`. */
   update: (update: ChannelUpdate, info: FrameInfo) => void;
+  /**
+   * The gateway could not resume from `lastEventId` (`reason` 'ahead': the
+   * channel's state is older than what this client saw): drop the state and
+   * take the update that follows as the truth. `lastEventId` is reset.
+   */
+  resync: (frame: ResyncFrame) => void;
   /** Every ack (act, stake, buy, sell), just before the matching promise resolves. */
   ack: (ack: ActAck) => void;
   /**
@@ -446,6 +453,11 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
         return;
       case 'balance':
         this.#onBalance(msg as BalanceFrame);
+        return;
+      case 'resync':
+        // The next update replaces the state; it may carry an older ev than the one seen.
+        this.#lastEventId = undefined;
+        this.emit('resync', msg as ResyncFrame);
         return;
       default:
         this.#protoError('CP_ERR_PROTO_UNKNOWN_TYPE', [String(t).slice(0, 32), 'crowd']);

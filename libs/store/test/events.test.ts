@@ -9,7 +9,7 @@ describe('event log (Postgres)', () => {
   let store: Store;
   before(async () => {
     schema = await testSchema();
-    store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 2 });
+    store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 2, pgliteDir: 'memory' });
     await store.tenants.create('acme', 'Acme');
     await store.channels.ensure('room', 'acme');
     await store.channels.ensure('hall', 'acme');

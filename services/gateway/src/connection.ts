@@ -28,8 +28,10 @@ export class Conn {
   viewer = '';
   /** Tenant id, set by auth. */
   tenantId = '';
-  /** Resume point from the query (crowd), if any. */
+  /** Resume point from the query (crowd and game), if any. */
   lastEventId: number | undefined;
+  /** Game resuming: live `ch.<C>.game` messages held while the missed ones are read from the event log. */
+  resumeBuffer: Uint8Array[] | null = null;
   /** Frames received before the welcome, or null once they were replayed. */
   early: EarlyFrame[] | null = [];
   /** Bytes held in `early`. */

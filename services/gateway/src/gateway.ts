@@ -54,6 +54,7 @@ import {
   type ErrorCode,
   type GameInbound,
   type ResultFrame,
+  type ResyncFrame,
   type WalletCredit,
   type Welcome,
 } from '@crowdplay/protocol';
@@ -197,6 +198,16 @@ function parseLastEventId(query: URLSearchParams): number | undefined {
   return n;
 }
 
+/** The `ev` of a batch frame's bytes, undefined for other frames (round frames carry none). */
+function frameEv(data: Uint8Array): number | undefined {
+  try {
+    const f = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8')) as { t?: unknown; ev?: unknown };
+    return f.t === 'batch' && typeof f.ev === 'number' ? f.ev : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function toBuffer(data: RawData): Buffer {
   if (Buffer.isBuffer(data)) return data;
   if (Array.isArray(data)) return Buffer.concat(data);
@@ -211,6 +222,7 @@ class GatewayImpl implements Gateway {
   private readonly bus: Bus;
   private readonly router: RouterApi;
   private readonly telemetry: Telemetry;
+  private readonly store: Store;
   private readonly logger: Logger;
   private readonly subjects: Subjects;
   private readonly metrics: GatewayMetrics;
@@ -248,6 +260,7 @@ class GatewayImpl implements Gateway {
     this.bus = bus;
     this.router = router;
     this.telemetry = telemetry;
+    this.store = store;
     this.id = config.gateway.id;
     this.logger = telemetry.logger.child({ component: 'gateway', gatewayId: this.id });
     this.subjects = makeSubjects(config.bus.subjectPrefix);
@@ -518,6 +531,7 @@ class GatewayImpl implements Gateway {
         conn.tenantId = id.tenantId;
         conn.viewer = id.viewer;
       } else {
+        conn.lastEventId = parseLastEventId(query);
         conn.tenantId = (await this.auth.game(conn.channel, query.get('key'))).tenantId;
         if (conn.state !== 'auth') return;
         if (this.games.has(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_GAME_CONNECTED', [conn.channel]);
@@ -572,6 +586,8 @@ class GatewayImpl implements Gateway {
       // Subscribe before the welcome: nothing can be delivered in between (delivery is asynchronous).
       if (conn.role === 'crowd') this.fanout.join(conn);
       else {
+        // Resuming: live batches wait until the missed ones are replayed (or the resync is sent).
+        if (conn.lastEventId !== undefined) conn.resumeBuffer = [];
         conn.gameSub = this.bus.subscribe(this.subjects.channelGame(conn.channel), (msg) => this.sendToGame(conn, msg.data));
       }
     } catch (err) {
@@ -605,7 +621,7 @@ class GatewayImpl implements Gateway {
       // Before the replay of early frames: a stake sent with the join rides in the same batch, after it.
       this.batcher.join(conn.channel, conn.id, conn.viewer);
       void this.sendInitialUpdate(conn);
-    }
+    } else if (conn.resumeBuffer) void this.resumeGame(conn);
     const early = conn.early ?? [];
     conn.early = null;
     for (const f of early) {
@@ -635,8 +651,65 @@ class GatewayImpl implements Gateway {
       latest = this.fanout.latest(conn.channel);
       if (!latest) return;
     }
-    if (conn.lastEventId !== undefined && !(latest.ev > conn.lastEventId)) return;
+    if (conn.lastEventId !== undefined) {
+      // Updates are full states: the newest one is everything a viewer missed. A viewer ahead of the channel
+      // saw changes that were lost (a shard died before its snapshot): it must replace its state.
+      if (conn.lastEventId > latest.ev) {
+        this.metrics.resumes.add(1, { role: 'crowd', outcome: 'resync_ahead' });
+        this.sendResync(conn, 'ahead');
+      } else {
+        this.metrics.resumes.add(1, { role: 'crowd', outcome: 'current' });
+        if (latest.ev === conn.lastEventId) return;
+      }
+    }
     this.fanout.sendTo(conn, latest.bytes);
+  }
+
+  private sendResync(conn: Conn, reason: ResyncFrame['reason']): void {
+    if (!conn.writable) return;
+    const frame: ResyncFrame = { t: 'resync', channel: conn.channel, from: conn.lastEventId ?? 0, reason };
+    conn.ws.send(JSON.stringify(frame));
+  }
+
+  /**
+   * A game socket that reconnected with `lastEventId`: the batches it missed
+   * from the event log (at most EVENT_LOG_RESUME_MAX_EVENTS), then the live
+   * ones held meanwhile (without those already replayed). When the log cannot
+   * serve it (pruned, too far behind, unreadable): a `resync` frame, the
+   * channel's current update (the snapshot), then the live batches.
+   */
+  private async resumeGame(conn: Conn): Promise<void> {
+    const from = conn.lastEventId ?? 0;
+    let replayedUpTo = from;
+    let reason: ResyncFrame['reason'] | null = null;
+    try {
+      const s = await this.store.events.since(conn.channel, from, this.config.eventLog.resumeMaxEvents);
+      if (from < s.floor) reason = 'pruned';
+      else if (s.more) reason = 'behind';
+      else {
+        for (const e of s.events) {
+          this.sendToGameNow(conn, Buffer.from(e.body, 'utf8'));
+          replayedUpTo = e.eventId;
+        }
+        this.metrics.eventsReplayed.add(s.events.length);
+      }
+    } catch (err) {
+      this.logger.warn({ err, channel: conn.channel }, 'event log read failed; the game resyncs');
+      reason = 'unavailable';
+    }
+    this.metrics.resumes.add(1, { role: 'game', outcome: reason ? `resync_${reason}` : 'replayed' });
+    if (reason) {
+      this.sendResync(conn, reason);
+      const bytes = await this.snapshot(conn.channel).catch(() => undefined);
+      if (bytes) this.sendToGameNow(conn, bytes);
+    }
+    const held = conn.resumeBuffer ?? [];
+    conn.resumeBuffer = null;
+    for (const data of held) {
+      const ev = frameEv(data);
+      if (ev !== undefined && ev <= replayedUpTo) continue;
+      this.sendToGameNow(conn, data);
+    }
   }
 
   private snapshot(channel: string): Promise<Buffer | undefined> {
@@ -849,6 +922,15 @@ class GatewayImpl implements Gateway {
 
   /** Forwards one `ch.<C>.game` message (Batch bytes) to the game socket as a text frame. */
   private sendToGame(conn: Conn, data: Uint8Array): void {
+    if (conn.resumeBuffer) {
+      conn.resumeBuffer.push(data);
+      if (conn.resumeBuffer.length > this.config.eventLog.resumeMaxEvents) this.slowConsumer(conn);
+      return;
+    }
+    this.sendToGameNow(conn, data);
+  }
+
+  private sendToGameNow(conn: Conn, data: Uint8Array): void {
     if (!conn.writable) return;
     if (conn.ws.bufferedAmount > this.config.gateway.maxBufferedBytes) {
       this.slowConsumer(conn);

@@ -22,6 +22,10 @@ export interface GatewayMetrics {
   slowConsumerCloses: Counter;
   /** Upgrade completed → welcome sent (auth, assign), ms, by `role`. */
   connectSetupMs: Histogram;
+  /** Reconnects with `lastEventId`, by `role` and `outcome` (replayed, current, resync_<reason>). */
+  resumes: Counter;
+  /** Logged events replayed to reconnecting game sockets. */
+  eventsReplayed: Counter;
 }
 
 /**
@@ -54,6 +58,11 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
       'crowdplay_connect_setup_ms',
       'WebSocket upgrade completed → welcome sent (auth, tenant and channel look-up, router assign), ms, by role',
     ),
+    resumes: metrics.counter(
+      'crowdplay_resumes_total',
+      'Reconnects with lastEventId, by role and outcome: replayed (game: missed batches from the event log), current (crowd: nothing missed or the newest update), resync_pruned / resync_behind / resync_ahead / resync_unavailable (a resync frame, then a snapshot)',
+    ),
+    eventsReplayed: metrics.counter('crowdplay_events_replayed_total', 'Logged events (batches) replayed to reconnecting game sockets'),
     slowConsumerCloses: metrics.counter(
       'crowdplay_slow_consumer_closes_total',
       'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES',

@@ -188,6 +188,7 @@ export function fakeRouter(assign?: (channel: string) => Promise<Assignment>): R
 export interface HarnessOptions {
   store: Store;
   gateway?: Partial<Config['gateway']>;
+  eventLog?: Partial<Config['eventLog']>;
   mode?: Config['mode'];
   router?: RouterApi;
   /** Channels whose `ch.<C>.ctl` the fake shard answers. */
@@ -224,6 +225,7 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
     http: { host: '127.0.0.1', port: 0 },
     bus: { subjectPrefix: prefix, requestTimeoutMs: 500 },
     gateway: { id: uniqueName('gw'), ...opts.gateway },
+    ...(opts.eventLog ? { eventLog: opts.eventLog } : {}),
   });
   const logs: Array<Record<string, unknown>> = [];
   const logger = pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });

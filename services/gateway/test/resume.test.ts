@@ -1,0 +1,151 @@
+/**
+ * Resume after a reconnect (docs/protocol.md "Resume"): a game socket with
+ * `lastEventId` gets the batches it missed from the event log, once each and
+ * in order, then the live ones; when the log cannot serve it, a `resync`
+ * frame and the snapshot. A viewer ahead of the channel gets a resync too.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { encodeJson } from '@crowdplay/bus';
+import {
+  connected,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  updateFrame,
+  viewerToken,
+  waitUntil,
+  type SuiteStore,
+  type Frame,
+} from './helpers.ts';
+
+let suite: SuiteStore;
+let h: Awaited<ReturnType<typeof startHarness>>;
+let epoch = 0;
+
+function batch(ev: number): { t: 'batch'; channel: string; ev: number; tick: number; closedAt: number; actions: object } {
+  return { t: 'batch', channel: suite.channel, ev, tick: ev, closedAt: Date.now(), actions: {} };
+}
+
+/** What a shard does with a batch: log it, then publish it. */
+async function logAndPublish(ev: number): Promise<void> {
+  const b = batch(ev);
+  await suite.store.events.append([{ channel: suite.channel, eventId: ev, epoch, kind: 'batch', body: JSON.stringify(b) }]);
+  h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(b));
+}
+
+function game(lastEventId?: number): ReturnType<typeof connected> {
+  return connected(h.wsUrl({ role: 'game', channel: suite.channel, key: suite.acme.apiKey, lastEventId }));
+}
+
+const evs = (frames: Frame[]): number[] => frames.filter((f) => f.t === 'batch').map((f) => f.ev as number);
+
+before(async () => {
+  suite = await openSuiteStore();
+  epoch = await suite.store.channels.acquire(suite.channel, 's1');
+  h = await startHarness({ store: suite.store, channels: [suite.channel] });
+  h.shard.snapshots.set(suite.channel, JSON.stringify(updateFrame(suite.channel, 35)));
+  for (const ev of [10, 20, 30]) await logAndPublish(ev);
+});
+after(async () => {
+  await h?.close();
+  await suite?.close();
+});
+
+describe('gateway resume', () => {
+  it('game - the batches missed since lastEventId are replayed once each, in order, then the live ones', async () => {
+    const g = await game(10);
+    await logAndPublish(40); // live while the replay is read: held, then sent once
+    await g.frame((f) => f.t === 'batch' && f.ev === 40, 'batch 40');
+    await new Promise((r) => setTimeout(r, 100));
+    assert.deepEqual(evs(g.frames), [20, 30, 40]);
+    assert.ok(!g.frames.some((f) => f.t === 'resync'));
+    assert.equal(metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' }), 1);
+    await g.close();
+  });
+
+  it('game - after the channel moved to another shard (new epoch) the log still serves the resume', async () => {
+    epoch = await suite.store.channels.acquire(suite.channel, 's2');
+    await logAndPublish(50);
+    const g = await game(30);
+    await g.frame((f) => f.t === 'batch' && f.ev === 50, 'batch 50');
+    assert.deepEqual(evs(g.frames), [40, 50]);
+    await g.close();
+  });
+
+  it('game - without lastEventId nothing is replayed (first connect)', async () => {
+    const g = await game();
+    await new Promise((r) => setTimeout(r, 150));
+    assert.deepEqual(evs(g.frames), []);
+    await g.close();
+  });
+
+  it('game - more missed than EVENT_LOG_RESUME_MAX_EVENTS: resync (behind), the snapshot, then live batches', async () => {
+    const h2 = await startHarness({ store: suite.store, channels: [suite.channel], eventLog: { resumeMaxEvents: 1 } });
+    h2.shard.snapshots.set(suite.channel, JSON.stringify(updateFrame(suite.channel, 35)));
+    try {
+      const g = await connected(h2.wsUrl({ role: 'game', channel: suite.channel, key: suite.acme.apiKey, lastEventId: 10 }));
+      const r = await g.frame((f) => f.t === 'resync', 'resync');
+      assert.deepEqual(r, { t: 'resync', channel: suite.channel, from: 10, reason: 'behind' });
+      const u = await g.frame((f) => f.t === 'update', 'snapshot');
+      assert.equal(u.ev, 35);
+      assert.ok(g.frames.indexOf(r) < g.frames.indexOf(u), 'resync before the snapshot');
+      assert.deepEqual(evs(g.frames), [], 'nothing replayed');
+      h2.bus.publish(h2.subj.channelGame(suite.channel), encodeJson(batch(60)));
+      await g.frame((f) => f.t === 'batch' && f.ev === 60, 'live batch after the snapshot');
+      assert.equal(metricValue(await h2.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'resync_behind' }), 1);
+      await g.close();
+    } finally {
+      await h2.close();
+    }
+  });
+
+  it('game - events pruned past retention: resync (pruned) and the snapshot; a resume from above the floor still replays', async () => {
+    assert.equal(await suite.store.events.prune(new Date(Date.now() + 60_000), 3), 3); // 10, 20, 30 (the oldest)
+    const g = await game(20);
+    assert.deepEqual(await g.frame((f) => f.t === 'resync', 'resync'), { t: 'resync', channel: suite.channel, from: 20, reason: 'pruned' });
+    assert.equal((await g.frame((f) => f.t === 'update', 'snapshot')).ev, 35);
+    await g.close();
+    const g2 = await game(30);
+    await g2.frame((f) => f.t === 'batch' && f.ev === 50, 'batch 50');
+    assert.deepEqual(evs(g2.frames), [40, 50]);
+    assert.ok(!g2.frames.some((f) => f.t === 'resync'));
+    await g2.close();
+    const text = await h.metricsText();
+    assert.equal(metricValue(text, 'crowdplay_resumes_total', { role: 'game', outcome: 'resync_pruned' }), 1);
+  });
+
+  it('game - a bad lastEventId is refused with 4400 and nothing is sent', async () => {
+    const { Client } = await import('./helpers.ts');
+    const c = new Client(h.wsUrl({ role: 'game', channel: suite.channel, key: suite.acme.apiKey, lastEventId: 'x1' }));
+    const closed = await c.closed;
+    assert.equal(closed.code, 4400);
+    assert.deepEqual(
+      c.frames.map((f) => f.t),
+      ['error'],
+    );
+  });
+
+  it('crowd - a viewer ahead of the channel (changes it saw were lost) gets resync (ahead) then the update; others no resync', async () => {
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'ahead' });
+    const ahead = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, lastEventId: 1000 }));
+    assert.deepEqual(await ahead.frame((f) => f.t === 'resync', 'resync'), {
+      t: 'resync',
+      channel: suite.channel,
+      from: 1000,
+      reason: 'ahead',
+    });
+    assert.equal((await ahead.frame((f) => f.t === 'update', 'update')).ev, 35);
+    const behind = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, lastEventId: 20 }));
+    assert.equal((await behind.frame((f) => f.t === 'update', 'update')).ev, 35);
+    const current = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, lastEventId: 35 }));
+    await waitUntil(
+      async () => metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'crowd' }) === 3,
+      'three crowd resumes',
+    );
+    await new Promise((r) => setTimeout(r, 100));
+    assert.ok(!behind.frames.some((f) => f.t === 'resync') && !current.frames.some((f) => f.t === 'resync'));
+    assert.ok(!current.frames.some((f) => f.t === 'update'), 'nothing missed: no update');
+    for (const c of [ahead, behind, current]) await c.close();
+  });
+});
