@@ -32,7 +32,10 @@
  *
  * ## Recovery (on acquire)
  *
- * Rows not `paid`: 'open' (book never written) → cancelled, refunds from the
+ * Rows not `paid`: 'open' with a handed-off book (handoff(): the previous
+ * owner moved the channel) → resumes open once the ledger's transfer ids of
+ * the round are exactly the book's; 'open' otherwise (a crash: book never
+ * written, or a book the ledger disagrees with) → cancelled, refunds from the
  * ledger; 'locked' → resumes (the game may settle it; expiry applies);
  * 'settled' → payouts sent again from the book; 'cancelled' → refunds sent again.
  */
