@@ -532,6 +532,22 @@ export class Ledger {
   }
 
   /**
+   * Ids of the round's committed transfers of these kinds (uses
+   * transfers_round_idx), sorted: what a shard that takes over an open round
+   * checks its handed-off book against.
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed tenant or round id)
+   */
+  async roundTransferIds(tenantId: string, roundId: string, kinds: readonly string[]): Promise<string[]> {
+    if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
+    if (typeof roundId !== 'string' || !TRANSFER_ID_RE.test(roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
+    const { rows } = await this.db.query<{ id: string }>(
+      'SELECT id FROM transfers WHERE round_id = $2 AND tenant_id = $1 AND kind = ANY($3::text[]) ORDER BY id',
+      [tenantId, roundId, kinds],
+    );
+    return rows.map((r) => r.id);
+  }
+
+  /**
    * Creates the account if it does not exist (balance 0).
    * @returns its id
    * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed ref), CP_ERR_TENANT_UNKNOWN

@@ -213,6 +213,22 @@ export interface MarketSnapshot {
   readonly tradeIds: number;
 }
 
+/**
+ * What an open market needs to continue exactly in another process
+ * ({@link Market.handoff} / {@link Market.restore}): its recorded trades in
+ * the order they were made, and the reference point of its cached weights.
+ * q, every position, charged / proceeds and the maker account are integer
+ * sums of the trades, and each weight is exp((q_j − ref)/b) computed from q
+ * and ref alone, so the restored market prices the next trade bit for bit as
+ * this one would have. Plain JSON.
+ */
+export interface MarketHandoff {
+  readonly v: 1;
+  /** The weights' reference point (an integer: a past max of q). */
+  readonly ref: number;
+  readonly trades: readonly TradeResult[];
+}
+
 /** Options of {@link Market}. */
 export interface MarketOptions {
   /** Liquidity parameter b (shares), in [1e-6, 1e12]; the maker risks at most b·ln n. */
@@ -380,6 +396,62 @@ export class Market {
       viewers,
       tradeIds: this.#trades.size,
     };
+  }
+
+  /**
+   * The state an open market continues from in another process (see
+   * {@link MarketHandoff}). Only while open.
+   * @throws CrowdplayError `CP_ERR_MARKET_CLOSED` when locked, settled or cancelled
+   */
+  handoff(): MarketHandoff {
+    if (this.#state !== 'open') throw new CrowdplayError('CP_ERR_MARKET_CLOSED', [this.#state]);
+    return { v: 1, ref: this.#ref, trades: [...this.#trades.values()].map((t) => ({ ...t })) };
+  }
+
+  /**
+   * An open market rebuilt from {@link Market.handoff}'s output: same q,
+   * positions, maker account, trade ids (a trade sent again is a replay) and
+   * prices. The wallet is not touched (the trades' points moved when they
+   * were made).
+   * @throws CrowdplayError `CP_ERR_MARKET_INVALID_BOOK` for a state that is
+   *   not one a market of these options can be in (nothing is built)
+   */
+  static restore(options: MarketOptions, state: MarketHandoff): Market {
+    const m = new Market(options);
+    const bad = (why: string): never => {
+      throw new CrowdplayError('CP_ERR_MARKET_INVALID_BOOK', [`handoff: ${why}`]);
+    };
+    if (state?.v !== 1 || !Array.isArray(state.trades) || !Number.isSafeInteger(state.ref) || state.ref < 0) bad('not a v1 handoff');
+    for (const t of state.trades) {
+      if (typeof t !== 'object' || t === null || m.#trades.has(t.id)) bad('a trade is malformed or repeated');
+      checkId(t.id);
+      checkViewer(t.viewer);
+      if (!Number.isInteger(t.outcome) || t.outcome < 0 || t.outcome >= m.outcomes) bad(`trade ${t.id}: outcome out of range`);
+      if (!Number.isSafeInteger(t.shares) || t.shares < 1 || !Number.isSafeInteger(t.points) || t.points < 0) bad(`trade ${t.id}: amounts`);
+      let book = m.#books.get(t.viewer);
+      if (book === undefined) {
+        book = { shares: new Float64Array(m.outcomes), charged: 0, proceeds: 0 };
+        m.#books.set(t.viewer, book);
+      }
+      const o = t.outcome;
+      if (t.kind === 'sell') {
+        if (book.shares[o]! < t.shares) bad(`trade ${t.id}: sells shares not held`);
+        book.shares[o] = book.shares[o]! - t.shares;
+        m.#q[o] = m.#q[o]! - t.shares;
+        book.proceeds += t.points;
+        m.#maker -= t.points;
+      } else if (t.kind === 'buy' || t.kind === 'budget') {
+        book.shares[o] = book.shares[o]! + t.shares;
+        m.#q[o] = m.#q[o]! + t.shares;
+        if (m.#q[o]! > MAX_QUANTITY) bad(`trade ${t.id}: q over ${MAX_QUANTITY}`);
+        book.charged += t.points;
+        m.#maker += t.points;
+      } else bad(`trade ${t.id}: unknown kind`);
+      m.#trades.set(t.id, Object.freeze({ ...t }));
+    }
+    m.#ref = state.ref;
+    for (let j = 0; j < m.outcomes; j++) m.#w[j] = Math.exp((m.#q[j]! - m.#ref) / m.b);
+    return m;
   }
 
   /** The trade recorded under `id`, if any. */

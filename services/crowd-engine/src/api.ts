@@ -53,7 +53,14 @@ export type ChannelCtlReply =
 export type ShardCtlRequest =
   /** Take ownership of `channel` at `epoch` (already written to Postgres by the router). */
   | { op: 'acquire'; channel: string; epoch: number }
-  /** Snapshot and stop serving `channel`. */
-  | { op: 'release'; channel: string };
+  /**
+   * Snapshot and stop serving `channel`. With `handoff` (a move: the router's
+   * `move`), every open round's live book is written first and the channel's
+   * subjects stay subscribed, refusing with CP_ERR_CHANNEL_UNAVAILABLE
+   * (retryable), until `forget`.
+   */
+  | { op: 'release'; channel: string; handoff?: boolean }
+  /** The move of a handed-off `channel` finished (its new owner serves it): drop its subscriptions. */
+  | { op: 'forget'; channel: string };
 
 export type ShardCtlReply = { ok: true; channels: number } | { ok: false; code: ErrorCode; message: string };

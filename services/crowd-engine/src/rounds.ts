@@ -32,7 +32,10 @@
  *
  * ## Recovery (on acquire)
  *
- * Rows not `paid`: 'open' (book never written) → cancelled, refunds from the
+ * Rows not `paid`: 'open' with a handed-off book (handoff(): the previous
+ * owner moved the channel) → resumes open once the ledger's transfer ids of
+ * the round are exactly the book's; 'open' otherwise (a crash: book never
+ * written, or a book the ledger disagrees with) → cancelled, refunds from the
  * ledger; 'locked' → resumes (the game may settle it; expiry applies);
  * 'settled' → payouts sent again from the book; 'cancelled' → refunds sent again.
  */
@@ -41,7 +44,7 @@ import type { Counter, Histogram } from '@opentelemetry/api';
 import type { Config } from '@crowdplay/config';
 import type { Ledger, TransferRequest, TransferResult } from '@crowdplay/ledger';
 import { TransferKinds, settlePool } from '@crowdplay/ledger';
-import { Market, prices as lmsrPrices, type TradeResult, type Wallet } from '@crowdplay/lmsr';
+import { Market, prices as lmsrPrices, type MarketHandoff, type TradeResult, type Wallet } from '@crowdplay/lmsr';
 import {
   CrowdplayError,
   isCrowdplayError,
@@ -56,10 +59,28 @@ import type { RoundRow, RoundState, Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { WalletMirror } from './wallets.ts';
 
-/** The final book written to the round's row when it locks. */
+/**
+ * The book written to the round's row: the final one when it locks, or the
+ * live one of an open round handed off to the channel's next owner
+ * (`handoff` set; a market's trades in `market`, a stake's `h` = hash of
+ * viewer and key, so both continue with their idempotency ids).
+ */
 export type RoundBook =
-  | { v: 1; kind: 'pool'; stakes: Array<[viewer: string, outcome: number, points: number]> }
-  | { v: 1; kind: 'market'; q: number[]; positions: Array<[viewer: string, shares: number[]]> };
+  | { v: 1; kind: 'pool'; stakes: Array<[viewer: string, outcome: number, points: number, h?: string]>; handoff?: HandoffMark }
+  | {
+      v: 1;
+      kind: 'market';
+      q: number[];
+      positions: Array<[viewer: string, shares: number[]]>;
+      handoff?: HandoffMark;
+      market?: MarketHandoff;
+    };
+
+/** When and at which epoch an open round's live book was handed off (ms since epoch). */
+export interface HandoffMark {
+  epoch: number;
+  atMs: number;
+}
 
 /** What the game (or the built-in game) asks of a channel's rounds. */
 export interface OpenRoundRequest {
@@ -85,7 +106,7 @@ export function roundMetrics(telemetry: Telemetry): RoundMetrics {
   return {
     roundEvents: m.counter(
       'crowdplay_round_events_total',
-      'Round transitions by kind and event (opened, locked, settled, cancelled, expired, recovered)',
+      'Round transitions by kind and event (opened, locked, settled, cancelled, expired, recovered, drained, handed_off, resumed: an open round taken over with its book, handoff_mismatch: a handed-off book the ledger disagrees with, refunded)',
     ),
     trades: m.counter('crowdplay_trades_total', 'Stakes and trades by kind (stake, buy, sell) and outcome (accepted, refused) and reason'),
     tradeAckMs: m.latencyMs('crowdplay_trade_ack_ms', 'Gateway receipt of a stake or trade → its ack after the ledger commit, ms'),
@@ -104,7 +125,8 @@ interface PoolStakeRec {
   viewer: string;
   outcome: number;
   points: number;
-  key: string;
+  /** hashOf(viewer, key): the stake's idempotency id ('' in a locked book written before handoffs existed). */
+  h: string;
   void: boolean;
 }
 
@@ -120,6 +142,7 @@ class Round {
   paid: boolean;
   readonly outcomeIdx: Map<string, number>;
   readonly stakes: PoolStakeRec[] = [];
+  /** Stakes by h (hash of viewer and key). */
   readonly stakeByKey = new Map<string, PoolStakeRec>();
   readonly totals: number[];
   market: Market | null = null;
@@ -133,6 +156,8 @@ class Round {
   lockPersisted: boolean;
   /** An expiry cancel is scheduled. */
   expiring = false;
+  /** The live book an open round was handed off with (the row is open, the book not final). */
+  readonly handedOff: RoundBook | null;
 
   constructor(readonly row: RoundRow) {
     this.state = row.state;
@@ -140,15 +165,19 @@ class Round {
     this.paid = row.paid;
     this.outcomeIdx = new Map(row.outcomes.map((o, i) => [o, i]));
     this.totals = row.outcomes.map(() => 0);
-    this.book = (row.book as RoundBook | null) ?? null;
+    const book = (row.book as RoundBook | null) ?? null;
+    this.handedOff = row.state === 'open' && book?.handoff !== undefined ? book : null;
+    this.book = this.handedOff ? null : book;
     this.lockPersisted = this.book !== null;
-    if (this.book?.kind === 'pool') {
-      for (const [viewer, outcome, points] of this.book.stakes) {
+    if (book?.kind === 'pool') {
+      for (const [viewer, outcome, points, h] of book.stakes) {
         this.totals[outcome] = (this.totals[outcome] ?? 0) + points;
         this.entries++;
-        this.stakes.push({ viewer, outcome, points, key: '', void: false });
+        const rec: PoolStakeRec = { viewer, outcome, points, h: h ?? '', void: false };
+        this.stakes.push(rec);
+        if (h) this.stakeByKey.set(h, rec);
       }
-    } else if (this.book?.kind === 'market') this.entries = this.book.positions.length;
+    } else if (book?.kind === 'market') this.entries = book.market ? book.market.trades.length : book.positions.length;
   }
 
   get id(): string {
@@ -270,6 +299,10 @@ export class ChannelRounds {
   private readonly wallet: MirrorWallet;
   private closed = false;
   private draining = false;
+  /** Handing off: the channel is moving to another shard (new stakes, trades and opens: CP_ERR_CHANNEL_UNAVAILABLE). */
+  private moving = false;
+  /** open() calls in progress (a handoff waits for them). */
+  private readonly openJobs = new Set<Promise<unknown>>();
   /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
   welcomeGrant = 0;
   /** Joins being answered, per viewer: a stake sent right after joining waits for its welcome grant. */
@@ -313,10 +346,17 @@ export class ChannelRounds {
    *   CP_ERR_ROUND_INVALID (duration or liquidity out of range),
    *   CP_ERR_CHANNEL_UNAVAILABLE (draining), ledger and store errors
    */
-  async open(tenant: string, req: OpenRoundRequest): Promise<RoundView> {
+  open(tenant: string, req: OpenRoundRequest): Promise<RoundView> {
+    const p = this.doOpen(tenant, req);
+    this.openJobs.add(p);
+    void p.catch(() => undefined).finally(() => this.openJobs.delete(p));
+    return p;
+  }
+
+  private async doOpen(tenant: string, req: OpenRoundRequest): Promise<RoundView> {
     this.checkTenant(tenant);
     const cfg = this.d.config.rounds;
-    if (this.draining || this.closed) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.d.channel]);
+    if (this.draining || this.closed || this.moving) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.d.channel]);
     if (this.rounds.has(req.round) || this.opening.has(req.round)) throw new CrowdplayError('CP_ERR_ROUND_EXISTS', [req.round]);
     if (this.unfinished + this.opening.size >= cfg.maxOpen) {
       this.d.telemetry.refusals.refuse('rounds', 'CP_ERR_ROUND_TOO_MANY', { channel: this.d.channel, limit: 'ROUND_MAX_OPEN' });
@@ -665,6 +705,7 @@ export class ChannelRounds {
     const started = it.at;
     const fail = (code: ErrorCode): void => this.ack(gw, it, started, { conn: it.conn, seq: it.seq, ok: false, code });
     const t = it.trade;
+    if (this.moving) return fail('CP_ERR_CHANNEL_UNAVAILABLE');
     if (this.draining || this.closed) return fail('CP_ERR_LIMIT_DRAINING');
     const r = this.rounds.get(t.round);
     if (!r) return fail('CP_ERR_ROUND_UNKNOWN');
@@ -711,6 +752,7 @@ export class ChannelRounds {
    * waits for it and the book and market never change under a lock.
    */
   private async execute(r: Round, gw: string, it: BusIntent, t: BusTrade): Promise<BusAck> {
+    if (this.moving) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.d.channel]);
     if (r.state !== 'open' || this.d.now() >= r.row.deadlineAt || this.draining)
       throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
     r.begin();
@@ -731,7 +773,7 @@ export class ChannelRounds {
 
   private async execStake(r: Round, it: BusIntent, points: number, o: number, key: string, h: string): Promise<BusAck> {
     const viewer = it.viewer;
-    const prior = r.stakeByKey.get(`${viewer}\u0000${key}`);
+    const prior = r.stakeByKey.get(h);
     if (prior) {
       if (prior.outcome !== o || prior.points !== points) throw new CrowdplayError('CP_ERR_ROUND_DUPLICATE_ID', [key, r.id]);
       return this.okAck(it, { cost: points });
@@ -745,9 +787,9 @@ export class ChannelRounds {
       this.d.wallets.released(this.d.tenant, viewer, points);
       throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
     }
-    const rec: PoolStakeRec = { viewer, outcome: o, points, key, void: false };
+    const rec: PoolStakeRec = { viewer, outcome: o, points, h, void: false };
     r.stakes.push(rec);
-    r.stakeByKey.set(`${viewer}\u0000${key}`, rec);
+    r.stakeByKey.set(h, rec);
     r.totals[o] = r.totals[o]! + points;
     r.entries++;
     this.d.changed();
@@ -766,7 +808,7 @@ export class ChannelRounds {
       return this.okAck(it, { cost: points });
     } catch (err) {
       rec.void = true;
-      r.stakeByKey.delete(`${viewer}\u0000${key}`);
+      r.stakeByKey.delete(h);
       r.totals[o] = r.totals[o]! - points;
       r.entries--;
       this.d.changed();
@@ -930,6 +972,7 @@ export class ChannelRounds {
 
   /** Locks rounds past their deadline and cancels locked ones past ROUND_UNSETTLED_MAX_MS. Call every tick. */
   tick(now: number): void {
+    if (this.moving) return;
     const maxUnsettled = this.d.config.rounds.unsettledMaxMs;
     for (const r of this.rounds.values()) {
       if (r.state === 'open' && now >= r.row.deadlineAt) {
@@ -963,7 +1006,8 @@ export class ChannelRounds {
       const r = new Round(row);
       this.rounds.set(r.id, r);
       this.d.metrics.roundEvents.add(1, { kind: row.kind, event: 'recovered' });
-      if (row.state === 'open') jobs.push(this.cancelRound(r, 'cancelled'));
+      if (row.state === 'open' && r.handedOff) jobs.push(this.resume(r));
+      else if (row.state === 'open') jobs.push(this.cancelRound(r, 'cancelled'));
       else if (row.state === 'settled') jobs.push(this.serial(r, () => this.pay(r)));
       else if (row.state === 'cancelled') jobs.push(this.serial(r, () => this.finishCancel(r, 'recovered')));
       // 'locked' resumes: settle, cancel or expiry finish it.
@@ -972,6 +1016,98 @@ export class ChannelRounds {
     await Promise.all(jobs);
     this.forgetOld();
     this.d.changed();
+  }
+
+  /**
+   * Takes over an open round handed off by the channel's previous owner:
+   * rebuilds its book (a market from its trades) and checks it against the
+   * ledger: the round's committed stake / buy / sell transfer ids must be
+   * exactly the book's. Then the round stays open (same deadline, book and
+   * idempotency ids); else (a book the ledger disagrees with, or one that
+   * does not rebuild) it is cancelled and refunded from the ledger as a
+   * round that was never handed off.
+   */
+  private async resume(r: Round): Promise<unknown> {
+    const book = r.handedOff!;
+    const uid = r.row.uid;
+    let expected: string[];
+    let kinds: string[];
+    try {
+      if (book.kind === 'pool') {
+        expected = book.stakes.map((s) => `${uid}:s:${s[3] ?? '?'}`);
+        kinds = [TransferKinds.stake];
+      } else {
+        if (!book.market) throw new Error('a market handoff without its trades');
+        r.market = Market.restore({ b: r.row.liquidity ?? 1, outcomes: r.row.outcomes.length, wallet: this.wallet }, book.market);
+        expected = book.market.trades.filter((t) => t.points > 0).map((t) => `${uid}:${t.kind === 'sell' ? 'x' : 'b'}:${t.id}`);
+        kinds = [TransferKinds.buy, TransferKinds.sell];
+      }
+      const committed = await this.d.ledger.roundTransferIds(this.d.tenant, uid, kinds);
+      expected.sort();
+      if (committed.length !== expected.length || committed.some((id, i) => id !== expected[i])) {
+        throw new Error(`the ledger holds ${committed.length} transfers of the round, the handed-off book ${expected.length}`);
+      }
+    } catch (err) {
+      this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'handoff_mismatch' });
+      this.d.telemetry.logger.error(
+        { err, channel: this.d.channel, round: r.id },
+        'handed-off round does not match the ledger; refunding it',
+      );
+      r.market = null;
+      return this.cancelRound(r, 'cancelled');
+    }
+    this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'resumed' });
+    this.d.telemetry.logger.info({ channel: this.d.channel, round: r.id, entries: r.entries }, 'handed-off round resumed open');
+    return undefined;
+  }
+
+  /**
+   * Handoff before the channel moves to another shard: new stakes, trades
+   * and opens are refused with CP_ERR_CHANNEL_UNAVAILABLE (retryable; trades
+   * queued behind a viewer's in-flight one too), the opens and trades in
+   * flight finish (commit or are refused by the ledger), then each open
+   * round's live book ({@link RoundBook} with `handoff`: a pool's stakes in
+   * order with their ids, a market's trades) is written to its row at the
+   * channel's epoch; the row stays `open` and the next owner resumes it
+   * (recover). Locked and finished rounds finish their step in progress
+   * first (their rows are already what the next owner needs).
+   * @returns the number of open rounds handed off
+   * @throws the store's error (CP_ERR_CHANNEL_STALE_EPOCH: the channel moved
+   *   already); the caller may call {@link resumeServing} and go on
+   */
+  async handoff(): Promise<number> {
+    this.moving = true;
+    await Promise.allSettled([...this.openJobs]);
+    let n = 0;
+    const jobs: Array<Promise<void>> = [];
+    for (const r of this.rounds.values()) {
+      if (r.final) {
+        jobs.push(r.op.then(() => undefined));
+        continue;
+      }
+      jobs.push(
+        this.serial(r, async () => {
+          if (r.state !== 'open') return;
+          await r.idle();
+          const mark: HandoffMark = { epoch: this.d.epoch(), atMs: this.d.now() };
+          const live = r.bookNow();
+          const book: RoundBook =
+            live.kind === 'pool'
+              ? { ...live, stakes: r.stakes.filter((s) => !s.void).map((s) => [s.viewer, s.outcome, s.points, s.h]), handoff: mark }
+              : { ...live, handoff: mark, market: r.market!.handoff() };
+          await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: 'open', book });
+          this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'handed_off' });
+          n++;
+        }),
+      );
+    }
+    await Promise.all(jobs);
+    return n;
+  }
+
+  /** After a failed handoff: takes stakes, trades and opens again (the channel stays here). */
+  resumeServing(): void {
+    this.moving = false;
   }
 
   /**

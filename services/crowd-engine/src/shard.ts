@@ -80,6 +80,8 @@ interface Owned {
   rounds: ChannelRounds | null;
   /** Rounds changed since the last update was built. */
   roundsDirty: boolean;
+  /** Handed off (or handing off) to another shard: intents and game requests are refused as retryable. */
+  moving: boolean;
 }
 
 /** A tick's batches for external games, logged then published (publishBatches). */
@@ -100,6 +102,8 @@ interface EngineMetrics {
 export class Shard {
   readonly id: string;
   private readonly owned = new Map<string, Owned>();
+  /** Channels handed off and released, still subscribed (refusing, retryable) until the router's `forget`. */
+  private readonly moved = new Map<string, Owned>();
   private readonly ids: IdAllocator;
   private readonly now: () => number;
   private readonly charge: ChargeFn;
@@ -248,7 +252,9 @@ export class Shard {
     try {
       const req = decodeJson<ShardCtlRequest>(msg.data);
       if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
+      else if (req.op === 'release' && req.handoff) await this.handOff(req.channel);
       else if (req.op === 'release') await this.release(req.channel);
+      else if (req.op === 'forget') this.forget(req.channel);
       else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
       reply = { ok: true, channels: this.owned.size };
     } catch (err) {
@@ -269,6 +275,7 @@ export class Shard {
   async acquire(channel: string, epoch: number): Promise<void> {
     const { config, store, bus, subjects, telemetry } = this.deps;
     if (this.draining || this.closed) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    this.forget(channel); // handed off from here before: it comes back from its durable state
     const existing = this.owned.get(channel);
     if (existing) {
       existing.epoch = Math.max(existing.epoch, epoch);
@@ -298,6 +305,7 @@ export class Shard {
       tenant: row.tenantId,
       rounds: null,
       roundsDirty: false,
+      moving: false,
     };
     if (this.deps.ledger && this.wallets && this.rm) {
       o.rounds = new ChannelRounds({
@@ -329,8 +337,10 @@ export class Shard {
     }
     if (this.owned.has(channel)) return; // a concurrent acquire won
     this.owned.set(channel, o);
-    o.subs.push(bus.subscribe(subjects.channelIn(channel), (msg) => this.onIntents(o, msg)));
-    o.subs.push(bus.subscribe(subjects.channelCtl(channel), (msg) => void this.onChannelCtl(o, msg)));
+    // One queue group: while a move hands the channel over, each message reaches either the old owner (which refuses it,
+    // retryable) or the new one, never both.
+    o.subs.push(bus.subscribe(subjects.channelIn(channel), (msg) => this.onIntents(o, msg), { queue: 'owner' }));
+    o.subs.push(bus.subscribe(subjects.channelCtl(channel), (msg) => void this.onChannelCtl(o, msg), { queue: 'owner' }));
     await bus.flush();
     telemetry.logger.info({ channel, epoch, shard: this.id, game: game?.name }, 'channel acquired');
     this.scheduleUpdate(o);
@@ -350,6 +360,59 @@ export class Shard {
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
+  }
+
+  /**
+   * Hands `channel` off for a move (the router's `move`): its new intents
+   * and game requests are refused with CP_ERR_CHANNEL_UNAVAILABLE
+   * (retryable), its rounds' in-flight stakes and trades commit and every
+   * open round's live book is written at the channel's epoch
+   * (ChannelRounds.handoff), the open tick is closed (its batch reaches the
+   * game), the channel is snapshotted and its owner cleared in Postgres. Its
+   * subjects stay subscribed, still refusing, until `forget` (the new owner
+   * subscribes in the same queue group, so nothing published meanwhile
+   * falls between the two). No-op for a channel not owned.
+   * @throws the store's error: the handoff failed, the channel is served here as before
+   */
+  async handOff(channel: string): Promise<void> {
+    const o = this.owned.get(channel);
+    if (!o) return;
+    o.moving = true;
+    try {
+      const rounds = await o.rounds?.handoff();
+      this.deps.telemetry.logger.info({ channel, epoch: o.epoch, rounds }, 'channel handing off');
+    } catch (err) {
+      o.moving = false;
+      o.rounds?.resumeServing();
+      throw err;
+    }
+    // The open tick's intents reach the game before the channel leaves.
+    const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
+    const pending = o.rt.pendingIntents;
+    const now = this.now();
+    const batch = o.rt.closeTick(ev, now);
+    this.pendingIntents -= pending;
+    if (batch) this.deliverBatch(o, batch, now);
+    const state = o.game?.tick?.(this.now());
+    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+    if (o.rt.dirty) this.sendUpdate(o);
+    const subs = o.subs;
+    o.subs = [];
+    this.stopServing(o);
+    o.subs = subs;
+    this.moved.set(channel, o);
+    await this.saveSnapshot(o);
+    await this.deps.store.channels.release(channel, this.id, o.epoch);
+    this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel handed off');
+  }
+
+  /** Drops the subscriptions of a channel handed off from here (its move finished). No-op otherwise. */
+  forget(channel: string): void {
+    const o = this.moved.get(channel);
+    if (!o) return;
+    this.moved.delete(channel);
+    for (const s of o.subs) s.unsubscribe();
+    o.subs = [];
   }
 
   private stopServing(o: Owned): void {
@@ -373,6 +436,16 @@ export class Shard {
       return;
     }
     const { config, telemetry } = this.deps;
+    if (o.moving) {
+      // Moving to another shard: nothing is taken here; the viewer may send it again (the new owner takes it).
+      const acks = batch.intents.map((it) => ({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE' as const }));
+      if (acks.length > 0) {
+        this.m.intents.add(acks.length, { outcome: 'refused', reason: 'CP_ERR_CHANNEL_UNAVAILABLE' });
+        telemetry.refusals.refuse('engine', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel: o.rt.id, reason: 'moving' }, acks.length);
+        this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson({ acks } satisfies AckBatch));
+      }
+      return;
+    }
     // Joins first: a stake in the same batch waits for the viewer's welcome grant.
     if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
     const maxPending = config.engine.maxPendingIntents;
@@ -495,6 +568,7 @@ export class Shard {
     const outbox: Outbox = [];
     try {
       for (const o of [...this.owned.values()]) {
+        if (o.moving) continue; // handOff closes its tick
         if (o.game?.botIntents) {
           const now = this.now();
           let listed = 0;
@@ -635,6 +709,7 @@ export class Shard {
     try {
       const req = decodeJson<ChannelCtlRequest>(msg.data);
       const now = this.now();
+      if (o.moving) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
       if (req.op === 'snapshot') reply = { ok: true, update: o.rt.currentUpdate() };
       else if (req.op === 'round.open' || req.op === 'round.settle' || req.op === 'round.cancel') {
         if (!o.rounds) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['this shard has no ledger']);
@@ -753,13 +828,42 @@ export class Shard {
     if (this.draining) return;
     this.draining = true;
     this.heartbeat();
-    // Refund every open round through the ledger before the channels are released (the ledger drains after the shard).
+    // Move every channel, open rounds included, to another shard; what no shard can take is refunded below.
+    await Promise.all([...this.owned.keys()].map((ch) => this.moveAway(ch)));
+    // Refund every open round left through the ledger before the channels are released (the ledger drains after the shard).
     await Promise.all([...this.owned.values()].map((o) => o.rounds?.drain()));
     await this.tick();
     for (const o of this.owned.values()) if (o.rt.dirty) this.sendUpdate(o);
     for (const ch of [...this.owned.keys()])
       await this.release(ch).catch((err: unknown) => this.deps.telemetry.logger.error({ err, channel: ch }, 'release failed'));
     await this.close();
+  }
+
+  /**
+   * Asks the router to move `channel` to another live shard (`move`: it
+   * makes this shard hand the channel off, then another acquire it). Never
+   * rejects: when no shard can take it (or the router does not answer) the
+   * channel stays here and drain refunds its rounds.
+   * @returns true when the channel moved
+   */
+  private async moveAway(channel: string): Promise<boolean> {
+    const { bus, subjects, config, telemetry } = this.deps;
+    try {
+      // The router waits for this shard's handoff and the new owner's acquire: two of its requests.
+      const msg = await bus.request(subjects.routerCtl(), encodeJson({ op: 'move', channel, from: this.id }), {
+        timeoutMs: 3 * config.bus.requestTimeoutMs,
+      });
+      const r = decodeJson<{ ok: boolean; move?: { moved: boolean; shard: string | null }; code?: string; message?: string }>(msg.data);
+      if (r.ok && r.move?.moved) {
+        this.forget(channel);
+        telemetry.logger.info({ channel, to: r.move.shard }, 'drain: channel moved');
+        return true;
+      }
+      if (!r.ok) telemetry.logger.warn({ channel, code: r.code, message: r.message }, 'drain: the router could not move the channel');
+    } catch (err) {
+      telemetry.logger.warn({ err, channel }, 'drain: no answer from the router to move the channel');
+    }
+    return false;
   }
 
   /** Stops every loop and subscription at once (no snapshot). Safe to call twice. */
@@ -770,6 +874,7 @@ export class Shard {
     this.ctlSub?.unsubscribe();
     this.creditSub?.unsubscribe();
     for (const o of [...this.owned.values()]) this.stopServing(o);
+    for (const ch of [...this.moved.keys()]) this.forget(ch);
     await this.deps.bus.flush();
   }
 }

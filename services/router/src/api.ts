@@ -34,15 +34,28 @@ export interface Migration {
   absorbed: { added: number; replaced: number; kept: number; stale: boolean } | null;
 }
 
+/**
+ * What a `move` did: `moved` with the new owner and epoch, or not moved
+ * (`shard`: the owner it stays with, null when unowned) because no other
+ * live shard could take it or `from` no longer owns it.
+ */
+export interface Move {
+  channel: string;
+  moved: boolean;
+  shard: string | null;
+  epoch: number;
+}
+
 export type RouterRequest =
   | { op: 'assign'; channel: string }
   | { op: 'lookup'; channel: string }
   | { op: 'release'; channel: string }
   | { op: 'membership' }
-  | { op: 'migrate'; from: string; to: string };
+  | { op: 'migrate'; from: string; to: string }
+  | { op: 'move'; channel: string; from?: string };
 
 export type RouterReply =
-  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration }
+  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration; move?: Move }
   | { ok: false; code: ErrorCode; message: string };
 
 /** The router's operations, as a service or through the bus. */
@@ -111,6 +124,25 @@ export class RouterClient implements RouterApi {
 
   async membership(): Promise<ShardInfo[]> {
     return (await this.call({ op: 'membership' })).shards ?? [];
+  }
+
+  /**
+   * Moves `channel` from its owner (which must be `from` when given) to the
+   * live shard with the fewest channels among the others, open rounds
+   * included: the owner hands it off (release with `handoff`: in-flight
+   * stakes commit, open rounds' books written at its epoch), the new owner
+   * acquires it at a new epoch and resumes the rounds, then the old owner
+   * drops its subscriptions (`forget`). Not moved (nothing changes) when no
+   * other live shard exists or `from` is not the owner.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN; CP_ERR_CHANNEL_UNAVAILABLE
+   *   or the owner's code when the handoff failed (the owner still serves
+   *   it) or the new owner's acquire failed (the channel is then unowned, its
+   *   rounds durable: the next assign resumes them)
+   */
+  async move(channel: string, from?: string): Promise<Move> {
+    const r = await this.call(from === undefined ? { op: 'move', channel } : { op: 'move', channel, from });
+    if (!r.move) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    return r.move;
   }
 
   async migrate(from: string, to: string): Promise<Migration> {

@@ -11,7 +11,7 @@ import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type 
 import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { Assignment, Migration, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
+import type { Assignment, Migration, Move, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
 
 export interface RouterOptions {
   /** A shard not heard from for this long is not assigned new channels, ms. */
@@ -80,10 +80,10 @@ export class Router implements RouterApi {
     return this.live().some((m) => m.id === shard);
   }
 
-  private async pickShard(): Promise<Member> {
+  private async pickShard(exclude?: string): Promise<Member> {
     const deadline = this.now() + this.opts.waitForShardMs;
     for (;;) {
-      const live = this.live();
+      const live = this.live().filter((m) => m.id !== exclude);
       if (live.length > 0) {
         // Fewest channels first (load, not a hash); ties by id for determinism.
         live.sort((a, b) => a.channels - b.channels || a.id.localeCompare(b.id));
@@ -113,7 +113,7 @@ export class Router implements RouterApi {
     return p;
   }
 
-  private async doAssign(channel: string): Promise<Assignment> {
+  private async doAssign(channel: string, exclude?: string): Promise<Assignment> {
     const { store, bus, subjects, telemetry } = this.deps;
     const row = await store.channels.get(channel);
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
@@ -121,7 +121,7 @@ export class Router implements RouterApi {
       telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel });
       throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
     }
-    const shard = await this.pickShard();
+    const shard = await this.pickShard(exclude);
     const epoch = await store.channels.acquire(channel, shard.id);
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
     try {
@@ -223,6 +223,60 @@ export class Router implements RouterApi {
     }
   }
 
+  /**
+   * Moves `channel` from its owner (which must be `from` when given) to the
+   * live shard with the fewest channels among the others, open rounds
+   * included: the owner hands it off (release with `handoff`: in-flight
+   * stakes commit, open rounds' books written at its epoch), the new owner
+   * acquires it at a new epoch and resumes the rounds, then the old owner
+   * drops its subscriptions (`forget`). Not moved (nothing changes) when no
+   * other live shard exists or `from` is not the owner.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN; CP_ERR_CHANNEL_UNAVAILABLE
+   *   or the owner's code when the handoff failed (the owner still serves
+   *   it) or the new owner's acquire failed (the channel is then unowned, its
+   *   rounds durable: the next assign resumes them)
+   */
+  move(channel: string, from?: string): Promise<Move> {
+    // After any assign of the channel in progress; assigns that arrive meanwhile wait for the move.
+    const before = this.inflight.get(channel) ?? Promise.resolve(null);
+    const p = before.catch(() => null).then(() => this.doMove(channel, from));
+    const asAssign = p.then((m) => {
+      if (m.shard === null) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+      return { channel, shard: m.shard, epoch: m.epoch };
+    });
+    void asAssign.catch(() => undefined).finally(() => this.inflight.get(channel) === asAssign && this.inflight.delete(channel));
+    this.inflight.set(channel, asAssign);
+    return p;
+  }
+
+  private async doMove(channel: string, from?: string): Promise<Move> {
+    const { store, bus, subjects, telemetry } = this.deps;
+    const row = await store.channels.get(channel);
+    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    const source = row.owner;
+    const stay: Move = { channel, moved: false, shard: source, epoch: row.epoch };
+    if (source === null || (from !== undefined && source !== from)) return stay;
+    if (!this.live().some((m) => m.id !== source)) {
+      telemetry.logger.warn({ channel, shard: source }, 'move: no other live shard');
+      return stay;
+    }
+    // 1. The owner hands the channel off: open rounds' books written at its epoch, owner cleared.
+    const msg = await bus.request(subjects.shardCtl(source), encodeJson({ op: 'release', channel, handoff: true }), {
+      timeoutMs: this.opts.requestTimeoutMs,
+    });
+    const rel = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string }>(msg.data);
+    if (!rel.ok) throw new CrowdplayError(rel.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: rel.message });
+    this.assignments.delete(channel);
+    // 2. Another shard acquires it at a new epoch and resumes the rounds.
+    const a = await this.doAssign(channel, source);
+    // 3. The old owner stops refusing (its subscriptions go).
+    await bus
+      .request(subjects.shardCtl(source), encodeJson({ op: 'forget', channel }), { timeoutMs: this.opts.requestTimeoutMs })
+      .catch((err: unknown) => telemetry.logger.warn({ err, channel, shard: source }, 'move: the old owner did not answer forget'));
+    telemetry.logger.info({ channel, from: source, to: a.shard, epoch: a.epoch }, 'channel moved');
+    return { channel, moved: true, shard: a.shard, epoch: a.epoch };
+  }
+
   membership(): Promise<ShardInfo[]> {
     return Promise.resolve(this.live().map(({ id, channels, lastSeenMs }) => ({ id, channels, lastSeenMs })));
   }
@@ -247,6 +301,9 @@ export class Router implements RouterApi {
           break;
         case 'migrate':
           reply = { ok: true, migration: await this.migrate(req.from, req.to) };
+          break;
+        case 'move':
+          reply = { ok: true, move: await this.move(req.channel, req.from) };
           break;
         default:
           throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown router op']);

@@ -1,0 +1,190 @@
+/**
+ * Moving a channel with open rounds between two shards that share the
+ * Postgres schema and the bus (docs/architecture.md "Rounds, stakes and the
+ * ledger": Drain, Recovery).
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { verifyLedger } from '@crowdplay/ledger';
+import type { BusAck, BusTrade, RoundView } from '@crowdplay/protocol';
+import type { Shard } from '../src/index.ts';
+import type { RoundBook } from '../src/rounds.ts';
+import { startHarness, type Harness } from './harness.ts';
+
+const T = 'acme';
+let seq = 50_000;
+
+describe('channel handoff', () => {
+  let h: Harness;
+  let s2: Shard;
+  before(async () => {
+    h = await startHarness({ ledger: true, rounds: { walletReloadMs: 0 } });
+    s2 = await h.newShard('s2');
+  });
+  after(() => h.close());
+
+  const ledger = (): NonNullable<Harness['ledger']> => h.ledger!;
+  const fund = (viewer: string, points: number): Promise<unknown> => ledger().grant(T, viewer, points, `g-${viewer}-${++seq}`);
+  const bal = (viewer: string): Promise<number> => ledger().balance(T, { kind: 'wallet', owner: viewer });
+  const owner = async (ch: string): Promise<string | null> => (await h.store.channels.get(ch))?.owner ?? null;
+  async function trade(ch: string, viewer: string, t: BusTrade): Promise<BusAck> {
+    const s = ++seq;
+    h.send(ch, [{ action: '', viewer, seq: s, conn: s, trade: t }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+  async function ctl(ch: string, req: Record<string, unknown>): Promise<{ ok: boolean; code?: string; round?: RoundView }> {
+    return (await h.ctl(ch, { tenant: T, ...req })) as { ok: boolean; code?: string; round?: RoundView };
+  }
+  async function verified(): Promise<void> {
+    assert.deepEqual((await verifyLedger(h.store.db)).failures, []);
+  }
+  async function channel(ch: string): Promise<void> {
+    await h.store.channels.ensure(ch, T);
+    await h.router.assign(ch);
+  }
+  const strip = (a: BusAck): unknown => ({
+    ok: a.ok,
+    code: a.code,
+    cost: a.cost,
+    shares: a.shares,
+    proceeds: a.proceeds,
+    position: a.position,
+  });
+
+  /** Opens a pool and a market round on `ch` and trades in them as viewers `<p>a`, `<p>b`, `<p>c`. */
+  async function firstHalf(ch: string, p: string): Promise<unknown[]> {
+    for (const v of ['a', 'b', 'c']) await fund(`${p}${v}`, 1_000);
+    assert.equal((await ctl(ch, { op: 'round.open', round: 'pool', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    const m = { op: 'round.open', round: 'mkt', kind: 'market', outcomes: ['x', 'y', 'z'], durationMs: 60_000, liquidity: 50 };
+    assert.equal((await ctl(ch, m)).ok, true);
+    return [
+      await trade(ch, `${p}a`, { k: 'stake', round: 'pool', outcome: 'x', points: 70, key: 'k1' }),
+      await trade(ch, `${p}b`, { k: 'stake', round: 'pool', outcome: 'y', points: 45, key: 'k2' }),
+      await trade(ch, `${p}a`, { k: 'buy', round: 'mkt', outcome: 'x', shares: 40, maxCost: 1_000, key: 'b1' }),
+      await trade(ch, `${p}b`, { k: 'buy', round: 'mkt', outcome: 'y', budget: 120, key: 'b2' }),
+      await trade(ch, `${p}a`, { k: 'sell', round: 'mkt', outcome: 'x', shares: 13, minProceeds: 0, key: 's1' }),
+    ].map(strip);
+  }
+  /** More trades, replays of the first half's keys among them; then settles both rounds. */
+  async function secondHalf(ch: string, p: string): Promise<unknown[]> {
+    const acks = [
+      await trade(ch, `${p}c`, { k: 'stake', round: 'pool', outcome: 'x', points: 33, key: 'k3' }),
+      await trade(ch, `${p}a`, { k: 'stake', round: 'pool', outcome: 'x', points: 70, key: 'k1' }), // a replay
+      await trade(ch, `${p}a`, { k: 'stake', round: 'pool', outcome: 'x', points: 71, key: 'k1' }), // a conflict
+      await trade(ch, `${p}c`, { k: 'buy', round: 'mkt', outcome: 'y', shares: 25, maxCost: 1_000, key: 'b3' }),
+      await trade(ch, `${p}b`, { k: 'buy', round: 'mkt', outcome: 'y', budget: 120, key: 'b2' }), // a replay
+      await trade(ch, `${p}a`, { k: 'sell', round: 'mkt', outcome: 'x', shares: 27, minProceeds: 0, key: 's2' }),
+    ].map(strip);
+    assert.equal((await ctl(ch, { op: 'round.settle', round: 'pool', outcome: 'x' })).ok, true);
+    assert.equal((await ctl(ch, { op: 'round.settle', round: 'mkt', outcome: 'y' })).ok, true);
+    return acks;
+  }
+  const balances = async (p: string): Promise<number[]> => Promise.all(['a', 'b', 'c'].map((v) => bal(`${p}${v}`)));
+
+  it('move - a pool and a market round keep their stakes and positions, trade on the same book, and pay as without the move', async () => {
+    // The same trades on a channel that never moves: the reference.
+    await channel('still');
+    const refFirst = await firstHalf('still', 'r');
+    const refSecond = await secondHalf('still', 'r');
+
+    await channel('mover');
+    const from = await owner('mover');
+    const first = await firstHalf('mover', 'm');
+    assert.deepEqual(first, refFirst);
+
+    const moved = await h.router.move('mover');
+    assert.equal(moved.moved, true);
+    assert.notEqual(moved.shard, from);
+    assert.equal(await owner('mover'), moved.shard);
+    const to = moved.shard === 's2' ? s2 : h.shard;
+    const old = moved.shard === 's2' ? h.shard : s2;
+    assert.ok(to.channels.includes('mover') && !old.channels.includes('mover'));
+    for (const id of ['pool', 'mkt']) {
+      const row = await h.store.rounds.get('mover', id);
+      assert.equal(row?.state, 'open', 'not refunded');
+      assert.ok((row?.book as RoundBook).handoff, 'the live book was handed off');
+    }
+    // The new owner shows the same book.
+    const shown = await h.waitFor(() =>
+      h.updates.findLast((u) => u.channel === 'mover' && u.rounds?.some((r) => r.id === 'mkt' && r.entries === 3)),
+    );
+    assert.deepEqual(shown.rounds?.find((r) => r.id === 'pool')?.pool, [70, 45]);
+
+    const second = await secondHalf('mover', 'm');
+    assert.deepEqual(second, refSecond, 'same prices, replays and conflicts as without the move');
+    assert.deepEqual((second[1] as BusAck).ok, true);
+    assert.deepEqual((second[2] as BusAck).code, 'CP_ERR_ROUND_DUPLICATE_ID');
+    assert.deepEqual(await balances('m'), await balances('r'), 'settle paid exactly as without the move');
+    await verified();
+  });
+
+  it('handoff - intents meanwhile are refused as retryable; the next acquire resumes the round and the retry is taken', async () => {
+    await channel('paused');
+    await fund('pa', 100);
+    await fund('pb', 100);
+    assert.equal((await ctl('paused', { op: 'round.open', round: 'r', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    assert.equal((await trade('paused', 'pa', { k: 'stake', round: 'r', outcome: 'x', points: 10, key: 'a' })).ok, true);
+    const o = (await owner('paused'))!;
+    const shard = o === 's2' ? s2 : h.shard;
+    await shard.handOff('paused');
+    assert.equal(await owner('paused'), null);
+    const refused = await trade('paused', 'pb', { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' });
+    assert.deepEqual([refused.ok, refused.code], [false, 'CP_ERR_CHANNEL_UNAVAILABLE']);
+    assert.equal((await ctl('paused', { op: 'round.cancel', round: 'r' })).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
+    assert.equal(await bal('pb'), 100, 'nothing taken');
+    // The next owner (here the same shard, as after a move whose target failed) resumes it from its row.
+    await shard.acquire('paused', await h.store.channels.acquire('paused', shard.id));
+    const again = await trade('paused', 'pb', { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' });
+    assert.deepEqual([again.ok, again.cost], [true, 20]);
+    assert.equal((await ctl('paused', { op: 'round.settle', round: 'r', outcome: 'y' })).ok, true);
+    assert.deepEqual([await bal('pa'), await bal('pb')], [90, 110]);
+    await verified();
+  });
+
+  it('handoff - a handed-off book the ledger disagrees with is refunded, not resumed', async () => {
+    await channel('forged');
+    await fund('fa', 100);
+    assert.equal((await ctl('forged', { op: 'round.open', round: 'r', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    assert.equal((await trade('forged', 'fa', { k: 'stake', round: 'r', outcome: 'x', points: 30, key: 'a' })).ok, true);
+    const o = (await owner('forged'))!;
+    await (o === 's2' ? s2 : h.shard).handOff('forged');
+    // The book loses the stake (as a stale handoff would): the ledger still holds it.
+    const row = (await h.store.rounds.get('forged', 'r'))!;
+    const book = row.book as RoundBook & { kind: 'pool' };
+    await h.store.rounds.update('forged', 'r', row.epoch, { state: 'open', book: { ...book, stakes: [] } });
+    const next = o === 's2' ? h.shard : s2;
+    await next.acquire('forged', await h.store.channels.acquire('forged', next.id));
+    const after = await (async () => {
+      for (let i = 0; i < 200; i++) {
+        const r = await h.store.rounds.get('forged', 'r');
+        if (r?.paid) return r;
+        await new Promise((res) => setTimeout(res, 10));
+      }
+      return null;
+    })();
+    assert.deepEqual([after?.state, after?.paid], ['cancelled', true]);
+    assert.equal(await bal('fa'), 100, 'refunded from the ledger');
+    await verified();
+  });
+
+  it('drain - channels move to the other live shard with their open rounds; with no other shard they are refunded', async () => {
+    await channel('d1');
+    await fund('da', 100);
+    await fund('db', 100);
+    assert.equal((await ctl('d1', { op: 'round.open', round: 'r', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    assert.equal((await trade('d1', 'da', { k: 'stake', round: 'r', outcome: 'x', points: 40, key: 'a' })).ok, true);
+    const first = (await owner('d1')) === 's2' ? s2 : h.shard;
+    const second = first === s2 ? h.shard : s2;
+    await first.drain();
+    assert.equal(await owner('d1'), second.id, 'moved, not refunded');
+    assert.deepEqual(first.channels, []);
+    assert.equal(await bal('da'), 60);
+    assert.equal((await trade('d1', 'db', { k: 'stake', round: 'r', outcome: 'y', points: 10, key: 'b' })).ok, true);
+    // The last shard drains: nobody can take the channel, so its round is refunded as before.
+    await second.drain();
+    const row = await h.store.rounds.get('d1', 'r');
+    assert.deepEqual([row?.state, row?.paid], ['cancelled', true]);
+    assert.deepEqual([await bal('da'), await bal('db')], [100, 100]);
+    await verified();
+  });
+});
