@@ -392,7 +392,10 @@ export class Shard {
     const now = this.now();
     const batch = o.rt.closeTick(ev, now);
     this.pendingIntents -= pending;
-    if (batch) this.deliverBatch(o, batch, now);
+    // Logged (at this epoch, before the release) and published like any tick's batch.
+    const outbox: Outbox = [];
+    if (batch) this.deliverBatch(o, batch, now, outbox);
+    await this.publishBatches(outbox);
     const state = o.game?.tick?.(this.now());
     if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
     if (o.rt.dirty) this.sendUpdate(o);
