@@ -12,7 +12,7 @@ import { RenderPool, renderCost } from '@crowdplay/board';
 import type { Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
-import { TelegramClient, startParamSecret, type BotCall } from '@crowdplay/telegram';
+import { RedisUpdates, TelegramClient, startParamSecret, type BotCall, type SharedUpdates } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
@@ -67,6 +67,11 @@ export interface QueuePrefixes {
   render?: string;
 }
 
+/** The Redis key prefix of the bot's shared webhook updates and board budget, derived from the send queue's. */
+export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'updates' | 'budget'): string {
+  return `${prefixes.sendq ?? config.telegram.sendPrefix}:${what}`;
+}
+
 /** The render queue chosen by REDIS_URL (in-process, or BullMQ), not started. */
 function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefixes = {}): Promise<RenderQueue> {
   return openRenderQueue({
@@ -112,6 +117,11 @@ export interface TelegramPart {
   renders: RenderQueue;
   /** This process's render pool, or null when boards are off or a board-renderer service renders (BullMQ, BOARD_RENDER_IN_PROCESS=false). */
   pool: RenderPool | null;
+  /**
+   * The webhook's shared de-duplication and per-chat order (REDIS_URL: every gateway of the bot
+   * shares it under `<TELEGRAM_SENDQ_PREFIX>:updates`), or null (in-process: this gateway alone).
+   */
+  updates: SharedUpdates | null;
   close(): Promise<void>;
 }
 
@@ -180,6 +190,14 @@ export async function startTelegram(deps: {
     enabled: config.board.enabled,
   });
   boards.start();
+  const updates = config.redis.url
+    ? await RedisUpdates.open({
+        redisUrl: config.redis.url,
+        prefix: clusterPrefix(config, deps.prefixes ?? {}, 'updates'),
+        dedupeTtlMs: t.webhookDedupeTtlMs,
+        leaseMs: t.chatLeaseMs,
+      })
+    : null;
   const bot = new TelegramBot({
     client,
     queue,
@@ -202,8 +220,10 @@ export async function startTelegram(deps: {
     queue,
     renders,
     pool,
+    updates,
     async close() {
       boards.close();
+      await updates?.close();
       await renders.close();
       await pool?.close();
       await queue.close(5_000);
