@@ -14,7 +14,7 @@ import type { ChannelUpdate } from '@crowdplay/protocol';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { RenderQueue } from './render-queue.ts';
-import type { RefreshScheduler } from './scheduler.ts';
+import type { BoardBudget, RefreshScheduler } from './scheduler.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
 interface PuzzleState {
@@ -83,6 +83,11 @@ export interface ChatBoardsDeps {
   /** Where due boards go to be rendered (in process, or BullMQ for a board-renderer service). */
   renders: RenderQueue;
   scheduler: RefreshScheduler;
+  /**
+   * The bot's budget shared by every process (REDIS_URL: RedisBoardBudget).
+   * Unset: the scheduler's own (this process's) budget.
+   */
+  budget?: BoardBudget;
   telemetry: Telemetry;
   /** How often due boards are looked for, ms. @defaultValue 250 */
   tickMs?: number;
@@ -96,6 +101,7 @@ export class ChatBoards {
   private timer: NodeJS.Timeout | null = null;
   private ticking = false;
   private readonly now: () => number;
+  private readonly heldBack;
 
   constructor(private readonly d: ChatBoardsDeps) {
     this.now = d.now ?? Date.now;
@@ -106,6 +112,10 @@ export class ChatBoards {
       () => d.scheduler.intervalMs,
     );
     m.gauge('crowdplay_board_chats', 'Chats with a live board', () => this.chats.size);
+    this.heldBack = m.counter(
+      'crowdplay_board_budget_held_total',
+      'Due boards held back by the send or render budget at a tick (budget=memory: this process; redis: the bot-wide one), boards per tick',
+    );
   }
 
   /** Chats with a live board. */
@@ -207,7 +217,16 @@ export class ChatBoards {
     if (this.ticking) return;
     this.ticking = true;
     try {
-      const jobs = this.d.scheduler.due(this.now()).map(async ({ chatId, version }) => {
+      const budget = this.d.budget;
+      let due;
+      try {
+        due = budget ? await this.d.scheduler.dueFrom(budget, this.now()) : this.d.scheduler.due(this.now());
+      } catch (err) {
+        this.d.telemetry.logger.warn({ err }, 'board budget unavailable: no board this tick');
+        return;
+      }
+      if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
+      const jobs = due.map(async ({ chatId, version }) => {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());

@@ -18,6 +18,7 @@ import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { openRenderQueue } from './render-queue-open.ts';
 import type { RenderQueue } from './render-queue.ts';
+import { RedisBoardBudget } from './budget-redis.ts';
 import { RefreshScheduler } from './scheduler.ts';
 
 /**
@@ -180,12 +181,22 @@ export async function startTelegram(deps: {
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
   });
+  // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).
+  const budget = config.redis.url
+    ? await RedisBoardBudget.open({
+        redisUrl: config.redis.url,
+        prefix: clusterPrefix(config, deps.prefixes ?? {}, 'budget'),
+        sendBudgetPerS: config.board.sendBudgetPerS,
+        renderBudgetMsPerS: config.board.renderBudgetMsPerS,
+      })
+    : null;
   const boards = new ChatBoards({
     bus: deps.bus,
     subjects: deps.subjects,
     client,
     renders,
     scheduler,
+    ...(budget ? { budget } : {}),
     telemetry,
     enabled: config.board.enabled,
   });
@@ -224,6 +235,7 @@ export async function startTelegram(deps: {
     async close() {
       boards.close();
       await updates?.close();
+      await budget?.close();
       await renders.close();
       await pool?.close();
       await queue.close(5_000);
