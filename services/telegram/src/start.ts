@@ -7,6 +7,7 @@
  * webhook's updates. Off (null) without TELEGRAM_BOT_TOKEN. Also the
  * `telegram-sender` and `board-renderer` services.
  */
+import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
 import { RenderPool, renderCost } from '@crowdplay/board';
 import type { Config } from '@crowdplay/config';
@@ -154,6 +155,8 @@ export async function startTelegram(deps: {
   render?: boolean;
   /** Redis key prefixes (tests). */
   prefixes?: QueuePrefixes;
+  /** This gateway's id among the bot's gateways (REDIS_URL: ChatBoards cluster mode). @defaultValue `<host>-<pid>` */
+  gatewayId?: string;
 }): Promise<TelegramPart | null> {
   const { config, telemetry } = deps;
   const t = config.telegram;
@@ -197,6 +200,8 @@ export async function startTelegram(deps: {
     renders,
     scheduler,
     ...(budget ? { budget } : {}),
+    // With REDIS_URL several gateways take the webhook: one of them holds each chat's board (docs/telegram.md).
+    ...(config.redis.url ? { cluster: { gatewayId: deps.gatewayId ?? `${hostname()}-${process.pid}` } } : {}),
     telemetry,
     enabled: config.board.enabled,
   });
