@@ -39,6 +39,8 @@ export interface Subjects {
   allChannelsIn(): string;
   /** Shards → router: membership heartbeats ({ id, channels, atMs }). */
   shardHeartbeat(): string;
+  /** Gateway → gateways: a chat's live board taken, stopped or moved (services/telegram ChatBoards: one gateway holds a chat's board). */
+  telegramBoards(): string;
 }
 
 /** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
@@ -58,5 +60,6 @@ export function subjects(prefix: string): Subjects {
     routerCtl: () => `${prefix}.router.ctl`,
     allChannelsIn: () => `${prefix}.ch.*.in`,
     shardHeartbeat: () => `${prefix}.shard.heartbeat`,
+    telegramBoards: () => `${prefix}.tg.boards`,
   };
 }

@@ -500,6 +500,20 @@ export const schema = {
       unit: 'count',
       doc: 'update_ids remembered to drop Telegram\'s re-deliveries (oldest forgotten first); drops counted in crowdplay_telegram_updates_total{outcome="duplicate"}.',
     }),
+    webhookDedupeTtlMs: int({
+      env: 'TELEGRAM_WEBHOOK_DEDUPE_TTL_MS',
+      default: 90_000_000,
+      min: 1_000,
+      unit: 'ms',
+      doc: 'With REDIS_URL: how long every gateway of the bot remembers an update_id (Redis `SET NX PX`, key `{<TELEGRAM_SENDQ_PREFIX>:updates}:seen:<id>`) to drop re-deliveries that reach another gateway. Telegram re-delivers for up to 24 h: 25 h. Drops counted in crowdplay_telegram_updates_total{outcome="duplicate",scope="shared"}.',
+    }),
+    chatLeaseMs: int({
+      env: 'TELEGRAM_CHAT_LEASE_MS',
+      default: 60_000,
+      min: 1_000,
+      unit: 'ms',
+      doc: 'With REDIS_URL: lease of the gateway handling a chat\'s webhook updates (one gateway at a time, in order), renewed at every update it takes. A gateway that dies holding it delays the chat\'s waiting updates until it lapses; an update handled longer than this may overlap the next one (counted in crowdplay_telegram_updates_total{outcome="lease_lost"}).',
+    }),
     webhookMaxBodyBytes: int({
       env: 'TELEGRAM_WEBHOOK_MAX_BODY_BYTES',
       default: 1_048_576,

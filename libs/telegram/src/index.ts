@@ -9,3 +9,4 @@ export * from './outcome.ts';
 export * from './board-store.ts';
 export * from './avatars.ts';
 export * from './client.ts';
+export * from './updates.ts';

@@ -158,6 +158,8 @@ export async function startServices(config: Config, names: readonly ServiceName[
         telemetry,
         ledger: parts.ledger,
         ...(bot ? { onTelegramUpdate: (u) => bot.handle(u) } : {}),
+        // With REDIS_URL every gateway shares update_id de-duplication and each chat's order (docs/telegram.md).
+        ...(parts.telegram?.updates ? { telegramUpdates: parts.telegram.updates } : {}),
       });
       port = (await parts.gateway.listen()).port;
       logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);

@@ -66,6 +66,7 @@ import { addressKey, KeyedLimiter } from '@crowdplay/ratelimit';
 import type { RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { Authenticator } from './auth.ts';
+import type { SharedUpdates } from '@crowdplay/telegram';
 import { TelegramAuth } from './telegram-auth.ts';
 import { registerTelegramWebhook, type TelegramUpdate } from './telegram-webhook.ts';
 import { closeWithError, Conn, sendErrorFrame, TEXT_FRAME, type ConnRole } from './connection.ts';
@@ -112,6 +113,8 @@ export interface GatewayDeps {
   telemetry: Telemetry;
   /** Handles the Telegram webhook's updates (served when given and TELEGRAM_BOT_TOKEN is set). */
   onTelegramUpdate?: (update: TelegramUpdate) => Promise<void>;
+  /** The webhook's shared de-duplication and per-chat order across gateways (REDIS_URL; services/telegram startTelegram). */
+  telegramUpdates?: SharedUpdates;
   /** When given, the funding routes (grants, balances) are served. */
   ledger?: Ledger;
 }
@@ -320,6 +323,7 @@ class GatewayImpl implements Gateway {
         maxQueued: config.telegram.webhookMaxQueued,
         dedupeSize: config.telegram.webhookDedupeSize,
         bodyLimitBytes: config.telegram.webhookMaxBodyBytes,
+        ...(deps.telegramUpdates ? { shared: deps.telegramUpdates } : {}),
       });
     }
     if (deps.ledger) {

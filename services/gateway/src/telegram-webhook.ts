@@ -11,11 +11,21 @@
  * - Updates are de-duplicated on `update_id` (Telegram re-delivers an update
  *   it did not see answered): an id seen within the last `dedupeSize`
  *   updates is answered 200 and dropped, counted.
+ * - With `shared` (REDIS_URL: libs/telegram `RedisUpdates`) several gateways
+ *   take one bot's webhook: the in-process LRU answers the re-deliveries this
+ *   gateway saw, then the shared log decides (`SET NX PX` per update_id:
+ *   a duplicate on any gateway is dropped, counted as `duplicate` with
+ *   `scope="shared"`), and orders the update behind its chat's earlier ones:
+ *   the gateway holding the chat's lease handles them one at a time, oldest
+ *   first (chats run concurrently, at most `maxQueued` at once per gateway).
+ *   A Redis error answers 500 (Telegram re-delivers; the update was either
+ *   wholly admitted, then the re-delivery is a duplicate, or not at all).
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import type { ErrorCode } from '@crowdplay/protocol';
+import { updateChatKey, type SharedUpdates } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 
 /** A Telegram Update as received (only `update_id` is relied on here; the handler reads the rest). */
@@ -37,6 +47,11 @@ export interface TelegramWebhookOptions {
   dedupeSize?: number;
   /** TELEGRAM_WEBHOOK_MAX_BODY_BYTES: largest update body, bytes. @defaultValue 1_048_576 */
   bodyLimitBytes?: number;
+  /**
+   * The shared de-duplication and per-chat order of every gateway of the bot
+   * (cluster mode, REDIS_URL). Unset: this process alone (one in-order queue).
+   */
+  shared?: SharedUpdates;
 }
 
 /** The webhook's path. */
@@ -44,12 +59,13 @@ export const TELEGRAM_WEBHOOK_PATH = '/v1/telegram/webhook';
 
 /**
  * Registers the webhook route on `app` and returns a handle to drain its queue.
- * @returns `drain()` resolves when every queued update was handled; `queued` the updates waiting
+ * @returns `idle()` resolves when every queued update was handled; `drain()` also stops (shared: the
+ *   chats being handled stop after their current update and give their leases up); `queued` the updates waiting
  */
 export function registerTelegramWebhook(
   app: FastifyInstance,
   opts: TelegramWebhookOptions,
-): { drain(): Promise<void>; readonly queued: number } {
+): { drain(): Promise<void>; idle(): Promise<void>; readonly queued: number } {
   const { telemetry } = opts;
   const maxQueued = opts.maxQueued ?? 10_000;
   const seen = new LRUCache<number, true>({ max: opts.dedupeSize ?? 100_000 });
@@ -59,31 +75,70 @@ export function registerTelegramWebhook(
   let idle: Array<() => void> = [];
   const m = telemetry.metrics;
   const updates = m.counter('crowdplay_telegram_updates_total', 'Webhook updates by outcome (queued, duplicate, refused, handled, failed)');
-  m.gauge('crowdplay_telegram_updates_queued', 'Webhook updates waiting to be handled', () => queue.length);
+  m.gauge('crowdplay_telegram_updates_queued', 'Webhook updates waiting to be handled (shared: chats this gateway is draining)', () =>
+    opts.shared ? draining.size : queue.length,
+  );
+  /** Shared mode: chats this gateway is draining → whether an `owner` admit arrived meanwhile (look again before stopping). */
+  const draining = new Map<string, { again: boolean }>();
+  let stopping = false;
 
   const refuse = (code: ErrorCode, detail: Record<string, unknown>): void => {
     updates.add(1, { outcome: 'refused', reason: code });
     telemetry.refusals.refuse('telegram', code, detail);
   };
 
+  const handleOne = async (u: TelegramUpdate): Promise<void> => {
+    try {
+      await opts.handle(u);
+      updates.add(1, { outcome: 'handled' });
+    } catch (err) {
+      updates.add(1, { outcome: 'failed' });
+      telemetry.logger.error({ err, update_id: u.update_id }, 'telegram update failed');
+    }
+  };
+
+  const settle = (): void => {
+    if (draining.size > 0 || queue.length > 0 || running) return;
+    const w = idle;
+    idle = [];
+    for (const f of w) f();
+  };
+
+  /** Shared mode: handles the chat's waiting updates while this gateway holds its lease. */
+  const drainChat = async (chatKey: string): Promise<void> => {
+    const shared = opts.shared!;
+    try {
+      for (;;) {
+        if (stopping) {
+          await shared.release(chatKey);
+          return;
+        }
+        const n = await shared.next(chatKey);
+        if (n === 'lost') updates.add(1, { outcome: 'lease_lost' });
+        const d = draining.get(chatKey)!;
+        if (n === 'empty' && d.again) {
+          d.again = false; // the lease was deleted and taken again by this gateway's admit: go on
+          continue;
+        }
+        if (n === 'empty' || n === 'lost') return;
+        await handleOne(n.update as TelegramUpdate);
+      }
+    } catch (err) {
+      telemetry.logger.error({ err, chat: chatKey }, 'telegram shared updates: the chat could not be drained (its next update resumes it)');
+    } finally {
+      draining.delete(chatKey);
+      settle();
+    }
+  };
+
   const pump = async (): Promise<void> => {
     if (running) return;
     running = true;
     try {
-      for (let u = queue.shift(); u !== undefined; u = queue.shift()) {
-        try {
-          await opts.handle(u);
-          updates.add(1, { outcome: 'handled' });
-        } catch (err) {
-          updates.add(1, { outcome: 'failed' });
-          telemetry.logger.error({ err, update_id: u.update_id }, 'telegram update failed');
-        }
-      }
+      for (let u = queue.shift(); u !== undefined; u = queue.shift()) await handleOne(u);
     } finally {
       running = false;
-      const w = idle;
-      idle = [];
-      for (const f of w) f();
+      settle();
     }
   };
 
@@ -101,7 +156,37 @@ export function registerTelegramWebhook(
     }
     const id = u.update_id!;
     if (seen.has(id)) {
-      updates.add(1, { outcome: 'duplicate' });
+      updates.add(1, { outcome: 'duplicate', scope: 'local' });
+      return reply.status(200).send();
+    }
+    if (opts.shared) {
+      const chatKey = updateChatKey(u as TelegramUpdate);
+      if (!draining.has(chatKey) && draining.size >= maxQueued) {
+        refuse('CP_ERR_INTENT_OVERLOADED', { route: 'webhook', limit: maxQueued });
+        return reply.status(503).send({ code: 'CP_ERR_INTENT_OVERLOADED', message: `${maxQueued} chats are being handled` });
+      }
+      let admitted;
+      try {
+        admitted = await opts.shared.admit(chatKey, u as TelegramUpdate);
+      } catch (err) {
+        telemetry.logger.error({ err, update_id: id }, 'telegram shared updates: admit failed (Telegram re-delivers)');
+        updates.add(1, { outcome: 'error' });
+        return reply.status(500).send({ code: 'CP_ERR_INTERNAL', message: 'update not taken' });
+      }
+      seen.set(id, true);
+      if (admitted === 'duplicate') {
+        updates.add(1, { outcome: 'duplicate', scope: 'shared' });
+        return reply.status(200).send();
+      }
+      updates.add(1, { outcome: 'queued' });
+      if (admitted === 'owner') {
+        const d = draining.get(chatKey);
+        if (d) d.again = true;
+        else {
+          draining.set(chatKey, { again: false });
+          void drainChat(chatKey);
+        }
+      }
       return reply.status(200).send();
     }
     if (queue.length >= maxQueued) {
@@ -119,8 +204,12 @@ export function registerTelegramWebhook(
     get queued() {
       return queue.length;
     },
+    idle() {
+      return queue.length === 0 && !running && draining.size === 0 ? Promise.resolve() : new Promise<void>((r) => idle.push(r));
+    },
     drain() {
-      return queue.length === 0 && !running ? Promise.resolve() : new Promise<void>((r) => idle.push(r));
+      stopping = true;
+      return this.idle();
     },
   };
 }

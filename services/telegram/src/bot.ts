@@ -92,13 +92,15 @@ export class TelegramBot {
 
   /** Handles one update. Sends are queued, never awaited here (the queue paces them). */
   async handle(update: Record<string, unknown>): Promise<void> {
+    // Orders this update's board ops across gateways (ChatBoards cluster mode).
+    const at = typeof update.update_id === 'number' ? update.update_id : undefined;
     const msg = (update.message ?? update.edited_message) as Message | undefined;
     if (msg?.chat && Number.isSafeInteger(msg.chat.id)) {
       await this.d.client.noteMessageId(msg.chat.id, msg.message_id);
-      if (msg.migrate_to_chat_id !== undefined) return this.migrate(msg.chat.id, msg.migrate_to_chat_id);
-      if (msg.migrate_from_chat_id !== undefined) return this.migrate(msg.migrate_from_chat_id, msg.chat.id);
+      if (msg.migrate_to_chat_id !== undefined) return this.migrate(msg.chat.id, msg.migrate_to_chat_id, at);
+      if (msg.migrate_from_chat_id !== undefined) return this.migrate(msg.migrate_from_chat_id, msg.chat.id, at);
       const cmd = parseCommand(msg.text, this.d.botUsername);
-      if (cmd) await this.command(cmd, msg.chat);
+      if (cmd) await this.command(cmd, msg.chat, at);
       return;
     }
     const member = update.my_chat_member as { chat?: Chat; new_chat_member?: { status?: string } } | undefined;
@@ -106,7 +108,7 @@ export class TelegramBot {
       const status = member.new_chat_member?.status;
       if (status === 'left' || status === 'kicked') {
         await this.d.queue.deactivate(member.chat.id);
-        this.d.boards.unwatch(member.chat.id);
+        this.d.boards.unwatch(member.chat.id, at);
       } else if (status === 'member' || status === 'administrator') {
         await this.d.queue.reactivate(member.chat.id);
       }
@@ -118,13 +120,13 @@ export class TelegramBot {
    * from `from` to `to`. Never throws (a failed state move is logged; the
    * router counts it and the other migration message resumes it).
    */
-  private async migrate(from: unknown, to: unknown): Promise<void> {
+  private async migrate(from: unknown, to: unknown, at: number | undefined): Promise<void> {
     if (!isChatId(from) || !isChatId(to) || from === to) {
       this.d.telemetry.refusals.refuse('telegram', 'CP_ERR_CHANNEL_MIGRATION_INVALID', { from: String(from), to: String(to) });
       return;
     }
     // The board first: it then watches the new chat's channel when the moved state arrives there.
-    this.d.boards.move(from, to);
+    this.d.boards.move(from, to, at);
     await this.d.queue.moveChat(from, to);
     try {
       const m = await this.d.moveChannel(telegramChannelId(from), telegramChannelId(to));
@@ -137,7 +139,7 @@ export class TelegramBot {
     }
   }
 
-  private async command(cmd: string, chat: Chat): Promise<void> {
+  private async command(cmd: string, chat: Chat, at: number | undefined): Promise<void> {
     const title = chat.title ?? 'Word puzzle';
     const reply = (text: string, markup?: unknown): void => {
       void this.d.client.api
@@ -149,18 +151,18 @@ export class TelegramBot {
         this.commands.add(1, { command: 'start' });
         await this.d.ensureChannel(telegramChannelId(chat.id));
         await this.d.queue.reactivate(chat.id);
-        this.d.boards.watch(chat.id, title);
+        this.d.boards.watch(chat.id, title, at);
         reply("Today's word puzzle: six guesses each, and the group's board below.", {
           inline_keyboard: [[{ text: 'Play', url: this.appLink(chat.id) }]],
         });
         return;
       case 'board':
         this.commands.add(1, { command: 'board' });
-        this.d.boards.watch(chat.id, title);
+        this.d.boards.watch(chat.id, title, at);
         return;
       case 'stop':
         this.commands.add(1, { command: 'stop' });
-        this.d.boards.unwatch(chat.id);
+        this.d.boards.unwatch(chat.id, at);
         reply('The board is stopped. /start brings it back.');
         return;
       default:

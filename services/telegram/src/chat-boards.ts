@@ -8,13 +8,13 @@
  * supersedes a queued one there too).
  */
 import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
-import { decodeJson } from '@crowdplay/bus';
+import { decodeJson, encodeJson } from '@crowdplay/bus';
 import type { Board, Card, Square } from '@crowdplay/board';
 import type { ChannelUpdate } from '@crowdplay/protocol';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { RenderQueue } from './render-queue.ts';
-import type { RefreshScheduler } from './scheduler.ts';
+import type { BoardBudget, RefreshScheduler } from './scheduler.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
 interface PuzzleState {
@@ -75,6 +75,21 @@ export function boardOf(title: string, s: PuzzleState): Board {
   return { title, puzzle: `#${s.puzzle}`, cards };
 }
 
+/** A board op published between gateways (cluster mode). */
+interface BoardOp {
+  op: 'watch' | 'unwatch' | 'move';
+  chat: number;
+  /** `move`: the new chat id. */
+  to?: number;
+  /** The update_id that caused it (orders a chat's ops). */
+  at: number;
+  /** The publishing gateway. */
+  by: string;
+}
+
+/** Chats whose last board op is remembered in cluster mode (oldest forgotten first). */
+export const MAX_OPS_REMEMBERED = 100_000;
+
 /** Options of {@link ChatBoards}. */
 export interface ChatBoardsDeps {
   bus: Bus;
@@ -83,9 +98,23 @@ export interface ChatBoardsDeps {
   /** Where due boards go to be rendered (in process, or BullMQ for a board-renderer service). */
   renders: RenderQueue;
   scheduler: RefreshScheduler;
+  /**
+   * The bot's budget shared by every process (REDIS_URL: RedisBoardBudget).
+   * Unset: the scheduler's own (this process's) budget.
+   */
+  budget?: BoardBudget;
   telemetry: Telemetry;
   /** How often due boards are looked for, ms. @defaultValue 250 */
   tickMs?: number;
+  /**
+   * Cluster mode: this gateway's id. A chat's board is then held by one
+   * gateway: every watch / unwatch / move (with the update_id that caused it)
+   * is published on `subjects.telegramBoards()`; a gateway that sees another
+   * take a chat it holds drops it, an unwatch stops it wherever it runs, a move
+   * moves it wherever it runs. Ops older (update_id) than the last one seen for
+   * the chat are ignored (bus delivery across gateways is not ordered).
+   */
+  cluster?: { gatewayId: string };
   /** BOARDS_ENABLED: when false, `watch` does nothing (no board is rendered or sent). @defaultValue true */
   enabled?: boolean;
   now?: () => number;
@@ -96,6 +125,10 @@ export class ChatBoards {
   private timer: NodeJS.Timeout | null = null;
   private ticking = false;
   private readonly now: () => number;
+  private readonly heldBack;
+  private readonly peerSub: Subscription | null = null;
+  /** Cluster mode: the update_id of the last board op seen per chat (bounded: MAX_OPS_REMEMBERED, oldest forgotten). */
+  private readonly lastOp = new Map<number, number>();
 
   constructor(private readonly d: ChatBoardsDeps) {
     this.now = d.now ?? Date.now;
@@ -106,6 +139,22 @@ export class ChatBoards {
       () => d.scheduler.intervalMs,
     );
     m.gauge('crowdplay_board_chats', 'Chats with a live board', () => this.chats.size);
+    if (d.cluster) {
+      const me = d.cluster.gatewayId;
+      this.peerSub = d.bus.subscribe(d.subjects.telegramBoards(), (msg) => {
+        let op: BoardOp;
+        try {
+          op = decodeJson<BoardOp>(msg.data);
+        } catch {
+          return;
+        }
+        if (op.by !== me) this.onPeer(op);
+      });
+    }
+    this.heldBack = m.counter(
+      'crowdplay_board_budget_held_total',
+      'Due boards held back by the send or render budget at a tick (budget=memory: this process; redis: the bot-wide one), boards per tick',
+    );
   }
 
   /** Chats with a live board. */
@@ -113,9 +162,63 @@ export class ChatBoards {
     return [...this.chats.keys()];
   }
 
-  /** Starts (or retitles) the live board of a chat (nothing when boards are off). */
-  watch(chatId: number, title: string): void {
+  /**
+   * Starts (or retitles) the live board of a chat (nothing when boards are off).
+   * `at`: the update_id that asked for it (cluster mode: other gateways drop the chat's board).
+   */
+  watch(chatId: number, title: string, at?: number): void {
     if (this.d.enabled === false) return;
+    if (!this.fresh(chatId, at)) return;
+    this.publish({ op: 'watch', chat: chatId, at });
+    this.watchHere(chatId, title);
+  }
+
+  /** Stops a chat's live board (cluster mode, with `at`: wherever it runs). */
+  unwatch(chatId: number, at?: number): void {
+    if (!this.fresh(chatId, at)) return;
+    this.publish({ op: 'unwatch', chat: chatId, at });
+    this.unwatchHere(chatId);
+  }
+
+  /** A chat moved (group → supergroup): its board follows (cluster mode, with `at`: wherever it runs). */
+  move(oldId: number, newId: number, at?: number): void {
+    if (!this.fresh(oldId, at)) return;
+    this.fresh(newId, at);
+    this.publish({ op: 'move', chat: oldId, to: newId, at });
+    this.moveHere(oldId, newId);
+  }
+
+  /** Records `at` for the chat; false when an op with a later update_id was seen for it already. */
+  private fresh(chatId: number, at: number | undefined): boolean {
+    if (at === undefined || !this.d.cluster) return true;
+    const last = this.lastOp.get(chatId);
+    if (last !== undefined && last > at) return false;
+    this.lastOp.delete(chatId);
+    this.lastOp.set(chatId, at);
+    if (this.lastOp.size > MAX_OPS_REMEMBERED) this.lastOp.delete(this.lastOp.keys().next().value!);
+    return true;
+  }
+
+  private publish(op: Omit<BoardOp, 'by' | 'at'> & { at: number | undefined }): void {
+    if (!this.d.cluster || op.at === undefined) return;
+    this.d.bus.publish(this.d.subjects.telegramBoards(), encodeJson({ ...op, by: this.d.cluster.gatewayId }));
+  }
+
+  /** Another gateway's op. */
+  private onPeer(op: BoardOp): void {
+    if (!Number.isSafeInteger(op.chat) || !Number.isSafeInteger(op.at)) return;
+    if (op.op === 'move') {
+      if (!Number.isSafeInteger(op.to) || !this.fresh(op.chat, op.at)) return;
+      this.fresh(op.to!, op.at);
+      this.moveHere(op.chat, op.to!);
+      return;
+    }
+    if (!this.fresh(op.chat, op.at)) return;
+    // watch: another gateway holds the board now; unwatch: it is stopped.
+    this.unwatchHere(op.chat);
+  }
+
+  private watchHere(chatId: number, title: string): void {
     const w = this.chats.get(chatId);
     if (w) {
       w.title = title;
@@ -136,8 +239,7 @@ export class ChatBoards {
     this.chats.set(chatId, entry);
   }
 
-  /** Stops a chat's live board. */
-  unwatch(chatId: number): void {
+  private unwatchHere(chatId: number): void {
     const w = this.chats.get(chatId);
     if (!w) return;
     w.sub.unsubscribe();
@@ -145,12 +247,11 @@ export class ChatBoards {
     this.d.scheduler.remove(chatId);
   }
 
-  /** A chat moved (group → supergroup): its board follows. */
-  move(oldId: number, newId: number): void {
+  private moveHere(oldId: number, newId: number): void {
     const w = this.chats.get(oldId);
     if (!w) return;
-    this.unwatch(oldId);
-    this.watch(newId, w.title);
+    this.unwatchHere(oldId);
+    if (this.d.enabled !== false) this.watchHere(newId, w.title);
   }
 
   private onUpdate(chatId: number, w: Watched, data: Uint8Array): void {
@@ -207,7 +308,16 @@ export class ChatBoards {
     if (this.ticking) return;
     this.ticking = true;
     try {
-      const jobs = this.d.scheduler.due(this.now()).map(async ({ chatId, version }) => {
+      const budget = this.d.budget;
+      let due;
+      try {
+        due = budget ? await this.d.scheduler.dueFrom(budget, this.now()) : this.d.scheduler.due(this.now());
+      } catch (err) {
+        this.d.telemetry.logger.warn({ err }, 'board budget unavailable: no board this tick');
+        return;
+      }
+      if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
+      const jobs = due.map(async ({ chatId, version }) => {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
         this.d.scheduler.sent(chatId, version, this.now());
@@ -237,6 +347,7 @@ export class ChatBoards {
   close(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    for (const id of [...this.chats.keys()]) this.unwatch(id);
+    this.peerSub?.unsubscribe();
+    for (const id of [...this.chats.keys()]) this.unwatchHere(id);
   }
 }

@@ -11,3 +11,4 @@ export {
   type BullmqRenderQueueOptions,
 } from './render-queue-bullmq.ts';
 export * from './render-queue-open.ts';
+export * from './budget-redis.ts';

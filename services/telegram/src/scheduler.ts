@@ -20,7 +20,68 @@
  *   intervalMs = max( minIntervalMs,
  *                     1000 × Σ_dirty renderMs(cards_i) ÷ BOARD_RENDER_BUDGET_MS_PER_S,
  *                     1000 × N_dirty ÷ BOARD_SEND_BUDGET_PER_S )
+ *
+ * The budgets are the bot's, not a process's: with REDIS_URL every gateway's
+ * scheduler takes its tokens from one Redis bucket (`RedisBoardBudget`,
+ * budget-redis.ts; `dueFrom`), so N gateways together stay within them. The
+ * interval is still each process's view (its own dirty chats).
  */
+
+/**
+ * Where the scheduler's tokens come from: one send token and `charge` render
+ * ms per board, granted in order while both last (a prefix of the list).
+ */
+export interface BoardBudget {
+  readonly kind: 'memory' | 'redis';
+  /**
+   * @param chargesMs each board's render charge, ms (≤ BOARD_RENDER_BUDGET_MS_PER_S), in priority order
+   * @param nowMs the caller's clock (the in-process budget; the Redis one reads Redis TIME unless given a test clock)
+   * @returns how many of the boards, from the first, were granted (their tokens are taken)
+   */
+  take(chargesMs: readonly number[], nowMs: number): Promise<number>;
+}
+
+/** The in-process budget: both buckets refilled continuously, holding at most one second's worth. */
+export class MemoryBoardBudget implements BoardBudget {
+  readonly kind = 'memory' as const;
+  private sendTokens: number;
+  private renderTokensMs: number;
+  private refilledAtMs: number | null = null;
+
+  /** @throws RangeError unless both budgets are > 0 */
+  constructor(
+    private readonly sendBudgetPerS: number,
+    private readonly renderBudgetMsPerS: number,
+  ) {
+    for (const [k, v] of Object.entries({ renderBudgetMsPerS, sendBudgetPerS })) {
+      if (!(v > 0)) throw new RangeError(`${k} must be > 0`);
+    }
+    this.sendTokens = sendBudgetPerS;
+    this.renderTokensMs = renderBudgetMsPerS;
+  }
+
+  /** {@link BoardBudget.take}, synchronously. */
+  takeNow(chargesMs: readonly number[], nowMs: number): number {
+    if (this.refilledAtMs !== null) {
+      const s = Math.max(0, nowMs - this.refilledAtMs) / 1000;
+      this.sendTokens = Math.min(this.sendBudgetPerS, this.sendTokens + s * this.sendBudgetPerS);
+      this.renderTokensMs = Math.min(this.renderBudgetMsPerS, this.renderTokensMs + s * this.renderBudgetMsPerS);
+    }
+    this.refilledAtMs = this.refilledAtMs === null ? nowMs : Math.max(this.refilledAtMs, nowMs);
+    let n = 0;
+    for (const charge of chargesMs) {
+      if (this.sendTokens < 1 || this.renderTokensMs < charge) break;
+      this.sendTokens -= 1;
+      this.renderTokensMs -= charge;
+      n++;
+    }
+    return n;
+  }
+
+  take(chargesMs: readonly number[], nowMs: number): Promise<number> {
+    return Promise.resolve(this.takeNow(chargesMs, nowMs));
+  }
+}
 
 /** Options of {@link RefreshScheduler}. */
 export interface RefreshSchedulerOptions {
@@ -48,18 +109,17 @@ export class RefreshScheduler {
   private readonly chats = new Map<number, ChatEntry>();
   /** The interval chosen at the last `due()`, ms. */
   intervalMs: number;
-  /** What is left of each budget (refilled by the clock, at most one second's worth). */
-  private sendTokens: number;
-  private renderTokensMs: number;
-  private refilledAtMs: number | null = null;
+  /** Boards that were ready at the last `due` / `dueFrom` but held back by the budgets (when they bite). */
+  heldBack = 0;
+  /** This process's budget (`due`); `dueFrom` takes another (the bot's, on Redis). */
+  private readonly local: MemoryBoardBudget;
 
   constructor(private readonly o: RefreshSchedulerOptions) {
     for (const [k, v] of Object.entries({ renderBudgetMsPerS: o.renderBudgetMsPerS, sendBudgetPerS: o.sendBudgetPerS })) {
       if (!(v > 0)) throw new RangeError(`${k} must be > 0`);
     }
     this.intervalMs = o.minIntervalMs;
-    this.sendTokens = o.sendBudgetPerS;
-    this.renderTokensMs = o.renderBudgetMsPerS;
+    this.local = new MemoryBoardBudget(o.sendBudgetPerS, o.renderBudgetMsPerS);
   }
 
   /** Chats tracked. */
@@ -105,12 +165,34 @@ export class RefreshScheduler {
    * `intervalMs`.
    */
   due(nowMs: number): Array<{ chatId: number; version: number; cards: number }> {
-    if (this.refilledAtMs !== null) {
-      const s = Math.max(0, nowMs - this.refilledAtMs) / 1000;
-      this.sendTokens = Math.min(this.o.sendBudgetPerS, this.sendTokens + s * this.o.sendBudgetPerS);
-      this.renderTokensMs = Math.min(this.o.renderBudgetMsPerS, this.renderTokensMs + s * this.o.renderBudgetMsPerS);
-    }
-    this.refilledAtMs = nowMs;
+    const ready = this.ready(nowMs);
+    const n = this.local.takeNow(
+      ready.map((r) => r.charge),
+      nowMs,
+    );
+    this.heldBack = ready.length - n;
+    return ready.slice(0, n).map(({ charge: _, ...d }) => d);
+  }
+
+  /**
+   * `due`, with the tokens taken from `budget` (the bot's budget shared by
+   * every process: RedisBoardBudget).
+   * @throws what `budget.take` throws (Redis unreachable): nothing is due then
+   */
+  async dueFrom(budget: BoardBudget, nowMs: number): Promise<Array<{ chatId: number; version: number; cards: number }>> {
+    const ready = this.ready(nowMs);
+    this.heldBack = 0;
+    if (ready.length === 0) return [];
+    const n = await budget.take(
+      ready.map((r) => r.charge),
+      nowMs,
+    );
+    this.heldBack = ready.length - n;
+    return ready.slice(0, n).map(({ charge: _, ...d }) => d);
+  }
+
+  /** The chats that may go now (dirty, past minIntervalMs), oldest change first, with their render charges; updates `intervalMs`. */
+  private ready(nowMs: number): Array<{ chatId: number; version: number; cards: number; charge: number }> {
     let costMs = 0;
     let dirty = 0;
     const ready: Array<{ chatId: number; e: ChatEntry; cost: number }> = [];
@@ -125,15 +207,12 @@ export class RefreshScheduler {
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);
     ready.sort((a, b) => a.e.dirtySinceMs - b.e.dirtySinceMs);
-    const out: Array<{ chatId: number; version: number; cards: number }> = [];
-    for (const r of ready) {
-      // A board costlier than a whole second's budget goes when the budget is full.
-      const charge = Math.min(r.cost, this.o.renderBudgetMsPerS);
-      if (this.sendTokens < 1 || this.renderTokensMs < charge) break;
-      this.sendTokens -= 1;
-      this.renderTokensMs -= charge;
-      out.push({ chatId: r.chatId, version: r.e.version, cards: r.e.cards });
-    }
-    return out;
+    // A board costlier than a whole second's budget goes when the budget is full.
+    return ready.map((r) => ({
+      chatId: r.chatId,
+      version: r.e.version,
+      cards: r.e.cards,
+      charge: Math.min(r.cost, this.o.renderBudgetMsPerS),
+    }));
   }
 }

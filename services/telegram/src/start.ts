@@ -7,17 +7,19 @@
  * webhook's updates. Off (null) without TELEGRAM_BOT_TOKEN. Also the
  * `telegram-sender` and `board-renderer` services.
  */
+import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
 import { RenderPool, renderCost } from '@crowdplay/board';
 import type { Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
-import { TelegramClient, startParamSecret, type BotCall } from '@crowdplay/telegram';
+import { RedisUpdates, TelegramClient, startParamSecret, type BotCall, type SharedUpdates } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { openRenderQueue } from './render-queue-open.ts';
 import type { RenderQueue } from './render-queue.ts';
+import { RedisBoardBudget } from './budget-redis.ts';
 import { RefreshScheduler } from './scheduler.ts';
 
 /**
@@ -67,6 +69,11 @@ export interface QueuePrefixes {
   render?: string;
 }
 
+/** The Redis key prefix of the bot's shared webhook updates and board budget, derived from the send queue's. */
+export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'updates' | 'budget'): string {
+  return `${prefixes.sendq ?? config.telegram.sendPrefix}:${what}`;
+}
+
 /** The render queue chosen by REDIS_URL (in-process, or BullMQ), not started. */
 function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefixes = {}): Promise<RenderQueue> {
   return openRenderQueue({
@@ -112,6 +119,11 @@ export interface TelegramPart {
   renders: RenderQueue;
   /** This process's render pool, or null when boards are off or a board-renderer service renders (BullMQ, BOARD_RENDER_IN_PROCESS=false). */
   pool: RenderPool | null;
+  /**
+   * The webhook's shared de-duplication and per-chat order (REDIS_URL: every gateway of the bot
+   * shares it under `<TELEGRAM_SENDQ_PREFIX>:updates`), or null (in-process: this gateway alone).
+   */
+  updates: SharedUpdates | null;
   close(): Promise<void>;
 }
 
@@ -143,6 +155,8 @@ export async function startTelegram(deps: {
   render?: boolean;
   /** Redis key prefixes (tests). */
   prefixes?: QueuePrefixes;
+  /** This gateway's id among the bot's gateways (REDIS_URL: ChatBoards cluster mode). @defaultValue `<host>-<pid>` */
+  gatewayId?: string;
 }): Promise<TelegramPart | null> {
   const { config, telemetry } = deps;
   const t = config.telegram;
@@ -170,16 +184,36 @@ export async function startTelegram(deps: {
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
   });
+  // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).
+  const budget = config.redis.url
+    ? await RedisBoardBudget.open({
+        redisUrl: config.redis.url,
+        prefix: clusterPrefix(config, deps.prefixes ?? {}, 'budget'),
+        sendBudgetPerS: config.board.sendBudgetPerS,
+        renderBudgetMsPerS: config.board.renderBudgetMsPerS,
+      })
+    : null;
   const boards = new ChatBoards({
     bus: deps.bus,
     subjects: deps.subjects,
     client,
     renders,
     scheduler,
+    ...(budget ? { budget } : {}),
+    // With REDIS_URL several gateways take the webhook: one of them holds each chat's board (docs/telegram.md).
+    ...(config.redis.url ? { cluster: { gatewayId: deps.gatewayId ?? `${hostname()}-${process.pid}` } } : {}),
     telemetry,
     enabled: config.board.enabled,
   });
   boards.start();
+  const updates = config.redis.url
+    ? await RedisUpdates.open({
+        redisUrl: config.redis.url,
+        prefix: clusterPrefix(config, deps.prefixes ?? {}, 'updates'),
+        dedupeTtlMs: t.webhookDedupeTtlMs,
+        leaseMs: t.chatLeaseMs,
+      })
+    : null;
   const bot = new TelegramBot({
     client,
     queue,
@@ -202,8 +236,11 @@ export async function startTelegram(deps: {
     queue,
     renders,
     pool,
+    updates,
     async close() {
       boards.close();
+      await updates?.close();
+      await budget?.close();
       await renders.close();
       await pool?.close();
       await queue.close(5_000);

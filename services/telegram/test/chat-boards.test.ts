@@ -146,3 +146,41 @@ test('ChatBoards - with boards off (BOARDS_ENABLED=false) watch does nothing', a
   boards.watch(CHAT, 'chat');
   assert.deepEqual(boards.watching, []);
 });
+
+test("ChatBoards - cluster mode: one gateway holds a chat's board; watch, stop and migration reach it wherever it runs, late ops are ignored", async () => {
+  const bus = new InProcessBus();
+  const subj = subjects('cb-cluster');
+  const make = (gatewayId: string) =>
+    new ChatBoards({
+      bus,
+      subjects: subj,
+      client: {} as TelegramClient,
+      renders: {} as RenderQueue,
+      scheduler: new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 }),
+      telemetry,
+      cluster: { gatewayId },
+    });
+  const a = make('A');
+  const b = make('B');
+  const settle = () => new Promise((r) => setImmediate(r));
+  a.watch(CHAT, 'chat', 10); // /start handled by A
+  await settle();
+  assert.deepEqual([a.watching, b.watching], [[CHAT], []]);
+  b.watch(CHAT, 'chat', 11); // /board handled by B: B holds it now, A dropped it
+  await settle();
+  assert.deepEqual([a.watching, b.watching], [[], [CHAT]]);
+  // A's op of an earlier update that reaches B late changes nothing.
+  bus.publish(subj.telegramBoards(), encodeJson({ op: 'watch', chat: CHAT, at: 10, by: 'A' }));
+  bus.publish(subj.telegramBoards(), encodeJson({ op: 'unwatch', chat: CHAT, at: 9, by: 'C' }));
+  bus.publish(subj.telegramBoards(), encodeJson({ op: 'unwatch', chat: 'x', at: 99, by: 'C' })); // malformed: ignored
+  await settle();
+  assert.deepEqual(b.watching, [CHAT]);
+  a.move(CHAT, -100777, 12); // the migration handled by A: B's board moves
+  await settle();
+  assert.deepEqual([a.watching, b.watching], [[], [-100777]]);
+  a.unwatch(-100777, 13); // /stop in the supergroup handled by A: B stops
+  await settle();
+  assert.deepEqual([a.watching, b.watching], [[], []]);
+  a.close();
+  b.close();
+});

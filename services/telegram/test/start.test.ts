@@ -126,10 +126,12 @@ test('startTelegram - with REDIS_URL and render: false the gateway only submits 
   });
   assert.equal(onRedis?.renders.kind, 'bullmq');
   assert.equal(onRedis?.pool, null);
+  assert.ok(onRedis?.updates, 'with REDIS_URL the webhook updates are shared (de-duplication, per-chat order)');
   const local = await startTelegram({ ...base, config: defaultConfig({ telegram: tg, board: { renderConcurrency: 1 } }), render: false });
   try {
     assert.equal(local?.renders.kind, 'memory');
     assert.notEqual(local?.pool, null);
+    assert.equal(local?.updates, null, 'without REDIS_URL: this gateway alone');
   } finally {
     await local?.close();
   }

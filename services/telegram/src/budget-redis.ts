@@ -1,0 +1,133 @@
+/**
+ * The board scheduler's budgets for the whole bot (cluster mode, REDIS_URL):
+ * BOARD_SEND_BUDGET_PER_S sends and BOARD_RENDER_BUDGET_MS_PER_S render ms,
+ * in one Redis hash taken by one Lua script, so every gateway's scheduler
+ * draws from the same two buckets and N gateways together never exceed them.
+ * The same arithmetic as `MemoryBoardBudget` (scheduler.ts): refilled
+ * continuously, holding at most one second's worth, a prefix of the boards
+ * granted while both last.
+ *
+ * Key: `{<TELEGRAM_SENDQ_PREFIX>:budget}:board` (fields `s` send tokens,
+ * `r` render ms, `t` last refill µs), expiring 60 s after its last use (an
+ * idle bot leaves nothing; a missing hash is a full bucket).
+ */
+import { createHash } from 'node:crypto';
+import { Redis } from 'ioredis';
+import type { BoardBudget } from './scheduler.ts';
+
+/**
+ * KEYS: 1 the hash. ARGV: 1 now µs ('' = Redis TIME), 2 sends per s, 3 render ms per s,
+ * 4… the boards' render charges, ms. Replies the number granted.
+ */
+export const BOARD_BUDGET_LUA = `
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local sendMax = tonumber(ARGV[2])
+local renderMax = tonumber(ARGV[3])
+local h = redis.call('HMGET', KEYS[1], 's', 'r', 't')
+local s = tonumber(h[1]) or sendMax
+local r = tonumber(h[2]) or renderMax
+local t = tonumber(h[3]) or now
+local dt = math.max(0, now - t) / 1000000
+s = math.min(sendMax, s + dt * sendMax)
+r = math.min(renderMax, r + dt * renderMax)
+local n = 0
+for i = 4, #ARGV do
+  local c = math.min(tonumber(ARGV[i]), renderMax)
+  if s < 1 or r < c then break end
+  s = s - 1
+  r = r - c
+  n = n + 1
+end
+redis.call('HSET', KEYS[1], 's', string.format('%.6f', s), 'r', string.format('%.6f', r), 't', string.format('%d', math.max(t, now)))
+redis.call('PEXPIRE', KEYS[1], 60000)
+return n
+`;
+const SHA = createHash('sha1').update(BOARD_BUDGET_LUA).digest('hex');
+const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
+
+/** Options of {@link RedisBoardBudget.open}. */
+export interface RedisBoardBudgetOptions {
+  /** REDIS_URL (the budget opens and owns its connection), unless `redis` is given. */
+  redisUrl?: string;
+  /** An existing connection (not closed by `close()`). */
+  redis?: Redis;
+  /** Key prefix: `<TELEGRAM_SENDQ_PREFIX>:budget` (one budget per bot). */
+  prefix: string;
+  /** BOARD_SEND_BUDGET_PER_S. */
+  sendBudgetPerS: number;
+  /** BOARD_RENDER_BUDGET_MS_PER_S. */
+  renderBudgetMsPerS: number;
+  /**
+   * Use the caller's `nowMs` (tests: every process sharing the key must pass
+   * the same clock). Unset: Redis TIME, one clock for every process.
+   */
+  callerClock?: boolean;
+}
+
+/** {@link BoardBudget} on Redis: atomic across every process sharing the prefix. */
+export class RedisBoardBudget implements BoardBudget {
+  readonly kind = 'redis' as const;
+  /** The hash's key. */
+  readonly key: string;
+
+  private constructor(
+    private readonly redis: Redis,
+    private readonly owned: boolean,
+    private readonly o: RedisBoardBudgetOptions,
+  ) {
+    this.key = `{${o.prefix}}:board`;
+  }
+
+  /**
+   * Connects (unless given a connection).
+   * @throws RangeError on a bad prefix, a budget not > 0, or neither `redis` nor `redisUrl`; the ioredis error when Redis is unreachable
+   */
+  static async open(o: RedisBoardBudgetOptions): Promise<RedisBoardBudget> {
+    if (!PREFIX_RE.test(o.prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${o.prefix}"`);
+    for (const [k, v] of Object.entries({ sendBudgetPerS: o.sendBudgetPerS, renderBudgetMsPerS: o.renderBudgetMsPerS })) {
+      if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`${k} must be > 0`);
+    }
+    let redis = o.redis;
+    const owned = redis === undefined;
+    if (redis === undefined) {
+      if (!o.redisUrl) throw new RangeError('RedisBoardBudget needs redis or redisUrl');
+      redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 3, lazyConnect: true });
+      redis.on('error', () => {});
+      try {
+        await redis.connect();
+      } catch (err) {
+        redis.disconnect();
+        throw err;
+      }
+    }
+    return new RedisBoardBudget(redis, owned, o);
+  }
+
+  async take(chargesMs: readonly number[], nowMs: number): Promise<number> {
+    if (chargesMs.length === 0) return 0;
+    const args = [
+      this.o.callerClock ? String(Math.round(nowMs * 1000)) : '',
+      this.o.sendBudgetPerS,
+      this.o.renderBudgetMsPerS,
+      ...chargesMs,
+    ];
+    let r: unknown;
+    try {
+      r = await this.redis.evalsha(SHA, 1, this.key, ...args);
+    } catch (err) {
+      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
+      r = await this.redis.eval(BOARD_BUDGET_LUA, 1, this.key, ...args);
+    }
+    return Number(r);
+  }
+
+  async close(): Promise<void> {
+    if (this.owned) await this.redis.quit().catch(() => this.redis.disconnect());
+  }
+}
