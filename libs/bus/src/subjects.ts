@@ -37,8 +37,10 @@ export interface Subjects {
   routerCtl(): string;
   /** Every channel's in-subject (tests and tools; a shard subscribes per owned channel). */
   allChannelsIn(): string;
-  /** Shards → router: membership heartbeats ({ id, channels, atMs }). */
+  /** Shards → router: membership heartbeats ({ id, channels, intentsPerS, draining, atMs }). */
   shardHeartbeat(): string;
+  /** Router → gateways and shards: a channel's assignment changed ({ channel, shard (null: none), epoch }). */
+  routerAssignments(): string;
 }
 
 /** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
@@ -58,5 +60,6 @@ export function subjects(prefix: string): Subjects {
     routerCtl: () => `${prefix}.router.ctl`,
     allChannelsIn: () => `${prefix}.ch.*.in`,
     shardHeartbeat: () => `${prefix}.shard.heartbeat`,
+    routerAssignments: () => `${prefix}.router.assignments`,
   };
 }

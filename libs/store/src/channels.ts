@@ -163,6 +163,12 @@ export class ChannelRepository {
     return Number(rows[0].epoch);
   }
 
+  /** Every channel that has an owner (the router rebuilds its assignments from them after a restart), by id. */
+  async listAssigned(): Promise<ChannelRow[]> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner IS NOT NULL ORDER BY id`);
+    return rows.map(toChannel);
+  }
+
   /** Channels owned by `shardId`. */
   async listOwned(shardId: string): Promise<ChannelRow[]> {
     const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`, [shardId]);

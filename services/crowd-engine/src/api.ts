@@ -53,7 +53,7 @@ export type ChannelCtlReply =
 export type ShardCtlRequest =
   /** Take ownership of `channel` at `epoch` (already written to Postgres by the router). */
   | { op: 'acquire'; channel: string; epoch: number }
-  /** Snapshot and stop serving `channel`. */
-  | { op: 'release'; channel: string };
+  /** Snapshot and stop serving `channel`; with `ifIdle` (a rebalance move) refused CP_ERR_CHANNEL_UNAVAILABLE while it has unfinished rounds. */
+  | { op: 'release'; channel: string; ifIdle?: boolean };
 
 export type ShardCtlReply = { ok: true; channels: number } | { ok: false; code: ErrorCode; message: string };

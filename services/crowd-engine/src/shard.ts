@@ -106,6 +106,10 @@ export class Shard {
   private snapshotTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private ctlSub: Subscription | null = null;
+  private assignmentsSub: Subscription | null = null;
+  /** Intents taken since the last heartbeat, and when it was sent (ms): the heartbeat's intents/s. */
+  private intentsSinceBeat = 0;
+  private lastBeatMs = 0;
   private creditSub: Subscription | null = null;
   private ticking = false;
   private draining = false;
@@ -178,6 +182,22 @@ export class Shard {
   async start(): Promise<void> {
     const { config, bus, subjects } = this.deps;
     this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
+    // The router moved a channel this shard still serves (it was cut off, or paused): stop at once; the epoch fences its writes anyway.
+    this.assignmentsSub = bus.subscribe(subjects.routerAssignments(), (msg) => {
+      try {
+        const c = decodeJson<{ channel: string; shard: string | null; epoch: number }>(msg.data);
+        const o = this.owned.get(c.channel);
+        if (o && c.shard !== null && c.shard !== this.id && c.epoch > o.epoch) {
+          this.deps.telemetry.logger.warn(
+            { channel: c.channel, epoch: o.epoch, owner: c.shard, ownerEpoch: c.epoch },
+            'channel moved away: dropping it',
+          );
+          this.stopServing(o);
+        }
+      } catch {
+        this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { subject: 'router.assignments' });
+      }
+    });
     if (this.wallets) {
       const wallets = this.wallets;
       // Grants through the tenant API reach the mirror at once (a stake right after the grant's 200 sees them).
@@ -192,16 +212,22 @@ export class Shard {
     }
     this.tickTimer = setInterval(() => void this.tick(), config.engine.tickMs);
     this.snapshotTimer = setInterval(() => void this.snapshotAll(), config.engine.snapshotIntervalMs);
+    this.lastBeatMs = this.now();
     this.heartbeat();
-    this.heartbeatTimer = setInterval(() => this.heartbeat(), 1_000);
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), config.engine.heartbeatMs);
     await bus.flush();
   }
 
+  /** Tells the router this shard is alive, with its load: channels owned and intents/s since the last beat (SHARD_HEARTBEAT_MS). */
   private heartbeat(): void {
     const { bus, subjects } = this.deps;
+    const now = this.now();
+    const intentsPerS = now > this.lastBeatMs ? Math.round((this.intentsSinceBeat * 1000) / (now - this.lastBeatMs)) : 0;
+    this.intentsSinceBeat = 0;
+    this.lastBeatMs = now;
     bus.publish(
       subjects.shardHeartbeat(),
-      encodeJson({ id: this.id, channels: this.owned.size, draining: this.draining, atMs: this.now() }),
+      encodeJson({ id: this.id, channels: this.owned.size, intentsPerS, draining: this.draining, atMs: now }),
     );
   }
 
@@ -240,8 +266,12 @@ export class Shard {
     try {
       const req = decodeJson<ShardCtlRequest>(msg.data);
       if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
-      else if (req.op === 'release') await this.release(req.channel);
-      else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
+      else if (req.op === 'release') {
+        // A rebalance move leaves a channel with unfinished rounds where it is (moving it would cancel them).
+        if (req.ifIdle && (this.owned.get(req.channel)?.rounds?.unfinished ?? 0) > 0)
+          throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [req.channel]);
+        await this.release(req.channel);
+      } else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
       reply = { ok: true, channels: this.owned.size };
     } catch (err) {
       reply = toErrorReply(err);
@@ -341,6 +371,8 @@ export class Shard {
     if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
+    // Caches (the router's, gateways') drop the assignment: the next use assigns the channel again.
+    this.deps.bus.publish(this.deps.subjects.routerAssignments(), encodeJson({ channel, shard: null, epoch: o.epoch }));
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
   }
 
@@ -365,6 +397,7 @@ export class Shard {
       return;
     }
     const { config, telemetry } = this.deps;
+    this.intentsSinceBeat += batch.intents.length;
     // Joins first: a stake in the same batch waits for the viewer's welcome grant.
     if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
     const maxPending = config.engine.maxPendingIntents;
@@ -718,6 +751,7 @@ export class Shard {
     this.closed = true;
     for (const t of [this.tickTimer, this.snapshotTimer, this.heartbeatTimer]) if (t) clearInterval(t);
     this.ctlSub?.unsubscribe();
+    this.assignmentsSub?.unsubscribe();
     this.creditSub?.unsubscribe();
     for (const o of [...this.owned.values()]) this.stopServing(o);
     await this.deps.bus.flush();
