@@ -95,6 +95,10 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
  * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
  */
 async function clusterCommand(gateways: number, shards: number): Promise<void> {
+  // A signal while the children start: exit, and the exit hook of startCluster kills whatever started.
+  const early = (): never => process.exit(130);
+  process.once('SIGINT', early);
+  process.once('SIGTERM', early);
   let cluster;
   try {
     cluster = await startCluster({ gateways, shards, env: process.env, entry: { execArgv: process.execArgv, script: process.argv[1]! } });
@@ -102,6 +106,8 @@ async function clusterCommand(gateways: number, shards: number): Promise<void> {
     fail(`crowdplay cluster: ${err instanceof Error ? err.message : String(err)}`, err instanceof TypeError ? 2 : 1);
   }
   const c = cluster;
+  process.off('SIGINT', early);
+  process.off('SIGTERM', early);
   process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
   let signals = 0;
   const onSignal = (): void => {
