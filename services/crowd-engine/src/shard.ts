@@ -110,6 +110,8 @@ export class Shard {
   /** Intents taken since the last heartbeat, and when it was sent (ms): the heartbeat's intents/s. */
   private intentsSinceBeat = 0;
   private lastBeatMs = 0;
+  /** This process's incarnation of the shard id: the router notices a restart when it changes. */
+  private readonly instance = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   private creditSub: Subscription | null = null;
   private ticking = false;
   private draining = false;
@@ -180,7 +182,11 @@ export class Shard {
 
   /** Starts the tick, snapshot and heartbeat loops and answers `shard.<id>.ctl`. */
   async start(): Promise<void> {
-    const { config, bus, subjects } = this.deps;
+    const { config, bus, subjects, store } = this.deps;
+    // A restarted shard (same SHARD_ID) owns nothing yet: the router assigns its predecessor's channels again (it sees a new `instance`).
+    const held = await store.channels.disown(this.id);
+    if (held > 0)
+      this.deps.telemetry.logger.info({ shard: this.id, channels: held }, 'channels of a previous process of this shard disowned');
     this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
     // The router moved a channel this shard still serves (it was cut off, or paused): stop at once; the epoch fences its writes anyway.
     this.assignmentsSub = bus.subscribe(subjects.routerAssignments(), (msg) => {
@@ -227,7 +233,7 @@ export class Shard {
     this.lastBeatMs = now;
     bus.publish(
       subjects.shardHeartbeat(),
-      encodeJson({ id: this.id, channels: this.owned.size, intentsPerS, draining: this.draining, atMs: now }),
+      encodeJson({ id: this.id, instance: this.instance, channels: this.owned.size, intentsPerS, draining: this.draining, atMs: now }),
     );
   }
 

@@ -63,6 +63,8 @@ export class Router implements RouterApi {
   /** Channels whose owner refused a rebalance release, until ms. */
   private readonly busy = new Map<string, number>();
   private readonly moved: Counter;
+  /** The process behind each shard id, from its heartbeats. */
+  private readonly instances = new Map<string, string>();
 
   constructor(
     private readonly deps: { bus: Bus; subjects: Subjects; store: Store; telemetry: Telemetry },
@@ -116,8 +118,15 @@ export class Router implements RouterApi {
 
   private onHeartbeat(msg: BusMessage): void {
     try {
-      const hb = decodeJson<{ id: string; channels: number; intentsPerS?: number; draining?: boolean }>(msg.data);
+      const hb = decodeJson<{ id: string; instance?: string; channels: number; intentsPerS?: number; draining?: boolean }>(msg.data);
       if (typeof hb.id !== 'string' || typeof hb.channels !== 'number') throw new TypeError('bad heartbeat');
+      const prev = this.instances.get(hb.id);
+      if (typeof hb.instance === 'string' && prev !== hb.instance) {
+        this.instances.set(hb.id, hb.instance);
+        // A new process behind this shard id (a restart, or the first beat this router hears): what Postgres no longer
+        // records as its own was its predecessor's and is assigned again.
+        void this.reconcile(hb.id);
+      }
       this.members.set(hb.id, {
         id: hb.id,
         channels: hb.channels,
@@ -273,6 +282,26 @@ export class Router implements RouterApi {
     for (const mv of wanted.slice(0, n)) {
       if (this.inflight.has(mv.channel)) continue;
       await this.exclusive(mv.channel, () => this.move(mv)).catch(() => undefined);
+    }
+  }
+
+  /**
+   * After a shard process (re)starts: channels the router believes it owns but
+   * whose Postgres row says otherwise (the new process disowned them) are
+   * reassigned now, like a failover.
+   */
+  private async reconcile(shard: string): Promise<void> {
+    try {
+      const mine = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
+      const lost = [...this.assignments.values()]
+        .filter((a) => a.shard === shard && !mine.has(a.channel) && !this.inflight.has(a.channel))
+        .map((a) => a.channel);
+      if (lost.length === 0) return;
+      this.deps.telemetry.logger.warn({ shard, channels: lost.length }, 'router: a shard restarted; assigning its channels again');
+      for (const ch of lost) this.assignments.delete(ch);
+      await this.failover(lost);
+    } catch (err) {
+      this.deps.telemetry.logger.error({ err, shard }, 'router: reconcile after a shard restart failed');
     }
   }
 

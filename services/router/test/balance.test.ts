@@ -104,6 +104,7 @@ function fakeStore(ids: string[]): { store: Store; rows: Map<string, ChannelRow>
       }
       return Promise.resolve(false);
     },
+    listOwned: (shard: string) => Promise.resolve([...rows.values()].filter((r) => r.owner === shard).map((r) => ({ ...r }))),
     listAssigned: () => Promise.resolve([...rows.values()].filter((r) => r.owner !== null).map((r) => ({ ...r }))),
   };
   return { store: { channels } as unknown as Store, rows };
@@ -234,6 +235,30 @@ describe('Router with fake shards and a fake clock', () => {
     await tick();
     await router.check();
     assert.deepEqual({ owner: t.rows.get('x')!.owner, epoch: t.rows.get('x')!.epoch }, { owner: 'a', epoch: 8 });
+    await router.close();
+  });
+
+  it('a shard process restarting under the same id (new instance) gets its predecessor’s channels again at a new epoch', async () => {
+    const t = setup(['c1']);
+    const router = t.newRouter();
+    await router.start();
+    t.shard('a');
+    const beat = (instance: string) =>
+      t.bus.publish(t.subjects.shardHeartbeat(), encodeJson({ id: 'a', instance, channels: t.owned.get('a')!.size }));
+    beat('i1');
+    await tick();
+    const first = await router.assign('c1');
+    assert.equal(first.epoch, 1);
+    beat('i1');
+    await tick();
+    assert.equal(t.rows.get('c1')!.epoch, 1, 'the same process: nothing happens');
+    // The process restarts: it owns nothing and disowned its rows (Shard.start).
+    t.owned.get('a')!.clear();
+    t.rows.get('c1')!.owner = null;
+    beat('i2');
+    for (let i = 0; i < 5; i++) await tick();
+    assert.deepEqual({ owner: t.rows.get('c1')!.owner, epoch: t.rows.get('c1')!.epoch }, { owner: 'a', epoch: 2 });
+    assert.ok(t.owned.get('a')!.has('c1'), 'the new process was asked to acquire it');
     await router.close();
   });
 
