@@ -37,10 +37,12 @@ export interface Subjects {
   routerCtl(): string;
   /** Every channel's in-subject (tests and tools; a shard subscribes per owned channel). */
   allChannelsIn(): string;
-  /** Shards → router: membership heartbeats ({ id, channels, atMs }). */
+  /** Shards → router: membership heartbeats ({ id, channels, intentsPerS, draining, atMs }). */
   shardHeartbeat(): string;
   /** Gateway → gateways: a chat's live board taken, stopped or moved (services/telegram ChatBoards: one gateway holds a chat's board). */
   telegramBoards(): string;
+  /** Router → gateways and shards: a channel's assignment changed ({ channel, shard (null: none), epoch }). */
+  routerAssignments(): string;
 }
 
 /** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
@@ -61,5 +63,6 @@ export function subjects(prefix: string): Subjects {
     allChannelsIn: () => `${prefix}.ch.*.in`,
     shardHeartbeat: () => `${prefix}.shard.heartbeat`,
     telegramBoards: () => `${prefix}.tg.boards`,
+    routerAssignments: () => `${prefix}.router.assignments`,
   };
 }

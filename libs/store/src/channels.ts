@@ -163,6 +163,23 @@ export class ChannelRepository {
     return Number(rows[0].epoch);
   }
 
+  /**
+   * Clears `shardId` as owner of every channel (a shard starting: a process
+   * that reuses a shard id owns nothing yet; what its predecessor held must
+   * be assigned again, at a new epoch).
+   * @returns how many channels it held
+   */
+  async disown(shardId: string): Promise<number> {
+    const { rowCount } = await this.db.query('UPDATE channels SET owner = NULL WHERE owner = $1', [shardId]);
+    return rowCount ?? 0;
+  }
+
+  /** Every channel that has an owner (the router rebuilds its assignments from them after a restart), by id. */
+  async listAssigned(): Promise<ChannelRow[]> {
+    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner IS NOT NULL ORDER BY id`);
+    return rows.map(toChannel);
+  }
+
   /** Channels owned by `shardId`. */
   async listOwned(shardId: string): Promise<ChannelRow[]> {
     const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`, [shardId]);

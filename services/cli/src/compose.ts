@@ -10,7 +10,7 @@ import type { Config } from '@crowdplay/config';
 import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
-import { Router, RouterClient } from '@crowdplay/router';
+import { CachingRouter, Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
@@ -44,6 +44,7 @@ interface Parts {
   telegram?: TelegramPart | null;
   sender?: { close(): Promise<void> };
   renderer?: { close(): Promise<void> };
+  routerCache?: CachingRouter;
 }
 
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
@@ -114,7 +115,15 @@ export async function startServices(config: Config, names: readonly ServiceName[
     if (names.includes('router')) {
       parts.router = new Router(
         { bus, subjects, store, telemetry },
-        { shardTimeoutMs: 5_000, waitForShardMs: config.bus.requestTimeoutMs, requestTimeoutMs: config.bus.requestTimeoutMs },
+        {
+          shardTimeoutMs: config.router.shardTimeoutMs,
+          waitForShardMs: config.bus.requestTimeoutMs,
+          requestTimeoutMs: config.bus.requestTimeoutMs,
+          checkMs: config.router.checkMs,
+          rebalanceMovesPerS: config.router.rebalanceMovesPerS,
+          failoverConcurrency: config.router.failoverConcurrency,
+          intentsPerChannel: config.router.intentsPerChannel,
+        },
       );
       await parts.router.start();
     }
@@ -135,7 +144,14 @@ export async function startServices(config: Config, names: readonly ServiceName[
     }
     let port: number | undefined;
     if (names.includes('gateway')) {
-      const router = new RouterClient(bus, subjects, config.bus.requestTimeoutMs);
+      // Assignments are cached and kept fresh by the router's changes (router.assignments).
+      const router = new CachingRouter(
+        new RouterClient(bus, subjects, config.bus.requestTimeoutMs),
+        { bus, subjects },
+        config.router.cacheMax,
+      );
+      await router.start();
+      parts.routerCache = router;
       // The bot and its live boards run beside the gateway that receives the webhook (off without TELEGRAM_BOT_TOKEN).
       parts.telegram = await startTelegram({
         config,
@@ -176,6 +192,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
         // 3. Now the sockets close (1001), then everything else.
         if (parts.gateway) await parts.gateway.drain().catch((err: unknown) => logger.error({ err }, 'gateway drain failed'));
         await parts.gateway?.close();
+        parts.routerCache?.close();
         await parts.telegram?.close();
         await parts.sender?.close();
         await parts.renderer?.close();

@@ -4,6 +4,7 @@
  *
  *   crowdplay start                      every service in one process (npm start)
  *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer | telegram-sender | board-renderer
+ *   crowdplay cluster --gateways G --shards S   a local cluster: one process per service (npm run cluster)
  *   crowdplay tenant create <id> [--name NAME]
  *   crowdplay tenant rotate-key <id>
  *   crowdplay tenant rotate-secret <id>
@@ -19,10 +20,12 @@ import { isCrowdplayError } from '@crowdplay/protocol';
 import { openStore } from '@crowdplay/store';
 import { verifyLedger } from '@crowdplay/ledger';
 import { SERVICES, startServices, type ServiceName, type Running } from './compose.ts';
+import { startCluster } from './cluster.ts';
 
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
+  crowdplay cluster [--gateways G] [--shards S]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
   crowdplay settings`;
@@ -34,6 +37,8 @@ function fail(msg: string, code = 2): never {
 
 async function runUntilSignal(config: Config, start: () => Promise<Running>): Promise<void> {
   const running = await start();
+  // `crowdplay cluster` (and tests) wait for this line.
+  running.telemetry.logger.info({ port: running.port }, 'ready');
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals): void => {
     if (++signals > 1) process.exit(130); // a second signal: exit at once
@@ -85,6 +90,47 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
   }
 }
 
+/**
+ * `crowdplay cluster`: starts the children (this same entry, `service <name>`), prints their URLs, exits 1 when one
+ * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
+ */
+async function clusterCommand(gateways: number, shards: number): Promise<void> {
+  // A signal while the children start: exit, and the exit hook of startCluster kills whatever started.
+  const early = (): never => process.exit(130);
+  process.once('SIGINT', early);
+  process.once('SIGTERM', early);
+  let cluster;
+  try {
+    cluster = await startCluster({ gateways, shards, env: process.env, entry: { execArgv: process.execArgv, script: process.argv[1]! } });
+  } catch (err) {
+    fail(`crowdplay cluster: ${err instanceof Error ? err.message : String(err)}`, err instanceof TypeError ? 2 : 1);
+  }
+  const c = cluster;
+  process.off('SIGINT', early);
+  process.off('SIGTERM', early);
+  process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
+  let signals = 0;
+  const onSignal = (): void => {
+    if (++signals > 1) {
+      for (const p of c.processes) p.signal('SIGKILL');
+      process.exit(130);
+    }
+    process.stdout.write('crowdplay cluster: draining (gateways, shards, then router and sequencer)\n');
+    c.stop().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const dead = await c.failed;
+  process.stderr.write(
+    `crowdplay cluster: ${dead.name} exited unexpectedly (code ${dead.code}, signal ${dead.signal}); stopping the cluster\n`,
+  );
+  await c.stop();
+  process.exit(1);
+}
+
 /** `crowdplay ledger verify`: prints each failed invariant; exit code 1 when any failed. */
 async function ledgerCommand(config: Config, args: string[]): Promise<void> {
   if (args.length !== 1 || args[0] !== 'verify') fail(USAGE);
@@ -105,7 +151,15 @@ async function ledgerCommand(config: Config, args: string[]): Promise<void> {
 async function main(): Promise<void> {
   let parsed;
   try {
-    parsed = parseArgs({ allowPositionals: true, options: { name: { type: 'string' }, help: { type: 'boolean', short: 'h' } } });
+    parsed = parseArgs({
+      allowPositionals: true,
+      options: {
+        name: { type: 'string' },
+        gateways: { type: 'string', default: '1' },
+        shards: { type: 'string', default: '2' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
   } catch (err) {
     fail(`${err instanceof Error ? err.message : String(err)}\n${USAGE}`);
   }
@@ -114,6 +168,10 @@ async function main(): Promise<void> {
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
+    return;
+  }
+  if (cmd === 'cluster') {
+    await clusterCommand(Number(values.gateways), Number(values.shards));
     return;
   }
   let config: Config;

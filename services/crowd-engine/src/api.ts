@@ -57,9 +57,10 @@ export type ShardCtlRequest =
    * Snapshot and stop serving `channel`. With `handoff` (a move: the router's
    * `move`), every open round's live book is written first and the channel's
    * subjects stay subscribed, refusing with CP_ERR_CHANNEL_UNAVAILABLE
-   * (retryable), until `forget`.
+   * (retryable), until `forget`. With `ifIdle` (a rebalance move) refused
+   * CP_ERR_CHANNEL_UNAVAILABLE while it has unfinished rounds.
    */
-  | { op: 'release'; channel: string; handoff?: boolean }
+  | { op: 'release'; channel: string; handoff?: boolean; ifIdle?: boolean }
   /** The move of a handed-off `channel` finished (its new owner serves it): drop its subscriptions. */
   | { op: 'forget'; channel: string };
 

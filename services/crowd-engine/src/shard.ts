@@ -114,6 +114,12 @@ export class Shard {
   private snapshotTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private ctlSub: Subscription | null = null;
+  private assignmentsSub: Subscription | null = null;
+  /** Intents taken since the last heartbeat, and when it was sent (ms): the heartbeat's intents/s. */
+  private intentsSinceBeat = 0;
+  private lastBeatMs = 0;
+  /** This process's incarnation of the shard id: the router notices a restart when it changes. */
+  private readonly instance = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   private creditSub: Subscription | null = null;
   private ticking = false;
   private draining = false;
@@ -188,8 +194,28 @@ export class Shard {
 
   /** Starts the tick, snapshot and heartbeat loops and answers `shard.<id>.ctl`. */
   async start(): Promise<void> {
-    const { config, bus, subjects } = this.deps;
+    const { config, bus, subjects, store } = this.deps;
+    // A restarted shard (same SHARD_ID) owns nothing yet: the router assigns its predecessor's channels again (it sees a new `instance`).
+    const held = await store.channels.disown(this.id);
+    if (held > 0)
+      this.deps.telemetry.logger.info({ shard: this.id, channels: held }, 'channels of a previous process of this shard disowned');
     this.ctlSub = bus.subscribe(subjects.shardCtl(this.id), (msg) => void this.onShardCtl(msg));
+    // The router moved a channel this shard still serves (it was cut off, or paused): stop at once; the epoch fences its writes anyway.
+    this.assignmentsSub = bus.subscribe(subjects.routerAssignments(), (msg) => {
+      try {
+        const c = decodeJson<{ channel: string; shard: string | null; epoch: number }>(msg.data);
+        const o = this.owned.get(c.channel);
+        if (o && c.shard !== null && c.shard !== this.id && c.epoch > o.epoch) {
+          this.deps.telemetry.logger.warn(
+            { channel: c.channel, epoch: o.epoch, owner: c.shard, ownerEpoch: c.epoch },
+            'channel moved away: dropping it',
+          );
+          this.stopServing(o);
+        }
+      } catch {
+        this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { subject: 'router.assignments' });
+      }
+    });
     if (this.wallets) {
       const wallets = this.wallets;
       // Grants through the tenant API reach the mirror at once (a stake right after the grant's 200 sees them).
@@ -204,16 +230,22 @@ export class Shard {
     }
     this.tickTimer = setInterval(() => void this.tick(), config.engine.tickMs);
     this.snapshotTimer = setInterval(() => void this.snapshotAll(), config.engine.snapshotIntervalMs);
+    this.lastBeatMs = this.now();
     this.heartbeat();
-    this.heartbeatTimer = setInterval(() => this.heartbeat(), 1_000);
+    this.heartbeatTimer = setInterval(() => this.heartbeat(), config.engine.heartbeatMs);
     await bus.flush();
   }
 
+  /** Tells the router this shard is alive, with its load: channels owned and intents/s since the last beat (SHARD_HEARTBEAT_MS). */
   private heartbeat(): void {
     const { bus, subjects } = this.deps;
+    const now = this.now();
+    const intentsPerS = now > this.lastBeatMs ? Math.round((this.intentsSinceBeat * 1000) / (now - this.lastBeatMs)) : 0;
+    this.intentsSinceBeat = 0;
+    this.lastBeatMs = now;
     bus.publish(
       subjects.shardHeartbeat(),
-      encodeJson({ id: this.id, channels: this.owned.size, draining: this.draining, atMs: this.now() }),
+      encodeJson({ id: this.id, instance: this.instance, channels: this.owned.size, intentsPerS, draining: this.draining, atMs: now }),
     );
   }
 
@@ -253,8 +285,12 @@ export class Shard {
       const req = decodeJson<ShardCtlRequest>(msg.data);
       if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
       else if (req.op === 'release' && req.handoff) await this.handOff(req.channel);
-      else if (req.op === 'release') await this.release(req.channel);
-      else if (req.op === 'forget') this.forget(req.channel);
+      else if (req.op === 'release') {
+        // A rebalance move leaves a channel with unfinished rounds where it is (moving it would cancel them).
+        if (req.ifIdle && (this.owned.get(req.channel)?.rounds?.unfinished ?? 0) > 0)
+          throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [req.channel]);
+        await this.release(req.channel);
+      } else if (req.op === 'forget') this.forget(req.channel);
       else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
       reply = { ok: true, channels: this.owned.size };
     } catch (err) {
@@ -359,6 +395,8 @@ export class Shard {
     if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
+    // Caches (the router's, gateways') drop the assignment: the next use assigns the channel again.
+    this.deps.bus.publish(this.deps.subjects.routerAssignments(), encodeJson({ channel, shard: null, epoch: o.epoch }));
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
   }
 
@@ -449,6 +487,7 @@ export class Shard {
       }
       return;
     }
+    this.intentsSinceBeat += batch.intents.length;
     // Joins first: a stake in the same batch waits for the viewer's welcome grant.
     if (batch.joins && batch.joins.length > 0 && o.rounds) void o.rounds.join(batch.gw, batch.joins);
     const maxPending = config.engine.maxPendingIntents;
@@ -875,6 +914,7 @@ export class Shard {
     this.closed = true;
     for (const t of [this.tickTimer, this.snapshotTimer, this.heartbeatTimer]) if (t) clearInterval(t);
     this.ctlSub?.unsubscribe();
+    this.assignmentsSub?.unsubscribe();
     this.creditSub?.unsubscribe();
     for (const o of [...this.owned.values()]) this.stopServing(o);
     for (const ch of [...this.moved.keys()]) this.forget(ch);

@@ -13,11 +13,25 @@ export interface Assignment {
   epoch: number;
 }
 
-/** A shard known to the router. `lastSeenMs` is ms since epoch. */
+/** A shard known to the router. `lastSeenMs` is ms since epoch; `intentsPerS` from its last heartbeat. */
 export interface ShardInfo {
   id: string;
   channels: number;
+  intentsPerS?: number;
   lastSeenMs: number;
+}
+
+/**
+ * What the router publishes on `router.assignments` when a channel's owner
+ * changes: the new owner and epoch, or `shard: null` when the channel has
+ * none any more (released, moved to another chat). Caches drop or replace
+ * their entry; a shard that sees another owner at a newer epoch for a
+ * channel it serves stops serving it.
+ */
+export interface AssignmentChange {
+  channel: string;
+  shard: string | null;
+  epoch: number;
 }
 
 /**

@@ -1,2 +1,4 @@
 export * from './api.ts';
+export * from './balance.ts';
+export * from './cache.ts';
 export * from './router.ts';

@@ -1,8 +1,16 @@
 /**
  * The router: pins channels to shards. It keeps membership from shard
- * heartbeats, assigns an unowned channel to the live shard with the fewest
- * channels, and makes ownership durable by bumping the channel's epoch in
- * Postgres before telling the shard to acquire it.
+ * heartbeats (with their load), assigns an unowned channel to the least
+ * loaded live shard, and makes ownership durable by bumping the channel's
+ * epoch in Postgres before telling the shard to acquire it.
+ *
+ * Every `checkMs` it moves the channels of a shard that missed its
+ * heartbeats to live shards (failover, without waiting for a gateway to ask)
+ * and moves a bounded number of channels per second from the fullest to the
+ * emptiest live shard (a new shard takes its fair share). It keeps no state
+ * of its own: on start it rebuilds its assignments from the channels table
+ * (owner + epoch), so it can restart without losing them. Every change is
+ * published on `router.assignments` for the caches of gateways and shards.
  *
  * With one shard (standalone) this is trivial, but the operations are the
  * ones the cluster uses.
@@ -11,7 +19,8 @@ import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type 
 import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { Assignment, Migration, Move, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
+import type { Assignment, AssignmentChange, Migration, Move, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
+import { MoveBudget, pickLeastLoaded, planMoves, shardState, type MemberLoad, type PlannedMove, type ShardState } from './balance.ts';
 
 export interface RouterOptions {
   /** A shard not heard from for this long is not assigned new channels, ms. */
@@ -20,14 +29,23 @@ export interface RouterOptions {
   waitForShardMs: number;
   /** Timeout of the acquire request to a shard, ms. */
   requestTimeoutMs: number;
+  /** Period of the failover and rebalance check, ms (ROUTER_CHECK_MS); unset: no background check (call `check()`). */
+  checkMs?: number;
+  /** Channels moved per second to even out the spread (ROUTER_REBALANCE_MOVES_PER_S); 0 or unset: never. */
+  rebalanceMovesPerS?: number;
+  /** Channels of a dead shard reassigned at once (ROUTER_FAILOVER_CONCURRENCY); default 8. */
+  failoverConcurrency?: number;
+  /** Intents/s that weigh as much as one channel in a shard's load (ROUTER_INTENTS_PER_CHANNEL); default 200. */
+  intentsPerChannel?: number;
   now?: () => number;
 }
 
 type Counter = ReturnType<Telemetry['metrics']['counter']>;
 
-interface Member extends ShardInfo {
-  draining: boolean;
-}
+type Member = MemberLoad;
+
+/** How long a channel whose owner refused to release it (unfinished rounds) is left alone by the rebalance, in checks. */
+const BUSY_CHECKS = 20;
 
 export class Router implements RouterApi {
   private readonly members = new Map<string, Member>();
@@ -38,12 +56,26 @@ export class Router implements RouterApi {
   private readonly subs: Subscription[] = [];
   private readonly now: () => number;
   private memberWaiters: Array<() => void> = [];
+  private startedAtMs = 0;
+  private checkTimer: NodeJS.Timeout | null = null;
+  private checking: Promise<void> | null = null;
+  private readonly budget: MoveBudget;
+  /** Channels whose owner refused a rebalance release, until ms. */
+  private readonly busy = new Map<string, number>();
+  private readonly moved: Counter;
+  /** The process behind each shard id, from its heartbeats. */
+  private readonly instances = new Map<string, string>();
 
   constructor(
     private readonly deps: { bus: Bus; subjects: Subjects; store: Store; telemetry: Telemetry },
     private readonly opts: RouterOptions,
   ) {
     this.now = opts.now ?? Date.now;
+    this.budget = new MoveBudget(opts.rebalanceMovesPerS ?? 0, this.now());
+    this.moved = deps.telemetry.metrics.counter(
+      'crowdplay_router_moves_total',
+      'Channels the router moved between shards, by reason: failover (the owner missed its heartbeats), rebalance (ROUTER_REBALANCE_MOVES_PER_S), refused (the owner kept a channel with unfinished rounds), failed',
+    );
     this.migrations = deps.telemetry.metrics.counter(
       'crowdplay_channel_migrations_total',
       'Channel moves (a Telegram group upgraded to a supergroup) asked of the router, by outcome: moved, done (finished before: a re-delivered update), none (the old chat never played), refused (bad request), failed (resumed by the next request)',
@@ -51,18 +83,57 @@ export class Router implements RouterApi {
     deps.telemetry.metrics.gauge('crowdplay_router_live_shards', 'Shards heard from within the shard timeout', () => this.live().length);
   }
 
-  /** Starts taking heartbeats and answering `router.ctl`. */
+  /**
+   * Rebuilds the assignments from the channels table (owner + epoch), then
+   * starts taking heartbeats, answering `router.ctl` and (with `checkMs`)
+   * checking for dead shards and imbalance. Owners not heard from get one
+   * ROUTER_SHARD_TIMEOUT_MS to send a heartbeat before their channels move.
+   * @throws the store's error when Postgres is unreachable
+   */
   async start(): Promise<void> {
-    const { bus, subjects } = this.deps;
+    const { bus, subjects, store, telemetry } = this.deps;
+    this.startedAtMs = this.now();
+    for (const row of await store.channels.listAssigned()) {
+      if (row.owner !== null && row.migratedTo === null)
+        this.assignments.set(row.id, { channel: row.id, shard: row.owner, epoch: row.epoch });
+    }
+    if (this.assignments.size > 0) telemetry.logger.info({ channels: this.assignments.size }, 'router: assignments rebuilt from Postgres');
     this.subs.push(bus.subscribe(subjects.shardHeartbeat(), (msg) => this.onHeartbeat(msg)));
     this.subs.push(bus.subscribe(subjects.routerCtl(), (msg) => void this.onCtl(msg), { queue: 'router' }));
+    // A shard that releases a channel on its own (drain) says so here: the channel has no owner until assigned again.
+    this.subs.push(
+      bus.subscribe(subjects.routerAssignments(), (msg) => {
+        try {
+          const c = decodeJson<AssignmentChange>(msg.data);
+          const known = this.assignments.get(c.channel);
+          if (c.shard === null && known && known.epoch <= c.epoch && !this.inflight.has(c.channel)) this.assignments.delete(c.channel);
+        } catch {
+          telemetry.refusals.refuse('router', 'CP_ERR_PROTO_MALFORMED', { subject: msg.subject });
+        }
+      }),
+    );
     await bus.flush();
+    if (this.opts.checkMs) this.checkTimer = setInterval(() => void this.check(), this.opts.checkMs);
   }
 
   private onHeartbeat(msg: BusMessage): void {
     try {
-      const hb = decodeJson<{ id: string; channels: number; draining?: boolean }>(msg.data);
-      this.members.set(hb.id, { id: hb.id, channels: hb.channels, lastSeenMs: this.now(), draining: hb.draining === true });
+      const hb = decodeJson<{ id: string; instance?: string; channels: number; intentsPerS?: number; draining?: boolean }>(msg.data);
+      if (typeof hb.id !== 'string' || typeof hb.channels !== 'number') throw new TypeError('bad heartbeat');
+      const prev = this.instances.get(hb.id);
+      if (typeof hb.instance === 'string' && prev !== hb.instance) {
+        this.instances.set(hb.id, hb.instance);
+        // A new process behind this shard id (a restart, or the first beat this router hears): what Postgres no longer
+        // records as its own was its predecessor's and is assigned again.
+        void this.reconcile(hb.id);
+      }
+      this.members.set(hb.id, {
+        id: hb.id,
+        channels: hb.channels,
+        intentsPerS: typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0,
+        lastSeenMs: this.now(),
+        draining: hb.draining === true,
+      });
       const w = this.memberWaiters;
       this.memberWaiters = [];
       for (const f of w) f();
@@ -72,23 +143,25 @@ export class Router implements RouterApi {
   }
 
   private live(): Member[] {
-    const cutoff = this.now() - this.opts.shardTimeoutMs;
-    return [...this.members.values()].filter((m) => m.lastSeenMs >= cutoff && !m.draining);
+    return [...this.members.values()].filter((m) => this.stateOf(m.id) === 'live');
   }
 
-  private isLive(shard: string): boolean {
-    return this.live().some((m) => m.id === shard);
+  private stateOf(shard: string): ShardState {
+    return shardState(this.members.get(shard), this.now(), this.opts.shardTimeoutMs, this.startedAtMs);
   }
 
-  private async pickShard(exclude?: string): Promise<Member> {
-    const deadline = this.now() + this.opts.waitForShardMs;
+  /**
+   * The least-loaded live shard (channels and intents/s, not a hash), other
+   * than `exclude`; waits up to waitForShardMs for one when `wait`.
+   */
+  private async pickShard(wait = true, exclude?: string): Promise<Member> {
+    const deadline = this.now() + (wait ? this.opts.waitForShardMs : 0);
     for (;;) {
-      const live = this.live().filter((m) => m.id !== exclude);
-      if (live.length > 0) {
-        // Fewest channels first (load, not a hash); ties by id for determinism.
-        live.sort((a, b) => a.channels - b.channels || a.id.localeCompare(b.id));
-        return live[0]!;
-      }
+      const best = pickLeastLoaded(
+        this.live().filter((m) => m.id !== exclude),
+        this.opts.intentsPerChannel ?? 200,
+      );
+      if (best) return best;
       const left = deadline - this.now();
       if (left <= 0) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['*']);
       await new Promise<void>((resolve) => {
@@ -101,27 +174,56 @@ export class Router implements RouterApi {
     }
   }
 
+  /** A known owner that keeps its channels: live, or not heard from yet since this router started. */
+  private keeps(shard: string): boolean {
+    const st = this.stateOf(shard);
+    return st === 'live' || st === 'unknown';
+  }
+
   assign(channel: string): Promise<Assignment> {
+    // One acquire or move per channel at a time; concurrent callers share it.
+    const p = this.inflight.get(channel);
+    if (p) return p;
     const known = this.assignments.get(channel);
-    if (known && this.isLive(known.shard)) return Promise.resolve(known);
-    // One acquire per channel at a time; concurrent callers share it.
-    let p = this.inflight.get(channel);
-    if (!p) {
-      p = this.doAssign(channel).finally(() => this.inflight.delete(channel));
-      this.inflight.set(channel, p);
-    }
+    if (known && this.keeps(known.shard)) return Promise.resolve(known);
+    return this.exclusive(channel, () => this.doAssign(channel, true));
+  }
+
+  private exclusive(channel: string, f: () => Promise<Assignment>): Promise<Assignment> {
+    const p = f().finally(() => this.inflight.delete(channel));
+    this.inflight.set(channel, p);
     return p;
   }
 
-  private async doAssign(channel: string, exclude?: string): Promise<Assignment> {
-    const { store, bus, subjects, telemetry } = this.deps;
+  /** Records an assignment and tells the caches (gateways, shards) on `router.assignments`. */
+  private announce(change: AssignmentChange): void {
+    if (change.shard === null) this.assignments.delete(change.channel);
+    else this.assignments.set(change.channel, { channel: change.channel, shard: change.shard, epoch: change.epoch });
+    const { bus, subjects } = this.deps;
+    bus.publish(subjects.routerAssignments(), encodeJson(change));
+  }
+
+  private async doAssign(channel: string, wait: boolean, exclude?: string): Promise<Assignment> {
+    const { store, telemetry } = this.deps;
     const row = await store.channels.get(channel);
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     if (row.migratedTo !== null) {
       telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel });
       throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
     }
-    const shard = await this.pickShard(exclude);
+    // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch.
+    if (row.owner !== null && row.owner !== exclude && this.keeps(row.owner)) {
+      const a: Assignment = { channel, shard: row.owner, epoch: row.epoch };
+      this.assignments.set(channel, a);
+      return a;
+    }
+    const shard = await this.pickShard(wait, exclude);
+    return this.acquireOn(channel, shard);
+  }
+
+  /** Bumps the epoch for `shard` in Postgres and makes it acquire the channel. @throws CrowdplayError when the shard refuses or does not answer */
+  private async acquireOn(channel: string, shard: Member): Promise<Assignment> {
+    const { store, bus, subjects, telemetry } = this.deps;
     const epoch = await store.channels.acquire(channel, shard.id);
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
     try {
@@ -139,9 +241,139 @@ export class Router implements RouterApi {
     }
     shard.channels = reply.channels ?? shard.channels + 1;
     const a: Assignment = { channel, shard: shard.id, epoch };
-    this.assignments.set(channel, a);
+    this.announce(a);
     telemetry.logger.info(a, 'channel assigned');
     return a;
+  }
+
+  /**
+   * One pass of the background work (every `checkMs`; tests call it with a
+   * fake clock): every channel of a dead shard is reassigned to live shards
+   * (ROUTER_FAILOVER_CONCURRENCY at a time); then, if no shard is dead, up
+   * to the rebalance budget of channels move from the fullest to the
+   * emptiest live shard. Passes never overlap (a call during one returns it).
+   */
+  check(): Promise<void> {
+    this.checking ??= this.doCheck()
+      .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router check failed'))
+      .finally(() => (this.checking = null));
+    return this.checking;
+  }
+
+  private async doCheck(): Promise<void> {
+    const now = this.now();
+    for (const [ch, until] of this.busy) if (until <= now) this.busy.delete(ch);
+    const orphans: string[] = [];
+    for (const a of this.assignments.values())
+      if (this.stateOf(a.shard) === 'dead' && !this.inflight.has(a.channel)) orphans.push(a.channel);
+    if (orphans.length > 0) {
+      if (this.live().length === 0) return; // nobody to take them; the next pass tries again
+      await this.failover(orphans);
+      return;
+    }
+    const rate = this.opts.rebalanceMovesPerS ?? 0;
+    if (rate <= 0) return;
+    const owned = new Map<string, string[]>();
+    for (const m of this.live()) owned.set(m.id, []);
+    let unsettled = false;
+    for (const a of this.assignments.values()) {
+      const list = owned.get(a.shard);
+      if (list) list.push(a.channel);
+      else if (this.stateOf(a.shard) !== 'dead') unsettled = true; // a draining or not yet heard-from owner: wait for it
+    }
+    if (unsettled) return;
+    const skip = new Set([...this.inflight.keys(), ...this.busy.keys()]);
+    const wanted = planMoves(owned, Math.max(1, rate), skip);
+    const n = this.budget.take(wanted.length, now);
+    for (const mv of wanted.slice(0, n)) {
+      if (this.inflight.has(mv.channel)) continue;
+      await this.exclusive(mv.channel, () => this.rebalanceMove(mv)).catch(() => undefined);
+    }
+  }
+
+  /**
+   * After a shard process (re)starts: channels the router believes it owns but
+   * whose Postgres row says otherwise (the new process disowned them) are
+   * reassigned now, like a failover.
+   */
+  private async reconcile(shard: string): Promise<void> {
+    try {
+      const mine = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
+      const lost = [...this.assignments.values()]
+        .filter((a) => a.shard === shard && !mine.has(a.channel) && !this.inflight.has(a.channel))
+        .map((a) => a.channel);
+      if (lost.length === 0) return;
+      this.deps.telemetry.logger.warn({ shard, channels: lost.length }, 'router: a shard restarted; assigning its channels again');
+      for (const ch of lost) this.assignments.delete(ch);
+      await this.failover(lost);
+    } catch (err) {
+      this.deps.telemetry.logger.error({ err, shard }, 'router: reconcile after a shard restart failed');
+    }
+  }
+
+  /** Reassigns the channels of dead shards, a bounded number at once. */
+  private async failover(channels: string[]): Promise<void> {
+    const { telemetry } = this.deps;
+    telemetry.logger.warn({ channels: channels.length }, 'router: shard(s) missed their heartbeats; moving their channels');
+    const queue = [...channels];
+    const worker = async (): Promise<void> => {
+      for (let ch = queue.shift(); ch !== undefined; ch = queue.shift()) {
+        if (this.inflight.has(ch)) continue;
+        const from = this.assignments.get(ch)?.shard;
+        try {
+          const a = await this.exclusive(ch, () => this.doAssign(ch, false));
+          if (a.shard !== from) this.moved.add(1, { reason: 'failover' });
+        } catch (err) {
+          this.moved.add(1, { reason: 'failed' });
+          if (isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') || isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')) {
+            this.announce({ channel: ch, shard: null, epoch: 0 });
+          }
+          telemetry.logger.warn({ err, channel: ch }, 'failover of a channel failed (the next check retries)');
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(queue.length, this.opts.failoverConcurrency ?? 8) }, worker));
+  }
+
+  /**
+   * Moves a channel between two live shards: the owner releases it (final
+   * snapshot at its epoch; refused while it has unfinished rounds), then the
+   * new shard acquires it at a new epoch. If the new shard fails, the
+   * channel goes to whichever live shard takes it.
+   */
+  private async rebalanceMove(mv: PlannedMove): Promise<Assignment> {
+    const { bus, subjects, telemetry } = this.deps;
+    const known = this.assignments.get(mv.channel);
+    if (!known || known.shard !== mv.from) return known ?? this.doAssign(mv.channel, false);
+    let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
+    try {
+      const msg = await bus.request(subjects.shardCtl(mv.from), encodeJson({ op: 'release', channel: mv.channel, ifIdle: true }), {
+        timeoutMs: this.opts.requestTimeoutMs,
+      });
+      reply = decodeJson(msg.data);
+    } catch (err) {
+      reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+    }
+    if (!reply.ok) {
+      this.moved.add(1, { reason: 'refused' });
+      this.busy.set(mv.channel, this.now() + BUSY_CHECKS * (this.opts.checkMs ?? 500));
+      telemetry.logger.info({ ...mv, code: reply.code }, 'rebalance: the owner kept the channel');
+      return known;
+    }
+    const from = this.members.get(mv.from);
+    if (from) from.channels = reply.channels ?? Math.max(0, from.channels - 1);
+    const to = this.members.get(mv.to);
+    try {
+      if (!to || this.stateOf(mv.to) !== 'live') throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]);
+      const a = await this.acquireOn(mv.channel, to);
+      this.moved.add(1, { reason: 'rebalance' });
+      telemetry.logger.info({ ...mv, epoch: a.epoch }, 'rebalance: channel moved');
+      return a;
+    } catch (err) {
+      telemetry.logger.warn({ err, ...mv }, 'rebalance: the new shard did not take the channel; assigning it anew');
+      this.assignments.delete(mv.channel);
+      return this.doAssign(mv.channel, true);
+    }
   }
 
   async lookup(channel: string): Promise<Assignment | null> {
@@ -156,7 +388,7 @@ export class Router implements RouterApi {
     if (!a) return;
     const { bus, subjects } = this.deps;
     await bus.request(subjects.shardCtl(a.shard), encodeJson({ op: 'release', channel }), { timeoutMs: this.opts.requestTimeoutMs });
-    this.assignments.delete(channel);
+    this.announce({ channel, shard: null, epoch: a.epoch });
   }
 
   migrate(from: string, to: string): Promise<Migration> {
@@ -187,7 +419,7 @@ export class Router implements RouterApi {
     }
     try {
       // 1. The old channel's owner stops serving it and writes its final snapshot at its epoch.
-      this.assignments.delete(from);
+      if (this.assignments.has(from)) this.announce({ channel: from, shard: null, epoch: this.assignments.get(from)!.epoch });
       const row = await store.channels.get(from);
       if (row?.owner) {
         await bus
@@ -268,7 +500,7 @@ export class Router implements RouterApi {
     if (!rel.ok) throw new CrowdplayError(rel.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: rel.message });
     this.assignments.delete(channel);
     // 2. Another shard acquires it at a new epoch and resumes the rounds.
-    const a = await this.doAssign(channel, source);
+    const a = await this.doAssign(channel, true, source);
     // 3. The old owner stops refusing (its subscriptions go).
     await bus
       .request(subjects.shardCtl(source), encodeJson({ op: 'forget', channel }), { timeoutMs: this.opts.requestTimeoutMs })
@@ -278,7 +510,7 @@ export class Router implements RouterApi {
   }
 
   membership(): Promise<ShardInfo[]> {
-    return Promise.resolve(this.live().map(({ id, channels, lastSeenMs }) => ({ id, channels, lastSeenMs })));
+    return Promise.resolve(this.live().map(({ id, channels, intentsPerS, lastSeenMs }) => ({ id, channels, intentsPerS, lastSeenMs })));
   }
 
   private async onCtl(msg: BusMessage): Promise<void> {
@@ -319,8 +551,10 @@ export class Router implements RouterApi {
   }
 
   /** Stops answering. Safe to call twice. */
-  close(): Promise<void> {
+  async close(): Promise<void> {
+    if (this.checkTimer) clearInterval(this.checkTimer);
+    this.checkTimer = null;
     for (const s of this.subs.splice(0)) s.unsubscribe();
-    return Promise.resolve();
+    await this.checking;
   }
 }

@@ -1,0 +1,296 @@
+/**
+ * The router's decisions with fake clocks and fake shards: liveness and the
+ * restart grace, least-loaded pick, rebalance plans and their budget, and a
+ * Router on the in-process bus that fails channels over, rebalances a new
+ * shard, keeps assignments across a restart and publishes every change.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects } from '@crowdplay/bus';
+import { createTelemetry } from '@crowdplay/telemetry';
+import type { ChannelRow, Store } from '@crowdplay/store';
+import { CrowdplayError } from '@crowdplay/protocol';
+import {
+  CachingRouter,
+  MoveBudget,
+  Router,
+  pickLeastLoaded,
+  planMoves,
+  shardState,
+  type AssignmentChange,
+  type MemberLoad,
+} from '../src/index.ts';
+
+const m = (id: string, channels: number, intentsPerS = 0, lastSeenMs = 0, draining = false): MemberLoad => ({
+  id,
+  channels,
+  intentsPerS,
+  lastSeenMs,
+  draining,
+});
+
+describe('router decisions (pure)', () => {
+  it('shardState: live, draining, dead after the timeout; unknown owners get one timeout of grace after a start', () => {
+    assert.equal(shardState(m('a', 0, 0, 1_000), 3_999, 3_000, 0), 'live');
+    assert.equal(shardState(m('a', 0, 0, 1_000), 4_001, 3_000, 0), 'dead');
+    assert.equal(shardState(m('a', 0, 0, 1_000, true), 2_000, 3_000, 0), 'draining');
+    assert.equal(shardState(undefined, 12_000, 3_000, 10_000), 'unknown');
+    assert.equal(shardState(undefined, 13_001, 3_000, 10_000), 'dead');
+  });
+
+  it('pickLeastLoaded: channels plus intents/s weighted; ties by channels then id; null when none', () => {
+    assert.equal(pickLeastLoaded([], 200), null);
+    assert.equal(pickLeastLoaded([m('b', 2), m('a', 2)], 200)?.id, 'a');
+    assert.equal(pickLeastLoaded([m('a', 1, 1_000), m('b', 3)], 200)?.id, 'b', '1 + 1000/200 = 6 > 3');
+    assert.equal(pickLeastLoaded([m('a', 1, 100), m('b', 3)], 200)?.id, 'a', '1.5 < 3');
+  });
+
+  it('planMoves: a new shard gets its fair share; nothing moves when even; skip and max are honoured', () => {
+    const owned = new Map([
+      ['s1', ['c1', 'c2', 'c3']],
+      ['s2', ['c4', 'c5', 'c6']],
+      ['s3', [] as string[]],
+    ]);
+    const moves = planMoves(owned, 10);
+    assert.deepEqual(moves, [
+      { channel: 'c1', from: 's1', to: 's3' },
+      { channel: 'c4', from: 's2', to: 's3' },
+    ]);
+    assert.deepEqual(
+      planMoves(
+        new Map([
+          ['s1', ['a', 'b']],
+          ['s2', ['c']],
+        ]),
+        10,
+      ),
+      [],
+      'off by one is even',
+    );
+    assert.equal(planMoves(owned, 1).length, 1);
+    assert.deepEqual(planMoves(owned, 10, new Set(['c1', 'c2', 'c3'])), [{ channel: 'c4', from: 's2', to: 's3' }]);
+    assert.deepEqual(planMoves(new Map([['s1', ['a', 'b', 'c']]]), 10), [], 'one shard: nowhere to go');
+  });
+
+  it('MoveBudget: perS moves per second, bursts capped at one second, 0 = never', () => {
+    const b = new MoveBudget(2, 0);
+    assert.equal(b.take(5, 0), 2);
+    assert.equal(b.take(5, 100), 0);
+    assert.equal(b.take(5, 600), 1);
+    assert.equal(b.take(5, 10_000), 2, 'capped at perS');
+    assert.equal(new MoveBudget(0, 0).take(5, 10_000), 0);
+  });
+});
+
+/** A fake channels table: acquire bumps the epoch, release clears the owner at its epoch. */
+function fakeStore(ids: string[]): { store: Store; rows: Map<string, ChannelRow> } {
+  const rows = new Map<string, ChannelRow>(
+    ids.map((id) => [id, { id, tenantId: 't', epoch: 0, owner: null, migratedTo: null, migratedAt: null }]),
+  );
+  const channels = {
+    get: (id: string) => Promise.resolve(rows.has(id) ? { ...rows.get(id)! } : null),
+    acquire: (id: string, shard: string) => {
+      const r = rows.get(id);
+      if (!r) return Promise.reject(new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]));
+      r.epoch++;
+      r.owner = shard;
+      return Promise.resolve(r.epoch);
+    },
+    release: (id: string, shard: string, epoch: number) => {
+      const r = rows.get(id);
+      if (r && r.owner === shard && r.epoch === epoch) {
+        r.owner = null;
+        return Promise.resolve(true);
+      }
+      return Promise.resolve(false);
+    },
+    listOwned: (shard: string) => Promise.resolve([...rows.values()].filter((r) => r.owner === shard).map((r) => ({ ...r }))),
+    listAssigned: () => Promise.resolve([...rows.values()].filter((r) => r.owner !== null).map((r) => ({ ...r }))),
+  };
+  return { store: { channels } as unknown as Store, rows };
+}
+
+function setup(ids: string[]) {
+  const bus = new InProcessBus();
+  const subjects = makeSubjects('rt');
+  const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 60_000 });
+  const { store, rows } = fakeStore(ids);
+  let now = 1_000_000;
+  const clock = { now: () => now, advance: (ms: number) => (now += ms) };
+  const owned = new Map<string, Set<string>>();
+  const shard = (id: string) => {
+    owned.set(id, new Set());
+    bus.subscribe(subjects.shardCtl(id), (msg) => {
+      const req = decodeJson<{ op: string; channel: string; epoch: number }>(msg.data);
+      const mine = owned.get(id)!;
+      if (req.op === 'acquire') mine.add(req.channel);
+      else if (mine.delete(req.channel)) {
+        const r = rows.get(req.channel)!;
+        if (r.owner === id) r.owner = null;
+      }
+      msg.respond(encodeJson({ ok: true, channels: mine.size }));
+    });
+    return { beat: () => bus.publish(subjects.shardHeartbeat(), encodeJson({ id, channels: owned.get(id)!.size, intentsPerS: 0 })) };
+  };
+  const changes: AssignmentChange[] = [];
+  bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(decodeJson<AssignmentChange>(msg.data)));
+  const newRouter = () =>
+    new Router(
+      { bus, subjects, store, telemetry },
+      { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now },
+    );
+  return { bus, subjects, rows, clock, shard, owned, changes, newRouter };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+describe('Router with fake shards and a fake clock', () => {
+  it('fails over a silent shard, rebalances onto a new one within the budget, survives a restart', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
+    const t = setup(ids);
+    // No checkMs: no background timer; the test drives check().
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    for (const c of ids) await router.assign(c);
+    assert.equal(t.owned.get('a')!.size, 3);
+    assert.equal(t.owned.get('b')!.size, 3);
+    assert.equal(t.changes.length, 6, 'every assignment is published');
+
+    // b falls silent: after the timeout its channels move to a, at a new epoch, without anyone asking.
+    const before = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
+    t.clock.advance(2_000);
+    a.beat();
+    await tick();
+    await router.check();
+    assert.equal(t.owned.get('a')!.size, 3, 'within the timeout nothing moves');
+    t.clock.advance(1_500);
+    a.beat();
+    await tick();
+    await router.check();
+    for (const c of t.owned.get('b')!) {
+      assert.equal(t.rows.get(c)!.owner, 'a');
+      assert.equal(t.rows.get(c)!.epoch, before.get(c)! + 1);
+      assert.equal((await router.lookup(c))?.shard, 'a');
+    }
+    assert.equal(t.owned.get('a')!.size, 6);
+    assert.equal(t.changes.filter((c) => c.shard === 'a').length, 6);
+
+    // A new shard joins: 2 moves per second, until it holds its share of 3.
+    const c = t.shard('c');
+    t.owned.get('b')!.clear();
+    c.beat();
+    a.beat();
+    await tick();
+    await router.check();
+    assert.equal(t.owned.get('c')!.size, 2, 'the budget allows 2 moves now');
+    await router.check();
+    assert.equal(t.owned.get('c')!.size, 2, 'and no more in the same second');
+    t.clock.advance(600);
+    a.beat();
+    c.beat();
+    await tick();
+    await router.check();
+    assert.equal(t.owned.get('c')!.size, 3);
+    assert.equal(t.owned.get('a')!.size, 3);
+    t.clock.advance(1_000);
+    await router.check();
+    assert.equal(t.owned.get('c')!.size, 3, 'even: nothing more moves');
+    for (const ch of t.owned.get('c')!) assert.equal(t.rows.get(ch)!.owner, 'c');
+    const snapshot = new Map(ids.map((ch) => [ch, { owner: t.rows.get(ch)!.owner, epoch: t.rows.get(ch)!.epoch }]));
+    await router.close();
+
+    // A new router (restart): same owners and epochs, before and after the shards are heard from; nothing moves.
+    const again = t.newRouter();
+    await again.start();
+    for (const ch of ids) {
+      const got = await again.assign(ch);
+      assert.deepEqual({ owner: got.shard, epoch: got.epoch }, snapshot.get(ch));
+    }
+    t.clock.advance(1_000);
+    a.beat();
+    c.beat();
+    await tick();
+    await again.check();
+    for (const ch of ids) assert.deepEqual({ owner: t.rows.get(ch)!.owner, epoch: t.rows.get(ch)!.epoch }, snapshot.get(ch));
+    await again.close();
+  });
+
+  it('an owner recorded in Postgres that never beats after a restart loses its channels once the grace passes', async () => {
+    const t = setup(['x']);
+    t.rows.get('x')!.owner = 'gone';
+    t.rows.get('x')!.epoch = 7;
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    assert.deepEqual(await router.assign('x'), { channel: 'x', shard: 'gone', epoch: 7 }, 'within the grace the owner keeps it');
+    t.clock.advance(3_100);
+    a.beat();
+    await tick();
+    await router.check();
+    assert.deepEqual({ owner: t.rows.get('x')!.owner, epoch: t.rows.get('x')!.epoch }, { owner: 'a', epoch: 8 });
+    await router.close();
+  });
+
+  it('a shard process restarting under the same id (new instance) gets its predecessor’s channels again at a new epoch', async () => {
+    const t = setup(['c1']);
+    const router = t.newRouter();
+    await router.start();
+    t.shard('a');
+    const beat = (instance: string) =>
+      t.bus.publish(t.subjects.shardHeartbeat(), encodeJson({ id: 'a', instance, channels: t.owned.get('a')!.size }));
+    beat('i1');
+    await tick();
+    const first = await router.assign('c1');
+    assert.equal(first.epoch, 1);
+    beat('i1');
+    await tick();
+    assert.equal(t.rows.get('c1')!.epoch, 1, 'the same process: nothing happens');
+    // The process restarts: it owns nothing and disowned its rows (Shard.start).
+    t.owned.get('a')!.clear();
+    t.rows.get('c1')!.owner = null;
+    beat('i2');
+    for (let i = 0; i < 5; i++) await tick();
+    assert.deepEqual({ owner: t.rows.get('c1')!.owner, epoch: t.rows.get('c1')!.epoch }, { owner: 'a', epoch: 2 });
+    assert.ok(t.owned.get('a')!.has('c1'), 'the new process was asked to acquire it');
+    await router.close();
+  });
+
+  it('CachingRouter answers from its cache and follows published changes', async () => {
+    const t = setup(['c1']);
+    const router = t.newRouter();
+    await router.start();
+    t.shard('a').beat();
+    await tick();
+    let calls = 0;
+    const counting = {
+      assign: (c: string) => (calls++, router.assign(c)),
+      lookup: (c: string) => router.lookup(c),
+      release: (c: string) => router.release(c),
+      membership: () => router.membership(),
+      migrate: (f: string, to: string) => router.migrate(f, to),
+    };
+    const cache = new CachingRouter(counting, { bus: t.bus, subjects: t.subjects }, 10);
+    await cache.start();
+    const first = await cache.assign('c1');
+    assert.equal((await cache.assign('c1')).epoch, first.epoch);
+    assert.equal(calls, 1);
+    t.bus.publish(t.subjects.routerAssignments(), encodeJson({ channel: 'c1', shard: 'b', epoch: first.epoch + 1 }));
+    await tick();
+    assert.deepEqual(cache.cached('c1'), { channel: 'c1', shard: 'b', epoch: first.epoch + 1 });
+    t.bus.publish(t.subjects.routerAssignments(), encodeJson({ channel: 'c1', shard: 'a', epoch: first.epoch }));
+    await tick();
+    assert.equal(cache.cached('c1')?.shard, 'b', 'an older epoch never replaces a newer one');
+    t.bus.publish(t.subjects.routerAssignments(), encodeJson({ channel: 'c1', shard: null, epoch: first.epoch + 1 }));
+    await tick();
+    assert.equal(cache.cached('c1'), undefined);
+    cache.close();
+    await router.close();
+  });
+});
