@@ -663,6 +663,14 @@ export const schema = {
       unit: 'count',
       doc: 'Boards rendered at once (the semaphore taken before a job reaches a render thread). 0 = min(3, the cores this process may use). Each canvas in flight holds ~17 MiB at 1000×1400 (measured with @napi-rs/canvas 1.1.1).',
     }),
+    renderJobsInFlight: int({
+      env: 'BOARD_RENDER_JOBS_IN_FLIGHT',
+      default: 8,
+      min: 1,
+      max: 256,
+      unit: 'count',
+      doc: "Render jobs one process takes from the BullMQ render queue at once (with REDIS_URL). More than the render threads so each job's Redis round trips and send-queue hand-over overlap other jobs' renders; the render semaphore (BOARD_RENDER_CONCURRENCY) still bounds the renders on threads. Measured in the 1,000-chat rollover: with 2 (one per thread) boards left at ~5/s while players guessed.",
+    }),
     renderMaxQueue: int({
       env: 'BOARD_RENDER_MAX_QUEUE',
       default: 1_024,

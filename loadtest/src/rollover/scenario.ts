@@ -8,7 +8,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
-import { renderBoard, sampleAvatar } from '@crowdplay/board';
+import { RenderPool, sampleAvatar } from '@crowdplay/board';
 import { signInitData } from '@crowdplay/telegram';
 import { boardOf } from '@crowdplay/telegram-service';
 import { machineInfo } from '../crowd/scenario.ts';
@@ -343,18 +343,30 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     const finalAt = new Map<number, number>();
     const calls: CallRecord[] = [];
     if (boardsOn) {
-      for (let i = 0; i < o.chats; i++) {
-        const c = chats[i]!;
-        if (c.lastChangeMs === null || c.unknown) continue;
-        const state = {
-          puzzle,
-          players: Object.fromEntries([...c.players].map(([v, p]) => [v, { marks: p.marks, solved: p.solved, name: p.name }])),
-        };
-        const board = boardOf(titles[i]!, state);
-        const withAvatars = { ...board, cards: board.cards.map((card) => ({ ...card, avatar: avatarOf(Number(card.id)) })) };
-        const png = renderBoard(withAvatars).png;
-        expected.set(i, createHash('sha256').update(png).digest('hex'));
-        if (i % 10 === 9) await new Promise((r) => setImmediate(r));
+      // Rendered on one render thread (libs/board RenderPool), not on this event loop: the stub answering
+      // the product's calls lives here, and 1,000 renders in a row would hold its answers back by seconds.
+      const pool = new RenderPool({ concurrency: 1, maxQueue: o.chats });
+      const puzzleNow = puzzle;
+      try {
+        await Promise.all(
+          chats.map(async (c, i) => {
+            if (c.lastChangeMs === null || c.unknown) return;
+            const state = {
+              puzzle: puzzleNow,
+              players: Object.fromEntries([...c.players].map(([v, p]) => [v, { marks: p.marks, solved: p.solved, name: p.name }])),
+            };
+            const board = boardOf(titles[i]!, state);
+            const withAvatars = {
+              ...board,
+              cards: board.cards.map((card) => ({ ...card, avatar: avatarOf(Number(card.id)) ?? undefined })),
+            };
+            const out = await pool.render(String(i), 1, withAvatars);
+            if (out.status !== 'rendered') throw new Error(`the expected board of chat ${i} was not rendered: ${out.status}`);
+            expected.set(i, createHash('sha256').update(out.png).digest('hex'));
+          }),
+        );
+      } finally {
+        await pool.close();
       }
       const deadline = Math.min(nextBoundary - 500, Date.now() + 30_000 + (o.chats / 24) * 1_000 * 2);
       for (;;) {

@@ -82,7 +82,11 @@ export interface PlannedMove {
  * @param owned channels per live shard (the router's assignments; a live shard with none must be present with [])
  * @param skip channels that must not move now (in flight, busy with rounds)
  */
-export function planMoves(owned: ReadonlyMap<string, readonly string[]>, max: number, skip: ReadonlySet<string> = new Set()): PlannedMove[] {
+export function planMoves(
+  owned: ReadonlyMap<string, readonly string[]>,
+  max: number,
+  skip: ReadonlySet<string> = new Set(),
+): PlannedMove[] {
   const moves: PlannedMove[] = [];
   if (owned.size < 2 || max <= 0) return moves;
   const lists = new Map<string, string[]>();

@@ -32,9 +32,17 @@ export type OnRendered = (chatId: number, version: number, png: Buffer) => Promi
 
 /** The consumer side: where jobs are rendered and where the PNGs go. */
 export interface RenderConsumer {
-  /** The render pool (its semaphore bounds the renders on threads; the queue never hands it more than its concurrency). */
+  /** The render pool (its semaphore bounds the renders on threads). */
   readonly pool: RenderPool;
   readonly onRendered: OnRendered;
+  /**
+   * BullMQ: jobs this process works on at once (BOARD_RENDER_JOBS_IN_FLIGHT).
+   * More than the pool's threads, so one job's Redis round trips and send-queue
+   * hand-over overlap another's render; the pool's semaphore still bounds the
+   * renders on threads (a job beyond it waits in the pool's queue, holding its
+   * decoded board in this thread only). @defaultValue the pool's concurrency
+   */
+  readonly jobConcurrency?: number;
 }
 
 /** Counters of a render queue (this process's view; `queued` is the whole queue's depth). */

@@ -92,8 +92,12 @@ function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefix
  * threads behind its semaphore) whose PNGs go to the send queue through
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
  */
-function startRenderWorker(renders: RenderQueue, pool: RenderPool, client: TelegramClient): void {
-  renders.start({ pool, onRendered: (chatId, version, png) => client.enqueueBoard(chatId, { version, png }) });
+function startRenderWorker(config: Config, renders: RenderQueue, pool: RenderPool, client: TelegramClient): void {
+  renders.start({
+    pool,
+    jobConcurrency: config.board.renderJobsInFlight,
+    onRendered: (chatId, version, png) => client.enqueueBoard(chatId, { version, png }),
+  });
 }
 
 /** A RenderPool of BOARD_RENDER_CONCURRENCY threads (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE). */
@@ -177,7 +181,7 @@ export async function startTelegram(deps: {
   const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
   if (deps.send !== false) queue.start(client.sender());
   const renders = await openRenders(config, telemetry, deps.prefixes);
-  if (pool) startRenderWorker(renders, pool, client);
+  if (pool) startRenderWorker(config, renders, pool, client);
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
@@ -299,7 +303,7 @@ export async function startBoardRenderer(deps: {
     throw err;
   }
   const pool = newRenderPool(config, telemetry);
-  startRenderWorker(renders, pool, client);
+  startRenderWorker(config, renders, pool, client);
   telemetry.logger.info({ renders: renders.kind, concurrency: pool.concurrency, queue: queue.kind }, 'board-renderer is rendering');
   return {
     renders,
