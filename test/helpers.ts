@@ -186,3 +186,44 @@ export async function until<T>(what: () => T | undefined | false, label: string,
     await new Promise((r) => setTimeout(r, 25));
   }
 }
+
+/** A `crowdplay service <name>` child process started by {@link spawnService}. */
+export interface ServiceProcess {
+  name: string;
+  child: ChildProcess;
+  out: () => string;
+}
+
+/**
+ * Starts `crowdplay service <name>` (the sources under tsx) with `env`
+ * added to this process's environment, appends it to `procs` (so the suite
+ * can stop every process it started, also on failure), and resolves when it
+ * is ready: a gateway when it logs its URL (the value resolved), any other
+ * service when its bus is connected ('').
+ * @throws Error (rejects) when it exits first or is not ready in 30 s
+ */
+export function spawnService(procs: ServiceProcess[], name: string, env: Record<string, string>, label = name): Promise<string> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'services/cli/src/main.ts'), 'service', name], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  procs.push({ name: label, child, out: () => out });
+  const ready = name === 'gateway' ? /listening on (http:\/\/[\d.]+:\d+)/ : /"msg":"bus: nats"/;
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`${label} not ready:\n${out}`)), 30_000);
+    const check = (): void => {
+      const m = ready.exec(out);
+      if (m) {
+        clearTimeout(t);
+        resolve(m[1] ?? '');
+      }
+    };
+    child.stdout!.on('data', check);
+    child.stderr!.on('data', check);
+    child.on('exit', (code) => reject(new Error(`${label} exited ${code}:\n${out}`)));
+  });
+}

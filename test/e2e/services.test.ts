@@ -6,7 +6,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import WebSocket from 'ws';
 import { SignJWT } from 'jose';
@@ -14,42 +14,18 @@ import { GameClient } from '@crowdplay/sdk-game';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
 import type { Batch } from '@crowdplay/protocol';
 import { serviceUrls, testSchema, uniqueName, type TestSchema } from '@crowdplay/testing';
-import { ROOT } from '../helpers.ts';
+import { ROOT, spawnService, type ServiceProcess } from '../helpers.ts';
 
 const CLI = join(ROOT, 'services/cli/src/main.ts');
 
 describe('services as separate processes (PostgreSQL + NATS)', () => {
   let schema: TestSchema;
   let env: Record<string, string>;
-  const procs: Array<{ name: string; child: ChildProcess; out: () => string }> = [];
+  const procs: ServiceProcess[] = [];
   let gatewayUrl = '';
 
-  function start(name: string, extra: Record<string, string> = {}): Promise<string> {
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'service', name], {
-      cwd: ROOT,
-      env: { ...process.env, ...env, ...extra },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
-    procs.push({ name, child, out: () => out });
-    // Ready when its bus line is logged (gateway: its URL).
-    const ready = name === 'gateway' ? /listening on (http:\/\/[\d.]+:\d+)/ : /"msg":"bus: nats"/;
-    return new Promise((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`${name} not ready:\n${out}`)), 30_000);
-      const check = (): void => {
-        const m = ready.exec(out);
-        if (m) {
-          clearTimeout(t);
-          resolve(m[1] ?? '');
-        }
-      };
-      child.stdout!.on('data', check);
-      child.stderr!.on('data', check);
-      child.on('exit', (code) => reject(new Error(`${name} exited ${code}:\n${out}`)));
-    });
-  }
+  const start = (name: string, extra: Record<string, string> = {}): Promise<string> =>
+    spawnService(procs, name, { ...env, ...extra }, name);
 
   before(async () => {
     const urls = await serviceUrls();

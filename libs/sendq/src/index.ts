@@ -19,6 +19,7 @@ export { intervalsOf, decideTake, type Intervals, type TakeState, type TakeDecis
 export { DEFAULT_PREFIX, sendqKeys, type SendqKeys } from './keys.ts';
 export { MemoryBucket, type MemoryBucketOptions } from './memory-bucket.ts';
 export { RedisBucket, BUCKET_LUA, BUCKET_LUA_SHA, type RedisBucketOptions } from './redis-bucket.ts';
+export { connectRedis } from './redis-connect.ts';
 export { MemorySendQueue, type MemorySendQueueOptions } from './memory-queue.ts';
 export { BullmqSendQueue, type BullmqSendQueueOptions } from './bullmq-queue.ts';
 export { openSendQueue, type OpenSendQueueOptions } from './open.ts';

@@ -4,6 +4,7 @@ import type { Clock } from './clock.ts';
 import { intervalsOf, waitUsToMs, type Intervals } from './gcra.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
 import { checkLimits } from './options.ts';
+import { connectRedis } from './redis-connect.ts';
 import type { LimitName, SendBucket, SendLimits, TakeResult } from './types.ts';
 
 /**
@@ -126,20 +127,7 @@ export class RedisBucket implements SendBucket {
   static async open(opts: RedisBucketOptions): Promise<RedisBucket> {
     checkLimits(opts.limits);
     sendqKeys(opts.prefix);
-    let redis = opts.redis;
-    const owned = redis === undefined;
-    if (redis === undefined) {
-      if (!opts.redisUrl) throw new RangeError('RedisBucket needs redis or redisUrl');
-      redis = new Redis(opts.redisUrl, { maxRetriesPerRequest: 3, lazyConnect: true });
-      // Connection errors surface as rejected takes; without a listener ioredis would also log each reconnect attempt.
-      redis.on('error', () => {});
-      try {
-        await redis.connect();
-      } catch (err) {
-        redis.disconnect();
-        throw err;
-      }
-    }
+    const { redis, owned } = await connectRedis(opts, 'RedisBucket');
     const b = new RedisBucket(redis, owned, opts.prefix, opts.limits, opts.clock);
     await b.load();
     return b;

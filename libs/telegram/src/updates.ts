@@ -28,7 +28,8 @@
  */
 import { createHash } from 'node:crypto';
 import { randomUUID } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { connectRedis } from '@crowdplay/sendq';
+import type { Redis } from 'ioredis';
 
 /**
  * ADMIT. KEYS: 1 seen:<update_id>, 2 q:<chat>, 3 lock:<chat>.
@@ -169,19 +170,7 @@ export class RedisUpdates implements SharedUpdates {
     for (const [k, v] of Object.entries({ dedupeTtlMs: o.dedupeTtlMs, leaseMs: o.leaseMs })) {
       if (!Number.isSafeInteger(v) || v <= 0) throw new RangeError(`${k} must be a positive integer (ms), got ${v}`);
     }
-    let redis = o.redis;
-    const owned = redis === undefined;
-    if (redis === undefined) {
-      if (!o.redisUrl) throw new RangeError('RedisUpdates needs redis or redisUrl');
-      redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 3, lazyConnect: true });
-      redis.on('error', () => {});
-      try {
-        await redis.connect();
-      } catch (err) {
-        redis.disconnect();
-        throw err;
-      }
-    }
+    const { redis, owned } = await connectRedis(o, 'RedisUpdates');
     return new RedisUpdates(redis, owned, o);
   }
 

@@ -12,7 +12,8 @@
  * idle bot leaves nothing; a missing hash is a full bucket).
  */
 import { createHash } from 'node:crypto';
-import { Redis } from 'ioredis';
+import { connectRedis } from '@crowdplay/sendq';
+import type { Redis } from 'ioredis';
 import type { BoardBudget } from './scheduler.ts';
 
 /**
@@ -93,19 +94,7 @@ export class RedisBoardBudget implements BoardBudget {
     for (const [k, v] of Object.entries({ sendBudgetPerS: o.sendBudgetPerS, renderBudgetMsPerS: o.renderBudgetMsPerS })) {
       if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`${k} must be > 0`);
     }
-    let redis = o.redis;
-    const owned = redis === undefined;
-    if (redis === undefined) {
-      if (!o.redisUrl) throw new RangeError('RedisBoardBudget needs redis or redisUrl');
-      redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 3, lazyConnect: true });
-      redis.on('error', () => {});
-      try {
-        await redis.connect();
-      } catch (err) {
-        redis.disconnect();
-        throw err;
-      }
-    }
+    const { redis, owned } = await connectRedis(o, 'RedisBoardBudget');
     return new RedisBoardBudget(redis, owned, o);
   }
 
