@@ -2,11 +2,11 @@
 // Builds the runnable product: `dist/crowdplay.js` (the `crowdplay` CLI, every
 // service) and `dist/render-worker.js` (the board render thread), bundled with
 // esbuild from the TypeScript sources. `npm start` runs the bundle, not tsx:
-// measured idle (standalone, PostgreSQL + Redis + Telegram on, 2 render
-// threads) 203 MB resident instead of 286 MB under tsx, whose module hooks
-// run a loader thread beside the main thread and beside each render thread
-// (docs/benchmarks.md, "Rollover"). Tests and `npm run crowdplay` keep
-// running the sources under tsx.
+// measured idle here (standalone, PostgreSQL + Redis + Telegram on, after
+// 12 s, /proc VmRSS): 203 MB instead of 286 MB under tsx with 2 render
+// threads, 156 MB instead of 198 MB with boards off (tsx's ESM hooks run
+// on a loader thread beside the main thread and beside each render
+// thread). Tests and `npm run crowdplay` keep running the sources under tsx.
 //
 // What the bundle holds: every @crowdplay/* package; npm packages stay
 // outside (imported from node_modules at run time) unless they are installed
