@@ -22,6 +22,8 @@ export type LeaseReply = { ok: true; first: number; last: number } | { ok: false
 
 /** Largest block one request may take (a sanity bound on a bad request). */
 export const MAX_LEASE_SIZE = 1_000_000;
+/** Lease requests one high-water-mark update answers at most (each ≤ MAX_LEASE_SIZE: the raise stays a safe integer step). */
+export const LEASE_BATCH_MAX = 256;
 
 /** Event log retention (libs/config `eventLog`). */
 export interface EventLogRetention {
@@ -46,7 +48,9 @@ export interface SequencerDeps {
 
 export class SequencerService {
   private sub: Subscription | null = null;
-  private chain: Promise<void> = Promise.resolve();
+  /** Lease requests not yet answered, in arrival order. */
+  private waiting: Array<{ size: number; respond: (r: LeaseReply) => void }> = [];
+  private leasing: Promise<void> | null = null;
   private pruneTimer: NodeJS.Timeout | null = null;
   private pruning: Promise<number> | null = null;
   private readonly pruned: (n: number, outcome: string) => void;
@@ -55,6 +59,11 @@ export class SequencerService {
     const mx = deps.telemetry.metrics;
     const leases = mx.counter('crowdplay_sequencer_leases_total', 'Blocks of event ids leased, by outcome');
     this.count = (outcome) => leases.add(1, { outcome });
+    const writes = mx.counter(
+      'crowdplay_sequencer_lease_writes_total',
+      'High-water-mark updates; leases_total ÷ this = lease requests answered per update (group commit)',
+    );
+    this.batchSize = () => writes.add(1);
     const pruned = mx.counter('crowdplay_event_log_pruned_total', 'Events deleted from the event log past EVENT_LOG_RETENTION_MS');
     const passes = mx.counter(
       'crowdplay_event_log_prune_passes_total',
@@ -66,6 +75,7 @@ export class SequencerService {
     };
   }
   private readonly count: (outcome: string) => void;
+  private readonly batchSize: (requests: number) => void;
 
   /**
    * One pruning pass (skipped while one runs: resolves with that one's count):
@@ -91,33 +101,66 @@ export class SequencerService {
     return this.pruning;
   }
 
+  /**
+   * Answers the waiting lease requests, group-committed: every request that
+   * arrived while the previous write was in flight shares one raise of the
+   * high-water mark (one row update, committed before any answer), split in
+   * arrival order, so a later request always gets higher ids. One at a time
+   * in this process; Postgres serialises across processes. Measured: 30
+   * channels acquired at once under a loaded Postgres took 30 serial updates
+   * and timed out the 2 s lease request (the rollover smoke in CI).
+   */
+  private leaseWaiting(): Promise<void> {
+    this.leasing ??= (async () => {
+      try {
+        while (this.waiting.length > 0) {
+          const batch = this.waiting.splice(0, LEASE_BATCH_MAX);
+          const total = batch.reduce((n, r) => n + r.size, 0);
+          let block: { first: number; last: number };
+          try {
+            block = await this.deps.store.sequencer.lease(total);
+          } catch (err) {
+            this.deps.telemetry.logger.error({ err, requests: batch.length }, 'lease failed');
+            for (const r of batch) {
+              this.count('error');
+              r.respond({ ok: false, message: 'lease failed' });
+            }
+            continue;
+          }
+          this.batchSize(batch.length);
+          let next = block.first;
+          for (const r of batch) {
+            this.count('ok');
+            r.respond({ ok: true, first: next, last: next + r.size - 1 });
+            next += r.size;
+          }
+        }
+      } finally {
+        this.leasing = null;
+      }
+    })();
+    return this.leasing;
+  }
+
   /** Starts answering lease requests. */
   async start(): Promise<void> {
     const { bus, subjects } = this.deps;
     this.sub = bus.subscribe(
       subjects.sequencerLease(),
       (msg) => {
-        // Leases are serialised in this process; Postgres serialises across processes.
-        this.chain = this.chain.then(async () => {
-          let reply: LeaseReply;
-          try {
-            const req = decodeJson<LeaseRequest>(msg.data);
-            const size = req.size;
-            if (!Number.isSafeInteger(size) || size < 1 || size > MAX_LEASE_SIZE) {
-              reply = { ok: false, message: `size must be an integer in [1, ${MAX_LEASE_SIZE}]` };
-              this.count('refused');
-            } else {
-              const b = await this.deps.store.sequencer.lease(size);
-              reply = { ok: true, first: b.first, last: b.last };
-              this.count('ok');
-            }
-          } catch (err) {
-            this.deps.telemetry.logger.error({ err }, 'lease failed');
-            reply = { ok: false, message: 'lease failed' };
-            this.count('error');
-          }
-          msg.respond(encodeJson(reply));
-        });
+        let size: number;
+        try {
+          size = decodeJson<LeaseRequest>(msg.data).size;
+        } catch {
+          size = NaN;
+        }
+        if (!Number.isSafeInteger(size) || size < 1 || size > MAX_LEASE_SIZE) {
+          this.count('refused');
+          msg.respond(encodeJson({ ok: false, message: `size must be an integer in [1, ${MAX_LEASE_SIZE}]` } satisfies LeaseReply));
+          return;
+        }
+        this.waiting.push({ size, respond: (r) => msg.respond(encodeJson(r)) });
+        void this.leaseWaiting();
       },
       { queue: 'sequencer' },
     );
@@ -138,6 +181,6 @@ export class SequencerService {
     this.sub?.unsubscribe();
     this.sub = null;
     await this.pruning?.catch(() => undefined);
-    await this.chain;
+    await this.leasing;
   }
 }
