@@ -14,13 +14,13 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadtestCli } from './cli.ts';
 import pg from 'pg';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { CLI_MAIN, LEGIT_REFUSALS, TRADE_KINDS, ledgerVerify, runMarketScenario, type MarketReport } from '@crowdplay/loadtest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const LOADTEST_MAIN = join(ROOT, 'loadtest/src/main.ts');
 const VIEWERS = 50;
 const TRADES = 1_000;
 /** Loose: loopback on a 2-core box shared with other suites. */
@@ -80,22 +80,6 @@ async function stopServer(s: Server): Promise<void> {
   clearTimeout(hard);
 }
 
-/** Runs `npm run loadtest -- <args>` as `node --import tsx loadtest/src/main.ts <args>`; resolves with its exit code and output. */
-function loadtestCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', LOADTEST_MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const hard = setTimeout(() => child.kill('SIGKILL'), 120_000);
-  return new Promise((resolve) =>
-    child.once('exit', (code) => {
-      clearTimeout(hard);
-      resolve({ code, stdout, stderr });
-    }),
-  );
-}
-
 const sumCodes = (m: Record<string, number>): number => Object.values(m).reduce((a, b) => a + b, 0);
 
 describe('loadtest market - smoke against crowdplay start on PostgreSQL', () => {
@@ -122,21 +106,24 @@ describe('loadtest market - smoke against crowdplay start on PostgreSQL', () => 
 
   it(`${VIEWERS} viewers, ${TRADES} trades: every trade acked, none failed, books, wallets and ledger agree`, async () => {
     const file = join(dir, 'sub', 'market.json');
-    const r = await loadtestCli([
-      'market',
-      '--url',
-      server.url,
-      '--viewers',
-      String(VIEWERS),
-      '--trades',
-      String(TRADES),
-      '--database-url',
-      schema.databaseUrl,
-      '--database-schema',
-      schema.schema,
-      '--json',
-      file,
-    ]);
+    const r = await loadtestCli(
+      [
+        'market',
+        '--url',
+        server.url,
+        '--viewers',
+        String(VIEWERS),
+        '--trades',
+        String(TRADES),
+        '--database-url',
+        schema.databaseUrl,
+        '--database-schema',
+        schema.schema,
+        '--json',
+        file,
+      ],
+      120_000,
+    );
     assert.equal(r.code, 0, `exit code; stderr:\n${r.stderr.slice(-3000)}\nstdout:\n${r.stdout.slice(-3000)}`);
     report = JSON.parse(readFileSync(file, 'utf8')) as MarketReport;
     const t = report.trades;

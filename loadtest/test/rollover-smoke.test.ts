@@ -9,33 +9,14 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { loadtestCli } from './cli.ts';
 import { allowedSends, metricValue, msSummary, playerWords, type RolloverReport } from '@crowdplay/loadtest';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const LOADTEST_MAIN = join(ROOT, 'loadtest/src/main.ts');
 const CHATS = 30;
 const PLAYERS = 3;
-
-/** Runs `npm run loadtest -- <args>` as `node --import tsx loadtest/src/main.ts <args>`. */
-function loadtestCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', LOADTEST_MAIN, ...args], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-  const hard = setTimeout(() => child.kill('SIGKILL'), 90_000);
-  return new Promise((resolve) =>
-    child.once('exit', (code) => {
-      clearTimeout(hard);
-      resolve({ code, stdout, stderr });
-    }),
-  );
-}
 
 describe('loadtest rollover - helpers', () => {
   it('allowedSends: the bucket spaces a group chat 3 s apart and the bot 1/30 s apart', () => {
@@ -105,17 +86,10 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
     const dir = mkdtempSync(join(tmpdir(), 'rollover-smoke-'));
     try {
       const file = join(dir, 'report.json');
-      const res = await loadtestCli([
-        'rollover',
-        '--chats',
-        String(CHATS),
-        '--players',
-        String(PLAYERS),
-        '--period-s',
-        '12',
-        '--json',
-        file,
-      ]);
+      const res = await loadtestCli(
+        ['rollover', '--chats', String(CHATS), '--players', String(PLAYERS), '--period-s', '12', '--json', file],
+        90_000,
+      );
       assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
       const r = JSON.parse(readFileSync(file, 'utf8')) as RolloverReport;
       assert.equal(r.scenario, 'rollover');

@@ -151,6 +151,16 @@ export async function startServices(config: Config, names: readonly ServiceName[
         config.router.cacheMax,
       );
       await router.start();
+      telemetry.metrics.gauge(
+        'crowdplay_router_cache',
+        "The gateway's assignment cache: hits, changes applied, evictions (ROUTER_ASSIGNMENT_CACHE_MAX biting), entries",
+        () => [
+          [router.hits, { stat: 'hits' }],
+          [router.changes, { stat: 'changes' }],
+          [router.evictions, { stat: 'evictions' }],
+          [router.size, { stat: 'entries' }],
+        ],
+      );
       parts.routerCache = router;
       // The bot and its live boards run beside the gateway that receives the webhook (off without TELEGRAM_BOT_TOKEN).
       parts.telegram = await startTelegram({

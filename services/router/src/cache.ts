@@ -15,6 +15,8 @@ export class CachingRouter implements RouterApi {
   /** Answers served from the cache, and changes applied, since start (tests, metrics). */
   hits = 0;
   changes = 0;
+  /** Entries dropped because the cache held ROUTER_ASSIGNMENT_CACHE_MAX (the limit biting: the next assign of one asks the router). */
+  evictions = 0;
 
   /**
    * @param inner the router (usually a RouterClient over the bus)
@@ -25,7 +27,12 @@ export class CachingRouter implements RouterApi {
     private readonly deps: { bus: Bus; subjects: Subjects },
     max: number,
   ) {
-    this.cache = new LRUCache({ max });
+    this.cache = new LRUCache({
+      max,
+      dispose: (_v, _k, reason) => {
+        if (reason === 'evict') this.evictions++;
+      },
+    });
   }
 
   /** Starts following `router.assignments`. */
@@ -49,6 +56,11 @@ export class CachingRouter implements RouterApi {
     if (c.shard === null) {
       if (!cur || cur.epoch <= c.epoch || c.epoch === 0) this.cache.delete(c.channel);
     } else if (!cur || cur.epoch < c.epoch) this.cache.set(c.channel, { channel: c.channel, shard: c.shard, epoch: c.epoch });
+  }
+
+  /** Cached entries now. */
+  get size(): number {
+    return this.cache.size;
   }
 
   /** The cached assignment, if any (no router call). */

@@ -290,6 +290,13 @@ describe('Router with fake shards and a fake clock', () => {
     t.bus.publish(t.subjects.routerAssignments(), encodeJson({ channel: 'c1', shard: null, epoch: first.epoch + 1 }));
     await tick();
     assert.equal(cache.cached('c1'), undefined);
+    // Past ROUTER_ASSIGNMENT_CACHE_MAX (10 here) the least recently used entry goes, counted.
+    assert.equal(cache.evictions, 0);
+    for (let i = 0; i < 12; i++) cache.apply({ channel: `e${i}`, shard: 'a', epoch: 1 });
+    assert.equal(cache.size, 10);
+    assert.equal(cache.evictions, 2);
+    assert.equal(cache.cached('e0'), undefined);
+    assert.equal(cache.cached('e11')?.shard, 'a');
     cache.close();
     await router.close();
   });
