@@ -13,6 +13,7 @@
  *   rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
  *         [--database-url URL] [--redis-url URL] [--connect-concurrency C]
  *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
+ *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
  *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
  * report to --json. Fields: loadtest/README.md.
@@ -36,7 +37,8 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P] [--liquidity B]
        [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
      npm run loadtest -- rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
-       [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]`;
+       [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
+       [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -50,7 +52,7 @@ function required(name: string, v: number | undefined): number {
   return v;
 }
 
-const SECRET_FLAGS = new Set(['--tenant-secret', '--tenant-key', '--database-url', '--redis-url']);
+const SECRET_FLAGS = new Set(['--tenant-secret', '--tenant-key', '--database-url', '--redis-url', '--nats-url']);
 
 /** The command as typed (shell-quoted), with the tenant secret, the key and the database URL masked. */
 function commandLine(argv: string[]): string {
@@ -152,6 +154,11 @@ async function rolloverMain(argv: string[]): Promise<number> {
       'ack-timeout-ms': { type: 'string' },
       'no-pin': { type: 'boolean', default: false },
       avatars: { type: 'string', default: 'photo' },
+      cluster: { type: 'boolean', default: false },
+      'product-log': { type: 'string' },
+      gateways: { type: 'string' },
+      shards: { type: 'string' },
+      'nats-url': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -167,7 +174,15 @@ async function rolloverMain(argv: string[]): Promise<number> {
     thinkMs = [lo, hi];
   }
   if (values.avatars !== 'photo' && values.avatars !== 'none') throw new Error(`--avatars must be photo or none, got ${values.avatars}`);
+  if (!values.cluster && (values.gateways !== undefined || values.shards !== undefined || values['nats-url'] !== undefined))
+    throw new Error('--gateways, --shards and --nats-url need --cluster');
+  const cluster = values.cluster
+    ? { gateways: num('gateways', values.gateways) ?? 1, shards: num('shards', values.shards) ?? 2 }
+    : undefined;
   const opts: RolloverOptions = {
+    cluster,
+    productLog: values['product-log'],
+    natsUrl: values['nats-url'] ?? (process.env.NATS_URL || undefined),
     avatars: values.avatars,
     chats: required('chats', num('chats', values.chats)),
     players: required('players', num('players', values.players)),

@@ -25,7 +25,7 @@ import { startCluster } from './cluster.ts';
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
-  crowdplay cluster [--gateways G] [--shards S]
+  crowdplay cluster [--gateways G] [--shards S] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
   crowdplay settings`;
@@ -94,14 +94,20 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
  * `crowdplay cluster`: starts the children (this same entry, `service <name>`), prints their URLs, exits 1 when one
  * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
  */
-async function clusterCommand(gateways: number, shards: number): Promise<void> {
+async function clusterCommand(gateways: number, shards: number, renderers: number): Promise<void> {
   // A signal while the children start: exit, and the exit hook of startCluster kills whatever started.
   const early = (): never => process.exit(130);
   process.once('SIGINT', early);
   process.once('SIGTERM', early);
   let cluster;
   try {
-    cluster = await startCluster({ gateways, shards, env: process.env, entry: { execArgv: process.execArgv, script: process.argv[1]! } });
+    cluster = await startCluster({
+      gateways,
+      shards,
+      renderers,
+      env: process.env,
+      entry: { execArgv: process.execArgv, script: process.argv[1]! },
+    });
   } catch (err) {
     fail(`crowdplay cluster: ${err instanceof Error ? err.message : String(err)}`, err instanceof TypeError ? 2 : 1);
   }
@@ -157,6 +163,7 @@ async function main(): Promise<void> {
         name: { type: 'string' },
         gateways: { type: 'string', default: '1' },
         shards: { type: 'string', default: '2' },
+        renderers: { type: 'string', default: '0' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -171,7 +178,7 @@ async function main(): Promise<void> {
     return;
   }
   if (cmd === 'cluster') {
-    await clusterCommand(Number(values.gateways), Number(values.shards));
+    await clusterCommand(Number(values.gateways), Number(values.shards), Number(values.renderers));
     return;
   }
   let config: Config;

@@ -63,6 +63,8 @@ export class Router implements RouterApi {
   /** Channels whose owner refused a rebalance release, until ms. */
   private readonly busy = new Map<string, number>();
   private readonly moved: Counter;
+  /** Acquires in flight per shard id (counted as its channels when picking a shard). */
+  private readonly acquiring = new Map<string, number>();
   /** The process behind each shard id, from its heartbeats. */
   private readonly instances = new Map<string, string>();
 
@@ -127,13 +129,14 @@ export class Router implements RouterApi {
         // records as its own was its predecessor's and is assigned again.
         void this.reconcile(hb.id);
       }
-      this.members.set(hb.id, {
-        id: hb.id,
-        channels: hb.channels,
-        intentsPerS: typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0,
-        lastSeenMs: this.now(),
-        draining: hb.draining === true,
-      });
+      // Updated in place: an acquire in flight holds this object and sets its channel count from the shard's reply
+      // (NATS keeps one connection's messages in order, so a beat sent before that reply is also read before it).
+      const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false };
+      m.channels = hb.channels;
+      m.intentsPerS = typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0;
+      m.lastSeenMs = this.now();
+      m.draining = hb.draining === true;
+      this.members.set(hb.id, m);
       const w = this.memberWaiters;
       this.memberWaiters = [];
       for (const f of w) f();
@@ -157,11 +160,19 @@ export class Router implements RouterApi {
   private async pickShard(wait = true, exclude?: string): Promise<Member> {
     const deadline = this.now() + (wait ? this.opts.waitForShardMs : 0);
     for (;;) {
-      const best = pickLeastLoaded(
-        this.live().filter((m) => m.id !== exclude),
+      // Acquires in flight count as channels already: a burst of assigns (a stream going live, a failover) spreads
+      // over the shards instead of all landing on the one that looked emptiest before the first of them finished.
+      const live = this.live().filter((m) => m.id !== exclude);
+      const pick = pickLeastLoaded(
+        live.map((m) => ({ ...m, channels: m.channels + (this.acquiring.get(m.id) ?? 0) })),
         this.opts.intentsPerChannel ?? 200,
       );
-      if (best) return best;
+      const best = pick && live.find((m) => m.id === pick.id);
+      if (best) {
+        // Reserved here, synchronously with the pick (released by acquireOn).
+        this.acquiring.set(best.id, (this.acquiring.get(best.id) ?? 0) + 1);
+        return best;
+      }
       const left = deadline - this.now();
       if (left <= 0) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['*']);
       await new Promise<void>((resolve) => {
@@ -218,21 +229,31 @@ export class Router implements RouterApi {
       return a;
     }
     const shard = await this.pickShard(wait, exclude);
-    return this.acquireOn(channel, shard);
+    return this.acquireOn(channel, shard, true);
   }
 
-  /** Bumps the epoch for `shard` in Postgres and makes it acquire the channel. @throws CrowdplayError when the shard refuses or does not answer */
-  private async acquireOn(channel: string, shard: Member): Promise<Assignment> {
+  /**
+   * Bumps the epoch for `shard` in Postgres and makes it acquire the channel (`reserved`: pickShard already counted
+   * this acquire against the shard). @throws CrowdplayError when the shard refuses or does not answer */
+  private async acquireOn(channel: string, shard: Member, reserved = false): Promise<Assignment> {
     const { store, bus, subjects, telemetry } = this.deps;
-    const epoch = await store.channels.acquire(channel, shard.id);
+    if (!reserved) this.acquiring.set(shard.id, (this.acquiring.get(shard.id) ?? 0) + 1);
+    let epoch: number;
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
     try {
-      const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
-        timeoutMs: this.opts.requestTimeoutMs,
-      });
-      reply = decodeJson(msg.data);
-    } catch (err) {
-      reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+      epoch = await store.channels.acquire(channel, shard.id);
+      try {
+        const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
+          timeoutMs: this.opts.requestTimeoutMs,
+        });
+        reply = decodeJson(msg.data);
+      } catch (err) {
+        reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+      }
+    } finally {
+      const n = (this.acquiring.get(shard.id) ?? 1) - 1;
+      if (n > 0) this.acquiring.set(shard.id, n);
+      else this.acquiring.delete(shard.id);
     }
     if (!reply.ok) {
       // The shard did not take it: clear the owner (at this epoch only) so nobody believes it is served.

@@ -220,6 +220,26 @@ describe('Router with fake shards and a fake clock', () => {
     await again.close();
   });
 
+  it('a burst of concurrent assigns spreads over the shards (acquires in flight count as load)', async () => {
+    const ids = Array.from({ length: 20 }, (_, i) => `b${i}`);
+    const t = setup(ids);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    // All at once, before any heartbeat reports a channel: the heartbeats still say 0 and 0.
+    const got = await Promise.all(ids.map((c) => router.assign(c)));
+    assert.equal(got.filter((g) => g.shard === 'a').length, 10);
+    assert.equal(got.filter((g) => g.shard === 'b').length, 10);
+    assert.equal(t.owned.get('a')!.size + t.owned.get('b')!.size, 20);
+    // Nothing left reserved: the next one goes to whichever holds fewer (a tie: the lower id).
+    assert.equal((await router.assign('b0')).shard, got[0]!.shard, 'an owned channel keeps its owner');
+    await router.close();
+  });
+
   it('an owner recorded in Postgres that never beats after a restart loses its channels once the grace passes', async () => {
     const t = setup(['x']);
     t.rows.get('x')!.owner = 'gone';
