@@ -717,6 +717,13 @@ export const schema = {
       unit: 'per second',
       doc: 'Board edits per second the scheduler plans for (below TELEGRAM_BOT_RATE_PER_S, leaving room for the transactional lane).',
     }),
+    maxBacklog: int({
+      env: 'BOARD_MAX_BACKLOG',
+      default: 48,
+      min: 0,
+      unit: 'count',
+      doc: 'Boards handed on (render queue + the send queue’s board lane) and not sent yet beyond which the scheduler takes no more; the rest stay dirty, where newer states merge into one render. Default: 2 s of BOARD_SEND_BUDGET_PER_S (the 1,000-chat rollover drained 5–22 boards/s). 0 = no limit.',
+    }),
   },
   puzzle: {
     periodMs: int({
