@@ -238,6 +238,9 @@ export class ProductSampler {
   rssAtWindowMb: number | null = null;
   intervalLast: number | null = null;
   intervalMax: number | null = null;
+  /** Last `crowdplay_board_backlog` (boards handed on, not sent; a cluster: the largest over its gateways) and drain rate. */
+  backlogLast: number | null = null;
+  drainLast: number | null = null;
   scrapeErrors = 0;
   private timers: NodeJS.Timeout[] = [];
   private scraping = false;
@@ -283,6 +286,10 @@ export class ProductSampler {
             const text = await res.text();
             const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
             if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
+            const bl = metricValue(text, 'crowdplay_board_backlog');
+            if (bl !== null) this.backlogLast = bl;
+            const dr = metricValue(text, 'crowdplay_board_drain_per_s');
+            if (dr !== null) this.drainLast = dr;
             const iv = metricValue(text, 'crowdplay_board_interval_ms');
             if (iv !== null) {
               this.intervalLast = iv;

@@ -355,7 +355,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     progress = setInterval(() => {
       const ok = boardsOn ? chats.filter((c, i) => c.lastChangeMs !== null && stub.board(chatId(i)) !== undefined).length : 0;
       log(
-        `connected ${stats.connected}/${total}, failed ${stats.connectFailed}, sent ${stats.sent}, served ${stats.served}, refused ${stats.refused}, failed ${stats.failed}, done ${stats.done}, chats with a board ${ok}, rss ${sampler?.peakRssMb?.toFixed(0) ?? '–'} MB, stall ${sampler?.maxLoopStallMs?.toFixed(0) ?? '–'} ms`,
+        `connected ${stats.connected}/${total}, failed ${stats.connectFailed}, sent ${stats.sent}, served ${stats.served}, refused ${stats.refused}, failed ${stats.failed}, done ${stats.done}, chats with a board ${ok}, rss ${sampler?.peakRssMb?.toFixed(0) ?? '–'} MB, stall ${sampler?.maxLoopStallMs?.toFixed(0) ?? '–'} ms, board backlog ${sampler?.backlogLast ?? '–'} drain ${sampler?.drainLast ?? '–'}/s interval ${sampler?.intervalLast ?? '–'} ms`,
       );
     }, 2_000);
     const wsBase = prod.url.replace(/^http/, 'ws');
