@@ -85,7 +85,7 @@ export function documentedSecretKeys(root: string): Set<string> {
   if (start < 0) throw new Error('docs/operations.md has no "### Secrets" section');
   const end = text.indexOf('\n#', start + 1);
   const section = text.slice(start, end < 0 ? undefined : end);
-  return new Set([...section.matchAll(/^\| `([A-Z0-9_]+)` \|/gm)].map((m) => m[1]!));
+  return new Set([...section.matchAll(/^\| `([A-Z0-9_]+)` +\|/gm)].map((m) => m[1]!));
 }
 
 const WORKLOADS = new Set(['Deployment', 'StatefulSet', 'DaemonSet', 'Job', 'CronJob']);
