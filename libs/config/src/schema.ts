@@ -19,6 +19,13 @@ export const schema = {
   http: {
     host: str({ env: 'HOST', default: '127.0.0.1', doc: 'Address the gateway listens on.' }),
     port: int({ env: 'PORT', default: 8080, min: 0, max: 65_535, doc: 'Port the gateway listens on (0 = any free port).' }),
+    healthPort: int({
+      env: 'HEALTH_PORT',
+      default: 0,
+      min: 0,
+      max: 65_535,
+      doc: 'Port of GET /healthz, /readyz and /metrics in a `crowdplay service` process that runs no gateway (router, crowd-engine, sequencer, telegram-sender, board-renderer), on HOST; /readyz turns 503 as soon as a drain starts. 0: no such server (a gateway serves them on PORT).',
+    }),
     listenBacklog: int({
       env: 'HTTP_LISTEN_BACKLOG',
       default: 4_096,
