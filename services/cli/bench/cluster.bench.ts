@@ -34,7 +34,13 @@
  *   gateway's 2 ms micro-batch carries them), at most `--in-flight` batches
  *   unanswered, each answered by its AckBatch: intents acked per second and
  *   the shard's CPU per intent (its ticks, updates, batches to the game
- *   subject and event-log writes included).
+ *   subject and event-log writes included), and the event-log rows the shard
+ *   wrote per second (channel_events counted before and after the window);
+ *   the game batches (`ch.*.game`) received: per second, the interval between
+ *   one channel's ticks (TICK_MS when the tick keeps up) and the batch lag
+ *   (a batch's oldest intent's `at` → its arrival here). Then the tick's one
+ *   awaited write alone: the event-log INSERT of one batch per driven channel,
+ *   timed 10 times from here.
  *
  * Prints a table and, with --json FILE, writes every figure with the
  * parameters, the machine and its load average before and after.
@@ -47,7 +53,7 @@ import { parseArgs } from 'node:util';
 import { connectNatsBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus } from '@crowdplay/bus';
 import { defaultConfig } from '@crowdplay/config';
 import { findListeningPid, processRssBytes, ProcessWatch, type ProcessSample } from '@crowdplay/loadtest';
-import type { AckBatch, IntentBatch } from '@crowdplay/protocol';
+import type { AckBatch, Batch, IntentBatch } from '@crowdplay/protocol';
 import { RouterClient } from '@crowdplay/router';
 import { openStore } from '@crowdplay/store';
 import { serviceUrls, testSchema, uniqueName } from '@crowdplay/testing';
@@ -420,6 +426,21 @@ export async function main(args: readonly string[]): Promise<number> {
             const slot = Math.floor(first.conn / p.batch);
             waiting.get(slot)?.();
           });
+          // The shard's batches to the games (ch.<C>.game): tick interval per channel (closedAt gaps) and batch lag (oldest intent's `at` → here).
+          const lastClosed = new Map<string, number>();
+          const tickGapMs: number[] = [];
+          const batchLagMs: number[] = [];
+          let gameBatches = 0;
+          const gameSub = bus.subscribe(`${prefix}.ch.*.game`, (msg) => {
+            if (!measuring) return;
+            const b = decodeJson<Batch>(msg.data);
+            gameBatches++;
+            const prev = lastClosed.get(b.channel);
+            if (prev !== undefined) tickGapMs.push(b.closedAt - prev);
+            lastClosed.set(b.channel, b.closedAt);
+            const first = b.actions.vote?.intents[0];
+            if (first) batchLagMs.push(Date.now() - first.at);
+          });
           await bus.flush();
           let seq = 0;
           const slots = Array.from({ length: p.inFlight }, (_, k) => k);
@@ -442,15 +463,36 @@ export async function main(args: readonly string[]): Promise<number> {
           await sleep(p.warmupS * 1000);
           phase = 'measure';
           measuring = true;
+          const eventRows = async (): Promise<number> =>
+            Number((await store.db.query<{ n: string }>('SELECT count(*) AS n FROM channel_events')).rows[0]?.n ?? 0);
+          const rows0 = await eventRows();
           watchShard.start();
           const t0s = performance.now();
           await sleep(p.seconds * 1000);
           const el = performance.now() - t0s;
           measuring = false;
           const sp = watchShard.stop();
+          const eventLogRowsPerSecond = Math.round(((await eventRows()) - rows0) / (el / 1000));
           phase = 'stop';
           await Promise.all(loops);
           sub.unsubscribe();
+          gameSub.unsubscribe();
+          // The tick's one awaited write, alone: the same INSERT (store.events.append) of one ~150-byte batch per driven channel, 10 times.
+          const epochs = await Promise.all(driven.map(async (c) => (await store.channels.get(c))?.epoch ?? 0));
+          const appendMs: number[] = [];
+          for (let r = 0; r < 10; r++) {
+            const t = performance.now();
+            await store.events.append(
+              driven.map((c, i) => ({
+                channel: c,
+                eventId: 9_000_000_000_000 + r * driven.length + i,
+                epoch: epochs[i]!,
+                kind: 'batch',
+                body: `{"t":"batch","channel":"${c}","ev":1,"tick":1,"closedAt":0,"actions":{"vote":{"tally":{"a":1,"b":1},"intents":[],"dropped":0}}}`,
+              })),
+            );
+            appendMs.push(performance.now() - t);
+          }
           const shard = sp.find((s) => s.name === 'shard-1');
           const intentsPerSecond = Math.round((acked * 1000) / el);
           const cpuMsPerIntent = shard?.cpuMs == null || acked === 0 ? null : Math.round((shard.cpuMs / acked) * 10_000) / 10_000;
@@ -463,6 +505,11 @@ export async function main(args: readonly string[]): Promise<number> {
             refused,
             refusedBy,
             cpuMsPerIntent,
+            eventLogRowsPerSecond,
+            gameBatchesPerSecond: Math.round((gameBatches * 1000) / el),
+            eventLogAppendMs: { rows: driven.length, ...lat(appendMs) },
+            tickIntervalMs: lat(tickGapMs),
+            batchLagMs: lat(batchLagMs),
             processes: sp,
           };
           rows.push([
@@ -471,6 +518,12 @@ export async function main(args: readonly string[]): Promise<number> {
           ]);
           for (const s of sp) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %, rss peak ${s.rssPeakBytes ?? 'n/a'} bytes`]);
           rows.push(['  shard cpu per intent', `${cpuMsPerIntent ?? 'n/a'} ms`]);
+          rows.push(['  event log rows written', `${eventLogRowsPerSecond}/s (channel_events, one statement per tick)`]);
+          rows.push(['  event log append alone', `${driven.length} rows: ms ${JSON.stringify(lat(appendMs))}`]);
+          rows.push([
+            '  game batches',
+            `${Math.round((gameBatches * 1000) / el)}/s; tick interval per channel ms ${JSON.stringify(lat(tickGapMs))} (TICK_MS ${config.engine.tickMs}); batch lag ms ${JSON.stringify(lat(batchLagMs))}`,
+          ]);
           if (refused > 0) exitCode = 1;
         }
       }
