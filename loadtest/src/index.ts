@@ -30,7 +30,16 @@ export { startReferenceServer } from './reference-server.ts';
 export type { ReferenceServer, ReferenceServerOptions } from './reference-server.ts';
 export { spawnReferenceServer } from './reference-spawn.ts';
 export type { SpawnedReferenceServer } from './reference-spawn.ts';
-export { findListeningPid, processCpuMs, clockTicksPerSecond, machineCpuTicks } from './proc.ts';
+export {
+  findListeningPid,
+  processCpuMs,
+  clockTicksPerSecond,
+  machineCpuTicks,
+  processRssBytes,
+  ProcessWatch,
+  parseWatchPid,
+} from './proc.ts';
+export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
 export {
   runRolloverScenario,

@@ -3,7 +3,7 @@
  *
  *   crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
  *         [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R]
- *         [--workers W] [--viewers-per-address A] [--server-pid P] [--baseline]
+ *         [--workers W] [--viewers-per-address A] [--server-pid P] [--watch-pid NAME=PID]… [--baseline]
  *
  *   market --url http://127.0.0.1:8080 --viewers N --trades T --json FILE
  *         [--channels K] [--database-url URL] [--database-schema S] [--skip-verify]
@@ -28,10 +28,11 @@ import { formatMarketReport } from './market/report.ts';
 import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
 import { formatRolloverReport } from './rollover/report.ts';
 import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
+import { parseWatchPid } from './proc.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
-       [--viewers-per-address A] [--server-pid P] [--baseline]
+       [--viewers-per-address A] [--server-pid P] [--watch-pid NAME=PID]… [--baseline]
      npm run loadtest -- market --url http://127.0.0.1:8080 --viewers N --trades T --json FILE
        [--channels K] [--database-url URL] [--database-schema S] [--skip-verify]
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P] [--liquidity B]
@@ -222,6 +223,7 @@ async function main(argv: string[]): Promise<number> {
       workers: { type: 'string' },
       'viewers-per-address': { type: 'string' },
       'server-pid': { type: 'string' },
+      'watch-pid': { type: 'string', multiple: true },
       baseline: { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
@@ -242,6 +244,7 @@ async function main(argv: string[]): Promise<number> {
     workers: num('workers', values.workers),
     viewersPerAddress: num('viewers-per-address', values['viewers-per-address']),
     serverPid: num('server-pid', values['server-pid']),
+    watchPids: (values['watch-pid'] ?? []).map(parseWatchPid),
     onProgress: (line) => console.error(line),
     command: commandLine(argv),
   };
