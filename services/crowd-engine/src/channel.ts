@@ -24,6 +24,8 @@ export interface ChannelSnapshotState {
   tally: Tally;
   game: Record<string, unknown> | null;
   tick: number;
+  /** The game's welcome grant (declare.welcomeGrant), points; absent = 0. The next owner pays it to viewers joining after a move. */
+  welcomeGrant?: number;
 }
 
 export class ChannelRuntime {
@@ -36,6 +38,8 @@ export class ChannelRuntime {
   /** Rounds shown to viewers (not snapshotted: the rounds table is their durable form). */
   private rounds: RoundView[] = [];
   tick = 0;
+  /** The game's welcome grant (declare.welcomeGrant), points: snapshotted with the actions. */
+  welcomeGrant = 0;
   /** Event id of the newest change; 0 before any. */
   ev = 0;
   /** Server time (ms since epoch) of the newest change. */
@@ -178,7 +182,9 @@ export class ChannelRuntime {
   }
 
   snapshot(): ChannelSnapshotState {
-    return { v: 1, actions: this.actionList, tally: this.tally, game: this.game, tick: this.tick };
+    const s: ChannelSnapshotState = { v: 1, actions: this.actionList, tally: this.tally, game: this.game, tick: this.tick };
+    if (this.welcomeGrant > 0) s.welcomeGrant = this.welcomeGrant;
+    return s;
   }
 
   /** Restores a snapshot (after acquire). `ev` is the snapshot's event id. */
@@ -188,6 +194,7 @@ export class ChannelRuntime {
     this.tally = s.tally;
     this.game = s.game;
     this.tick = s.tick;
+    this.welcomeGrant = s.welcomeGrant ?? 0;
     this.ev = ev;
   }
 
