@@ -68,11 +68,18 @@ export class ChannelRuntime {
   }
 
   /**
-   * Replaces the declared actions (a game's `declare`). Resets the tally.
+   * Replaces the declared actions (a game's `declare`). Resets the tally and
+   * drops the open tick, unless the actions are the ones already declared
+   * (the game reconnected and declared again; {@link sameSpecs}): then the
+   * open tick's intents, acked already, stay for its batch, and the tally stays.
    * The caller validated the specs against the protocol schema.
    * @param ev event id of this change
    */
   declare(actions: ActionSpec[], ev: number, nowMs: number): void {
+    if (this.declared && sameSpecs(this.actionList, actions)) {
+      this.markChanged(ev, nowMs);
+      return;
+    }
     this.actions = new Map(actions.map((a) => [a.name, { ...a, optionSet: a.options ? new Set(a.options) : null }]));
     this.actionList = actions.map((a) => ({ ...a }));
     this.acc.clear();
@@ -204,4 +211,22 @@ export class ChannelRuntime {
     this.dirty = true;
     this.unsaved = true;
   }
+}
+
+/**
+ * Whether two declarations declare the same actions in the same order (name,
+ * maxPerTick, cost with 0 = absent, options): key order does not matter (a
+ * snapshot's actions come back from jsonb reordered).
+ */
+export function sameSpecs(a: readonly ActionSpec[], b: readonly ActionSpec[]): boolean {
+  if (a.length !== b.length) return false;
+  return a.every((x, i) => {
+    const y = b[i]!;
+    return (
+      x.name === y.name &&
+      x.maxPerTick === y.maxPerTick &&
+      (x.cost ?? 0) === (y.cost ?? 0) &&
+      JSON.stringify(x.options ?? null) === JSON.stringify(y.options ?? null)
+    );
+  });
 }

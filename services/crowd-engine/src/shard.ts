@@ -781,7 +781,10 @@ export class Shard {
         }
         if (o.rounds) o.rounds.welcomeGrant = grant;
         o.rt.welcomeGrant = grant;
-        o.rt.declare(req.actions, await this.eventIdFor(o), now);
+        const ev = await this.eventIdFor(o);
+        const pending = o.rt.pendingIntents;
+        o.rt.declare(req.actions, ev, now);
+        this.pendingIntents -= pending - o.rt.pendingIntents; // a new declaration drops the open tick
         this.scheduleUpdate(o);
         reply = { ok: true };
       } else if (req.op === 'state') {
