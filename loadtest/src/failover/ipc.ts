@@ -126,6 +126,8 @@ export interface FailoverWorkerFinal {
   refusedByCode: Record<string, number>;
   connectFailedByCode: Record<string, number>;
   dropsByCode: Record<string, number>;
+  /** Failed reconnect attempts by gateway and error (refused, 429/503, welcome timeout…). */
+  reconnectFailedByCode: Record<string, number>;
   /** Per dropped-and-reconnected outage: ms from the close to the next welcome. */
   reconnectMs: number[];
   /** Gateway index of each viewer that dropped and was not welcomed again. */

@@ -110,6 +110,8 @@ export interface FailoverReport {
   viewersFailed: number;
   reconnectMs: MsFigures;
   dropsByCode: Record<string, number>;
+  /** Failed reconnect attempts by gateway and error. */
+  reconnectFailedByCode: Record<string, number>;
   ledgerVerify: 'ok' | { failed: Array<{ check: string; detail: string }> } | { error: string };
   actAckMs: LatencySummary;
   connections: { requested: number; connected: number; failed: number; failedByCode: Record<string, number> };

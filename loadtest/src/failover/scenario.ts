@@ -418,6 +418,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const refusedByCode: Record<string, number> = {};
     const failedByCode: Record<string, number> = {};
     const dropsByCode: Record<string, number> = {};
+    const reconnectFailedByCode: Record<string, number> = {};
     const reconnect: number[] = [];
     const stakes: AckedStake[] = [];
     const ackedByChannel = new Map<string, Map<string, number[]>>(channels.map((ch) => [ch, new Map()]));
@@ -428,6 +429,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       for (const [k, v] of Object.entries(f.refusedByCode)) refusedByCode[k] = (refusedByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.connectFailedByCode)) failedByCode[k] = (failedByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.dropsByCode)) dropsByCode[k] = (dropsByCode[k] ?? 0) + v;
+      for (const [k, v] of Object.entries(f.reconnectFailedByCode)) reconnectFailedByCode[k] = (reconnectFailedByCode[k] ?? 0) + v;
       reconnect.push(...f.reconnectMs);
       stakes.push(...f.stakes);
       for (const [i, row] of Object.entries(f.acked)) ackedByChannel.get(channels[Number(i) % C]!)!.set(viewerId(Number(i)), row);
@@ -672,6 +674,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       viewersFailed,
       reconnectMs: reconnectFig,
       dropsByCode,
+      reconnectFailedByCode,
       ledgerVerify,
       actAckMs: summarize(actAck),
       connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, failedByCode },

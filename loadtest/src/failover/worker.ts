@@ -104,6 +104,7 @@ function run(
   const refusedByCode: Record<string, number> = {};
   const connectFailedByCode: Record<string, number> = {};
   const dropsByCode: Record<string, number> = {};
+  const reconnectFailedByCode: Record<string, number> = {};
   const reconnectMs: number[] = [];
   const stakes: AckedStake[] = [];
   const actAck = newHistogram();
@@ -267,9 +268,11 @@ function run(
     client.connect().then(
       () => undefined,
       (err: unknown) => {
-        if (v.everWelcomed)
-          retry(attempt); // a reconnect attempt failed: the next gateway, a longer backoff
-        else {
+        if (v.everWelcomed) {
+          // A reconnect attempt failed: the next gateway, a longer backoff.
+          bump(reconnectFailedByCode, `gw-${v.gateway + 1}: ${codeOf(err)}`);
+          retry(attempt);
+        } else {
           c.connectFailed++;
           bump(connectFailedByCode, codeOf(err));
         }
@@ -341,6 +344,7 @@ function run(
       refusedByCode,
       connectFailedByCode,
       dropsByCode,
+      reconnectFailedByCode,
       reconnectMs,
       failedByGateway,
       droppedByGateway,
