@@ -83,6 +83,8 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
         assert.deepEqual([r.recoveryMs.kill.notRecovered, r.recoveryMs.drain.notRecovered], [[], []]);
         assert.equal(r.recoveryMs.kill.count, r.recoveryMs.kill.channels);
         assert.equal(r.intentsLost.drained, 0, why);
+        assert.equal(r.intentsLost.other, 0, why);
+        assert.equal(r.batchesNotReceived, 0, r.batchesNotReceivedSamples.join('\n'));
         assert.equal(r.intents.droppedOverCap, 0);
         assert.ok(r.intents.acked > 0 && r.intents.counted > 0);
         assert.ok(r.stakes.acked > 0, 'viewers staked');

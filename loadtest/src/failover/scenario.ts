@@ -564,6 +564,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       nonMonotonicEventIds: t(nonMonotonicEventIds, '= 0', nonMonotonicEventIds === 0),
       ledgerVerify: t(ledgerVerify === 'ok' ? 'ok' : 'failed', 'ok', ledgerVerify === 'ok'),
       intentsLostDrained: t(lost.drained, '= 0', lost.drained === 0),
+      // Channels no fault touched have no excuse (the killed shard's open tick is the only loss a run may show).
+      intentsLostOther: t(lost.other, '= 0', lost.other === 0),
       viewersFailed: t(viewersFailed, '= 0', viewersFailed === 0),
       channelsRecovered: t(
         kill.fig.notRecovered.length + drain.fig.notRecovered.length,
