@@ -43,6 +43,37 @@ describe('loadtest failover - helpers', () => {
   });
 });
 
+describe('loadtest failover - bad options', () => {
+  it('fewer than 3 shards or 2 gateways, or a short duration: exit 2 with the reason, before anything starts', async () => {
+    const schemas = async (): Promise<number> => {
+      const c = new pg.Client({ connectionString: process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/test' });
+      await c.connect();
+      try {
+        const { rows } = await c.query<{ n: string }>(
+          "SELECT count(*) AS n FROM information_schema.schemata WHERE schema_name LIKE 'failover\\_%'",
+        );
+        return Number(rows[0]!.n);
+      } finally {
+        await c.end();
+      }
+    };
+    const before = await schemas();
+    const base = ['failover', '--viewers', '10', '--channels', '2'];
+    for (const [args, reason] of [
+      [['--shards', '2', '--duration', '10'], /shards must be an integer in \[3, 32\], got 2/],
+      [['--gateways', '1', '--duration', '10'], /gateways must be an integer in \[2, 32\], got 1/],
+      [['--duration', '2'], /duration must be ≥ 5 s, got 2/],
+      [['--duration', '10', '--ramp-s=-1'], /ramp must be ≥ 0 s, got -1/],
+    ] as const) {
+      const res = await loadtestCli([...base, ...args], 30_000);
+      assert.equal(res.code, 2, res.stderr);
+      assert.match(res.stderr, reason);
+      assert.doesNotMatch(res.stderr, /building the bundle/, 'nothing started');
+    }
+    assert.equal(await schemas(), before, 'no schema created');
+  });
+});
+
 describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 shards)', () => {
   it(
     'SIGKILL, drain and gateway restart: nothing acked is lost, ids unique and rising, ledger verifies',

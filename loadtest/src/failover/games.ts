@@ -41,8 +41,6 @@ export class ChannelGame {
   dropped = 0;
   resyncs = 0;
   welcomes = 0;
-  /** Per welcome: when it arrived and the client's lastEventId then (the resume point it sent). */
-  readonly welcomeLog: Array<{ atMs: number; lastEventId: number | undefined }> = [];
   errors: Record<string, number> = {};
   readonly rounds: GameRound[] = [];
   private maxEv = -1;
@@ -64,10 +62,7 @@ export class ChannelGame {
       requestTimeoutMs: 5_000,
     });
     this.client.on('batch', (b, info) => this.onBatch(b, info.receivedAtMs));
-    this.client.on('welcome', () => {
-      this.welcomes++;
-      this.welcomeLog.push({ atMs: Date.now(), lastEventId: this.client.lastEventId });
-    });
+    this.client.on('welcome', () => this.welcomes++);
     this.client.on('resync', () => this.resyncs++);
     this.client.on('error', (e) => (this.errors[e.code] = (this.errors[e.code] ?? 0) + 1));
     this.client.declare([{ name: ACTION, options: [...OPTIONS], maxPerTick: 100_000 }], { welcomeGrant: o.welcomeGrant });

@@ -14,7 +14,7 @@ import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
 import WebSocket from 'ws';
-import { startCluster, type Cluster } from '@crowdplay/cli';
+import { CLUSTER_DEFAULTS, startCluster, type Cluster } from '@crowdplay/cli';
 import { verifyLedger } from '@crowdplay/ledger';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
@@ -38,11 +38,8 @@ import {
 } from './ipc.ts';
 import type { FailoverReport, FailoverTarget, MsFigures, RecoveryFigures } from './report.ts';
 
-export const FAILOVER_DEFAULTS = {
-  NATS_URL: 'nats://127.0.0.1:4222',
-  REDIS_URL: 'redis://127.0.0.1:6379',
-  DATABASE_URL: 'postgresql://postgres@127.0.0.1:5432/test',
-} as const;
+/** The services the cluster uses when none are named: `crowdplay cluster`'s defaults (this machine's). */
+export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
 
 /** Issue 5's timing targets, ms. */
 export const TARGET_KILL_RECOVERY_MS = 5_000;
@@ -192,6 +189,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const C = int('channels', o.channels, 1, 1_000);
   if (!(o.durationS >= 5)) throw invalid(`duration must be ≥ 5 s, got ${o.durationS}`);
   const rampS = o.rampS ?? Math.max(2, viewers / 1_000);
+  if (!(rampS >= 0)) throw invalid(`ramp must be ≥ 0 s, got ${rampS}`);
   const actIntervalMs = int('actIntervalMs', o.actIntervalMs ?? 1_000, 20);
   const roundMs = int('roundMs', o.roundMs ?? 8_000, 2_000);
   const workers = int('workers', o.workers ?? Math.max(1, Math.ceil(viewers / VIEWERS_PER_WORKER)), 1, 64);
