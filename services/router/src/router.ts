@@ -46,6 +46,8 @@ type Member = MemberLoad;
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
 const BUSY_CHECKS = 20;
+/** Acquires a move tries (100 ms, then 200 ms apart) after the owner handed the channel off. */
+const MOVE_ACQUIRE_ATTEMPTS = 3;
 
 export class Router implements RouterApi {
   private readonly members = new Map<string, Member>();
@@ -528,8 +530,24 @@ export class Router implements RouterApi {
     const rel = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string }>(msg.data);
     if (!rel.ok) throw new CrowdplayError(rel.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: rel.message });
     this.assignments.delete(channel);
-    // 2. Another shard acquires it at a new epoch and resumes the rounds.
-    const a = await this.doAssign(channel, true, source);
+    // 2. Another shard acquires it at a new epoch and resumes the rounds. Retried: an acquire can fail on its own (the new
+    // owner's sequencer lease timed out, say), and once handed off the channel has no owner until someone assigns it again.
+    let a: Assignment;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        a = await this.doAssign(channel, true, source);
+        break;
+      } catch (err) {
+        if (
+          attempt >= MOVE_ACQUIRE_ATTEMPTS ||
+          isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') ||
+          isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')
+        )
+          throw err;
+        telemetry.logger.warn({ err, channel, attempt }, 'move: the new owner did not acquire the channel; trying again');
+        await new Promise((r) => setTimeout(r, 100 * attempt));
+      }
+    }
     // 3. The old owner stops refusing (its subscriptions go).
     await bus
       .request(subjects.shardCtl(source), encodeJson({ op: 'forget', channel }), { timeoutMs: this.opts.requestTimeoutMs })

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects } from '@crowdplay/bus';
 import { createTelemetry } from '@crowdplay/telemetry';
 import type { ChannelRow, Store } from '@crowdplay/store';
-import { CrowdplayError } from '@crowdplay/protocol';
+import { CrowdplayError, isCrowdplayError } from '@crowdplay/protocol';
 import {
   CachingRouter,
   MoveBudget,
@@ -122,6 +122,8 @@ function setup(ids: string[]) {
   const ops: string[] = [];
   /** Shards that refuse a handoff (as a shard whose store write failed does). */
   const refuseHandoff = new Set<string>();
+  /** Acquires each shard refuses before it takes one (as a shard whose sequencer lease timed out does). */
+  const refuseAcquires = new Map<string, number>();
   const shard = (id: string) => {
     owned.set(id, new Set());
     bus.subscribe(subjects.shardCtl(id), (msg) => {
@@ -130,6 +132,11 @@ function setup(ids: string[]) {
       const mine = owned.get(id)!;
       if (req.op === 'release' && req.handoff && refuseHandoff.has(id)) {
         msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'handoff failed' }));
+        return;
+      }
+      if (req.op === 'acquire' && (refuseAcquires.get(id) ?? 0) > 0) {
+        refuseAcquires.set(id, refuseAcquires.get(id)! - 1);
+        msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'sequencer lease timed out' }));
         return;
       }
       if (req.op === 'acquire') mine.add(req.channel);
@@ -148,7 +155,7 @@ function setup(ids: string[]) {
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now },
     );
-  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff };
+  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -289,6 +296,33 @@ describe('Router with fake shards and a fake clock', () => {
       );
     }
     assert.ok(!t.ops.some((op) => op.includes('ifIdle')), 'no release that cancels rounds');
+    await router.close();
+  });
+
+  it('move (a drain): an acquire the new owner fails is tried again, so the handed-off channel does not stay unowned', async () => {
+    const t = setup(['m1']);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    await router.assign('m1');
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    t.refuseAcquires.set('b', 1);
+    t.ops.length = 0;
+    const moved = await router.move('m1', 'a');
+    assert.deepEqual({ moved: moved.moved, shard: moved.shard }, { moved: true, shard: 'b' });
+    assert.deepEqual(t.ops, ['a release handoff m1', 'b acquire m1', 'b acquire m1', 'a forget m1']);
+    assert.deepEqual({ owner: t.rows.get('m1')!.owner, epoch: t.rows.get('m1')!.epoch }, { owner: 'b', epoch: moved.epoch });
+    assert.equal((await router.lookup('m1'))?.shard, 'b');
+    // Refused every time: the move fails after 3 tries (the error reaches the draining shard, which refunds).
+    t.refuseAcquires.set('a', 3);
+    t.ops.length = 0;
+    await assert.rejects(router.move('m1', 'b'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'));
+    assert.deepEqual(t.ops, ['b release handoff m1', 'a acquire m1', 'a acquire m1', 'a acquire m1']);
     await router.close();
   });
 
