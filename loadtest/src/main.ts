@@ -15,6 +15,10 @@
  *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
  *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
  *
+ *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
+ *         [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A]
+ *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
+ *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
  * report to --json. Fields: loadtest/README.md.
  */
@@ -29,6 +33,8 @@ import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
 import { formatRolloverReport } from './rollover/report.ts';
 import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
 import { parseWatchPid } from './proc.ts';
+import { formatFailoverReport } from './failover/report.ts';
+import { runFailoverScenario } from './failover/scenario.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
@@ -39,7 +45,9 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
      npm run loadtest -- rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
-       [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]`;
+       [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
+     npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
+       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -204,7 +212,54 @@ async function rolloverMain(argv: string[]): Promise<number> {
   return report.complete ? 0 : 1;
 }
 
+/**
+ * `failover`: exit 0 when every correctness target is met (missed timing
+ * targets are printed, not failed); 1 otherwise.
+ */
+async function failoverMain(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv.slice(1),
+    options: {
+      gateways: { type: 'string', default: '2' },
+      shards: { type: 'string', default: '3' },
+      viewers: { type: 'string' },
+      channels: { type: 'string' },
+      duration: { type: 'string' },
+      json: { type: 'string' },
+      'ramp-s': { type: 'string' },
+      'round-ms': { type: 'string' },
+      workers: { type: 'string' },
+      'viewers-per-address': { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.error(USAGE);
+    return 0;
+  }
+  const report = await runFailoverScenario({
+    gateways: required('gateways', num('gateways', values.gateways)),
+    shards: required('shards', num('shards', values.shards)),
+    viewers: required('viewers', num('viewers', values.viewers)),
+    channels: required('channels', num('channels', values.channels)),
+    durationS: required('duration', num('duration', values.duration)),
+    rampS: num('ramp-s', values['ramp-s']),
+    roundMs: num('round-ms', values['round-ms']),
+    workers: num('workers', values.workers),
+    viewersPerAddress: num('viewers-per-address', values['viewers-per-address']),
+    natsUrl: process.env.NATS_URL || undefined,
+    redisUrl: process.env.REDIS_URL || undefined,
+    databaseUrl: process.env.DATABASE_URL || undefined,
+    onProgress: (line) => console.error(line),
+    command: commandLine(argv),
+  });
+  console.log(formatFailoverReport(report));
+  writeJson(values.json, report);
+  return report.correct ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'failover') return failoverMain(argv);
   if (argv[0] === 'market') return marketMain(argv);
   if (argv[0] === 'rollover') return rolloverMain(argv);
   const { values, positionals } = parseArgs({

@@ -316,7 +316,7 @@ export const schema = {
       default: 4,
       min: 0,
       unit: 'per second',
-      doc: 'Most channels the router moves per second to even out channels per live shard (a new shard takes its fair share); 0 = never rebalance. A move releases the channel on its owner (snapshot) and acquires it on the new shard at a new epoch; channels with unfinished rounds are not moved.',
+      doc: 'Most channels the router moves per second to even out channels per live shard (a new shard takes its fair share); 0 = never rebalance. A move hands the channel off like a drain (the books of open rounds written, then resumed by the new shard at a new epoch; no refund).',
     }),
     failoverConcurrency: int({
       env: 'ROUTER_FAILOVER_CONCURRENCY',

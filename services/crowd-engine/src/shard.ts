@@ -362,7 +362,8 @@ export class Shard {
           o.roundsDirty = true;
         },
       });
-      if (game?.welcomeGrant) o.rounds.welcomeGrant = game.welcomeGrant;
+      // A built-in game's grant, else the one the game declared to a previous owner (the snapshot carries it across moves).
+      o.rounds.welcomeGrant = game?.welcomeGrant ?? rt.welcomeGrant;
       await o.rounds.recover();
     }
     if (game) {
@@ -779,7 +780,11 @@ export class Shard {
           ]);
         }
         if (o.rounds) o.rounds.welcomeGrant = grant;
-        o.rt.declare(req.actions, await this.eventIdFor(o), now);
+        o.rt.welcomeGrant = grant;
+        const ev = await this.eventIdFor(o);
+        const pending = o.rt.pendingIntents;
+        o.rt.declare(req.actions, ev, now);
+        this.pendingIntents -= pending - o.rt.pendingIntents; // a new declaration drops the open tick
         this.scheduleUpdate(o);
         reply = { ok: true };
       } else if (req.op === 'state') {
