@@ -156,8 +156,13 @@ export async function startWorkload(o: WorkloadOptions): Promise<Workload> {
       if (code !== 'CP_ERR_ROUND_ALREADY_FINAL' && code !== 'CP_ERR_ROUND_UNKNOWN') throw err;
     }
   };
-  await openNext();
-  assert.ok(current, `first round opened: ${gameRetries.join('; ')}`);
+  try {
+    await openNext();
+    assert.ok(current, `first round opened: ${gameRetries.join('; ')}`);
+  } catch (err) {
+    await game.close().catch(() => undefined);
+    throw err;
+  }
 
   const roundLoop = (async () => {
     while (running) {
@@ -170,6 +175,7 @@ export async function startWorkload(o: WorkloadOptions): Promise<Workload> {
   })();
   roundLoop.catch(() => undefined); // its error is thrown by stop()
 
+  const opened: ViewerClient[] = [];
   const viewers = await Promise.all(
     o.viewers.map(async (name) => {
       const token = await new SignJWT({ tid: o.tenant })
@@ -182,10 +188,16 @@ export async function startWorkload(o: WorkloadOptions): Promise<Workload> {
         const code = a.ok ? 'ok' : (a.code ?? '?');
         ackCodes.set(code, (ackCodes.get(code) ?? 0) + 1);
       });
+      opened.push(v);
       await v.connect();
       return { name, v };
     }),
-  );
+  ).catch(async (err: unknown) => {
+    running = false;
+    await Promise.all(opened.map((v) => v.close().catch(() => undefined)));
+    await game.close().catch(() => undefined);
+    throw err;
+  });
   let seq = 0;
   const answers: Array<Promise<void>> = [];
   // A viewer does not wait for a stake's answer before the next one (one held by a paused shard would stop it):
@@ -245,12 +257,16 @@ export async function startWorkload(o: WorkloadOptions): Promise<Workload> {
     stop() {
       stopped ??= (async () => {
         running = false;
-        await Promise.all(loops);
-        await Promise.all(answers);
-        await roundLoop;
-        await settle(current);
-        await Promise.all(viewers.map(({ v }) => v.close().catch(() => undefined)));
-        await game.close().catch(() => undefined);
+        try {
+          await Promise.all(loops);
+          await Promise.all(answers);
+          await roundLoop;
+          await settle(current);
+        } finally {
+          // Always: a client left open reconnects forever and keeps the test process alive.
+          await Promise.all(viewers.map(({ v }) => v.close().catch(() => undefined)));
+          await game.close().catch(() => undefined);
+        }
       })();
       return stopped;
     },
