@@ -79,7 +79,9 @@ describe('restarts during a staking run: no acked stake lost, no event id reused
         out: (l) => void lines.push(l),
       });
       store = await openStore({ url: urls.databaseUrl, schema: schema.schema, poolMax: 2, pgliteDir: 'memory', migrate: false });
-      const created = await store.tenants.create('acme', 'Acme');
+      // With Telegram on, the gateway has created the bot's tenant (TELEGRAM_TENANT_ID) already: take it over with a new key.
+      await store.tenants.ensure('acme', 'Acme');
+      const created = await store.tenants.rotateKey('acme');
       onTenant?.('acme');
       w = await startWorkload({
         gatewayUrl: cluster.gatewayUrls[0]!,
