@@ -222,10 +222,12 @@ function packageVersion(file: string, name: string): string | undefined {
  * loaded (see the module comment: ESM imports and the bundle load them before
  * the SDK starts). Node built-ins (`http`) are patched on their one exports
  * object; packages when `require.cache` holds them.
- * @returns the module names patched here
+ * (`getModuleDefinitions()` builds fresh definitions, so `disable()` does
+ * not undo these: call each result's `unpatch()`.)
+ * @returns the modules patched here
  */
-export function patchLoadedModules(instr: Instrumentation): string[] {
-  const patched: string[] = [];
+export function patchLoadedModules(instr: Instrumentation): PatchedModule[] {
+  const patched: PatchedModule[] = [];
   const defs =
     (instr as Instrumentation & { getModuleDefinitions?: () => InstrumentationModuleDefinition[] }).getModuleDefinitions?.() ?? [];
   for (const def of defs) {
@@ -251,9 +253,18 @@ export function patchLoadedModules(instr: Instrumentation): string[] {
     def.moduleExports = exports;
     def.moduleVersion = version;
     def.patch(exports, version);
-    patched.push(def.name);
+    patched.push({
+      name: def.name,
+      unpatch: () => def.unpatch?.(exports, version),
+    });
   }
   return patched;
+}
+
+/** A module {@link patchLoadedModules} patched, and how to undo it (the instrumentation's `disable()` does not know it). */
+export interface PatchedModule {
+  name: string;
+  unpatch(): void;
 }
 
 /** Paths whose HTTP requests are not traced (probes and scrapes would be most of the spans). */
@@ -262,6 +273,7 @@ const UNTRACED_PATHS = new Set(['/metrics', '/healthz', '/readyz', '/livez']);
 interface Running {
   sdk: NodeSDK;
   instrumentations: Instrumentation[];
+  patched: PatchedModule[];
   users: number;
   counts: { droppedSpans: number };
 }
@@ -359,7 +371,7 @@ export function startTracing(s: OtelSettings, service: string, logger: Logger): 
     });
     sdk.start();
     const patched = instrumentations.flatMap((i) => patchLoadedModules(i));
-    running = { sdk, instrumentations, users: 0, counts };
+    running = { sdk, instrumentations, patched, users: 0, counts };
     tracerRef = trace.getTracerProvider().getTracer('crowdplay');
     logger.info(
       {
@@ -367,7 +379,7 @@ export function startTracing(s: OtelSettings, service: string, logger: Logger): 
         protocol: s.protocol,
         endpoint: s.endpoint || undefined,
         sampler: s.sampler,
-        patchedLoaded: patched,
+        patchedLoaded: patched.map((p) => p.name),
       },
       'otel: tracing on',
     );
@@ -386,6 +398,7 @@ export function startTracing(s: OtelSettings, service: string, logger: Logger): 
         }
         await cur.sdk.shutdown().catch((err: unknown) => logger.warn({ err }, 'otel: shutdown failed'));
         for (const i of cur.instrumentations) i.disable();
+        for (const p of cur.patched) p.unpatch();
         trace.disable();
         context.disable();
         propagation.disable();
