@@ -137,7 +137,10 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
       assert.ok(pgSpan, `a pg span under the root: ${JSON.stringify(spans.map((s) => [s.name, s.attributes]))}`);
       assert.ok(redisSpan, `an ioredis span under the root: ${JSON.stringify(spans.map((s) => s.name))}`);
       assert.equal(spans.find((s) => s.name === 'test.root')?.service, 'crowdplay-sdk-test');
-      assert.ok(!stub.spans.some((s) => /SELECT 2/.test(String(s.attributes['db.statement'] ?? s.attributes['db.query.text'] ?? ''))), 'no root pg span');
+      assert.ok(
+        !stub.spans.some((s) => /SELECT 2/.test(String(s.attributes['db.statement'] ?? s.attributes['db.query.text'] ?? ''))),
+        'no root pg span',
+      );
       await until(() => stub.metrics.get('crowdplay-sdk-test')?.has('crowdplay_test_pushed_total'), 'the metric push');
     } finally {
       await t.close();
@@ -155,7 +158,11 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
       ['OTEL_RESOURCE_ATTRIBUTES', 'novalue'],
       ['OTEL_TRACES_EXPORTER', 'zipkin'],
     ] as const) {
-      assert.throws(() => loadConfig({ [k]: v }), (err: Error) => err.message.includes(k), `${k}=${v}`);
+      assert.throws(
+        () => loadConfig({ [k]: v }),
+        (err: Error) => err.message.includes(k),
+        `${k}=${v}`,
+      );
     }
   });
 });

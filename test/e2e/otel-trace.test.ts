@@ -124,7 +124,9 @@ describe('OpenTelemetry: one trace for a viewer intent, gateway → NATS → sha
     // Kinds: SERVER (2) at the edge, PRODUCER (4) publishes, CONSUMER (5) processes.
     assert.deepEqual([intent.kind, batch.kind, shard.kind, acks.kind], [2, 4, 5, 5]);
     // The probes and scrapes are not traced; the OTLP metric push works beside /metrics.
-    assert.ok(!stub.spans.some((s) => /\/(metrics|readyz|healthz)/.test(String(s.attributes['url.path'] ?? s.attributes['http.target'] ?? ''))));
+    assert.ok(
+      !stub.spans.some((s) => /\/(metrics|readyz|healthz)/.test(String(s.attributes['url.path'] ?? s.attributes['http.target'] ?? ''))),
+    );
     await until(() => stub.metrics.get('crowdplay-gateway')?.has('crowdplay_connections_opened_total'), 'the gateway’s OTLP metric push');
   });
 });
