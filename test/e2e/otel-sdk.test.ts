@@ -28,7 +28,6 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 /** Counts TCP connects made while `fn` runs. */
 async function countConnects(fn: () => Promise<void>): Promise<string[]> {
   const seen: string[] = [];
-  // eslint-disable-next-line @typescript-eslint/unbound-method
   const original = net.Socket.prototype.connect;
   net.Socket.prototype.connect = function (this: net.Socket, ...args: unknown[]) {
     seen.push(JSON.stringify(args[0]).slice(0, 100));
