@@ -255,10 +255,27 @@ export function patchLoadedModules(instr: Instrumentation): PatchedModule[] {
     def.patch(exports, version);
     patched.push({
       name: def.name,
-      unpatch: () => def.unpatch?.(exports, version),
+      // The require hook may have patched (and `disable()` unpatched) the same exports since: undo only what is still wrapped.
+      unpatch: () => {
+        if (stillWrapped(def.name, exports)) def.unpatch?.(exports, version);
+      },
     });
   }
   return patched;
+}
+
+/** Whether the function each instrumentation wraps first in `name`'s exports is still wrapped (shimmer marks it `__wrapped`). */
+function stillWrapped(name: string, exports: unknown): boolean {
+  const e = exports as Record<string, { prototype?: Record<string, unknown> } | undefined> & { prototype?: Record<string, unknown> };
+  const probe: Record<string, unknown> = {
+    http: e.Server?.prototype?.emit,
+    https: e.Server?.prototype?.emit,
+    pg: e.Client?.prototype?.query,
+    'pg-pool': e.prototype?.connect,
+    ioredis: e.prototype?.sendCommand,
+  };
+  if (!(name in probe)) return true;
+  return (probe[name] as { __wrapped?: boolean } | undefined)?.__wrapped === true;
 }
 
 /** A module {@link patchLoadedModules} patched, and how to undo it (the instrumentation's `disable()` does not know it). */
