@@ -151,6 +151,48 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
     assert.equal((pg.Client.prototype.query as { __wrapped?: boolean }).__wrapped, undefined, 'pg unpatched after close');
   });
 
+  it('the default protocol (http/protobuf) posts protobuf to /v1/traces; grpc loads and shuts down with no collector', async () => {
+    const seen: Array<{ path: string; type: string }> = [];
+    const { createServer } = await import('node:http');
+    const server = createServer((req, res) => {
+      seen.push({ path: req.url ?? '', type: String(req.headers['content-type']) });
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end());
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const proto = createTelemetry({
+        service: 'proto',
+        level: 'silent',
+        refusalLogIntervalMs: 1_000,
+        otel: loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}/`, OTEL_METRICS_EXPORTER: 'none' }).otel,
+      });
+      tracer().startSpan('proto.span').end();
+      await proto.close(); // flushes
+      assert.deepEqual(seen, [{ path: '/v1/traces', type: 'application/x-protobuf' }]);
+      // grpc: nothing listens on the port; the export fails within OTEL_EXPORTER_OTLP_TIMEOUT and close() still returns.
+      const grpc = createTelemetry({
+        service: 'grpc',
+        level: 'silent',
+        refusalLogIntervalMs: 1_000,
+        otel: loadConfig({
+          OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:1',
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+          OTEL_EXPORTER_OTLP_TIMEOUT: '500',
+        }).otel,
+      });
+      assert.equal(grpc.tracing, true);
+      tracer().startSpan('grpc.span').end();
+      const t0 = Date.now();
+      await grpc.close();
+      assert.ok(Date.now() - t0 < 10_000, `grpc close took ${Date.now() - t0} ms`);
+      assert.equal(tracingOn(), false);
+    } finally {
+      server.close();
+    }
+  });
+
   it('bad OTEL_* values are refused by the config, naming the variable', () => {
     for (const [k, v] of [
       ['OTEL_TRACES_SAMPLER_ARG', '1.5'],
