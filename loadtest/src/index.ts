@@ -1,7 +1,8 @@
 /**
  * @crowdplay/loadtest — load scenarios (`crowd` from the seeds, `market`:
  * funded viewers trading and staking in rounds, then ledger verify;
- * `rollover`: Telegram chats at the word puzzle's rollover), the
+ * `rollover`: Telegram chats at the word puzzle's rollover; `failover`: a
+ * local cluster with a shard killed, one drained and a gateway restarted), the
  * frozen bare-ws reference server, and the report formats. CLI: main.ts.
  */
 export {
@@ -30,7 +31,16 @@ export { startReferenceServer } from './reference-server.ts';
 export type { ReferenceServer, ReferenceServerOptions } from './reference-server.ts';
 export { spawnReferenceServer } from './reference-spawn.ts';
 export type { SpawnedReferenceServer } from './reference-spawn.ts';
-export { findListeningPid, processCpuMs, clockTicksPerSecond, machineCpuTicks } from './proc.ts';
+export {
+  findListeningPid,
+  processCpuMs,
+  clockTicksPerSecond,
+  machineCpuTicks,
+  processRssBytes,
+  ProcessWatch,
+  parseWatchPid,
+} from './proc.ts';
+export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
 export {
   runRolloverScenario,
@@ -50,3 +60,7 @@ export { formatRolloverReport } from './rollover/report.ts';
 export type { RolloverReport, RolloverTarget, MsSummary } from './rollover/report.ts';
 export { playerWords, MAX_GUESSES } from './rollover/players.ts';
 export { buildProductBundle, metricValue, readRss, sendqKeyPattern } from './rollover/product.ts';
+export { runFailoverScenario, lostIntents, msFigures, stakeHash, FAILOVER_DEFAULTS } from './failover/scenario.ts';
+export type { FailoverOptions } from './failover/scenario.ts';
+export { formatFailoverReport } from './failover/report.ts';
+export type { FailoverReport, FailoverTarget, RecoveryFigures } from './failover/report.ts';

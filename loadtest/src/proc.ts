@@ -110,3 +110,103 @@ export function machineCpuTicks(): { busy: number; total: number } | null {
   const total = v.reduce((a, b) => a + b, 0);
   return { busy: total - (v[3] ?? 0) - (v[4] ?? 0), total };
 }
+
+/**
+ * Resident set size of `pid` in bytes (VmRSS in /proc/<pid>/status, proc(5));
+ * null when unreadable (the process is gone, or another user's).
+ */
+export function processRssBytes(pid: number): number | null {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    return null;
+  }
+  const m = /^VmRSS:\s+(\d+)\s+kB$/m.exec(status);
+  return m ? Number(m[1]) * 1024 : null;
+}
+
+/** One watched process over a window: CPU (100 = one core) and resident memory, bytes. Nulls where /proc was unreadable. */
+export interface ProcessSample {
+  name: string;
+  pid: number;
+  cpuPct: number | null;
+  /** CPU time used in the window, ms. */
+  cpuMs: number | null;
+  rssStartBytes: number | null;
+  rssEndBytes: number | null;
+  rssPeakBytes: number | null;
+}
+
+/**
+ * Watches named processes between `start()` and `stop()`: CPU time from
+ * /proc/<pid>/stat at both ends, VmRSS at both ends and its peak over samples
+ * every `intervalMs`. For the per-process figures of a multi-process cluster
+ * under load (docs/benchmarks.md).
+ */
+export class ProcessWatch {
+  private readonly ticksPerS = clockTicksPerSecond();
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private t0 = 0;
+  private readonly state: Array<{ name: string; pid: number; cpu0: number | null; rss0: number | null; peak: number | null }>;
+
+  /**
+   * @param procs name and pid of each process to watch
+   * @param intervalMs RSS sampling interval, ms (default 1,000)
+   */
+  constructor(
+    procs: ReadonlyArray<{ name: string; pid: number }>,
+    private readonly intervalMs = 1_000,
+  ) {
+    this.state = procs.map((p) => ({ ...p, cpu0: null, rss0: null, peak: null }));
+  }
+
+  /** Takes the first sample and starts sampling RSS. */
+  start(): void {
+    this.t0 = performance.now();
+    for (const s of this.state) {
+      s.cpu0 = processCpuMs(s.pid, this.ticksPerS);
+      s.rss0 = processRssBytes(s.pid);
+      s.peak = s.rss0;
+    }
+    this.timer = setInterval(() => this.sampleRss(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  private sampleRss(): void {
+    for (const s of this.state) {
+      const r = processRssBytes(s.pid);
+      if (r !== null && (s.peak === null || r > s.peak)) s.peak = r;
+    }
+  }
+
+  /** Takes the last sample, stops sampling, and returns one entry per process. */
+  stop(): ProcessSample[] {
+    clearInterval(this.timer);
+    this.sampleRss();
+    const wallMs = performance.now() - this.t0;
+    return this.state.map((s) => {
+      const cpu1 = processCpuMs(s.pid, this.ticksPerS);
+      const cpuMs = s.cpu0 === null || cpu1 === null ? null : cpu1 - s.cpu0;
+      return {
+        name: s.name,
+        pid: s.pid,
+        cpuMs,
+        cpuPct: cpuMs === null || wallMs <= 0 ? null : Math.round((cpuMs / wallMs) * 10_000) / 100,
+        rssStartBytes: s.rss0,
+        rssEndBytes: processRssBytes(s.pid),
+        rssPeakBytes: s.peak,
+      };
+    });
+  }
+}
+
+/**
+ * Parses `name=pid` (the load CLIs' `--watch-pid`).
+ * @throws Error on anything else (a name of letters, digits, `-`, `_`; a positive integer pid)
+ */
+export function parseWatchPid(arg: string): { name: string; pid: number } {
+  const m = /^([A-Za-z0-9_-]{1,64})=(\d{1,9})$/.exec(arg);
+  if (!m || Number(m[2]) <= 0) throw new Error(`--watch-pid wants name=pid (e.g. shard-1=1234), got "${arg}"`);
+  return { name: m[1]!, pid: Number(m[2]) };
+}

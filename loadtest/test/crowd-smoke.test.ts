@@ -67,6 +67,7 @@ test('loadtest crowd - smoke against the reference server: 2 workers, nothing lo
     durationS: 4,
     workers: 2,
     drainS: 5,
+    watchPids: [{ name: 'coordinator', pid: process.pid }],
     onProgress: (l) => progress.push(l),
   });
   // JSON round trip: what --json writes is what is checked
@@ -98,6 +99,20 @@ test('loadtest crowd - smoke against the reference server: 2 workers, nothing lo
   assert.ok(report.updatesPerSecond > 0 && report.bytesPerBroadcast !== null && report.bytesPerBroadcast > 50);
   // the server pid was found from the URL's port
   assert.equal(report.serverPid, ref.pid);
+  // the server and each --watch-pid process measured over the same window: CPU and RSS
+  assert.deepEqual(
+    report.processes.map((p) => [p.name, p.pid]),
+    [
+      ['server', ref.pid],
+      ['coordinator', process.pid],
+    ],
+  );
+  for (const p of report.processes) {
+    assert.ok(p.cpuPct !== null && p.cpuPct > 0, `${p.name} cpu ${p.cpuPct}`);
+    assert.ok(p.rssStartBytes !== null && p.rssEndBytes !== null && p.rssPeakBytes !== null, p.name);
+    assert.ok(p.rssPeakBytes >= p.rssStartBytes && p.rssPeakBytes >= p.rssEndBytes && p.rssStartBytes > 10_000_000, JSON.stringify(p));
+  }
+  assert.equal(typeof report.serverRssBytesPerViewer, 'number');
   assert.equal(report.serverPidSource, 'port');
   assert.ok(progress.length >= 1 && progress.some((l) => l.includes('connected 200/200')), progress.join('\n'));
   assert.match(formatReport(report), /act ack ms\s+p50/);

@@ -5,7 +5,10 @@
  * chats × 3 players guessing at a rollover with a 12 s period. Asserts
  * correctness, not speed: no crash, every guess answered ok, no Telegram
  * 429, every chat's final board byte-identical to the render of its final
- * state. Also the utilisation allowance's arithmetic. About 35 s.
+ * state. Then the same against `crowdplay cluster --gateways 2 --shards 2`
+ * (NATS, Redis, Postgres; a telegram-sender process; updates and players
+ * spread over both gateways). Also the utilisation allowance's arithmetic.
+ * About 35 s + 50 s.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -81,41 +84,72 @@ describe('loadtest rollover - helpers', () => {
   });
 });
 
+/** Runs the smoke through the CLI with `extra` flags and checks its report; returns it. */
+async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
+  const dir = mkdtempSync(join(tmpdir(), 'rollover-smoke-'));
+  try {
+    const file = join(dir, 'report.json');
+    const res = await loadtestCli(
+      ['rollover', '--chats', String(CHATS), '--players', String(PLAYERS), '--period-s', '12', '--json', file, ...extra],
+      hardMs,
+    );
+    assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
+    const r = JSON.parse(readFileSync(file, 'utf8')) as RolloverReport;
+    assert.equal(r.scenario, 'rollover');
+    assert.equal(r.productExit.duringRun, false, 'the product did not exit during the run');
+    assert.equal(r.players.connected, CHATS * PLAYERS);
+    assert.equal(r.players.failed, 0);
+    assert.equal(r.requests.failed, 0, JSON.stringify(r.requests.failedByCode));
+    assert.equal(r.requests.refused, 0, JSON.stringify(r.requests.refusedByCode));
+    assert.ok(r.requests.sent >= 2 * CHATS * PLAYERS, `each player guesses at least twice: ${r.requests.sent}`);
+    assert.equal(r.requests.served, r.requests.sent);
+    assert.equal(r.guessesSkipped, 0);
+    assert.equal(r.marksMismatches, 0);
+    assert.equal(r.telegram.rejected429, 0);
+    assert.equal(r.boards.chats, CHATS);
+    assert.equal(r.boards.unverifiable, 0);
+    assert.equal(r.boards.delivered, CHATS);
+    assert.equal(r.boards.finalCorrect, CHATS, r.boards.samples.join('\n'));
+    assert.equal(r.boards.duplicates, 0);
+    assert.equal(r.boards.stalenessMs.count, CHATS);
+    assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
+    assert.ok(r.maxLoopStallMs !== null);
+    assert.ok(r.telegram.utilisation !== null && r.telegram.utilisation > 0);
+    assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
+    assert.equal(r.complete, true);
+    return r;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Redis', () => {
   it(`${CHATS} chats × ${PLAYERS} players: every guess served, no 429, every final board correct`, { timeout: 90_000 }, async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'rollover-smoke-'));
-    try {
-      const file = join(dir, 'report.json');
-      const res = await loadtestCli(
-        ['rollover', '--chats', String(CHATS), '--players', String(PLAYERS), '--period-s', '12', '--json', file],
-        90_000,
-      );
-      assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
-      const r = JSON.parse(readFileSync(file, 'utf8')) as RolloverReport;
-      assert.equal(r.scenario, 'rollover');
-      assert.equal(r.productExit.duringRun, false, 'the product did not exit during the run');
-      assert.equal(r.players.connected, CHATS * PLAYERS);
-      assert.equal(r.players.failed, 0);
-      assert.equal(r.requests.failed, 0, JSON.stringify(r.requests.failedByCode));
-      assert.equal(r.requests.refused, 0, JSON.stringify(r.requests.refusedByCode));
-      assert.ok(r.requests.sent >= 2 * CHATS * PLAYERS, `each player guesses at least twice: ${r.requests.sent}`);
-      assert.equal(r.requests.served, r.requests.sent);
-      assert.equal(r.guessesSkipped, 0);
-      assert.equal(r.marksMismatches, 0);
-      assert.equal(r.telegram.rejected429, 0);
-      assert.equal(r.boards.chats, CHATS);
-      assert.equal(r.boards.unverifiable, 0);
-      assert.equal(r.boards.delivered, CHATS);
-      assert.equal(r.boards.finalCorrect, CHATS, r.boards.samples.join('\n'));
-      assert.equal(r.boards.duplicates, 0);
-      assert.equal(r.boards.stalenessMs.count, CHATS);
-      assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
-      assert.ok(r.maxLoopStallMs !== null);
-      assert.ok(r.telegram.utilisation !== null && r.telegram.utilisation > 0);
-      assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
-      assert.equal(r.complete, true);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
+    const r = await smoke([], 90_000);
+    assert.deepEqual(r.product, { mode: 'standalone', gateways: 1, shards: 1 });
+    assert.equal(r.rssCluster, null);
+  });
+});
+
+describe('loadtest rollover - smoke against crowdplay cluster --gateways 2 --shards 2 (NATS, Redis, PostgreSQL)', () => {
+  it(`${CHATS} chats × ${PLAYERS} players over two gateways: the same checks as standalone`, { timeout: 150_000 }, async () => {
+    const r = await smoke(['--cluster', '--gateways', '2', '--shards', '2'], 150_000);
+    assert.deepEqual(r.product, { mode: 'cluster', gateways: 2, shards: 2 });
+    assert.ok(r.rssCluster, 'per-process RSS is reported');
+    for (const p of ['sequencer', 'router', 'shard-1', 'shard-2', 'tg-sender', 'gw-1', 'gw-2'])
+      assert.ok((r.rssCluster.byProcess[p] ?? 0) > 0, `RSS of ${p}: ${JSON.stringify(r.rssCluster.byProcess)}`);
+    assert.ok(r.rssCluster.peakSumMb !== null && r.peakRssMb !== null && r.rssCluster.peakSumMb > r.peakRssMb);
+  });
+
+  it('bad cluster flags are refused before anything starts (exit 2)', async () => {
+    for (const args of [
+      ['--gateways', '2'],
+      ['--cluster', '--shards', '0'],
+      ['--cluster', '--gateways', '33'],
+    ]) {
+      const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', ...args], 30_000);
+      assert.equal(res.code, 2, `${args.join(' ')}: exit ${res.code}\n${res.stderr.slice(-500)}`);
+      assert.doesNotMatch(res.stderr, /starting the product/);
     }
   });
 });

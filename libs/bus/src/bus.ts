@@ -24,6 +24,14 @@ export type BusHandler = (msg: BusMessage) => void;
 export interface Subscription {
   /** Stops delivery. Safe to call twice. */
   unsubscribe(): void;
+  /**
+   * Stops routing new messages here at once, still hands the handler every
+   * message already on its way to this subscription (NATS: whatever the
+   * server sent before it read the UNSUB, e.g. what piled up while the
+   * process was paused), then resolves. A queue-group member that leaves
+   * this way loses no message. No-op after `unsubscribe`; never rejects.
+   */
+  drain(): Promise<void>;
 }
 
 export interface SubscribeOptions {

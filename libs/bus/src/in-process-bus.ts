@@ -153,21 +153,35 @@ export class InProcessBus implements Bus {
       if (list) list.push(sub);
       else this.exact.set(subject, [sub]);
     }
+    const detach = (): void => {
+      if (isWild) {
+        const i = this.wild.indexOf(sub);
+        if (i >= 0) this.wild.splice(i, 1);
+      } else {
+        const list = this.exact.get(subject);
+        if (list) {
+          const i = list.indexOf(sub);
+          if (i >= 0) list.splice(i, 1);
+          if (list.length === 0) this.exact.delete(subject);
+        }
+      }
+    };
     return {
       unsubscribe: () => {
         if (!sub.active) return;
         sub.active = false;
-        if (isWild) {
-          const i = this.wild.indexOf(sub);
-          if (i >= 0) this.wild.splice(i, 1);
-        } else {
-          const list = this.exact.get(subject);
-          if (list) {
-            const i = list.indexOf(sub);
-            if (i >= 0) list.splice(i, 1);
-            if (list.length === 0) this.exact.delete(subject);
-          }
-        }
+        detach();
+      },
+      // Deliveries already queued (microtasks, in publish order) still reach the handler; nothing new is routed here.
+      drain: () => {
+        if (!sub.active) return Promise.resolve();
+        detach();
+        return new Promise<void>((resolve) =>
+          queueMicrotask(() => {
+            sub.active = false;
+            resolve();
+          }),
+        );
       },
     };
   }

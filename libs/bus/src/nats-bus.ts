@@ -192,6 +192,20 @@ export class NatsBus implements Bus {
           if (!isClosedError(err)) throw err;
         }
       },
+      // nats.js: UNSUB, then a flush; messages received before the flush's PONG are delivered to the callback.
+      drain: async () => {
+        if (!active) return;
+        if (this.nc.isClosed()) {
+          active = false;
+          return;
+        }
+        try {
+          await natsSub.drain();
+        } catch {
+          // closed or draining meanwhile: nothing more can arrive
+        }
+        active = false;
+      },
     };
   }
 

@@ -304,6 +304,36 @@ export function busSuite(name: string, factory: BusFactory): void {
     );
   });
 
+  it('subscription drain: a queue member leaving loses nothing already routed to it; afterwards the others get everything', async (t) => {
+    const { bus, p } = await setup(t);
+    const n = 100;
+    const shared = new Waiter();
+    const leaving = collect(bus, `${p}.dq`, { queue: 'owners' }, shared);
+    const staying = collect(bus, `${p}.dq`, { queue: 'owners' }, shared);
+    await bus.flush();
+    for (let i = 0; i < n; i++) bus.publish(`${p}.dq`, text(String(i)));
+    const drained = leaving.sub.drain();
+    for (let i = n; i < 2 * n; i++) bus.publish(`${p}.dq`, text(String(i)));
+    await drained;
+    const heldAtDrain = leaving.msgs.length;
+    assert.ok(heldAtDrain > 0, 'the leaving member had its share of what was published before the drain');
+    for (let i = 2 * n; i < 3 * n; i++) bus.publish(`${p}.dq`, text(String(i)));
+    await shared.until(
+      () => leaving.msgs.length + staying.msgs.length >= 3 * n,
+      () => `group got ${leaving.msgs.length}+${staying.msgs.length} of ${3 * n}`,
+    );
+    const seen = [...leaving.msgs, ...staying.msgs].map((m) => Number(str(m.data))).sort((a, b) => a - b);
+    assert.deepEqual(
+      seen,
+      Array.from({ length: 3 * n }, (_, i) => i),
+      'every message exactly once across the group: none lost to the drain',
+    );
+    assert.equal(leaving.msgs.length, heldAtDrain, 'nothing reaches a drained member');
+    await leaving.sub.drain(); // twice: no-op
+    staying.sub.unsubscribe();
+    await staying.sub.drain(); // after unsubscribe: no-op
+  });
+
   it('handler that throws: reported with its subject, other subscribers and later messages still delivered', async (t) => {
     const errors: Array<{ err: unknown; subject: string | undefined }> = [];
     const { bus, p } = await setup(t, { onError: (err, subject) => errors.push({ err, subject }) });

@@ -19,6 +19,13 @@ export const schema = {
   http: {
     host: str({ env: 'HOST', default: '127.0.0.1', doc: 'Address the gateway listens on.' }),
     port: int({ env: 'PORT', default: 8080, min: 0, max: 65_535, doc: 'Port the gateway listens on (0 = any free port).' }),
+    healthPort: int({
+      env: 'HEALTH_PORT',
+      default: 0,
+      min: 0,
+      max: 65_535,
+      doc: 'Port of GET /healthz, /readyz and /metrics in a `crowdplay service` process that runs no gateway (router, crowd-engine, sequencer, telegram-sender, board-renderer), on HOST; /readyz turns 503 as soon as a drain starts. 0: no such server (a gateway serves them on PORT).',
+    }),
     listenBacklog: int({
       env: 'HTTP_LISTEN_BACKLOG',
       default: 4_096,
@@ -309,7 +316,7 @@ export const schema = {
       default: 4,
       min: 0,
       unit: 'per second',
-      doc: 'Most channels the router moves per second to even out channels per live shard (a new shard takes its fair share); 0 = never rebalance. A move releases the channel on its owner (snapshot) and acquires it on the new shard at a new epoch; channels with unfinished rounds are not moved.',
+      doc: 'Most channels the router moves per second to even out channels per live shard (a new shard takes its fair share); 0 = never rebalance. A move hands the channel off like a drain (the books of open rounds written, then resumed by the new shard at a new epoch; no refund).',
     }),
     failoverConcurrency: int({
       env: 'ROUTER_FAILOVER_CONCURRENCY',
@@ -716,6 +723,13 @@ export const schema = {
       min: 1,
       unit: 'per second',
       doc: 'Board edits per second the scheduler plans for (below TELEGRAM_BOT_RATE_PER_S, leaving room for the transactional lane).',
+    }),
+    maxBacklog: int({
+      env: 'BOARD_MAX_BACKLOG',
+      default: 0,
+      min: 0,
+      unit: 'count',
+      doc: 'Boards handed on (render queue + the send queue’s board lane) and not sent yet beyond which the scheduler takes no more (the rest stay dirty, where newer states merge into one render). 0 = no limit, the default: at 48 the 100-chat rollover under load delivered boards to 68 chats (4 final boards right) against 100 (95) with none (docs/benchmarks.md).',
     }),
   },
   otel: {

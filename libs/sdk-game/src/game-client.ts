@@ -258,8 +258,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
 
   /**
    * Declares the game's actions (replacing any earlier declaration; the
-   * server restarts the cumulative tally). Sent now when open, else right
-   * after the next welcome; re-sent after every reconnect.
+   * server restarts the cumulative tally unless the actions are the ones
+   * already declared). Sent now when open, else right after the next
+   * welcome; re-sent after every reconnect (the same actions: nothing is reset).
    *
    * @param actions 1–32 ActionSpecs (`{name, maxPerTick, options?, cost?}`, see libs/protocol)
    * @param options `welcomeGrant`: points (integer ≥ 0, at most WELCOME_GRANT_MAX_POINTS)

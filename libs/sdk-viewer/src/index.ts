@@ -5,7 +5,7 @@
  * `ReconnectingSocket` is the connection lifecycle both SDK clients are built
  * on; it is exported for @crowdplay/sdk-game and is not a stable API.
  */
-export { ViewerClient, buildWsUrl } from './viewer-client.ts';
+export { ViewerClient, buildWsUrl, DEFAULT_ACK_TIMEOUT_MS } from './viewer-client.ts';
 export type { BuyAmount, TradeOptions, ViewerClientOptions, ViewerEvents } from './viewer-client.ts';
 /** The frames a viewer receives (re-exported for SDK users: `update.rounds` holds RoundViews). */
 export type { ActAck, BalanceFrame, ChannelUpdate, RoundView, Welcome } from '@crowdplay/protocol';

@@ -99,7 +99,24 @@ export interface ViewerClientOptions {
   path?: string;
   /** Uniform [0, 1) source for the backoff jitter (tests). @defaultValue Math.random */
   random?: () => number;
+  /**
+   * How long an act, stake or trade waits for its ack before rejecting with
+   * CP_ERR_CLIENT_REQUEST_TIMEOUT, ms. The bus between the gateway and the
+   * channel's shard delivers at most once: an intent in flight when NATS
+   * restarts, or routed to a shard that died, gets no ack. Its outcome is
+   * then unknown: a stake or trade sent again with the same `key` is a
+   * replay if the first one went through. An ack that still arrives later
+   * is emitted as an `ack` event only.
+   * @defaultValue DEFAULT_ACK_TIMEOUT_MS (10_000)
+   */
+  ackTimeoutMs?: number;
 }
+
+/** Default of `ackTimeoutMs`, ms. */
+export const DEFAULT_ACK_TIMEOUT_MS = 10_000;
+
+/** Seqs of acts that timed out, kept so that their late acks are not reported as protocol errors. */
+const LATE_ACKS_KEPT = 1_024;
 
 const DEFAULT_PATH = '/v1/ws';
 
@@ -145,6 +162,7 @@ function checkKey(opts: TradeOptions | undefined): string | undefined {
 interface PendingAct {
   resolve: (ack: ActAck) => void;
   reject: (err: CrowdplayError) => void;
+  timer: ReturnType<typeof setTimeout> | undefined;
 }
 
 /**
@@ -187,6 +205,9 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
   readonly #conn: ReconnectingSocket;
   #seq = 0;
   readonly #pending = new Map<number, PendingAct>();
+  /** Seqs whose act timed out (oldest first, at most LATE_ACKS_KEPT). */
+  readonly #timedOut = new Set<number>();
+  readonly #ackTimeoutMs: number;
   #lastEventId: number | undefined;
   #balance: number | null = null;
 
@@ -199,6 +220,9 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     super();
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (options.token === undefined && options.getToken === undefined) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+    this.#ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
+    if (!(this.#ackTimeoutMs > 0) || !Number.isFinite(this.#ackTimeoutMs))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['ackTimeoutMs must be a finite number > 0']);
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     if (!WS)
       throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['WebSocket: no global WebSocket here; pass the `ws` class as options.WebSocket']);
@@ -291,7 +315,8 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
    *   `ok: false` with a refusal `code` (CP_ERR_INTENT_*, CP_ERR_LIMIT_DRAINING; CP_ERR_PROTO_* when the
    *   gateway found the frame invalid). A refusal resolves, it does not reject.
    * @throws (rejects) CrowdplayError CP_ERR_CLIENT_NOT_OPEN when not `open`;
-   *   CP_ERR_CLIENT_CLOSED when the socket closes before the ack;
+   *   CP_ERR_CLIENT_CLOSED when the socket closes before the ack; CP_ERR_CLIENT_REQUEST_TIMEOUT when no ack
+   *   came within `ackTimeoutMs` (outcome unknown: send a stake or trade again with the same key);
    *   CP_ERR_CLIENT_SOCKET when the send itself throws.
    */
   act(action: string, option?: string): Promise<ActAck> {
@@ -408,10 +433,17 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     const seq = ++this.#seq;
     const frame = build(seq);
     return new Promise<ActAck>((resolve, reject) => {
-      this.#pending.set(seq, { resolve, reject });
+      const timer = setTimeout(() => {
+        if (!this.#pending.delete(seq)) return;
+        this.#timedOut.add(seq);
+        if (this.#timedOut.size > LATE_ACKS_KEPT) this.#timedOut.delete(this.#timedOut.values().next().value!);
+        reject(new CrowdplayError('CP_ERR_CLIENT_REQUEST_TIMEOUT', [`${frame.t} (seq ${seq})`, this.#ackTimeoutMs]));
+      }, this.#ackTimeoutMs);
+      this.#pending.set(seq, { resolve, reject, timer });
       try {
         sock.send(JSON.stringify(frame));
       } catch (err) {
+        clearTimeout(timer);
         this.#pending.delete(seq);
         reject(new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err instanceof Error ? err.message : String(err)], { cause: err }));
       }
@@ -435,7 +467,10 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     if (this.#pending.size === 0) return;
     const pending = [...this.#pending.values()];
     this.#pending.clear();
-    for (const p of pending) p.reject(err);
+    for (const p of pending) {
+      clearTimeout(p.timer);
+      p.reject(err);
+    }
   }
 
   #protoError(code: 'CP_ERR_PROTO_INVALID' | 'CP_ERR_PROTO_UNKNOWN_TYPE', args: readonly unknown[]): void {
@@ -470,11 +505,17 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
       return;
     }
     const p = this.#pending.get(ack.seq);
+    if (!p && this.#timedOut.delete(ack.seq)) {
+      // Its act already rejected with CP_ERR_CLIENT_REQUEST_TIMEOUT: the outcome, for whoever listens.
+      this.emit('ack', ack);
+      return;
+    }
     if (!p) {
       this.#protoError('CP_ERR_PROTO_INVALID', [`ack for unknown seq ${ack.seq}`]);
       return;
     }
     this.#pending.delete(ack.seq);
+    clearTimeout(p.timer);
     if (typeof ack.balance === 'number') this.#balance = ack.balance;
     this.emit('ack', ack);
     p.resolve(ack);

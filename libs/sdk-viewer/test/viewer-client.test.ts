@@ -140,6 +140,40 @@ test('sdk-viewer - act acks are correlated by seq, also when answered out of ord
   await c.close();
 });
 
+test('sdk-viewer - an act or stake without an ack rejects after ackTimeoutMs; a late ack is only an ack event; others are unaffected', async (t) => {
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const m = JSON.parse(String(raw)) as { seq: number; t: string };
+      // seq 1 (the stake) is lost on the way; seq 2 is acked at once; seq 1's ack comes once seq 3 arrives.
+      if (m.seq === 2) ws.send(JSON.stringify({ t: 'ack', seq: 2, ok: true, cost: 0 }));
+      if (m.seq === 3) {
+        ws.send(JSON.stringify({ t: 'ack', seq: 1, ok: true, cost: 5 }));
+        ws.send(JSON.stringify({ t: 'ack', seq: 3, ok: true, cost: 0 }));
+      }
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { ackTimeoutMs: 150 });
+  await c.connect();
+  const errors: string[] = [];
+  c.on('error', (e) => errors.push(e.code));
+  const acks: number[] = [];
+  c.on('ack', (a) => acks.push(a.seq));
+  const lost = c.stake('r1', 'x', 5, { key: 'k1' });
+  assert.equal((await c.act('cheer')).ok, true, 'an answered act is not held up by a lost one');
+  await assert.rejects(lost, (err: CrowdplayError) => {
+    assert.equal(err.code, 'CP_ERR_CLIENT_REQUEST_TIMEOUT');
+    assert.match(err.message, /stake \(seq 1\).*150 ms/);
+    return true;
+  });
+  assert.equal(c.pendingActs, 0);
+  assert.equal((await c.act('cheer')).seq, 3);
+  assert.deepEqual(acks, [2, 1, 3], 'the late ack of seq 1 is emitted');
+  assert.deepEqual(errors, [], 'and not reported as a protocol error');
+  await c.close();
+});
+
 test('sdk-viewer - act frames are exactly the v1 CrowdAct shape', async (t) => {
   const frames: unknown[] = [];
   const server = await startServer((ws) => {
@@ -409,6 +443,12 @@ test('sdk-viewer - bad options are refused at construction', () => {
     code(() => new ViewerClient({ ...base, backoff: { initialMs: 10, maxMs: 5 } })),
     'CP_ERR_CONFIG_INVALID',
   );
+  for (const ackTimeoutMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY])
+    assert.equal(
+      code(() => new ViewerClient({ ...base, ackTimeoutMs })),
+      'CP_ERR_CONFIG_INVALID',
+      `ackTimeoutMs ${ackTimeoutMs}`,
+    );
   assert.equal(
     code(() => new ViewerClient({ ...base, WebSocket: undefined })),
     'CP_ERR_CONFIG_INVALID',

@@ -67,6 +67,23 @@ export class TenantRepository {
   }
 
   /**
+   * Creates tenant `id` with a fresh API key and signing secret unless it exists (the Telegram bot's tenant:
+   * its players sign in with initData, so nobody needs the key; `crowdplay tenant rotate-key` issues one).
+   * Never changes an existing tenant.
+   * @returns whether this call created it
+   * @throws TypeError for an id that does not match the tenant id pattern (nothing written)
+   */
+  async ensure(id: string, name: string): Promise<boolean> {
+    if (!TENANT_ID_RE.test(id)) throw new TypeError(`tenant id must match ${TENANT_ID_RE}`);
+    const apiKey = newApiKey(id);
+    const { rowCount } = await this.db.query(
+      `INSERT INTO tenants (id, name, api_key_hash, api_key_prefix, signing_secret) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
+      [id, name, hashApiKey(apiKey), apiKey.slice(0, 12), newSigningSecret()],
+    );
+    return (rowCount ?? 0) > 0;
+  }
+
+  /**
    * Creates or updates a tenant with the given key and secret (standalone's dev
    * tenant, whose credentials are settings).
    */

@@ -40,6 +40,18 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       await assert.rejects(store.tenants.rotateSecret('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
     });
 
+    it('tenants - ensure creates a missing tenant once and never changes an existing one', async () => {
+      const before = await store.tenants.get('acme');
+      assert.equal(await store.tenants.ensure('acme', 'Renamed'), false);
+      assert.deepEqual(await store.tenants.get('acme'), before, 'an existing tenant is left as it was');
+      assert.equal(await store.tenants.ensure('botco', 'Bot'), true);
+      assert.equal(await store.tenants.ensure('botco', 'Bot again'), false);
+      assert.equal((await store.tenants.get('botco'))?.name, 'Bot');
+      await assert.rejects(store.tenants.ensure('bad id!', 'x'), TypeError);
+      assert.equal(await store.tenants.get('bad id!'), null);
+      await store.db.query(`DELETE FROM tenants WHERE id = 'botco'`);
+    });
+
     it('tenants - bad input is refused and changes nothing', async () => {
       await assert.rejects(store.tenants.create('bad id!', 'x'), TypeError);
       await assert.rejects(store.tenants.create('acme', 'dup'), (e: { code?: string }) => e.code === '23505');

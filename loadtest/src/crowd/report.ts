@@ -3,6 +3,7 @@
  * table. Every field is defined in loadtest/README.md.
  */
 import type { LatencySummary } from '../hist.ts';
+import type { ProcessSample } from '../proc.ts';
 
 export interface MachineInfo {
   cpuModel: string;
@@ -69,6 +70,10 @@ export interface CrowdReport {
   serverCpuPct: number | null;
   serverCpuMsPerIntent: number | null;
   serverCpuNote: string | null;
+  /** The server (`server`) and every `--watch-pid` process over [t0, end of acting]: CPU %, RSS at start, end and peak. */
+  processes: ProcessSample[];
+  /** Server RSS at the end of acting minus at t0, per viewer connected, bytes (memory per connection); null when unknown. */
+  serverRssBytesPerViewer: number | null;
   generatorCpuPct: number[];
   generatorCpuPeakPct: number[];
   coordinatorCpuPct: number;
@@ -84,6 +89,7 @@ export interface CrowdReport {
   ratios?: { actAckP95: number | null; serverCpuPerIntent: number | null };
 }
 
+const mb = (b: number | null): string => (b === null ? 'n/a' : (b / 1_048_576).toFixed(1));
 const fmt = (n: number | null | undefined, unit = ''): string =>
   n === null || n === undefined ? 'n/a' : `${Number.isInteger(n) ? n.toLocaleString('en-US') : n.toFixed(2)}${unit}`;
 const lat = (s: LatencySummary): string =>
@@ -128,6 +134,11 @@ export function formatReport(r: CrowdReport): string {
         ? `unknown (${r.serverCpuNote ?? 'no pid'})`
         : `${fmt(r.serverCpuPct)} (pid ${r.serverPid}, ${r.serverPidSource}); ${fmt(r.serverCpuMsPerIntent)} ms per intent`,
     ],
+    ...r.processes.map((p): [string, string] => [
+      `process ${p.name} (pid ${p.pid})`,
+      `cpu ${fmt(p.cpuPct)} %; rss MB start ${mb(p.rssStartBytes)} end ${mb(p.rssEndBytes)} peak ${mb(p.rssPeakBytes)}`,
+    ]),
+    ['server rss per viewer', r.serverRssBytesPerViewer === null ? 'unknown' : `${fmt(r.serverRssBytesPerViewer)} bytes`],
     [
       'generator cpu %',
       `${r.generatorCpuPct.map((p) => fmt(p)).join(' ')} (peak ${r.generatorCpuPeakPct.map((p) => fmt(p)).join(' ')}); coordinator ${fmt(r.coordinatorCpuPct)}`,

@@ -17,7 +17,7 @@ import { CrowdplayError, type ActionSpec } from '@crowdplay/protocol';
 import { GameClient } from '@crowdplay/sdk-game';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
 import { addEncoded, newHistogram, recordUs, summarize } from '../hist.ts';
-import { clockTicksPerSecond, findListeningPid, machineCpuTicks, processCpuMs } from '../proc.ts';
+import { clockTicksPerSecond, findListeningPid, machineCpuTicks, processCpuMs, ProcessWatch, type ProcessSample } from '../proc.ts';
 import { createTokenMinter } from '../tokens.ts';
 import { forkTs, waitExit } from '../fork.ts';
 import { spawnReferenceServer } from '../reference-spawn.ts';
@@ -85,6 +85,11 @@ export interface CrowdOptions {
   viewersPerAddress?: number;
   /** Server pid for serverCpuPct; else the process listening on the URL's port is looked up in /proc. */
   serverPid?: number;
+  /**
+   * More processes to measure over the same window as the server (CPU, RSS at start, end and peak), e.g. the
+   * shard, router and sequencer of a cluster. The server is always measured as `server`. @defaultValue none
+   */
+  watchPids?: ReadonlyArray<{ name: string; pid: number }>;
   /** Mean interval between one viewer's acts, ms. @defaultValue 1_000 */
   actIntervalMs?: number;
   /** Time for outstanding acks after acting stops, s. @defaultValue 10 */
@@ -99,8 +104,9 @@ export interface CrowdOptions {
   command?: string;
 }
 
-interface Resolved extends Required<Omit<CrowdOptions, 'serverPid' | 'onProgress' | 'command'>> {
+interface Resolved extends Required<Omit<CrowdOptions, 'serverPid' | 'onProgress' | 'command' | 'watchPids'>> {
   serverPid: number | undefined;
+  watchPids: ReadonlyArray<{ name: string; pid: number }>;
   onProgress: (line: string) => void;
   command: string;
 }
@@ -149,6 +155,7 @@ function resolveOptions(o: CrowdOptions): Resolved {
     tenantKey: o.tenantKey ?? DEV_TENANT.key,
     viewersPerAddress: int('viewersPerAddress', o.viewersPerAddress ?? DEFAULT_VIEWERS_PER_ADDRESS, 1),
     serverPid: o.serverPid,
+    watchPids: o.watchPids ?? [],
     actIntervalMs: int('actIntervalMs', o.actIntervalMs ?? 1_000, 20),
     drainS: o.drainS ?? 10,
     welcomeDeadlineMs: int('welcomeDeadlineMs', o.welcomeDeadlineMs ?? 15_000, 1),
@@ -407,13 +414,17 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
     let coordCpuPct = 0;
     let window0 = performance.now();
     let windowMs = 0;
+    const watch = new ProcessWatch([...(serverPid === null ? [] : [{ name: 'server', pid: serverPid }]), ...o.watchPids]);
+    let processes = null as ProcessSample[] | null;
     const sampleStart = setTimeout(() => {
+      watch.start();
       server0 = serverPid === null ? null : processCpuMs(serverPid, ticksPerS);
       machine0 = machineCpuTicks();
       coord0 = process.cpuUsage();
       window0 = performance.now();
     }, START_DELAY_MS);
     const sampleEnd = setTimeout(() => {
+      processes = watch.stop();
       server1 = serverPid === null ? null : processCpuMs(serverPid, ticksPerS);
       machine1 = machineCpuTicks();
       const c = process.cpuUsage(coord0);
@@ -459,6 +470,7 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
     clearTimeout(sampleEnd);
     if (windowMs === 0) {
       // acting ended before its timer (stopped early) or the timer did not run: sample now
+      processes = watch.stop();
       server1 = serverPid === null ? null : processCpuMs(serverPid, ticksPerS);
       machine1 = machineCpuTicks();
       const c = process.cpuUsage(coord0);
@@ -597,6 +609,11 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
       serverCpuMsPerIntent:
         serverCpuMs === null || intentsAnswered === 0 ? null : Math.round((serverCpuMs / intentsAnswered) * 10_000) / 10_000,
       serverCpuNote: serverCpuMs === null ? serverCpuNote : null,
+      processes: processes ?? [],
+      serverRssBytesPerViewer: rssPerViewer(
+        processes?.find((p) => p.name === 'server'),
+        counters.connected,
+      ),
       generatorCpuPct,
       generatorCpuPeakPct,
       coordinatorCpuPct: round2(coordCpuPct),
@@ -618,6 +635,12 @@ export async function runCrowdScenario(opts: CrowdOptions): Promise<CrowdReport>
     await Promise.all(children.map((c) => waitExit(c, 10_000)));
     await Promise.all(games.map((g) => g.close()));
   }
+}
+
+/** (RSS at the end of acting − RSS at t0) ÷ viewers connected, bytes; null when unknown or none connected. */
+function rssPerViewer(server: ProcessSample | undefined, connected: number): number | null {
+  if (!server || server.rssStartBytes === null || server.rssEndBytes === null || connected === 0) return null;
+  return Math.round((server.rssEndBytes - server.rssStartBytes) / connected);
 }
 
 /** ours / reference, or null when either side is unknown or the reference is 0. */
@@ -642,6 +665,7 @@ export async function runCrowdWithBaseline(opts: CrowdOptions): Promise<CrowdRep
       ...opts,
       url: ref.url,
       serverPid: ref.pid,
+      watchPids: [],
       command: `${ours.command} (baseline: bare-ws reference server)`,
     });
     return {

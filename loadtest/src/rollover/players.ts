@@ -16,6 +16,8 @@ export const WELCOME_TIMEOUT_MS = 15_000;
 /** One player to run. */
 export interface PlayerSpec {
   chat: number;
+  /** ws://host:port of the gateway this player connects to (default: the run's `wsBase`). */
+  wsBase?: string;
   userId: number;
   /** Display name the gateway takes from initData (first_name). */
   name: string;
@@ -112,7 +114,9 @@ async function runPlayer(s: PlayerSpec, o: CrowdRunOptions, gate: Gate): Promise
   let closedByUs = false;
   let pending: { seq: number; resolve: (f: Record<string, unknown> | string) => void } | null = null;
   try {
-    ws = new WebSocket(`${o.wsBase}/v1/ws?role=crowd&initData=${encodeURIComponent(s.initData)}`, { localAddress: s.localAddress });
+    ws = new WebSocket(`${s.wsBase ?? o.wsBase}/v1/ws?role=crowd&initData=${encodeURIComponent(s.initData)}`, {
+      localAddress: s.localAddress,
+    });
   } catch (err) {
     gate.give();
     st.connectFailed++;

@@ -38,23 +38,53 @@ export function tasksetPath(): string | null {
   return null;
 }
 
-/** Pins process `pid` to `cpus` (taskset list syntax, e.g. "1"). @returns false when taskset is missing or failed */
-export function pinProcess(pid: number, cpus: string): boolean {
+/** Pins process `pid` (with `allThreads`, every thread it has now) to `cpus` (taskset list syntax, e.g. "1"). @returns false when taskset is missing or failed */
+export function pinProcess(pid: number, cpus: string, allThreads = false): boolean {
   const ts = tasksetPath();
   if (!ts) return false;
-  return spawnSync(ts, ['-pc', cpus, String(pid)], { stdio: 'ignore' }).status === 0;
+  return spawnSync(ts, [...(allThreads ? ['-a'] : []), '-pc', cpus, String(pid)], { stdio: 'ignore' }).status === 0;
 }
 
-/** A running product process. */
+/** A running product: one `crowdplay start` process, or a `crowdplay cluster`'s children. */
 export interface Product {
-  child: ChildProcess;
-  pid: number;
+  /** Standalone: `start`; cluster: `cluster` (its shape in {@link Product.shape}). */
+  mode: 'standalone' | 'cluster';
+  /** Cluster only: gateways and shards. */
+  shape: { gateways: number; shards: number } | null;
+  /** Every live process of the product (standalone: one; cluster: each child), for RSS. */
+  pids: () => { name: string; pid: number }[];
+  /** The first gateway's URL (http://host:port). */
   url: string;
+  /** Every gateway's URL, in order (standalone: [url]). */
+  urls: string[];
   /** Lines of stdout+stderr with a pino level ≥ 50 (error, fatal) so far. */
   errorLines: () => string[];
   output: () => string;
-  /** Set once the process exited. */
-  exited: () => { code: number | null; signal: string | null } | null;
+  /** Set once the process (cluster: any child, unasked) exited. */
+  exited: () => { code: number | null; signal: string | null; name?: string } | null;
+  /** SIGTERM (cluster: drains gateways, shards, then router and sequencer), SIGKILL after a deadline; resolves when all are gone. */
+  stop: () => Promise<void>;
+}
+
+/** Collects a process's output: everything (first 4 MB), and the lines with a pino level ≥ 50. */
+function outputCollector(): { onData: (d: Buffer | string) => void; out: () => string; errors: string[] } {
+  let out = '';
+  let partial = '';
+  const errors: string[] = [];
+  return {
+    errors,
+    out: () => out,
+    onData: (d) => {
+      const s = d.toString();
+      if (out.length < 4_000_000) out += s;
+      const lines = (partial + s).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) {
+        const m = /"level":(\d+)/.exec(line);
+        if (m && Number(m[1]) >= 50) errors.push(line);
+      }
+    },
+  };
 }
 
 /**
@@ -72,27 +102,15 @@ export async function startProduct(env: Record<string, string>, cpus: string | n
     env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  let out = '';
-  let partial = '';
-  const errors: string[] = [];
+  const col = outputCollector();
   let exit: { code: number | null; signal: string | null } | null = null;
-  const onData = (d: Buffer): void => {
-    const s = d.toString();
-    if (out.length < 4_000_000) out += s;
-    const lines = (partial + s).split('\n');
-    partial = lines.pop() ?? '';
-    for (const line of lines) {
-      const m = /"level":(\d+)/.exec(line);
-      if (m && Number(m[1]) >= 50) errors.push(line);
-    }
-  };
-  child.stdout!.on('data', onData);
-  child.stderr!.on('data', onData);
+  child.stdout!.on('data', col.onData);
+  child.stderr!.on('data', col.onData);
   child.once('exit', (code, signal) => (exit = { code, signal }));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`crowdplay did not start in 90 s:\n${out.slice(-2000)}`)), 90_000);
+    const timer = setTimeout(() => reject(new Error(`crowdplay did not start in 90 s:\n${col.out().slice(-2000)}`)), 90_000);
     const look = (): void => {
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(col.out());
       if (m) {
         clearTimeout(timer);
         child.stdout!.off('data', look);
@@ -103,19 +121,71 @@ export async function startProduct(env: Record<string, string>, cpus: string | n
     child.stderr!.on('data', look);
     child.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`crowdplay exited with ${code} before listening:\n${out.slice(-2000)}`));
+      reject(new Error(`crowdplay exited with ${code} before listening:\n${col.out().slice(-2000)}`));
     });
   });
-  return { child, pid: child.pid!, url, errorLines: () => errors, output: () => out, exited: () => exit };
+  return {
+    mode: 'standalone',
+    shape: null,
+    pids: () => (exit ? [] : [{ name: 'crowdplay', pid: child.pid! }]),
+    url,
+    urls: [url],
+    errorLines: () => col.errors,
+    output: col.out,
+    exited: () => exit,
+    stop: () => stopChild(child, () => exit !== null),
+  };
+}
+
+/**
+ * Starts `crowdplay cluster` as startCluster() runs it (services/cli/src/cluster.ts; each child the bundle's
+ * `service <name>`, CROWDPLAY_MODE=cluster) with `env` added to this process's environment: sequencer, router,
+ * `shards` shards and `gateways` gateways on 127.0.0.1 and free ports. With `cpus`, every child (all its threads)
+ * is pinned there with `taskset -a -p` once it is ready.
+ * @throws RangeError for counts outside 1…32; Error when a child does not start (the others are stopped)
+ */
+export async function startClusterProduct(
+  env: Record<string, string>,
+  shape: { gateways: number; shards: number },
+  cpus: string | null,
+): Promise<Product> {
+  const { startCluster } = await import('@crowdplay/cli');
+  const script = await buildProductBundle();
+  const col = outputCollector();
+  const cluster = await startCluster({
+    gateways: shape.gateways,
+    shards: shape.shards,
+    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    entry: { execArgv: [], script },
+    out: (line) => col.onData(`${line}\n`),
+    readyTimeoutMs: 90_000,
+  });
+  let exit: { code: number | null; signal: string | null; name?: string } | null = null;
+  void cluster.failed.then((e) => (exit ??= { code: e.code, signal: e.signal, name: e.name }));
+  const pids = (): { name: string; pid: number }[] =>
+    cluster.processes.filter((p) => p.running && p.pid !== undefined).map((p) => ({ name: p.name, pid: p.pid! }));
+  if (cpus !== null) for (const p of pids()) pinProcess(p.pid, cpus, true);
+  const urls = cluster.gatewayUrls;
+  return {
+    mode: 'cluster',
+    shape,
+    pids,
+    url: urls[0]!,
+    urls,
+    errorLines: () => col.errors,
+    output: col.out,
+    exited: () => exit,
+    stop: () => cluster.stop(),
+  };
 }
 
 /** SIGTERM, then SIGKILL after 15 s; resolves when the process is gone. */
-export async function stopProduct(p: Product): Promise<void> {
-  if (p.exited()) return;
-  const gone = new Promise<void>((resolve) => p.child.once('exit', () => resolve()));
-  p.child.kill('SIGTERM');
-  const hard = setTimeout(() => p.child.kill('SIGKILL'), 15_000);
-  await gone;
+async function stopChild(child: ChildProcess, gone: () => boolean): Promise<void> {
+  if (gone()) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const hard = setTimeout(() => child.kill('SIGKILL'), 15_000);
+  await exited;
   clearTimeout(hard);
 }
 
@@ -147,20 +217,30 @@ export function metricValue(text: string, name: string, label?: string): number 
 }
 
 /**
- * Samples the product every `rssEveryMs` (RSS) and `metricsEveryMs` (/metrics:
- * `crowdplay_event_loop_lag_ms{quantile="max"}`, which is the max since the
- * previous scrape, and `crowdplay_board_interval_ms`).
+ * Samples the product every `rssEveryMs` (RSS of each of its processes) and `metricsEveryMs` (each gateway's
+ * /metrics: `crowdplay_event_loop_lag_ms{quantile="max"}`, which is the max since the previous scrape, and
+ * `crowdplay_board_interval_ms`). In a cluster, `peakRssMb` is the largest peak of one process (the per-process
+ * figure the targets are about) and `peakRssSumMb` the largest sum over its processes at one sample.
  */
 export class ProductSampler {
   peakRssMb: number | null = null;
+  /** Which process had {@link peakRssMb}. */
+  peakRssProcess: string | null = null;
+  /** Largest sum of the processes' RSS at one sample, MB. */
+  peakRssSumMb: number | null = null;
+  /** Peak RSS per process name, MB. */
+  readonly peakRssByProcess = new Map<string, number>();
   /** Largest event-loop stall since {@link openWindow} (before it: since start), ms. */
   maxLoopStallMs: number | null = null;
   /** Largest stall before {@link openWindow} (start-up and setup), ms. */
   setupLoopStallMs: number | null = null;
-  /** RSS when the window opened, MB. */
+  /** RSS (sum over the processes) when the window opened, MB. */
   rssAtWindowMb: number | null = null;
   intervalLast: number | null = null;
   intervalMax: number | null = null;
+  /** Last `crowdplay_board_backlog` (boards handed on, not sent; a cluster: the largest over its gateways) and drain rate. */
+  backlogLast: number | null = null;
+  drainLast: number | null = null;
   scrapeErrors = 0;
   private timers: NodeJS.Timeout[] = [];
   private scraping = false;
@@ -177,28 +257,49 @@ export class ProductSampler {
     this.timers.push(setInterval(() => void this.scrape(), this.metricsEveryMs));
   }
 
-  private sampleRss(): void {
-    const r = readRss(this.p.pid);
-    if (!r) return;
-    this.peakRssMb = Math.max(this.peakRssMb ?? 0, r.rssMb, r.hwmMb);
+  private sampleRss(): number | null {
+    let sum: number | null = null;
+    for (const { name, pid } of this.p.pids()) {
+      const r = readRss(pid);
+      if (!r) continue;
+      sum = (sum ?? 0) + r.rssMb;
+      const peak = Math.max(r.rssMb, r.hwmMb);
+      this.peakRssByProcess.set(name, Math.max(this.peakRssByProcess.get(name) ?? 0, peak));
+      if (this.peakRssMb === null || peak > this.peakRssMb) {
+        this.peakRssMb = peak;
+        this.peakRssProcess = name;
+      }
+    }
+    if (sum !== null) this.peakRssSumMb = Math.max(this.peakRssSumMb ?? 0, sum);
+    return sum;
   }
 
-  /** One /metrics scrape (skipped while one is in flight). */
+  /** One /metrics scrape of every gateway (skipped while one is in flight). */
   async scrape(): Promise<void> {
     if (this.scraping) return;
     this.scraping = true;
     try {
-      const res = await fetch(`${this.p.url}/metrics`, { signal: AbortSignal.timeout(5_000) });
-      const text = await res.text();
-      const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
-      if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
-      const iv = metricValue(text, 'crowdplay_board_interval_ms');
-      if (iv !== null) {
-        this.intervalLast = iv;
-        this.intervalMax = Math.max(this.intervalMax ?? 0, iv);
-      }
-    } catch {
-      this.scrapeErrors++;
+      await Promise.all(
+        this.p.urls.map(async (url) => {
+          try {
+            const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(5_000) });
+            const text = await res.text();
+            const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
+            if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
+            const bl = metricValue(text, 'crowdplay_board_backlog');
+            if (bl !== null) this.backlogLast = bl;
+            const dr = metricValue(text, 'crowdplay_board_drain_per_s');
+            if (dr !== null) this.drainLast = dr;
+            const iv = metricValue(text, 'crowdplay_board_interval_ms');
+            if (iv !== null) {
+              this.intervalLast = iv;
+              this.intervalMax = Math.max(this.intervalMax ?? 0, iv);
+            }
+          } catch {
+            this.scrapeErrors++;
+          }
+        }),
+      );
     } finally {
       this.scraping = false;
     }
@@ -210,7 +311,7 @@ export class ProductSampler {
     await this.scrape();
     this.setupLoopStallMs = this.maxLoopStallMs;
     this.maxLoopStallMs = null;
-    this.rssAtWindowMb = readRss(this.p.pid)?.rssMb ?? null;
+    this.rssAtWindowMb = this.sampleRss();
   }
 
   /** Stops sampling after a last scrape and RSS read. */

@@ -66,7 +66,12 @@ export interface RolloverReport {
   connectMs: LatencySummary;
   /** First socket opened → last guess answered, s. */
   guessingS: number | null;
+  /** Largest peak RSS of one product process (standalone: the process), MB. */
   peakRssMb: number | null;
+  /** Cluster runs: which process had it; the largest sum over the processes at one sample; each process's peak, MB. */
+  rssCluster: { peakProcess: string | null; peakSumMb: number | null; byProcess: Record<string, number> } | null;
+  /** How the product ran: `crowdplay start`, or `crowdplay cluster` with its gateways and shards. */
+  product: { mode: 'standalone' | 'cluster'; gateways: number; shards: number };
   /** Largest event-loop stall from the rollover on (samples of crowdplay_event_loop_lag_ms{quantile="max"}), ms. */
   maxLoopStallMs: number | null;
   /** The same before the rollover (start-up, /start replies), ms. */
@@ -157,7 +162,14 @@ export function formatRolloverReport(r: RolloverReport): string {
     ['guess ms', lat(r.guessMs)],
     ['connect ms', lat(r.connectMs)],
     ['guessing', `${fmt(r.guessingS, 1)} s`],
-    ['peak RSS (product)', `${fmt(r.peakRssMb, 1)} MB (at the rollover ${fmt(r.rssAtRolloverMb, 1)} MB)`],
+    [
+      'product',
+      r.product.mode === 'cluster' ? `crowdplay cluster --gateways ${r.product.gateways} --shards ${r.product.shards}` : 'crowdplay start',
+    ],
+    [
+      r.rssCluster ? 'peak RSS (largest process)' : 'peak RSS (product)',
+      `${fmt(r.peakRssMb, 1)} MB${r.rssCluster ? ` (${r.rssCluster.peakProcess ?? '–'}; all processes ${fmt(r.rssCluster.peakSumMb, 1)} MB)` : ''} (at the rollover ${fmt(r.rssAtRolloverMb, 1)} MB)`,
+    ],
     ['max loop stall (product)', `${fmt(r.maxLoopStallMs, 1)} ms (before the rollover ${fmt(r.setupLoopStallMs, 1)} ms)`],
     [
       'telegram calls / sends / 429',

@@ -6,6 +6,7 @@
  * the Mini App (signed initData) and guesses. Reports the seed's figures;
  * every field is defined in loadtest/README.md ("rollover").
  */
+import { writeFileSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { RenderPool, sampleAvatar } from '@crowdplay/board';
@@ -17,12 +18,22 @@ import { TelegramStub, UNLIMITED_METHODS, type CallRecord } from '../telegram-st
 import { defaultConfig } from '@crowdplay/config';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
-import { ProductSampler, dropSchema, pinProcess, purgeSendqKeys, startProduct, stopProduct, tasksetPath, type Product } from './product.ts';
+import {
+  ProductSampler,
+  dropSchema,
+  pinProcess,
+  purgeSendqKeys,
+  startClusterProduct,
+  startProduct,
+  tasksetPath,
+  type Product,
+} from './product.ts';
 import type { MsSummary, RolloverReport, RolloverTarget } from './report.ts';
 
 /** Default PostgreSQL (the machine's; libs/testing uses the same). */
 export const DEFAULT_DATABASE_URL = 'postgresql://postgres@127.0.0.1:5432/test';
 export const DEFAULT_REDIS_URL = 'redis://127.0.0.1:6379';
+export const DEFAULT_NATS_URL = 'nats://127.0.0.1:4222';
 /** Players per local source address: inside the gateway's CONN_BURST (2,000 per address). */
 export const DEFAULT_PLAYERS_PER_ADDRESS = 2_000;
 /** Most players in this one process (a process here may open 20,000 files). */
@@ -61,6 +72,16 @@ export interface RolloverOptions {
   playersPerAddress?: number;
   /** Pin the product to CPU 0 and this process to CPU 1 (when taskset exists and there are ≥ 2 CPUs). @defaultValue true */
   pin?: boolean;
+  /**
+   * Run the product as `crowdplay cluster` (sequencer, router, `shards` shards, `gateways` gateways; NATS, Redis and
+   * Postgres; the run's own subject prefix) instead of `crowdplay start`. Webhook updates and players are spread
+   * over the gateways (player k on gateway k mod G, so a chat's players span them).
+   */
+  cluster?: { gateways: number; shards: number };
+  /** Write everything the product printed (first 4 MB) to this file after the run. */
+  productLog?: string;
+  /** NATS for a cluster run (default nats://127.0.0.1:4222). */
+  natsUrl?: string;
   /** Extra environment of the product (e.g. BOARD_SEND_BUDGET_PER_S). */
   productEnv?: Record<string, string>;
   onProgress?: (line: string) => void;
@@ -153,6 +174,10 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   if (!Number.isInteger(o.chats) || o.chats < 1) throw new RangeError(`chats must be a positive integer, got ${o.chats}`);
   if (!Number.isInteger(o.players) || o.players < 1) throw new RangeError(`players must be a positive integer, got ${o.players}`);
   const total = o.chats * o.players;
+  if (o.cluster)
+    for (const k of ['gateways', 'shards'] as const)
+      if (!Number.isInteger(o.cluster[k]) || o.cluster[k] < 1 || o.cluster[k] > 32)
+        throw new RangeError(`cluster ${k} must be an integer in 1…32, got ${o.cluster[k]}`);
   if (total > MAX_ROLLOVER_SOCKETS) throw new RangeError(`chats × players = ${total} > ${MAX_ROLLOVER_SOCKETS} sockets in one process`);
   const boardsOn = o.boards ?? true;
   const periodS = o.periodS ?? (o.chats <= 100 ? 30 : 30 + Math.ceil(o.chats / 10));
@@ -213,29 +238,33 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   let report: RolloverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
   try {
-    product = await startProduct(
-      {
-        DATABASE_URL: databaseUrl,
-        DATABASE_SCHEMA: schema,
-        REDIS_URL: redisUrl,
-        NATS_URL: '',
-        DEMO_ENABLED: 'false',
-        TELEGRAM_BOT_TOKEN: token,
-        TELEGRAM_WEBHOOK_SECRET: hookSecret,
-        TELEGRAM_API_ROOT: apiRoot,
-        TELEGRAM_BOT_USERNAME: BOT_USERNAME,
-        TELEGRAM_APP_NAME: APP_NAME,
-        PUZZLE_PERIOD_MS: String(periodMs),
-        PUZZLE_SECRET: puzzleSecret,
-        TELEGRAM_SENDQ_PREFIX: sendqPrefix,
-        BOARD_RENDER_PREFIX: `${sendqPrefix}:render`,
-        BOARDS_ENABLED: boardsOn ? 'true' : 'false',
-        ...o.productEnv,
-      },
-      productCpus,
-    );
+    const productEnv: Record<string, string> = {
+      DATABASE_URL: databaseUrl,
+      DATABASE_SCHEMA: schema,
+      REDIS_URL: redisUrl,
+      NATS_URL: o.cluster ? (o.natsUrl ?? DEFAULT_NATS_URL) : '',
+      BUS_SUBJECT_PREFIX: `rollover_${run}`,
+      DEMO_ENABLED: 'false',
+      TELEGRAM_BOT_TOKEN: token,
+      TELEGRAM_WEBHOOK_SECRET: hookSecret,
+      TELEGRAM_API_ROOT: apiRoot,
+      TELEGRAM_BOT_USERNAME: BOT_USERNAME,
+      TELEGRAM_APP_NAME: APP_NAME,
+      PUZZLE_PERIOD_MS: String(periodMs),
+      PUZZLE_SECRET: puzzleSecret,
+      TELEGRAM_SENDQ_PREFIX: sendqPrefix,
+      BOARD_RENDER_PREFIX: `${sendqPrefix}:render`,
+      BOARDS_ENABLED: boardsOn ? 'true' : 'false',
+      ...o.productEnv,
+    };
+    product = o.cluster ? await startClusterProduct(productEnv, o.cluster, productCpus) : await startProduct(productEnv, productCpus);
     const prod = product;
-    log(`product pid ${prod.pid} on ${prod.url}`);
+    log(
+      `product ${prod
+        .pids()
+        .map((p) => `${p.name} pid ${p.pid}`)
+        .join(', ')} on ${prod.urls.join(', ')}`,
+    );
     sampler = new ProductSampler(prod);
     sampler.start();
 
@@ -245,7 +274,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       let next = 0;
       const send = async (): Promise<void> => {
         for (let i = next++; i < o.chats; i = next++) {
-          const res = await fetch(`${prod.url}/v1/telegram/webhook`, {
+          const res = await fetch(`${prod.urls[i % prod.urls.length]}/v1/telegram/webhook`, {
             method: 'POST',
             headers: { 'content-type': 'application/json', 'x-telegram-bot-api-secret-token': hookSecret },
             body: JSON.stringify({
@@ -277,7 +306,10 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
           if (links[i] !== undefined) have++;
         }
         if (have === o.chats) break;
-        if (Date.now() > deadline) throw new Error(`only ${have} of ${o.chats} /start replies arrived`);
+        if (Date.now() > deadline)
+          throw new Error(
+            `only ${have} of ${o.chats} /start replies arrived; the product's last error lines:\n${prod.errorLines().slice(-5).join('\n')}`,
+          );
         await sleep(250);
       }
       log(`/start answered in ${o.chats} chats (${((Date.now() - started) / 1000).toFixed(1)} s since start)`);
@@ -300,6 +332,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         const name = `p${j} c${i}`;
         specs.push({
           chat: i,
+          wsBase: prod.urls[k % prod.urls.length]!.replace(/^http/, 'ws'),
           userId,
           name,
           initData: signInitData(
@@ -322,7 +355,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     progress = setInterval(() => {
       const ok = boardsOn ? chats.filter((c, i) => c.lastChangeMs !== null && stub.board(chatId(i)) !== undefined).length : 0;
       log(
-        `connected ${stats.connected}/${total}, failed ${stats.connectFailed}, sent ${stats.sent}, served ${stats.served}, refused ${stats.refused}, failed ${stats.failed}, done ${stats.done}, chats with a board ${ok}, rss ${sampler?.peakRssMb?.toFixed(0) ?? '–'} MB, stall ${sampler?.maxLoopStallMs?.toFixed(0) ?? '–'} ms`,
+        `connected ${stats.connected}/${total}, failed ${stats.connectFailed}, sent ${stats.sent}, served ${stats.served}, refused ${stats.refused}, failed ${stats.failed}, done ${stats.done}, chats with a board ${ok}, rss ${sampler?.peakRssMb?.toFixed(0) ?? '–'} MB, stall ${sampler?.maxLoopStallMs?.toFixed(0) ?? '–'} ms, board backlog ${sampler?.backlogLast ?? '–'} drain ${sampler?.drainLast ?? '–'}/s interval ${sampler?.intervalLast ?? '–'} ms`,
       );
     }, 2_000);
     const wsBase = prod.url.replace(/^http/, 'ws');
@@ -453,8 +486,12 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     const duringRun = prod.exited() !== null;
     const exit = prod.exited();
     stoppedByUs = true;
-    await stopProduct(prod);
+    await prod.stop();
     const errorLines = prod.errorLines();
+    if (o.productLog) {
+      writeFileSync(o.productLog, prod.output());
+      log(`product output written to ${o.productLog}`);
+    }
     const byMethod: Record<string, number> = {};
     for (const c of calls) byMethod[c.method] = (byMethod[c.method] ?? 0) + 1;
     const boardsComplete = !boardsOn || (unverifiable === 0 && finalCorrect === chatsWithChanges);
@@ -532,6 +569,15 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       guessingS:
         stats.firstOpenMs !== null && stats.lastAnswerMs !== null ? Math.round(stats.lastAnswerMs - stats.firstOpenMs) / 1000 : null,
       peakRssMb: sampler.peakRssMb === null ? null : Math.round(sampler.peakRssMb * 10) / 10,
+      rssCluster:
+        prod.mode === 'cluster'
+          ? {
+              peakProcess: sampler.peakRssProcess,
+              peakSumMb: sampler.peakRssSumMb === null ? null : Math.round(sampler.peakRssSumMb * 10) / 10,
+              byProcess: Object.fromEntries([...sampler.peakRssByProcess].map(([k, v]) => [k, Math.round(v * 10) / 10])),
+            }
+          : null,
+      product: { mode: prod.mode, gateways: prod.shape?.gateways ?? 1, shards: prod.shape?.shards ?? 1 },
       maxLoopStallMs: sampler.maxLoopStallMs === null ? null : Math.round(sampler.maxLoopStallMs * 10) / 10,
       setupLoopStallMs: sampler.setupLoopStallMs === null ? null : Math.round(sampler.setupLoopStallMs * 10) / 10,
       rssAtRolloverMb: sampler.rssAtWindowMb === null ? null : Math.round(sampler.rssAtWindowMb * 10) / 10,
@@ -579,7 +625,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   } finally {
     if (progress) clearInterval(progress);
     if (sampler) await sampler.stop().catch(() => undefined);
-    if (product && !stoppedByUs) await stopProduct(product).catch(() => undefined);
+    if (product && !stoppedByUs) await product.stop().catch(() => undefined);
     await stub.close().catch(() => undefined);
     await dropSchema(databaseUrl, schema).catch((err: unknown) => {
       const m = `could not drop schema ${schema}: ${(err as Error).message}`;

@@ -6,8 +6,13 @@
  * `crowdplay service <name>` with CROWDPLAY_MODE=cluster against the NATS,
  * Redis and Postgres named by NATS_URL, REDIS_URL and DATABASE_URL (defaults:
  * the ones on this machine). Every output line of a child is prefixed with
- * its name. A child that dies unexpectedly resolves `failed`; `stop()` drains
- * gateways first, then shards, then router and sequencer.
+ * its name. With TELEGRAM_BOT_TOKEN set it also starts one `telegram-sender`
+ * (`tg-sender`: a cluster's gateways only enqueue Bot API calls), and
+ * `renderers` board-renderer processes (`renderer-N`; then the gateways leave
+ * rendering to them, BOARD_RENDER_IN_PROCESS=false, unless the environment
+ * says otherwise). A child that dies unexpectedly resolves `failed`; `stop()`
+ * drains gateways first, then shards, then senders and renderers, then router
+ * and sequencer.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -29,6 +34,8 @@ export interface ClusterOptions {
   gateways: number;
   /** crowd-engine shards, 1…32. */
   shards: number;
+  /** board-renderer processes, 0…32 (default 0: the gateways render in process). */
+  renderers?: number;
   /** Environment the children inherit (the CLI passes process.env); the cluster sets CROWDPLAY_MODE, SHARD_ID, GATEWAY_ID and PORT per child. */
   env: Readonly<Record<string, string | undefined>>;
   /** How to start `crowdplay`: node options and script (default: tsx and this package's main.ts). */
@@ -210,9 +217,9 @@ class Child implements ProcessHandle {
   }
 }
 
-function countOf(kind: string, n: number): number {
-  if (!Number.isInteger(n) || n < 1 || n > CLUSTER_MAX_PROCESSES)
-    throw new TypeError(`--${kind} must be an integer in [1, ${CLUSTER_MAX_PROCESSES}]`);
+function countOf(kind: string, n: number, min = 1): number {
+  if (!Number.isInteger(n) || n < min || n > CLUSTER_MAX_PROCESSES)
+    throw new TypeError(`--${kind} must be an integer in [${min}, ${CLUSTER_MAX_PROCESSES}]`);
   return n;
 }
 
@@ -225,6 +232,7 @@ function countOf(kind: string, n: number): number {
 export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   const gateways = countOf('gateways', opts.gateways);
   const shards = countOf('shards', opts.shards);
+  const renderers = countOf('renderers', opts.renderers ?? 0, 0);
   const base: Record<string, string> = {};
   for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) base[k] = v;
   for (const [k, v] of Object.entries(CLUSTER_DEFAULTS)) if (!base[k]) base[k] = v;
@@ -261,6 +269,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     stopP ??= (async () => {
       await Promise.all(byKind('gateway').map((p) => p.stop()));
       await Promise.all(byKind('crowd-engine').map((p) => p.stop()));
+      await Promise.all([...byKind('telegram-sender'), ...byKind('board-renderer')].map((p) => p.stop()));
       await Promise.all(processes.filter((p) => p.service === 'router' || p.service === 'sequencer').map((p) => p.stop()));
     })();
     return stopP;
@@ -270,9 +279,16 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     await sequencer.start();
     const router = make('router', 'router');
     const engines = Array.from({ length: shards }, newShard);
-    await Promise.all([router.start(), ...engines.map((s) => s.start())]);
+    // The Telegram bot's workers: one sender (the gateways of a cluster only enqueue Bot API calls), the renderers asked for.
+    const workers = [
+      ...(config.telegram.botToken ? [make('tg-sender', 'telegram-sender')] : []),
+      ...Array.from({ length: renderers }, (_, i) => make(`renderer-${i + 1}`, 'board-renderer')),
+    ];
+    await Promise.all([router.start(), ...engines.map((s) => s.start()), ...workers.map((w) => w.start())]);
+    const renderEnv: Record<string, string> =
+      renderers > 0 && base.BOARD_RENDER_IN_PROCESS === undefined ? { BOARD_RENDER_IN_PROCESS: 'false' } : {};
     const gws = Array.from({ length: gateways }, (_, i) =>
-      make(`gw-${i + 1}`, 'gateway', { GATEWAY_ID: `gw-${i + 1}`, PORT: String(firstPort === 0 ? 0 : firstPort + i) }),
+      make(`gw-${i + 1}`, 'gateway', { ...renderEnv, GATEWAY_ID: `gw-${i + 1}`, PORT: String(firstPort === 0 ? 0 : firstPort + i) }),
     );
     await Promise.all(gws.map((g) => g.start()));
   } catch (err) {

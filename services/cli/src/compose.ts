@@ -191,6 +191,9 @@ export async function startServices(config: Config, names: readonly ServiceName[
       );
       parts.routerCache = router;
       // The bot and its live boards run beside the gateway that receives the webhook (off without TELEGRAM_BOT_TOKEN).
+      // Its chats' channels belong to TELEGRAM_TENANT_ID: created here when missing (a cluster has no standalone dev tenant).
+      if (config.telegram.botToken && (await store.tenants.ensure(config.telegram.tenantId, 'Telegram bot')))
+        logger.info({ tenant: config.telegram.tenantId }, `created tenant ${config.telegram.tenantId} for the Telegram bot`);
       parts.telegram = await startTelegram({
         config,
         bus,

@@ -1,2 +1,3 @@
 export * from './compose.ts';
 export * from './cluster.ts';
+export * from './health.ts';

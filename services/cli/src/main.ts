@@ -19,13 +19,14 @@ import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { openStore } from '@crowdplay/store';
 import { verifyLedger } from '@crowdplay/ledger';
-import { SERVICES, startServices, type ServiceName, type Running } from './compose.ts';
+import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
+import { runUntilSignal, startHealthServer } from './health.ts';
 
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
-  crowdplay cluster [--gateways G] [--shards S]
+  crowdplay cluster [--gateways G] [--shards S] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
   crowdplay settings`;
@@ -33,28 +34,6 @@ const USAGE = `usage:
 function fail(msg: string, code = 2): never {
   process.stderr.write(`${msg}\n`);
   process.exit(code);
-}
-
-async function runUntilSignal(config: Config, start: () => Promise<Running>): Promise<void> {
-  const running = await start();
-  // `crowdplay cluster` (and tests) wait for this line.
-  running.telemetry.logger.info({ port: running.port }, 'ready');
-  let signals = 0;
-  const onSignal = (sig: NodeJS.Signals): void => {
-    if (++signals > 1) process.exit(130); // a second signal: exit at once
-    running.telemetry.logger.info({ signal: sig }, 'draining');
-    const deadline = setTimeout(() => {
-      running.telemetry.logger.error({ shutdownMs: config.gateway.shutdownMs }, 'drain passed SHUTDOWN_DEADLINE_MS: exiting');
-      process.exit(1);
-    }, config.gateway.shutdownMs);
-    deadline.unref();
-    running.stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
 }
 
 async function tenantCommand(config: Config, args: string[], name: string | undefined): Promise<void> {
@@ -94,14 +73,20 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
  * `crowdplay cluster`: starts the children (this same entry, `service <name>`), prints their URLs, exits 1 when one
  * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
  */
-async function clusterCommand(gateways: number, shards: number): Promise<void> {
+async function clusterCommand(gateways: number, shards: number, renderers: number): Promise<void> {
   // A signal while the children start: exit, and the exit hook of startCluster kills whatever started.
   const early = (): never => process.exit(130);
   process.once('SIGINT', early);
   process.once('SIGTERM', early);
   let cluster;
   try {
-    cluster = await startCluster({ gateways, shards, env: process.env, entry: { execArgv: process.execArgv, script: process.argv[1]! } });
+    cluster = await startCluster({
+      gateways,
+      shards,
+      renderers,
+      env: process.env,
+      entry: { execArgv: process.execArgv, script: process.argv[1]! },
+    });
   } catch (err) {
     fail(`crowdplay cluster: ${err instanceof Error ? err.message : String(err)}`, err instanceof TypeError ? 2 : 1);
   }
@@ -157,6 +142,7 @@ async function main(): Promise<void> {
         name: { type: 'string' },
         gateways: { type: 'string', default: '1' },
         shards: { type: 'string', default: '2' },
+        renderers: { type: 'string', default: '0' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -171,7 +157,7 @@ async function main(): Promise<void> {
     return;
   }
   if (cmd === 'cluster') {
-    await clusterCommand(Number(values.gateways), Number(values.shards));
+    await clusterCommand(Number(values.gateways), Number(values.shards), Number(values.renderers));
     return;
   }
   let config: Config;
@@ -194,7 +180,12 @@ async function main(): Promise<void> {
       if (!name || !SERVICES.includes(name)) fail(USAGE);
       if (!config.bus.natsUrl)
         process.stderr.write(`warning: ${name} alone on the in-process bus talks to no other service; set NATS_URL\n`);
-      await runUntilSignal(config, () => startServices(config, [name], { standalone: false }));
+      // A process without a gateway serves /healthz, /readyz and /metrics on HEALTH_PORT when it is set (k8s probes).
+      const health =
+        name !== 'gateway' && config.http.healthPort > 0
+          ? await startHealthServer({ host: config.http.host, port: config.http.healthPort })
+          : undefined;
+      await runUntilSignal(config, () => startServices(config, [name], { standalone: false }), health ? { health } : {});
       break;
     }
     case 'tenant':

@@ -24,6 +24,8 @@ export interface ChannelSnapshotState {
   tally: Tally;
   game: Record<string, unknown> | null;
   tick: number;
+  /** The game's welcome grant (declare.welcomeGrant), points; absent = 0. The next owner pays it to viewers joining after a move. */
+  welcomeGrant?: number;
 }
 
 export class ChannelRuntime {
@@ -36,6 +38,8 @@ export class ChannelRuntime {
   /** Rounds shown to viewers (not snapshotted: the rounds table is their durable form). */
   private rounds: RoundView[] = [];
   tick = 0;
+  /** The game's welcome grant (declare.welcomeGrant), points: snapshotted with the actions. */
+  welcomeGrant = 0;
   /** Event id of the newest change; 0 before any. */
   ev = 0;
   /** Server time (ms since epoch) of the newest change. */
@@ -64,11 +68,18 @@ export class ChannelRuntime {
   }
 
   /**
-   * Replaces the declared actions (a game's `declare`). Resets the tally.
+   * Replaces the declared actions (a game's `declare`). Resets the tally and
+   * drops the open tick, unless the actions are the ones already declared
+   * (the game reconnected and declared again; {@link sameSpecs}): then the
+   * open tick's intents, acked already, stay for its batch, and the tally stays.
    * The caller validated the specs against the protocol schema.
    * @param ev event id of this change
    */
   declare(actions: ActionSpec[], ev: number, nowMs: number): void {
+    if (this.declared && sameSpecs(this.actionList, actions)) {
+      this.markChanged(ev, nowMs);
+      return;
+    }
     this.actions = new Map(actions.map((a) => [a.name, { ...a, optionSet: a.options ? new Set(a.options) : null }]));
     this.actionList = actions.map((a) => ({ ...a }));
     this.acc.clear();
@@ -178,7 +189,9 @@ export class ChannelRuntime {
   }
 
   snapshot(): ChannelSnapshotState {
-    return { v: 1, actions: this.actionList, tally: this.tally, game: this.game, tick: this.tick };
+    const s: ChannelSnapshotState = { v: 1, actions: this.actionList, tally: this.tally, game: this.game, tick: this.tick };
+    if (this.welcomeGrant > 0) s.welcomeGrant = this.welcomeGrant;
+    return s;
   }
 
   /** Restores a snapshot (after acquire). `ev` is the snapshot's event id. */
@@ -188,6 +201,7 @@ export class ChannelRuntime {
     this.tally = s.tally;
     this.game = s.game;
     this.tick = s.tick;
+    this.welcomeGrant = s.welcomeGrant ?? 0;
     this.ev = ev;
   }
 
@@ -197,4 +211,22 @@ export class ChannelRuntime {
     this.dirty = true;
     this.unsaved = true;
   }
+}
+
+/**
+ * Whether two declarations declare the same actions in the same order (name,
+ * maxPerTick, cost with 0 = absent, options): key order does not matter (a
+ * snapshot's actions come back from jsonb reordered).
+ */
+export function sameSpecs(a: readonly ActionSpec[], b: readonly ActionSpec[]): boolean {
+  if (a.length !== b.length) return false;
+  return a.every((x, i) => {
+    const y = b[i]!;
+    return (
+      x.name === y.name &&
+      x.maxPerTick === y.maxPerTick &&
+      (x.cost ?? 0) === (y.cost ?? 0) &&
+      JSON.stringify(x.options ?? null) === JSON.stringify(y.options ?? null)
+    );
+  });
 }

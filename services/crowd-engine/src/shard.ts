@@ -211,7 +211,7 @@ export class Shard {
             { channel: c.channel, epoch: o.epoch, owner: c.shard, ownerEpoch: c.epoch },
             'channel moved away: dropping it',
           );
-          this.stopServing(o);
+          this.stopServing(o, true);
         }
       } catch {
         this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { subject: 'router.assignments' });
@@ -260,11 +260,20 @@ export class Shard {
     return { first: r.first, last: r.last };
   }
 
-  private async nextEventId(): Promise<number> {
+  /**
+   * The next id of the shard's leased blocks, waiting for a lease when they are used up.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNAVAILABLE (retryable; cause: the lease error) when the
+   *   sequencer does not answer (restarting): a tick tries again on the next one, a game request is refused
+   */
+  private async nextEventId(channel = '*'): Promise<number> {
     for (;;) {
       const id = this.ids.take();
       if (id !== null) return id;
-      await this.ids.ready();
+      try {
+        await this.ids.ready();
+      } catch (err) {
+        throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: err });
+      }
     }
   }
 
@@ -275,7 +284,7 @@ export class Shard {
    */
   private async eventIdFor(o: Owned): Promise<number> {
     for (;;) {
-      const id = this.ids.take() ?? (await this.nextEventId());
+      const id = this.ids.take() ?? (await this.nextEventId(o.rt.id));
       if (id > o.rt.ev) return id;
     }
   }
@@ -363,7 +372,8 @@ export class Shard {
           o.roundsDirty = true;
         },
       });
-      if (game?.welcomeGrant) o.rounds.welcomeGrant = game.welcomeGrant;
+      // A built-in game's grant, else the one the game declared to a previous owner (the snapshot carries it across moves).
+      o.rounds.welcomeGrant = game?.welcomeGrant ?? rt.welcomeGrant;
       await o.rounds.recover();
     }
     if (game) {
@@ -457,9 +467,20 @@ export class Shard {
     o.subs = [];
   }
 
-  private stopServing(o: Owned): void {
+  /**
+   * Stops serving a channel here. `moved`: another shard owns it now at a
+   * newer epoch (this one was paused or cut off): its subscriptions are
+   * drained, not dropped, so every intent and game request NATS had already
+   * routed here (while paused, the queue group still counted this shard) is
+   * answered, refused as retryable (CP_ERR_CHANNEL_UNAVAILABLE), instead of
+   * vanishing without an ack.
+   */
+  private stopServing(o: Owned, moved = false): void {
     o.rounds?.close();
-    for (const s of o.subs) s.unsubscribe();
+    if (moved) {
+      o.moving = true;
+      for (const s of o.subs) void s.drain();
+    } else for (const s of o.subs) s.unsubscribe();
     o.subs = [];
     if (o.updateTimer) clearTimeout(o.updateTimer);
     o.updateTimer = null;
@@ -728,7 +749,7 @@ export class Shard {
       if (isCrowdplayError(err, 'CP_ERR_CHANNEL_STALE_EPOCH')) {
         this.m.logWrites.add(1, { outcome: 'stale_epoch' });
         telemetry.logger.warn({ channel: b.o.rt.id, epoch: b.o.epoch }, 'event log refused: stale epoch, dropping channel');
-        if (this.owned.get(b.o.rt.id) === b.o) this.stopServing(b.o);
+        if (this.owned.get(b.o.rt.id) === b.o) this.stopServing(b.o, true);
         return;
       }
       telemetry.logger.error({ err, channel: b.o.rt.id }, 'event log write failed; publishing with a floor');
@@ -784,8 +805,13 @@ export class Shard {
         else round = await o.rounds.cancel(req.tenant, req.round);
         if (o.roundsDirty) {
           o.roundsDirty = false;
-          o.rt.setRounds(o.rounds.views(), await this.eventIdFor(o), this.now());
-          this.scheduleUpdate(o);
+          try {
+            o.rt.setRounds(o.rounds.views(), await this.eventIdFor(o), this.now());
+            this.scheduleUpdate(o);
+          } catch {
+            // Done all the same (the round is durable): no event id right now (sequencer restarting), so a later tick sends the update.
+            o.roundsDirty = true;
+          }
         }
         reply = { ok: true, round };
       } else if (req.op === 'declare') {
@@ -800,7 +826,11 @@ export class Shard {
           ]);
         }
         if (o.rounds) o.rounds.welcomeGrant = grant;
-        o.rt.declare(req.actions, await this.eventIdFor(o), now);
+        o.rt.welcomeGrant = grant;
+        const ev = await this.eventIdFor(o);
+        const pending = o.rt.pendingIntents;
+        o.rt.declare(req.actions, ev, now);
+        this.pendingIntents -= pending - o.rt.pendingIntents; // a new declaration drops the open tick
         this.scheduleUpdate(o);
         reply = { ok: true };
       } else if (req.op === 'state') {
@@ -868,7 +898,7 @@ export class Shard {
         // The channel moved: the new owner is authoritative; stop acting for it.
         this.m.snapshotErrors.add(1, { reason: 'stale_epoch' });
         this.deps.telemetry.logger.warn({ channel: o.rt.id, epoch: o.epoch }, 'snapshot refused: stale epoch, dropping channel');
-        if (this.owned.get(o.rt.id) === o) this.stopServing(o);
+        if (this.owned.get(o.rt.id) === o) this.stopServing(o, true);
         return false;
       }
       o.rt.unsaved = true;

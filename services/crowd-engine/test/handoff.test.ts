@@ -118,6 +118,38 @@ describe('channel handoff', () => {
     await verified();
   });
 
+  it('move - the welcome grant the game declared is paid by the new owner to viewers joining after the move', async () => {
+    await channel('granting');
+    const declare = { op: 'declare', actions: [{ name: 'go', maxPerTick: 5 }], welcomeGrant: 120 };
+    assert.equal((await h.ctl('granting', declare)).ok, true);
+    h.join('granting', [{ conn: 78_001, viewer: 'early' }]);
+    assert.deepEqual((await h.waitFor(() => h.balances.find((b) => b.conn === 78_001))).frame, {
+      t: 'balance',
+      points: 120,
+      reason: 'welcome',
+      delta: 120,
+    });
+    const moved = await h.router.move('granting');
+    assert.equal(moved.moved, true);
+    // The game has not declared to the new owner: the grant came with the channel's snapshot.
+    h.join('granting', [{ conn: 78_002, viewer: 'late' }]);
+    assert.deepEqual((await h.waitFor(() => h.balances.find((b) => b.conn === 78_002))).frame, {
+      t: 'balance',
+      points: 120,
+      reason: 'welcome',
+      delta: 120,
+    });
+    assert.equal(await bal('late'), 120);
+    h.join('granting', [{ conn: 78_003, viewer: 'early' }]);
+    assert.deepEqual((await h.waitFor(() => h.balances.find((b) => b.conn === 78_003))).frame, {
+      t: 'balance',
+      points: 120,
+      reason: 'join',
+    });
+    assert.equal(await bal('early'), 120, 'paid once per viewer and channel, across the move');
+    await verified();
+  });
+
   it('handoff - intents meanwhile are refused as retryable; the next acquire resumes the round and the retry is taken', async () => {
     await channel('paused');
     await fund('pa', 100);

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { verifyLedger } from '@crowdplay/ledger';
 import type { BusAck, BusTrade, RoundView, WalletCredit } from '@crowdplay/protocol';
 import { encodeJson } from '@crowdplay/bus';
+import { SequencerService } from '@crowdplay/sequencer';
 import { startHarness, type Harness } from './harness.ts';
 
 let seq = 10_000;
@@ -414,5 +415,49 @@ describe('rounds - grants made elsewhere', () => {
     );
     const ok = await trade('gr1', 'ga', { k: 'stake', round: 'g1', outcome: 'x', points: 10 });
     assert.deepEqual([ok.ok, ok.balance], [true, 30]);
+  });
+});
+
+describe('rounds while the sequencer is unreachable (restarting)', () => {
+  let h: Harness;
+  let again: SequencerService | undefined;
+  before(async () => {
+    h = await startHarness({ ledger: true });
+  });
+  after(async () => {
+    await again?.close();
+    await h.close();
+  });
+
+  it('a game request that needs an event id is refused as retryable; a round op that committed is answered ok, its update follows', async () => {
+    await h.store.channels.ensure('seqdown', 'acme');
+    await h.router.assign('seqdown');
+    await h.sequencer.close();
+    // Use up the shard's leased ids (its block and the spare): each game state takes one.
+    let refused: { ok: boolean; code?: string } | undefined;
+    for (let i = 0; i < 1_000 && !refused; i++) {
+      const r = await h.ctl('seqdown', { op: 'state', state: { i } });
+      if (!r.ok) refused = r;
+    }
+    assert.equal(refused?.code, 'CP_ERR_CHANNEL_UNAVAILABLE', 'no id: retryable, not CP_ERR_INTERNAL');
+    const opened = (await h.ctl('seqdown', {
+      tenant: 'acme',
+      op: 'round.open',
+      round: 'r1',
+      kind: 'pool',
+      outcomes: ['x', 'y'],
+      durationMs: 60_000,
+    })) as { ok: boolean; code?: string; round?: RoundView };
+    assert.deepEqual([opened.ok, opened.code, opened.round?.state], [true, undefined, 'open'], 'the round is open: say so');
+    assert.equal((await h.store.rounds.get('seqdown', 'r1'))?.state, 'open');
+    assert.equal(
+      h.updates.some((u) => u.channel === 'seqdown' && u.rounds?.some((r) => r.id === 'r1')),
+      false,
+      'no update without an event id',
+    );
+    again = new SequencerService({ bus: h.bus, subjects: h.subjects, store: h.store, telemetry: h.telemetry });
+    await again.start();
+    const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'seqdown' && x.rounds?.some((r) => r.id === 'r1')), 5_000);
+    assert.ok(u.ev > 0);
   });
 });

@@ -44,8 +44,10 @@ type Counter = ReturnType<Telemetry['metrics']['counter']>;
 
 type Member = MemberLoad;
 
-/** How long a channel whose owner refused to release it (unfinished rounds) is left alone by the rebalance, in checks. */
+/** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
 const BUSY_CHECKS = 20;
+/** Acquires a move tries (100 ms, then 200 ms apart) after the owner handed the channel off. */
+const MOVE_ACQUIRE_ATTEMPTS = 3;
 
 export class Router implements RouterApi {
   private readonly members = new Map<string, Member>();
@@ -74,7 +76,7 @@ export class Router implements RouterApi {
     this.budget = new MoveBudget(opts.rebalanceMovesPerS ?? 0, this.now());
     this.moved = deps.telemetry.metrics.counter(
       'crowdplay_router_moves_total',
-      'Channels the router moved between shards, by reason: failover (the owner missed its heartbeats), rebalance (ROUTER_REBALANCE_MOVES_PER_S), refused (the owner kept a channel with unfinished rounds), failed',
+      'Channels the router moved between shards, by reason: failover (the owner missed its heartbeats), rebalance (ROUTER_REBALANCE_MOVES_PER_S), refused (the owner could not hand the channel off), failed',
     );
     this.migrations = deps.telemetry.metrics.counter(
       'crowdplay_channel_migrations_total',
@@ -127,13 +129,14 @@ export class Router implements RouterApi {
         // records as its own was its predecessor's and is assigned again.
         void this.reconcile(hb.id);
       }
-      this.members.set(hb.id, {
-        id: hb.id,
-        channels: hb.channels,
-        intentsPerS: typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0,
-        lastSeenMs: this.now(),
-        draining: hb.draining === true,
-      });
+      // Updated in place: an acquire in flight holds this object and sets its channel count from the shard's reply
+      // (NATS keeps one connection's messages in order, so a beat sent before that reply is also read before it).
+      const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false };
+      m.channels = hb.channels;
+      m.intentsPerS = typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0;
+      m.lastSeenMs = this.now();
+      m.draining = hb.draining === true;
+      this.members.set(hb.id, m);
       const w = this.memberWaiters;
       this.memberWaiters = [];
       for (const f of w) f();
@@ -161,7 +164,12 @@ export class Router implements RouterApi {
         this.live().filter((m) => m.id !== exclude),
         this.opts.intentsPerChannel ?? 200,
       );
-      if (best) return best;
+      if (best) {
+        // Counted at once, before its acquire answers: assigns in flight together (a burst of new channels) would
+        // otherwise all pick the same shard until its next heartbeat. acquireOn gives it back when the acquire fails.
+        best.channels++;
+        return best;
+      }
       const left = deadline - this.now();
       if (left <= 0) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['*']);
       await new Promise<void>((resolve) => {
@@ -221,10 +229,21 @@ export class Router implements RouterApi {
     return this.acquireOn(channel, shard);
   }
 
-  /** Bumps the epoch for `shard` in Postgres and makes it acquire the channel. @throws CrowdplayError when the shard refuses or does not answer */
+  /**
+   * Bumps the epoch for `shard` in Postgres and makes it acquire the channel.
+   * The caller has already counted the channel in `shard.channels`; a failed acquire takes it back.
+   * @throws CrowdplayError when the shard refuses or does not answer; the store's error
+   */
   private async acquireOn(channel: string, shard: Member): Promise<Assignment> {
     const { store, bus, subjects, telemetry } = this.deps;
-    const epoch = await store.channels.acquire(channel, shard.id);
+    const unreserve = (): void => void (shard.channels = Math.max(0, shard.channels - 1));
+    let epoch: number;
+    try {
+      epoch = await store.channels.acquire(channel, shard.id);
+    } catch (err) {
+      unreserve();
+      throw err;
+    }
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
     try {
       const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
@@ -235,11 +254,11 @@ export class Router implements RouterApi {
       reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
     }
     if (!reply.ok) {
+      unreserve();
       // The shard did not take it: clear the owner (at this epoch only) so nobody believes it is served.
       await store.channels.release(channel, shard.id, epoch);
       throw new CrowdplayError(reply.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: reply.message });
     }
-    shard.channels = reply.channels ?? shard.channels + 1;
     const a: Assignment = { channel, shard: shard.id, epoch };
     this.announce(a);
     telemetry.logger.info(a, 'channel assigned');
@@ -336,18 +355,23 @@ export class Router implements RouterApi {
   }
 
   /**
-   * Moves a channel between two live shards: the owner releases it (final
-   * snapshot at its epoch; refused while it has unfinished rounds), then the
-   * new shard acquires it at a new epoch. If the new shard fails, the
+   * Moves a channel between two live shards like a drain's `move`, open
+   * rounds included: the owner hands it off (release with `handoff`: in-flight
+   * stakes commit, open rounds' books written at its epoch), the new shard
+   * acquires it at a new epoch and resumes the rounds, then the old owner drops
+   * its subscriptions (`forget`). A failed handoff leaves the channel where it
+   * is (left alone for BUSY_CHECKS checks). If the new shard fails, the
    * channel goes to whichever live shard takes it.
    */
   private async rebalanceMove(mv: PlannedMove): Promise<Assignment> {
     const { bus, subjects, telemetry } = this.deps;
     const known = this.assignments.get(mv.channel);
     if (!known || known.shard !== mv.from) return known ?? this.doAssign(mv.channel, false);
+    const to = this.members.get(mv.to);
+    if (!to || this.stateOf(mv.to) !== 'live') return known;
     let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
     try {
-      const msg = await bus.request(subjects.shardCtl(mv.from), encodeJson({ op: 'release', channel: mv.channel, ifIdle: true }), {
+      const msg = await bus.request(subjects.shardCtl(mv.from), encodeJson({ op: 'release', channel: mv.channel, handoff: true }), {
         timeoutMs: this.opts.requestTimeoutMs,
       });
       reply = decodeJson(msg.data);
@@ -357,23 +381,31 @@ export class Router implements RouterApi {
     if (!reply.ok) {
       this.moved.add(1, { reason: 'refused' });
       this.busy.set(mv.channel, this.now() + BUSY_CHECKS * (this.opts.checkMs ?? 500));
-      telemetry.logger.info({ ...mv, code: reply.code }, 'rebalance: the owner kept the channel');
+      telemetry.logger.info({ ...mv, code: reply.code }, 'rebalance: the owner could not hand the channel off');
       return known;
     }
     const from = this.members.get(mv.from);
-    if (from) from.channels = reply.channels ?? Math.max(0, from.channels - 1);
-    const to = this.members.get(mv.to);
+    if (from) from.channels = Math.max(0, from.channels - 1);
+    let a: Assignment | null = null;
     try {
-      if (!to || this.stateOf(mv.to) !== 'live') throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]);
-      const a = await this.acquireOn(mv.channel, to);
+      to.channels++;
+      a = await this.acquireOn(mv.channel, to);
       this.moved.add(1, { reason: 'rebalance' });
       telemetry.logger.info({ ...mv, epoch: a.epoch }, 'rebalance: channel moved');
-      return a;
     } catch (err) {
       telemetry.logger.warn({ err, ...mv }, 'rebalance: the new shard did not take the channel; assigning it anew');
       this.assignments.delete(mv.channel);
-      return this.doAssign(mv.channel, true);
+      a = await this.doAssign(mv.channel, true).catch(() => null);
+    } finally {
+      // The old owner stops refusing (unless it took the channel back): its queue-group subscriptions would otherwise keep
+      // a share of the channel's messages from the new owner.
+      if (a?.shard !== mv.from)
+        await bus
+          .request(subjects.shardCtl(mv.from), encodeJson({ op: 'forget', channel: mv.channel }), { timeoutMs: this.opts.requestTimeoutMs })
+          .catch((err: unknown) => telemetry.logger.warn({ err, ...mv }, 'rebalance: the old owner did not answer forget'));
     }
+    if (!a) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]);
+    return a;
   }
 
   async lookup(channel: string): Promise<Assignment | null> {
@@ -499,8 +531,24 @@ export class Router implements RouterApi {
     const rel = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string }>(msg.data);
     if (!rel.ok) throw new CrowdplayError(rel.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: rel.message });
     this.assignments.delete(channel);
-    // 2. Another shard acquires it at a new epoch and resumes the rounds.
-    const a = await this.doAssign(channel, true, source);
+    // 2. Another shard acquires it at a new epoch and resumes the rounds. Retried: an acquire can fail on its own (the new
+    // owner's sequencer lease timed out, say), and once handed off the channel has no owner until someone assigns it again.
+    let a: Assignment;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        a = await this.doAssign(channel, true, source);
+        break;
+      } catch (err) {
+        if (
+          attempt >= MOVE_ACQUIRE_ATTEMPTS ||
+          isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') ||
+          isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')
+        )
+          throw err;
+        telemetry.logger.warn({ err, channel, attempt }, 'move: the new owner did not acquire the channel; trying again');
+        await new Promise((r) => setTimeout(r, 100 * attempt));
+      }
+    }
     // 3. The old owner stops refusing (its subscriptions go).
     await bus
       .request(subjects.shardCtl(source), encodeJson({ op: 'forget', channel }), { timeoutMs: this.opts.requestTimeoutMs })

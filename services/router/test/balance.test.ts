@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects } from '@crowdplay/bus';
 import { createTelemetry } from '@crowdplay/telemetry';
 import type { ChannelRow, Store } from '@crowdplay/store';
-import { CrowdplayError } from '@crowdplay/protocol';
+import { CrowdplayError, isCrowdplayError } from '@crowdplay/protocol';
 import {
   CachingRouter,
   MoveBudget,
@@ -118,11 +118,27 @@ function setup(ids: string[]) {
   let now = 1_000_000;
   const clock = { now: () => now, advance: (ms: number) => (now += ms) };
   const owned = new Map<string, Set<string>>();
+  /** Every control request the fake shards got: `<shard> <op>[ handoff][ ifIdle] <channel>`. */
+  const ops: string[] = [];
+  /** Shards that refuse a handoff (as a shard whose store write failed does). */
+  const refuseHandoff = new Set<string>();
+  /** Acquires each shard refuses before it takes one (as a shard whose sequencer lease timed out does). */
+  const refuseAcquires = new Map<string, number>();
   const shard = (id: string) => {
     owned.set(id, new Set());
     bus.subscribe(subjects.shardCtl(id), (msg) => {
-      const req = decodeJson<{ op: string; channel: string; epoch: number }>(msg.data);
+      const req = decodeJson<{ op: string; channel: string; epoch: number; handoff?: boolean; ifIdle?: boolean }>(msg.data);
+      ops.push(`${id} ${req.op}${req.handoff ? ' handoff' : ''}${req.ifIdle ? ' ifIdle' : ''} ${req.channel}`);
       const mine = owned.get(id)!;
+      if (req.op === 'release' && req.handoff && refuseHandoff.has(id)) {
+        msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'handoff failed' }));
+        return;
+      }
+      if (req.op === 'acquire' && (refuseAcquires.get(id) ?? 0) > 0) {
+        refuseAcquires.set(id, refuseAcquires.get(id)! - 1);
+        msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'sequencer lease timed out' }));
+        return;
+      }
       if (req.op === 'acquire') mine.add(req.channel);
       else if (mine.delete(req.channel)) {
         const r = rows.get(req.channel)!;
@@ -139,7 +155,7 @@ function setup(ids: string[]) {
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now },
     );
-  return { bus, subjects, rows, clock, shard, owned, changes, newRouter };
+  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -218,6 +234,96 @@ describe('Router with fake shards and a fake clock', () => {
     await again.check();
     for (const ch of ids) assert.deepEqual({ owner: t.rows.get(ch)!.owner, epoch: t.rows.get(ch)!.epoch }, snapshot.get(ch));
     await again.close();
+  });
+
+  it('a burst of new channels assigned at once spreads over the live shards (each pick counts before its acquire answers)', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
+    const t = setup(ids);
+    const router = t.newRouter();
+    await router.start();
+    for (const id of ['a', 'b', 'c']) t.shard(id).beat();
+    await tick();
+    // All six in flight together, before any heartbeat reports the new load.
+    const got = await Promise.all(ids.map((c) => router.assign(c)));
+    const per = (s: string) => got.filter((a) => a.shard === s).length;
+    assert.deepEqual([per('a'), per('b'), per('c')], [2, 2, 2]);
+    assert.deepEqual(
+      [...t.owned.values()].map((s) => s.size),
+      [2, 2, 2],
+    );
+    await router.close();
+  });
+
+  it('rebalance hands a channel off (open rounds move with it) and the old owner forgets it; a failed handoff leaves it', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4'];
+    const t = setup(ids);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    for (const c of ids) await router.assign(c);
+    assert.equal(t.owned.get('a')!.size, 4);
+    const epochs = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
+    // b joins; a refuses the first handoffs: nothing moves, nothing is released.
+    const b = t.shard('b');
+    t.refuseHandoff.add('a');
+    a.beat();
+    b.beat();
+    await tick();
+    t.ops.length = 0;
+    await router.check();
+    assert.equal(t.owned.get('a')!.size, 4, 'a failed handoff keeps the channel where it is');
+    assert.ok(t.ops.length > 0 && t.ops.every((op) => /^a release handoff c\d$/.test(op)), t.ops.join(', '));
+    for (const c of ids)
+      assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: 'a', epoch: epochs.get(c) });
+    // Later (past the busy period) the handoffs succeed: two channels move to b at a new epoch, a forgets each.
+    t.refuseHandoff.clear();
+    t.clock.advance(20 * 500 + 1_000);
+    a.beat();
+    b.beat();
+    await tick();
+    t.ops.length = 0;
+    await router.check();
+    assert.equal(t.owned.get('b')!.size, 2);
+    assert.equal(t.owned.get('a')!.size, 2);
+    for (const c of t.owned.get('b')!) {
+      assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: 'b', epoch: epochs.get(c)! + 1 });
+      assert.deepEqual(
+        t.ops.filter((op) => op.endsWith(` ${c}`)),
+        [`a release handoff ${c}`, `b acquire ${c}`, `a forget ${c}`],
+        'handoff, acquire, forget, in order',
+      );
+    }
+    assert.ok(!t.ops.some((op) => op.includes('ifIdle')), 'no release that cancels rounds');
+    await router.close();
+  });
+
+  it('move (a drain): an acquire the new owner fails is tried again, so the handed-off channel does not stay unowned', async () => {
+    const t = setup(['m1']);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    await router.assign('m1');
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    t.refuseAcquires.set('b', 1);
+    t.ops.length = 0;
+    const moved = await router.move('m1', 'a');
+    assert.deepEqual({ moved: moved.moved, shard: moved.shard }, { moved: true, shard: 'b' });
+    assert.deepEqual(t.ops, ['a release handoff m1', 'b acquire m1', 'b acquire m1', 'a forget m1']);
+    assert.deepEqual({ owner: t.rows.get('m1')!.owner, epoch: t.rows.get('m1')!.epoch }, { owner: 'b', epoch: moved.epoch });
+    assert.equal((await router.lookup('m1'))?.shard, 'b');
+    // Refused every time: the move fails after 3 tries (the error reaches the draining shard, which refunds).
+    t.refuseAcquires.set('a', 3);
+    t.ops.length = 0;
+    await assert.rejects(router.move('m1', 'b'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'));
+    assert.deepEqual(t.ops, ['b release handoff m1', 'a acquire m1', 'a acquire m1', 'a acquire m1']);
+    await router.close();
   });
 
   it('an owner recorded in Postgres that never beats after a restart loses its channels once the grace passes', async () => {

@@ -99,6 +99,11 @@ export interface ChatBoardsDeps {
   renders: RenderQueue;
   scheduler: RefreshScheduler;
   /**
+   * Boards handed on and not sent yet (render queue waiting + the send queue's board lane), read every tick and
+   * given to the scheduler (`setBacklog`). Unset: the scheduler sees no backlog. A read that fails leaves the last.
+   */
+  backlog?: () => Promise<number>;
+  /**
    * The bot's budget shared by every process (REDIS_URL: RedisBoardBudget).
    * Unset: the scheduler's own (this process's) budget.
    */
@@ -126,6 +131,7 @@ export class ChatBoards {
   private ticking = false;
   private readonly now: () => number;
   private readonly heldBack;
+  private readonly heldByBacklog;
   private readonly peerSub: Subscription | null = null;
   /** Cluster mode: the update_id of the last board op seen per chat (bounded: MAX_OPS_REMEMBERED, oldest forgotten). */
   private readonly lastOp = new Map<number, number>();
@@ -139,6 +145,16 @@ export class ChatBoards {
       () => d.scheduler.intervalMs,
     );
     m.gauge('crowdplay_board_chats', 'Chats with a live board', () => this.chats.size);
+    m.gauge(
+      'crowdplay_board_backlog',
+      'Boards handed on (render queue + send queue board lane) and not sent yet, as the scheduler last read it',
+      () => d.scheduler.backlog,
+    );
+    m.gauge(
+      'crowdplay_board_drain_per_s',
+      'Rate boards leave the backlog, as the scheduler estimates it, boards/s',
+      () => Math.round(d.scheduler.drainPerS * 100) / 100,
+    );
     if (d.cluster) {
       const me = d.cluster.gatewayId;
       this.peerSub = d.bus.subscribe(d.subjects.telegramBoards(), (msg) => {
@@ -151,6 +167,10 @@ export class ChatBoards {
         if (op.by !== me) this.onPeer(op);
       });
     }
+    this.heldByBacklog = m.counter(
+      'crowdplay_board_backlog_held_total',
+      'Due boards held back at a tick because BOARD_MAX_BACKLOG boards were handed on and not sent yet, boards per tick',
+    );
     this.heldBack = m.counter(
       'crowdplay_board_budget_held_total',
       'Due boards held back by the send or render budget at a tick (budget=memory: this process; redis: the bot-wide one), boards per tick',
@@ -309,6 +329,13 @@ export class ChatBoards {
     this.ticking = true;
     try {
       const budget = this.d.budget;
+      if (this.d.backlog) {
+        try {
+          this.d.scheduler.setBacklog(await this.d.backlog(), this.now());
+        } catch (err) {
+          this.d.telemetry.logger.warn({ err }, 'board backlog unreadable: the last reading stands');
+        }
+      }
       let due;
       try {
         due = budget ? await this.d.scheduler.dueFrom(budget, this.now()) : this.d.scheduler.due(this.now());
@@ -317,6 +344,7 @@ export class ChatBoards {
         return;
       }
       if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
+      if (this.d.scheduler.heldByBacklog > 0) this.heldByBacklog.add(this.d.scheduler.heldByBacklog);
       const jobs = due.map(async ({ chatId, version }) => {
         const w = this.chats.get(chatId);
         if (!w?.state) return;

@@ -14,12 +14,26 @@
  * 40-card board spends as much render budget as the ~8 four-card boards it
  * costs, and boards leave at an even pace instead of in bursts.
  *
- * The interval exported (crowdplay_board_interval_ms) is the time one pass
- * over the dirty chats takes at that pace — how stale a board may get:
+ * Downstream feedback: a board taken here is only handed on (render queue,
+ * then the send queue's board lane); when the renderers or the sender fall
+ * behind the budgets (a busy event loop, Telegram answering slowly), those
+ * queues grow and a board taken now waits there, stale, where a newer
+ * version of its chat can no longer replace it for free. So the caller
+ * reports that backlog (`setBacklog`: boards handed on and not sent yet) and
+ * at most BOARD_MAX_BACKLOG − backlog boards are taken; the rest stay dirty
+ * here, where newer states merge into one render. From successive backlog
+ * readings the scheduler estimates the rate boards actually leave
+ * (drainPerS: backlog before + handed on since − backlog now, over the time
+ * between readings, smoothed over ~5 s).
  *
+ * The interval exported (crowdplay_board_interval_ms) is the time one pass
+ * over the dirty chats and the backlog takes — how stale a board may get:
+ *
+ *   rate       = BOARD_SEND_BUDGET_PER_S while the backlog is empty,
+ *                else clamp(drainPerS, 0.5, BOARD_SEND_BUDGET_PER_S)
  *   intervalMs = max( minIntervalMs,
  *                     1000 × Σ_dirty renderMs(cards_i) ÷ BOARD_RENDER_BUDGET_MS_PER_S,
- *                     1000 × N_dirty ÷ BOARD_SEND_BUDGET_PER_S )
+ *                     1000 × (N_dirty + backlog) ÷ rate )
  *
  * The budgets are the bot's, not a process's: with REDIS_URL every gateway's
  * scheduler takes its tokens from one Redis bucket (`RedisBoardBudget`,
@@ -93,7 +107,17 @@ export interface RefreshSchedulerOptions {
   minIntervalMs: number;
   /** Render cost of a board of `cards` cards, ms (libs/board `renderCost(cards).ms`). */
   costMs: (cards: number) => number;
+  /**
+   * BOARD_MAX_BACKLOG: boards handed on and not sent yet (see `setBacklog`) beyond which no board is taken.
+   * 0 = no limit. @defaultValue 0
+   */
+  maxBacklog?: number;
 }
+
+/** Slowest drain rate the interval assumes, boards/s (a stalled sender would otherwise make it infinite). */
+const MIN_DRAIN_PER_S = 0.5;
+/** Time constant of the drain-rate average, ms. */
+const DRAIN_TAU_MS = 5_000;
 
 interface ChatEntry {
   cards: number;
@@ -111,15 +135,45 @@ export class RefreshScheduler {
   intervalMs: number;
   /** Boards that were ready at the last `due` / `dueFrom` but held back by the budgets (when they bite). */
   heldBack = 0;
+  /** Boards that were ready at the last `due` / `dueFrom` but held back because the backlog was at BOARD_MAX_BACKLOG. */
+  heldByBacklog = 0;
+  /** Boards handed on and not sent yet, as last reported (`setBacklog`). */
+  backlog = 0;
+  /** Estimated rate boards leave the backlog, boards/s (starts at the send budget). */
+  drainPerS: number;
   /** This process's budget (`due`); `dueFrom` takes another (the bot's, on Redis). */
   private readonly local: MemoryBoardBudget;
+  private handedSinceReading = 0;
+  private lastReadingMs: number | null = null;
 
   constructor(private readonly o: RefreshSchedulerOptions) {
     for (const [k, v] of Object.entries({ renderBudgetMsPerS: o.renderBudgetMsPerS, sendBudgetPerS: o.sendBudgetPerS })) {
       if (!(v > 0)) throw new RangeError(`${k} must be > 0`);
     }
+    if (o.maxBacklog !== undefined && !(Number.isInteger(o.maxBacklog) && o.maxBacklog >= 0))
+      throw new RangeError(`maxBacklog must be an integer ≥ 0, got ${o.maxBacklog}`);
     this.intervalMs = o.minIntervalMs;
+    this.drainPerS = o.sendBudgetPerS;
     this.local = new MemoryBoardBudget(o.sendBudgetPerS, o.renderBudgetMsPerS);
+  }
+
+  /**
+   * Reports the downstream backlog: boards handed on (render queue waiting + the send queue's board lane) and not
+   * sent yet, at `nowMs`. Updates the drain-rate estimate from the previous reading.
+   * @throws RangeError for a negative or non-integer count (nothing changes)
+   */
+  setBacklog(boards: number, nowMs: number): void {
+    if (!Number.isInteger(boards) || boards < 0) throw new RangeError(`backlog must be an integer ≥ 0, got ${boards}`);
+    if (this.lastReadingMs !== null && nowMs > this.lastReadingMs && (this.backlog > 0 || boards > 0)) {
+      const dt = nowMs - this.lastReadingMs;
+      const left = Math.max(0, this.backlog + this.handedSinceReading - boards);
+      const sample = (1000 * left) / dt;
+      const a = 1 - Math.exp(-dt / DRAIN_TAU_MS);
+      this.drainPerS += a * (sample - this.drainPerS);
+    }
+    this.backlog = boards;
+    this.handedSinceReading = 0;
+    this.lastReadingMs = nowMs;
   }
 
   /** Chats tracked. */
@@ -144,6 +198,7 @@ export class RefreshScheduler {
   sent(chatId: number, version: number, nowMs: number): void {
     const e = this.chats.get(chatId);
     if (!e) return;
+    this.handedSinceReading++;
     e.sentVersion = Math.max(e.sentVersion, version);
     e.lastSentMs = nowMs;
   }
@@ -165,7 +220,7 @@ export class RefreshScheduler {
    * `intervalMs`.
    */
   due(nowMs: number): Array<{ chatId: number; version: number; cards: number }> {
-    const ready = this.ready(nowMs);
+    const ready = this.roomFor(this.ready(nowMs));
     const n = this.local.takeNow(
       ready.map((r) => r.charge),
       nowMs,
@@ -180,7 +235,7 @@ export class RefreshScheduler {
    * @throws what `budget.take` throws (Redis unreachable): nothing is due then
    */
   async dueFrom(budget: BoardBudget, nowMs: number): Promise<Array<{ chatId: number; version: number; cards: number }>> {
-    const ready = this.ready(nowMs);
+    const ready = this.roomFor(this.ready(nowMs));
     this.heldBack = 0;
     if (ready.length === 0) return [];
     const n = await budget.take(
@@ -189,6 +244,14 @@ export class RefreshScheduler {
     );
     this.heldBack = ready.length - n;
     return ready.slice(0, n).map(({ charge: _, ...d }) => d);
+  }
+
+  /** The first of `ready` that fit under BOARD_MAX_BACKLOG; sets `heldByBacklog` to the rest. */
+  private roomFor<T>(ready: T[]): T[] {
+    const max = this.o.maxBacklog ?? 0;
+    const room = max === 0 ? ready.length : Math.max(0, max - this.backlog);
+    this.heldByBacklog = Math.max(0, ready.length - room);
+    return this.heldByBacklog > 0 ? ready.slice(0, room) : ready;
   }
 
   /** The chats that may go now (dirty, past minIntervalMs), oldest change first, with their render charges; updates `intervalMs`. */
@@ -203,7 +266,8 @@ export class RefreshScheduler {
       costMs += cost;
       if (nowMs - e.lastSentMs >= this.o.minIntervalMs) ready.push({ chatId, e, cost });
     }
-    const raw = Math.max(this.o.minIntervalMs, (1000 * costMs) / this.o.renderBudgetMsPerS, (1000 * dirty) / this.o.sendBudgetPerS);
+    const rate = this.backlog > 0 ? Math.min(this.o.sendBudgetPerS, Math.max(MIN_DRAIN_PER_S, this.drainPerS)) : this.o.sendBudgetPerS;
+    const raw = Math.max(this.o.minIntervalMs, (1000 * costMs) / this.o.renderBudgetMsPerS, (1000 * (dirty + this.backlog)) / rate);
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);
     ready.sort((a, b) => a.e.dirtySinceMs - b.e.dirtySinceMs);

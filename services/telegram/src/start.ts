@@ -187,6 +187,7 @@ export async function startTelegram(deps: {
     sendBudgetPerS: config.board.sendBudgetPerS,
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
+    maxBacklog: config.board.maxBacklog,
   });
   // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).
   const budget = config.redis.url
@@ -203,6 +204,8 @@ export async function startTelegram(deps: {
     client,
     renders,
     scheduler,
+    // Boards handed on and not sent yet: waiting to render, and in the send queue's board lane (both bot-wide on Redis).
+    backlog: async () => renders.stats().queued + (await queue.depth()).board,
     ...(budget ? { budget } : {}),
     // With REDIS_URL several gateways take the webhook: one of them holds each chat's board (docs/telegram.md).
     ...(config.redis.url ? { cluster: { gatewayId: deps.gatewayId ?? `${hostname()}-${process.pid}` } } : {}),

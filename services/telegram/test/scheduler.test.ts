@@ -89,3 +89,45 @@ test('scheduler - boards leave at the budgets’ pace, oldest change first, each
     [2],
   );
 });
+
+test('scheduler - backlog: at most BOARD_MAX_BACKLOG boards handed on; the rest stay dirty, and the interval counts the backlog at its drain rate', () => {
+  // 10 sends/s, a generous render budget, at most 5 boards handed on and not sent.
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost, maxBacklog: 5 });
+  for (let c = 1; c <= 40; c++) s.changed(c, 1, 4, c);
+  s.setBacklog(3, 0);
+  const first = s.due(0);
+  assert.deepEqual(
+    first.map((d) => d.chatId),
+    [1, 2],
+    'room for 5 − 3 = 2 boards, the oldest changes',
+  );
+  assert.equal(s.heldByBacklog, 38);
+  for (const d of first) s.sent(d.chatId, d.version, 0);
+  // One second later the downstream sent only 2 of the 5: it drains at ~2/s, not the budget's 10/s.
+  s.setBacklog(3, 1_000);
+  assert.ok(s.drainPerS < 10 && s.drainPerS > 2, `drain estimate moves from 10/s toward 2/s: ${s.drainPerS}`);
+  for (let t = 2_000; t <= 20_000; t += 1_000) s.setBacklog(5, t); // stalled at the cap: nothing leaves
+  assert.deepEqual(s.due(20_000), [], 'at the cap nothing is taken');
+  assert.equal(s.heldByBacklog, 38);
+  // 38 dirty + 5 handed on at the slowest assumed rate (0.5/s) = 86 s: the interval says how stale a board may get.
+  assert.equal(s.intervalMs, 86_000);
+  // The downstream catches up: the backlog empties, the interval returns to the budget's pace (38 dirty / 10/s, min 3 s).
+  s.setBacklog(0, 21_000);
+  assert.equal(s.due(21_000).length, 5);
+  assert.equal(s.intervalMs, 3_800);
+});
+
+test('scheduler - backlog: no limit with maxBacklog 0; bad counts and settings are refused and change nothing', () => {
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost, maxBacklog: 0 });
+  for (let c = 1; c <= 8; c++) s.changed(c, 1, 4, c);
+  s.setBacklog(1_000, 0);
+  assert.equal(s.due(0).length, 8);
+  assert.equal(s.heldByBacklog, 0);
+  assert.throws(() => s.setBacklog(-1, 1_000), RangeError);
+  assert.throws(() => s.setBacklog(1.5, 1_000), RangeError);
+  assert.equal(s.backlog, 1_000, 'the last good reading stands');
+  assert.throws(
+    () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost, maxBacklog: -1 }),
+    RangeError,
+  );
+});

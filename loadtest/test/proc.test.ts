@@ -1,0 +1,52 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { parseWatchPid, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
+
+test('parseWatchPid - name=pid, anything else throws naming the flag', () => {
+  assert.deepEqual(parseWatchPid('shard-1=1234'), { name: 'shard-1', pid: 1234 });
+  for (const bad of ['', 'shard', '=12', 'shard=', 'shard=0', 'shard=-3', 'shard=1.5', 'sh ard=12', 'a=b', 'shard=12=13']) {
+    assert.throws(
+      () => parseWatchPid(bad),
+      (err: unknown) => err instanceof Error && err.message.includes('--watch-pid'),
+      bad,
+    );
+  }
+});
+
+test('ProcessWatch - CPU and RSS of a busy process; nulls for one that is gone', async () => {
+  // a child that holds ~64 MB, says so, then burns CPU until killed
+  const child = spawn(
+    process.execPath,
+    [
+      '-e',
+      "const keep = Array.from({ length: 64 }, () => Buffer.alloc(1 << 20, 1)); process.stdout.write('go'); for (;;) keep.push(keep.shift());",
+    ],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
+  const exited = new Promise((r) => child.once('exit', r));
+  await new Promise((r) => child.stdout.once('data', r));
+  const dead = 2 ** 22 + 12_345; // above the default pid_max: never a live process
+  const watch = new ProcessWatch(
+    [
+      { name: 'busy', pid: child.pid! },
+      { name: 'gone', pid: dead },
+    ],
+    100,
+  );
+  watch.start();
+  await new Promise((r) => setTimeout(r, 1_000));
+  const [busy, gone] = watch.stop();
+  child.kill('SIGKILL');
+  await exited;
+  assert.ok(busy && gone);
+  assert.equal(busy.name, 'busy');
+  // no latency or share asserted (a loaded machine may give it little): only that its CPU time moved
+  assert.ok(busy.cpuPct !== null && busy.cpuPct > 0 && busy.cpuMs !== null && busy.cpuMs > 0, `busy cpu ${busy.cpuPct}`);
+  assert.ok(busy.rssStartBytes !== null && busy.rssStartBytes > 40 * 1_048_576, `busy start ${busy.rssStartBytes}`);
+  assert.ok(busy.rssPeakBytes !== null && busy.rssPeakBytes > 40 * 1_048_576, `busy peak ${busy.rssPeakBytes}`);
+  assert.deepEqual([gone.cpuPct, gone.cpuMs, gone.rssStartBytes, gone.rssEndBytes, gone.rssPeakBytes], [null, null, null, null, null]);
+  assert.equal(processRssBytes(dead), null);
+  const own = processRssBytes(process.pid);
+  assert.ok(own !== null && own > 10_000_000);
+});

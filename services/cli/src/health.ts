@@ -1,0 +1,145 @@
+/**
+ * Health of a `crowdplay service` process that runs no gateway (router,
+ * crowd-engine, sequencer, telegram-sender, board-renderer): a small HTTP
+ * server on `HOST:HEALTH_PORT` for orchestrators (k8s probes) and
+ * Prometheus, and the process's run-until-signal lifecycle that drives it.
+ * A gateway serves the same routes itself on PORT (services/gateway/src/http.ts).
+ *
+ * - `GET /healthz` → 200 `{status:'ok'}` while the process runs (starting and draining included: liveness).
+ * - `GET /readyz` → 200 `{ready:true}` once the services started, 503 `{ready:false, state}` before, and from the
+ *   moment a drain starts (the first SIGTERM / SIGINT), so an orchestrator stops counting on it at once.
+ * - `GET /metrics` → Prometheus text of the process's telemetry (503 until started).
+ * - anything else → 404.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Config } from '@crowdplay/config';
+import type { Running } from './compose.ts';
+
+/** `starting` (not serving yet) → `ready` → `draining` (a signal arrived; never goes back). */
+export type HealthState = 'starting' | 'ready' | 'draining';
+
+/** The health server of one process. */
+export interface HealthServer {
+  /** The port it listens on (the one asked, or the one picked for 0). */
+  readonly port: number;
+  readonly state: HealthState;
+  /** Services started: /readyz 200, /metrics served by `metrics`. Ignored once draining. */
+  setReady(metrics: () => Promise<string>): void;
+  /** A drain started: /readyz 503 from now on (/healthz stays 200). */
+  setDraining(): void;
+  close(): Promise<void>;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const PROMETHEUS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/**
+ * Starts the health server on `host:port` (`port` 0 = any free port, for tests).
+ * @throws (rejects) on a listen error (EADDRINUSE, EACCES)
+ */
+export async function startHealthServer(o: { host: string; port: number }): Promise<HealthServer> {
+  let state: HealthState = 'starting';
+  let metrics: (() => Promise<string>) | undefined;
+  const server = createServer((req, res) => {
+    const send = (status: number, type: string, body: string): void => {
+      res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' }).end(body);
+    };
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, JSON_TYPE, JSON.stringify({ error: 'method not allowed' }));
+    if (path === '/healthz') return send(200, JSON_TYPE, JSON.stringify({ status: 'ok' }));
+    if (path === '/readyz')
+      return state === 'ready'
+        ? send(200, JSON_TYPE, JSON.stringify({ ready: true }))
+        : send(503, JSON_TYPE, JSON.stringify({ ready: false, state }));
+    if (path === '/metrics') {
+      if (!metrics) return send(503, JSON_TYPE, JSON.stringify({ error: 'starting' }));
+      metrics().then(
+        (text) => send(200, PROMETHEUS_TYPE, text),
+        () => send(500, JSON_TYPE, JSON.stringify({ error: 'metrics failed' })),
+      );
+      return;
+    }
+    send(404, JSON_TYPE, JSON.stringify({ error: 'not found' }));
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    get state() {
+      return state;
+    },
+    setReady(m) {
+      metrics = m;
+      if (state === 'starting') state = 'ready';
+    },
+    setDraining() {
+      state = 'draining';
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** What {@link runUntilSignal} needs from the process (tests pass fakes). */
+export interface ProcessLike {
+  on(signal: 'SIGTERM' | 'SIGINT', listener: (sig: NodeJS.Signals) => void): unknown;
+  exit(code: number): void;
+}
+
+/**
+ * Starts the services (`start`), logs `ready` (what `crowdplay cluster` and the tests wait for), and on the first
+ * SIGTERM / SIGINT turns `health` (if any) to draining, then drains (`Running.stop()`): exit 0 when it finishes,
+ * 1 when it fails or passes SHUTDOWN_DEADLINE_MS (`config.gateway.shutdownMs`); a second signal exits 130 at once.
+ * @returns the running services, once started
+ * @throws whatever `start` throws (the health server, if any, is closed first)
+ */
+export async function runUntilSignal(
+  config: Config,
+  start: () => Promise<Running>,
+  o: { health?: HealthServer; proc?: ProcessLike } = {},
+): Promise<Running> {
+  const proc: ProcessLike = o.proc ?? process;
+  let running: Running;
+  try {
+    running = await start();
+  } catch (err) {
+    await o.health?.close();
+    throw err;
+  }
+  o.health?.setReady(() => running.telemetry.metrics.prometheusText());
+  running.telemetry.logger.info({ port: running.port, healthPort: o.health?.port }, 'ready');
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals): void => {
+    if (++signals > 1) return proc.exit(130); // a second signal: exit at once
+    o.health?.setDraining(); // before anything else: readiness is false from the first moment of the drain
+    running.telemetry.logger.info({ signal: sig }, 'draining');
+    const deadline = setTimeout(() => {
+      running.telemetry.logger.error({ shutdownMs: config.gateway.shutdownMs }, 'drain passed SHUTDOWN_DEADLINE_MS: exiting');
+      proc.exit(1);
+    }, config.gateway.shutdownMs);
+    deadline.unref();
+    running.stop().then(
+      () => {
+        clearTimeout(deadline);
+        proc.exit(0);
+      },
+      () => {
+        clearTimeout(deadline);
+        proc.exit(1);
+      },
+    );
+  };
+  proc.on('SIGTERM', onSignal);
+  proc.on('SIGINT', onSignal);
+  return running;
+}
