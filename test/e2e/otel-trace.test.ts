@@ -8,7 +8,8 @@
  *   gateway  crowdplay.intent_batch.publish     child of the intent, LINKS it
  *   shard    crowdplay.intent_batch.process     child of the publish (traceparent in the NATS headers)
  *   gateway  crowdplay.ack_batch.deliver        child of the shard span (traceparent in the AckBatch's headers)
- * all in one trace, from two processes with their own service.name.
+ * all in one trace, from two processes with their own service.name. Two
+ * intents in one micro-batch: the batch span links both (two traces).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -128,5 +129,26 @@ describe('OpenTelemetry: one trace for a viewer intent, gateway → NATS → sha
       !stub.spans.some((s) => /\/(metrics|readyz|healthz)/.test(String(s.attributes['url.path'] ?? s.attributes['http.target'] ?? ''))),
     );
     await until(() => stub.metrics.get('crowdplay-gateway')?.has('crowdplay_connections_opened_total'), 'the gateway’s OTLP metric push');
+
+    // Intents in one micro-batch (INTENT_BATCH_MS=20; three sent at once, again if the timer split them): one trace each,
+    // the batch span in the first one's trace, linking every one.
+    const linked = (): { batch: StubSpan; intents: StubSpan[] } | undefined => {
+      for (const batch of stub.spans.filter((s) => s.name === 'crowdplay.intent_batch.publish' && s.links.length >= 2)) {
+        const intents = batch.links.map((l) => stub.spans.find((s) => s.name === 'crowdplay.intent' && s.spanId === l.spanId));
+        if (intents.every((i) => i !== undefined)) return { batch, intents: intents as StubSpan[] };
+      }
+      return undefined;
+    };
+    for (let attempt = 0; attempt < 5 && !linked(); attempt++) {
+      const acks = await Promise.all([viewer.act('cheer'), viewer.act('cheer'), viewer.act('cheer')]);
+      assert.ok(acks.every((a) => a.ok));
+      await until(linked, 'a batch span linking two intents', 3_000).catch(() => undefined);
+    }
+    const shared = linked();
+    assert.ok(shared, 'a batch span linking the intents it carries');
+    assert.equal(shared.batch.attributes['messaging.batch.message_count'], shared.intents.length);
+    assert.equal(new Set(shared.intents.map((i) => i.traceId)).size, shared.intents.length, 'each intent has its own trace');
+    assert.equal(shared.batch.traceId, shared.intents[0]!.traceId, 'the batch continues the first intent’s trace');
+    assert.equal(shared.batch.parentSpanId, shared.intents[0]!.spanId);
   });
 });
