@@ -9,6 +9,7 @@ import {
   type Subscription,
 } from './bus.ts';
 import { checkTimeoutMs, oncePerSubjectReporter, safeReport, type BusErrorReporter } from './internal.ts';
+import { publishHeaders, runInContext } from './trace-context.ts';
 
 /** Options of {@link InProcessBus}. */
 export interface InProcessBusOptions {
@@ -194,8 +195,10 @@ export class InProcessBus implements Bus {
     return out;
   }
 
-  private deliver(subject: string, data: Uint8Array, headers: Headers | undefined, reply: string | undefined): void {
+  private deliver(subject: string, data: Uint8Array, given: Headers | undefined, reply: string | undefined): void {
     if (this.closed) return;
+    // As on NATS: the publisher's active span travels in the headers, and the handler runs in that context only.
+    const headers = publishHeaders(given);
     const subs = this.matching(subject);
     if (subs.length === 0) return;
     // Queue groups: one member per group, round robin.
@@ -229,7 +232,7 @@ export class InProcessBus implements Bus {
       for (const s of targets) {
         if (!s.active) continue;
         try {
-          s.handler(msg);
+          runInContext(s.handler, msg);
         } catch (err) {
           safeReport(this.onError, err, subject);
         }

@@ -3,3 +3,4 @@ export * from './subjects.ts';
 export * from './in-process-bus.ts';
 export * from './nats-bus.ts';
 export * from './open.ts';
+export * from './trace-context.ts';

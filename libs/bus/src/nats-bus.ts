@@ -21,6 +21,7 @@ import {
   type Subscription,
 } from './bus.ts';
 import { checkTimeoutMs, oncePerSubjectReporter, safeReport, type BusErrorReporter } from './internal.ts';
+import { publishHeaders, runInContext } from './trace-context.ts';
 
 /** Options of {@link connectNatsBus}. */
 export interface NatsBusOptions {
@@ -75,7 +76,7 @@ function toRecord(h: MsgHdrs): Headers {
   return out;
 }
 
-/** Plain record → NATS headers; `undefined` when there is none (no header block on the wire). */
+/** Plain record → NATS headers; `undefined` when there is none (no header block on the wire). The active span's trace context is added by the callers (publishHeaders). */
 function toNats(h: Headers | undefined): MsgHdrs | undefined {
   if (h === undefined) return undefined;
   let out: MsgHdrs | undefined;
@@ -148,7 +149,7 @@ export class NatsBus implements Bus {
   publish(subject: string, data: Uint8Array, opts?: { headers?: Headers }): void {
     if (this.closing) return;
     try {
-      this.nc.publish(subject, data, { headers: toNats(opts?.headers) });
+      this.nc.publish(subject, data, { headers: toNats(publishHeaders(opts?.headers)) });
     } catch (err) {
       if (isClosedError(err)) return; // at most once: dropped after close
       throw err;
@@ -169,7 +170,7 @@ export class NatsBus implements Bus {
           }
           if (!active) return;
           try {
-            handler(new NatsBusMessage(msg, this));
+            runInContext(handler, new NatsBusMessage(msg, this));
           } catch (e) {
             safeReport(this.onError, e, msg.subject);
           }
@@ -212,7 +213,7 @@ export class NatsBus implements Bus {
     checkTimeoutMs(opts.timeoutMs);
     if (this.closing || this.draining) throw new BusError('closed', 'bus is closed');
     try {
-      const msg = await this.nc.request(subject, data, { timeout: opts.timeoutMs, headers: toNats(opts.headers) });
+      const msg = await this.nc.request(subject, data, { timeout: opts.timeoutMs, headers: toNats(publishHeaders(opts.headers)) });
       return new NatsBusMessage(msg, this);
     } catch (err) {
       throw this.mapRequestError(err, subject, opts.timeoutMs);

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { DelayedError, Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
+import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import { systemClock, type Clock } from './clock.ts';
 import { QueueCounters } from './counters.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
@@ -49,6 +50,8 @@ interface JobData<P> {
   /** Calls answered 429 (the job went back to the front). */
   r429: number;
   enqueuedAtMs: number;
+  /** W3C trace context of the span that enqueued the job (`traceparent`), when tracing is on and one was active. */
+  tc?: Record<string, string>;
 }
 
 /** The frozen view of a job that `send` and `onSettled` get. */
@@ -240,6 +243,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       r429: 0,
       enqueuedAtMs: this.clock.now(),
     };
+    const tc = tracingOn() ? traceCarrier() : undefined;
+    if (tc !== undefined) data.tc = tc;
     let resolve!: (r: JobResult) => void;
     const result = new Promise<JobResult>((r) => (resolve = r));
     this.pending.set(id, resolve);
@@ -373,7 +378,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     this.send = send;
     this.workerConn = new Redis(this.opts.redisUrl, { maxRetriesPerRequest: null });
     this.workerConn.on('error', (err) => this.onError(err, 'redis (bullmq worker)'));
-    this.worker = new Worker(this.keys.queueName, (job: Job<JobData<P>>, token?: string) => this.process(job, token ?? ''), {
+    this.worker = new Worker(this.keys.queueName, (job: Job<JobData<P>>, token?: string) => this.processTraced(job, token ?? ''), {
       connection: this.workerConn,
       prefix: this.keys.bullPrefix,
       concurrency: this.o.concurrency,
@@ -422,6 +427,20 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     const t = setTimeout(fire, realMs);
     t.unref();
     this.kickTimers.add(t);
+  }
+
+  /** `process`, inside a `crowdplay.send_job.process` span continuing the enqueuer's trace when tracing is on. */
+  private processTraced(job: Job<JobData<P>>, token: string): Promise<JobResult> {
+    if (!tracingOn()) return this.process(job, token);
+    const d = job.data;
+    return withSpan(
+      'crowdplay.send_job.process',
+      {
+        carrier: d.tc,
+        attributes: { 'messaging.system': 'bullmq', 'crowdplay.lane': d.lane, 'crowdplay.chat': d.chatId, 'crowdplay.job': job.id ?? '' },
+      },
+      () => this.process(job, token),
+    );
   }
 
   private async process(job: Job<JobData<P>>, token: string): Promise<JobResult> {
@@ -585,6 +604,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   /** Ends a job: drops its bookkeeping, tells the enqueuing process (pub/sub) and this one. */
   private async finish(id: string, d: JobData<P>, result: JobResult): Promise<JobResult> {
     const k = this.keys;
+    this.counters.settled(d.lane, result.status, this.clock.now() - d.enqueuedAtMs);
     await this.redis
       .multi()
       .zrem(k.chatJobs(d.chatId), id)

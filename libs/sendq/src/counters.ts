@@ -26,6 +26,7 @@ function emptyStats(): SendQueueStats {
 }
 
 type Counter = ReturnType<Metrics['counter']>;
+type Histogram = ReturnType<Metrics['latencyMs']>;
 
 interface Instruments {
   sends: Counter;
@@ -36,6 +37,7 @@ interface Instruments {
   failed: Counter;
   refused: Counter;
   bucketWaits: Counter;
+  jobMs: Histogram;
 }
 
 /**
@@ -43,7 +45,7 @@ interface Instruments {
  * is given, exported as `crowdplay_sendq_*`:
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
- * bucket_waits_total{limit}, and the gauge depth{lane}.
+ * bucket_waits_total{limit}, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
@@ -66,6 +68,10 @@ export class QueueCounters {
       bucketWaits: metrics.counter(
         'crowdplay_sendq_bucket_waits_total',
         'Bucket takes refused, by the limit that refused (pause, bot, group, chat)',
+      ),
+      jobMs: metrics.latencyMs(
+        'crowdplay_sendq_job_ms',
+        'Send job enqueued → settled (queue wait, bucket waits, 429 pauses and the Bot API call), ms, by lane and status (sent, superseded, dropped, failed, …)',
       ),
     };
     metrics.gauge('crowdplay_sendq_depth', 'Jobs queued in the send queue (not started), by lane', () => {
@@ -109,6 +115,11 @@ export class QueueCounters {
     this.stats.refused[reason]++;
     this.m?.refused.add(1, { reason });
     this.refusals?.refuse('sendq', REFUSAL_CODES[reason], { chatId });
+  }
+
+  /** A job settled `ms` after it was enqueued (its time in the queue and its call). */
+  settled(lane: Lane, status: string, ms: number): void {
+    this.m?.jobMs.record(Math.max(0, ms), { lane, status });
   }
 
   bucketWait(limit: LimitName): void {

@@ -604,6 +604,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   private settle(job: QJob<P>, result: JobResult): void {
     if (job.settled) return;
     job.settled = true;
+    this.counters.settled(job.lane, result.status, this.clock.now() - job.enqueuedAtMs);
     job.resolve(result);
     if (this.onSettled === undefined) return;
     try {

@@ -42,23 +42,48 @@ export function mapPgError(err: unknown): unknown {
   return err;
 }
 
-/** Real Postgres through a pg Pool. */
+/**
+ * Real Postgres through a pg Pool. Every query and transaction takes its
+ * connection with `pool.connect()` (as `pool.query` does), so the time spent
+ * waiting for a free connection (DATABASE_POOL_MAX biting) is measured and
+ * reported to `onWait` (ms), and `pool.waitingCount` shows the queue.
+ */
 export class PgDb implements Db {
   readonly kind = 'postgres';
   private closed = false;
+  /** Called with each connection wait, ms (crowdplay_pg_pool_wait_ms); set by the process's wiring. */
+  onWait: ((ms: number) => void) | undefined = undefined;
   constructor(readonly pool: pg.Pool) {}
 
-  async query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+  /** A pooled connection, its wait reported to `onWait`. @throws the pool's error (mapped) */
+  private async connect(): Promise<pg.PoolClient> {
+    const t0 = performance.now();
+    let client: pg.PoolClient;
     try {
-      const r = await this.pool.query(sql, params);
-      return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
+      client = await this.pool.connect();
     } catch (err) {
       throw mapPgError(err);
     }
+    this.onWait?.(performance.now() - t0);
+    return client;
+  }
+
+  async query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
+    const client = await this.connect();
+    let r;
+    try {
+      r = await client.query(sql, params);
+    } catch (err) {
+      // As pg-pool's own query(): a connection that saw an error is discarded.
+      client.release(err as Error);
+      throw mapPgError(err);
+    }
+    client.release();
+    return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
   }
 
   async tx<T>(fn: (q: Queryable) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
+    const client = await this.connect();
     const q: Queryable = {
       query: async <R>(sql: string, params?: unknown[]) => {
         const r = await client.query(sql, params);

@@ -2,3 +2,4 @@ export * from './logger.ts';
 export * from './metrics.ts';
 export * from './refusals.ts';
 export * from './telemetry.ts';
+export * from './tracing.ts';

@@ -1,5 +1,6 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import { MeterProvider } from '@opentelemetry/sdk-metrics';
+import { MeterProvider, PeriodicExportingMetricReader, type IMetricReader, type PushMetricExporter } from '@opentelemetry/sdk-metrics';
+import type { Resource } from '@opentelemetry/resources';
 import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import type { Attributes, Counter, Histogram, Meter, ObservableGauge, UpDownCounter } from '@opentelemetry/api';
 
@@ -21,9 +22,24 @@ export class Metrics {
   private readonly loopDelay: IntervalHistogram;
   private closed = false;
 
-  constructor(opts: { service: string }) {
+  /**
+   * @param opts.push an OTLP (or console) exporter the metrics are also pushed to every `pushIntervalMs`
+   *   (OTEL_METRICS_EXPORTER, OTEL_METRIC_EXPORT_INTERVAL); `resource` names the process in those pushes
+   */
+  constructor(opts: { service: string; push?: PushMetricExporter; pushIntervalMs?: number; resource?: Resource }) {
     this.exporter = new PrometheusExporter({ preventServerStart: true });
-    this.provider = new MeterProvider({ readers: [this.exporter] });
+    const readers: IMetricReader[] = [this.exporter];
+    if (opts.push) {
+      const interval = opts.pushIntervalMs ?? 60_000;
+      readers.push(
+        new PeriodicExportingMetricReader({
+          exporter: opts.push,
+          exportIntervalMillis: interval,
+          exportTimeoutMillis: Math.min(interval, 30_000),
+        }),
+      );
+    }
+    this.provider = new MeterProvider({ readers, ...(opts.resource ? { resource: opts.resource } : {}) });
     this.meter = this.provider.getMeter(`crowdplay.${opts.service}`);
     // Event-loop lag: the first thing a saturated Node process shows.
     this.loopDelay = monitorEventLoopDelay({ resolution: 10 });

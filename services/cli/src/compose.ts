@@ -12,7 +12,7 @@ import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
 import { CachingRouter, Router, RouterClient } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
-import { openStore, type Store } from '@crowdplay/store';
+import { openStore, PgDb, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { startBoardRenderer, startTelegram, startTelegramSender, type TelegramPart } from '@crowdplay/telegram-service';
 
@@ -47,11 +47,39 @@ interface Parts {
   routerCache?: CachingRouter;
 }
 
+/**
+ * The pg pool's metrics: crowdplay_pg_pool{state} (waiting: queries waiting for a connection, total, idle)
+ * and crowdplay_pg_pool_wait_ms (each wait for a connection). Waiting above 0 for long means
+ * DATABASE_POOL_MAX (or Postgres) is the limit.
+ */
+function observePool(db: PgDb, telemetry: Telemetry): void {
+  const wait = telemetry.metrics.latencyMs(
+    'crowdplay_pg_pool_wait_ms',
+    'Wait for a free pg pool connection before a query or transaction, ms',
+  );
+  db.onWait = (ms) => wait.record(ms);
+  telemetry.metrics.gauge(
+    'crowdplay_pg_pool',
+    'pg pool connections by state: total, idle, and waiting (queries queued for a connection: DATABASE_POOL_MAX biting)',
+    () => [
+      [db.pool.waitingCount, { state: 'waiting' }],
+      [db.pool.totalCount, { state: 'total' }],
+      [db.pool.idleCount, { state: 'idle' }],
+    ],
+  );
+}
+
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
-  const telemetry = createTelemetry({ service, level: config.log.level, refusalLogIntervalMs: config.log.refusalLogIntervalMs });
+  const telemetry = createTelemetry({
+    service,
+    level: config.log.level,
+    refusalLogIntervalMs: config.log.refusalLogIntervalMs,
+    otel: config.otel,
+  });
   const { logger } = telemetry;
   const t0 = Date.now();
   const store = await openStore({ ...config.db, log: (msg) => logger.debug({ msg }, 'migration') });
+  if (store.db instanceof PgDb) observePool(store.db, telemetry);
   logger.info(
     { store: store.kind, schema: config.db.schema, ms: Date.now() - t0 },
     store.kind === 'pglite' ? 'store: embedded PGlite (one session)' : 'store: PostgreSQL',

@@ -24,7 +24,8 @@ import {
 } from '@crowdplay/protocol';
 import type { Ledger } from '@crowdplay/ledger';
 import type { Store } from '@crowdplay/store';
-import type { Telemetry } from '@crowdplay/telemetry';
+import { tracer, tracingOn, type Telemetry } from '@crowdplay/telemetry';
+import { context, SpanKind, trace } from '@opentelemetry/api';
 import type { Counter, Histogram } from '@opentelemetry/api';
 import type { AbsorbCounts, ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest } from './api.ts';
 import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
@@ -490,6 +491,26 @@ export class Shard {
   // ------------------------------------------------------------------ hot path
 
   private onIntents(o: Owned, msg: BusMessage): void {
+    if (!tracingOn() || trace.getSpan(context.active()) === undefined) {
+      this.takeIntents(o, msg);
+      return;
+    }
+    // Traced (the batch carries a traceparent; join-only batches do not): a child of the gateway's batch publish span (the bus runs this handler in the context of the
+    // message's traceparent); the AckBatch published inside carries this span's context back to the gateway.
+    tracer().startActiveSpan(
+      'crowdplay.intent_batch.process',
+      { kind: SpanKind.CONSUMER, attributes: { 'crowdplay.channel': o.rt.id, 'crowdplay.shard': this.id, 'crowdplay.epoch': o.epoch } },
+      (span) => {
+        try {
+          this.takeIntents(o, msg);
+        } finally {
+          span.end();
+        }
+      },
+    );
+  }
+
+  private takeIntents(o: Owned, msg: BusMessage): void {
     let batch: IntentBatch;
     try {
       batch = decodeJson<IntentBatch>(msg.data);

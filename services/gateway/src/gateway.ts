@@ -61,7 +61,8 @@ import {
 import type { Config } from '@crowdplay/config';
 import { decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import type { Store } from '@crowdplay/store';
-import type { Logger, Telemetry } from '@crowdplay/telemetry';
+import { tracer, tracingOn, type Logger, type Telemetry } from '@crowdplay/telemetry';
+import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import { addressKey, KeyedLimiter } from '@crowdplay/ratelimit';
 import type { RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
@@ -378,7 +379,22 @@ class GatewayImpl implements Gateway {
 
   private async start(): Promise<{ port: number }> {
     if (this.lifecycle !== 'created') throw new Error(`gateway cannot listen: it is ${this.lifecycle}`);
-    this.ackSub = this.bus.subscribe(this.subjects.gatewayAcks(this.id), (msg) => this.onAcks(msg.data));
+    this.ackSub = this.bus.subscribe(this.subjects.gatewayAcks(this.id), (msg) => {
+      // Traced: the shard's span (in the message's headers) is the parent; the loop from the intent closes here.
+      if (tracingOn() && trace.getSpan(context.active()) !== undefined) {
+        tracer().startActiveSpan(
+          'crowdplay.ack_batch.deliver',
+          { kind: SpanKind.CONSUMER, attributes: { 'crowdplay.gateway': this.id } },
+          (span) => {
+            try {
+              this.onAcks(msg.data, span);
+            } finally {
+              span.end();
+            }
+          },
+        );
+      } else this.onAcks(msg.data);
+    });
     this.creditSub = this.bus.subscribe(this.subjects.walletCredits(), (msg) => this.onCredit(msg.data));
     const { host, port } = this.config.http;
     await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
@@ -470,6 +486,7 @@ class GatewayImpl implements Gateway {
     }
     const address = req.socket.remoteAddress ?? '';
     if (this.lifecycle !== 'ready') {
+      this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_DRAINING' });
       this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_DRAINING', { address });
       rejectUpgrade(socket, 503, 'CP_ERR_LIMIT_DRAINING', formatMessage('CP_ERR_LIMIT_DRAINING', []));
       return;
@@ -482,6 +499,7 @@ class GatewayImpl implements Gateway {
     }
     const decision = this.connLimiter.take(key);
     if (!decision.allowed) {
+      this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_CONNECTION_RATE' });
       this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_CONNECTION_RATE', { address: key });
       rejectUpgrade(socket, 429, 'CP_ERR_LIMIT_CONNECTION_RATE', formatMessage('CP_ERR_LIMIT_CONNECTION_RATE', []), {
         'Retry-After': String(Math.max(1, Math.ceil(decision.retryAfterMs / 1_000))),
@@ -489,6 +507,7 @@ class GatewayImpl implements Gateway {
       return;
     }
     if (this.conns.size >= this.config.gateway.maxConnections) {
+      this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_MAX_CONNECTIONS' });
       this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_MAX_CONNECTIONS', { address: key, sockets: this.conns.size });
       rejectUpgrade(
         socket,
@@ -560,6 +579,7 @@ class GatewayImpl implements Gateway {
       if (e.code === 'CP_ERR_INTERNAL') this.logger.error({ err, channel: conn.channel, role: conn.role }, 'connection setup failed');
       else this.refuse(e.code, conn);
       if (conn.state === 'auth') {
+        this.metrics.connectionsRefused.add(1, { reason: e.code });
         const closeCode = e.closeCode ?? (e.code === 'CP_ERR_PROTO_INVALID' ? CloseCode.protocolViolation : CloseCode.internal);
         this.end(conn, e.code, e.message, closeCode);
       }
@@ -762,20 +782,48 @@ class GatewayImpl implements Gateway {
   }
 
   private onCrowdText(conn: Conn, text: string): void {
+    if (tracingOn()) {
+      this.onCrowdTextTraced(conn, text);
+      return;
+    }
+    this.takeCrowdText(conn, text, undefined);
+  }
+
+  /**
+   * One crowd frame inside its `crowdplay.intent` span (a new trace; tracing on only). The span ends
+   * once the intent is in its micro-batch (or refused); the batch's publish span links it.
+   */
+  private onCrowdTextTraced(conn: Conn, text: string): void {
+    const span = tracer().startSpan('crowdplay.intent', {
+      kind: SpanKind.SERVER,
+      attributes: { 'crowdplay.channel': conn.channel, 'crowdplay.gateway': this.id, 'crowdplay.conn': conn.id },
+    });
+    try {
+      context.with(trace.setSpan(context.active(), span), () => this.takeCrowdText(conn, text, span));
+    } finally {
+      span.end();
+    }
+  }
+
+  private takeCrowdText(conn: Conn, text: string, span: Span | undefined): void {
     let msg;
     try {
       msg = parseInbound('crowd', text);
     } catch (err) {
+      span?.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof CrowdplayError ? err.code : 'CP_ERR_PROTO_MALFORMED' });
       this.protocolError(conn, err, text);
       return;
     }
+    span?.setAttributes({ 'crowdplay.frame': msg.t, 'crowdplay.seq': msg.seq });
     if (this.intakeClosed) {
+      span?.setStatus({ code: SpanStatusCode.ERROR, message: 'CP_ERR_LIMIT_DRAINING' });
       this.refuse('CP_ERR_LIMIT_DRAINING', conn);
       conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_LIMIT_DRAINING'));
       return;
     }
     const decision = this.intentLimiter.take(`${conn.tenantId}|${conn.viewer}`);
     if (!decision.allowed) {
+      span?.setStatus({ code: SpanStatusCode.ERROR, message: 'CP_ERR_INTENT_RATE_LIMITED' });
       this.refuse('CP_ERR_INTENT_RATE_LIMITED', conn);
       conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_INTENT_RATE_LIMITED'));
       return;
@@ -790,7 +838,7 @@ class GatewayImpl implements Gateway {
     } else {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: '', trade: busTrade(msg), at: Date.now() };
     }
-    this.batcher.add(conn.channel, intent);
+    this.batcher.add(conn.channel, intent, span?.spanContext());
   }
 
   private onGameText(conn: Conn, text: string): void {
@@ -885,7 +933,7 @@ class GatewayImpl implements Gateway {
 
   // ------------------------------------------------------------------ outbound
 
-  private onAcks(data: Uint8Array): void {
+  private onAcks(data: Uint8Array, span?: Span): void {
     let batch: AckBatch;
     try {
       batch = decodeJson<AckBatch>(data);
@@ -894,6 +942,7 @@ class GatewayImpl implements Gateway {
       return;
     }
     if (Array.isArray(batch.acks)) {
+      span?.setAttribute('messaging.batch.message_count', batch.acks.length);
       for (const a of batch.acks) {
         const conn = this.conns.get(a.conn);
         if (!conn?.writable) continue;

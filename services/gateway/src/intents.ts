@@ -9,10 +9,17 @@
  * batch may carry joins and no intent. Joins have their own INTENT_BATCH_MAX
  * bound (a join storm is published in slices) and do not count towards the
  * intents' one, so acts are batched as before.
+ *
+ * Tracing (on only with the OTEL_* settings): each intent's span context rides
+ * with it; the batch's publish span is a child of the first intent's span and
+ * LINKS every intent's span (a link per intent, up to the SDK's link limit of
+ * 128), and it is active while the batch is published, so the bus carries its
+ * `traceparent` to the shard. Off: no span, no link, nothing kept per intent.
  */
+import { context, ROOT_CONTEXT, SpanKind, trace, type Link, type SpanContext } from '@opentelemetry/api';
 import { encodeJson, type Bus, type Subjects } from '@crowdplay/bus';
 import type { BusIntent, IntentBatch } from '@crowdplay/protocol';
-import type { Logger } from '@crowdplay/telemetry';
+import { tracer, tracingOn, type Logger } from '@crowdplay/telemetry';
 import type { GatewayMetrics } from './metrics.ts';
 
 /** Options of {@link IntentBatcher}. */
@@ -33,6 +40,8 @@ export interface BusJoin {
 
 interface PendingBatch {
   intents: BusIntent[];
+  /** Span contexts of the traced intents (tracing on only; the first one is the batch span's parent). */
+  traced: SpanContext[] | undefined;
   joins: BusJoin[];
   timer: ReturnType<typeof setTimeout> | undefined;
   immediate: ReturnType<typeof setImmediate> | undefined;
@@ -57,10 +66,14 @@ export class IntentBatcher {
     return n;
   }
 
-  /** Appends an accepted intent to its channel's batch (publishing it when it holds INTENT_BATCH_MAX intents). */
-  add(channel: string, intent: BusIntent): void {
+  /**
+   * Appends an accepted intent to its channel's batch (publishing it when it holds INTENT_BATCH_MAX intents).
+   * @param span the intent's span context when it is traced: the batch's publish span links it
+   */
+  add(channel: string, intent: BusIntent, span?: SpanContext): void {
     const b = this.batchOf(channel);
     b.intents.push(intent);
+    if (span !== undefined) (b.traced ??= []).push(span);
     if (b.intents.length >= this.opts.batchMax) this.flushChannel(channel, b);
   }
 
@@ -92,7 +105,7 @@ export class IntentBatcher {
   private batchOf(channel: string): PendingBatch {
     const found = this.pending.get(channel);
     if (found) return found;
-    const batch: PendingBatch = { intents: [], joins: [], timer: undefined, immediate: undefined };
+    const batch: PendingBatch = { intents: [], joins: [], traced: undefined, timer: undefined, immediate: undefined };
     this.pending.set(channel, batch);
     if (this.opts.batchMs === 0) batch.immediate = setImmediate(() => this.flushChannel(channel, batch));
     else batch.timer = setTimeout(() => this.flushChannel(channel, batch), this.opts.batchMs);
@@ -108,7 +121,9 @@ export class IntentBatcher {
     const batch: IntentBatch = { gw: this.opts.gatewayId, intents: b.intents };
     if (b.joins.length > 0) batch.joins = b.joins;
     try {
-      this.bus.publish(this.subjects.channelIn(channel), encodeJson(batch));
+      if (b.traced !== undefined && tracingOn()) this.publishTraced(channel, batch, b.traced);
+      else if (tracingOn()) context.with(ROOT_CONTEXT, () => this.bus.publish(this.subjects.channelIn(channel), encodeJson(batch)));
+      else this.bus.publish(this.subjects.channelIn(channel), encodeJson(batch));
     } catch (err) {
       // Only a malformed subject throws (channel ids are validated at connect): a bug, not load.
       this.logger.error({ err, channel, intents: b.intents.length, joins: b.joins.length }, 'intent batch publish failed');
@@ -117,5 +132,30 @@ export class IntentBatcher {
     if (b.intents.length === 0) return; // join-only batches are not counted: intents ÷ batches stays the batching factor
     this.metrics.intentBatches.add(1);
     this.metrics.intentsForwarded.add(b.intents.length);
+  }
+
+  /** Publishes `batch` inside its publish span: child of the first traced intent, a link to each. */
+  private publishTraced(channel: string, batch: IntentBatch, traced: SpanContext[]): void {
+    const links: Link[] = traced.map((c) => ({ context: c }));
+    const span = tracer().startSpan(
+      'crowdplay.intent_batch.publish',
+      {
+        kind: SpanKind.PRODUCER,
+        links,
+        attributes: {
+          'messaging.system': 'crowdplay-bus',
+          'messaging.operation.type': 'publish',
+          'messaging.batch.message_count': batch.intents.length,
+          'crowdplay.channel': channel,
+          'crowdplay.gateway': batch.gw,
+        },
+      },
+      trace.setSpanContext(ROOT_CONTEXT, traced[0]!),
+    );
+    try {
+      context.with(trace.setSpan(ROOT_CONTEXT, span), () => this.bus.publish(this.subjects.channelIn(channel), encodeJson(batch)));
+    } finally {
+      span.end();
+    }
   }
 }

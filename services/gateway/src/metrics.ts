@@ -18,6 +18,8 @@ export interface GatewayMetrics {
   updatesSkipped: Counter;
   /** Size of each channel update broadcast (bytes, once per broadcast, not per socket). */
   broadcastBytes: Histogram;
+  /** Connections refused before or during setup (upgrade refused, auth or channel check failed), by `reason` (the error code). */
+  connectionsRefused: Counter;
   /** Sockets closed with 4008 because their send buffer passed WS_MAX_BUFFERED_BYTES. */
   slowConsumerCloses: Counter;
   /** Upgrade completed → welcome sent (auth, assign), ms, by `role`. */
@@ -46,6 +48,10 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
   return {
     connections: metrics.upDown('crowdplay_connections', 'Open authenticated WebSocket connections, by role'),
     opened: metrics.counter('crowdplay_connections_opened_total', 'WebSocket connections that completed auth (welcome sent), by role'),
+    connectionsRefused: metrics.counter(
+      'crowdplay_connections_refused_total',
+      'WebSocket connections refused before their welcome, by reason: the upgrade (CP_ERR_LIMIT_CONNECTION_RATE, CP_ERR_LIMIT_MAX_CONNECTIONS, CP_ERR_LIMIT_DRAINING) or the setup (auth, channel, router: the error code)',
+    ),
     intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total', 'Intents forwarded to shards in IntentBatches'),
     intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages carrying intents published to ch.<C>.in'),
     updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),

@@ -32,6 +32,7 @@
  */
 import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
+import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import type { Board, RenderOutcome } from '@crowdplay/board';
 import {
   DEFAULT_MAX_JOB_BYTES,
@@ -58,6 +59,13 @@ const STATE_TTL_MS = 7 * 86_400_000;
 /** BullMQ attempts of a job whose processing failed on a Redis error (a render error is not retried). */
 const INFRA_ATTEMPTS = 3;
 const JOB_NAME = 'render';
+
+/** A render job's data: the chat (its boards live in the chat's Redis hash) and the submitter's trace context. */
+interface RenderJobData {
+  chatId: number;
+  /** W3C `traceparent` (and `tracestate`) of the span active at submit, when tracing is on. */
+  tc?: Record<string, string>;
+}
 
 /** The keys of one render queue under `prefix`. */
 export function renderQueueKeys(prefix: string = DEFAULT_RENDER_PREFIX): {
@@ -245,16 +253,20 @@ export class BullmqRenderQueue implements RenderQueue {
     if (kind === 'full') return this.counters.refused('queue-full', { chatId, maxQueue: this.maxQueue });
     this.counters.submitted(bytes);
     if (Number(sup) === 1) this.counters.superseded();
-    if (kind === 'add') await this.addJob(chatId, arg);
+    if (kind === 'add') await this.addJob(chatId, arg, tracingOn() ? traceCarrier() : undefined);
     return { status: 'queued' };
   }
 
-  private async addJob(chatId: number, jobId: string): Promise<void> {
-    await this.queue.add(
-      JOB_NAME,
-      { chatId },
-      { jobId, attempts: INFRA_ATTEMPTS, backoff: { type: 'exponential', delay: 500 }, removeOnComplete: true, removeOnFail: 100 },
-    );
+  /** Adds the chat's BullMQ job; `tc` is the submitter's trace context (tracing on only), continued by the job's span. */
+  private async addJob(chatId: number, jobId: string, tc?: Record<string, string>): Promise<void> {
+    const data: RenderJobData = tc === undefined ? { chatId } : { chatId, tc };
+    await this.queue.add(JOB_NAME, data, {
+      jobId,
+      attempts: INFRA_ATTEMPTS,
+      backoff: { type: 'exponential', delay: 500 },
+      removeOnComplete: true,
+      removeOnFail: 100,
+    });
   }
 
   /** Starts a BullMQ worker with `jobConcurrency` slots (default: the pool's threads); the pool's semaphore bounds the renders on threads. */
@@ -262,7 +274,7 @@ export class BullmqRenderQueue implements RenderQueue {
     if (this.worker || this.closed) throw new Error('the render queue is already started or closed');
     this.workerConn = new Redis(this.opts.redisUrl, { maxRetriesPerRequest: null });
     this.workerConn.on('error', (err) => this.onError(err, 'redis (bullmq worker)'));
-    this.worker = new Worker(this.keys.queueName, (job: Job<{ chatId: number }>) => this.process(job, consumer), {
+    this.worker = new Worker(this.keys.queueName, (job: Job<RenderJobData>) => this.processTraced(job, consumer), {
       connection: this.workerConn,
       prefix: this.keys.bullPrefix,
       concurrency: Math.max(1, consumer.jobConcurrency ?? consumer.pool.concurrency),
@@ -271,8 +283,21 @@ export class BullmqRenderQueue implements RenderQueue {
     this.worker.on('failed', (job, err) => this.onError(err, `render job ${job?.id ?? '?'} (attempt ${job?.attemptsMade ?? '?'})`));
   }
 
+  /** `process`, inside a `crowdplay.render_job.process` span (continuing the submitter's trace, if any) when tracing is on. */
+  private processTraced(job: Job<RenderJobData>, consumer: RenderConsumer): Promise<void> {
+    if (!tracingOn()) return this.process(job, consumer);
+    return withSpan(
+      'crowdplay.render_job.process',
+      {
+        carrier: job.data.tc,
+        attributes: { 'messaging.system': 'bullmq', 'crowdplay.chat': job.data.chatId, 'crowdplay.job': job.id ?? '' },
+      },
+      () => this.process(job, consumer),
+    );
+  }
+
   /** One chat's job: renders the newest version not done, until there is none (or this worker closes). */
-  private async process(job: Job<{ chatId: number }>, consumer: RenderConsumer): Promise<void> {
+  private async process(job: Job<RenderJobData>, consumer: RenderConsumer): Promise<void> {
     const chatId = job.data.chatId;
     const jobId = job.id!;
     const chatKey = this.keys.chat(chatId);
