@@ -8,6 +8,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ROOT } from '../helpers.ts';
 import { documentedSecretKeys, kustomize, manifestProblems, schemaProblems, type K8sObject } from './manifests.ts';
+import { parseSizingTable, quantity, sizingProblems, sizingTable, type SizingRow } from './sizing.ts';
 
 const secretKeys = documentedSecretKeys(ROOT);
 
@@ -121,6 +122,94 @@ describe('broken manifests are reported', () => {
     assert.ok(
       problems.some((p) => /Service\/gateway: .*must have required property '?port'?/.test(p)),
       JSON.stringify(problems),
+    );
+  });
+});
+
+describe('k8s/overlays/prod is docs/scaling.md section 4 "Resources per service"', () => {
+  const rows = sizingTable(ROOT);
+  const prod = (): K8sObject[] => kustomize(`${ROOT}/k8s/overlays/prod`);
+  const find = (objs: K8sObject[], kind: string, name: string): K8sObject => objs.find((o) => o.kind === kind && o.metadata.name === name)!;
+
+  it('the table has a row for every service (and NATS as a chart), with figures', () => {
+    assert.deepEqual(
+      rows.map((r) => [r.service, r.chart]),
+      [
+        ['gateway', false],
+        ['crowd-engine', false],
+        ['router', false],
+        ['sequencer', false],
+        ['board-renderer', false],
+        ['telegram-sender', false],
+        ['NATS', true],
+      ],
+    );
+    for (const r of rows.filter((x) => !x.chart)) {
+      assert.ok(
+        Number.isInteger(r.replicas) && r.replicas >= 1 && r.replicas1M >= r.replicas,
+        `${r.service}: ${r.replicas} / ${r.replicas1M}`,
+      );
+      for (const q of [r.cpu.request, r.cpu.limit]) assert.ok(quantity(q, 'cpu') > 0, `${r.service}: cpu ${q}`);
+      for (const q of [r.memory.request, r.memory.limit]) assert.ok(quantity(q, 'memory') > 0, `${r.service}: memory ${q}`);
+    }
+    const gw = rows.find((r) => r.service === 'gateway')!;
+    assert.ok(gw.hpaCpuPercent! > 0 && gw.hpaCpuPercent! <= 100, `gateway HPA target ${gw.hpaCpuPercent}`);
+    assert.ok(gw.settings.has('WS_MAX_CONNECTIONS'));
+  });
+
+  it('replicas, HPA bounds, CPU and memory requests and limits, and the settings of each row match the rendered overlay', () => {
+    assert.deepEqual(sizingProblems(prod(), rows), []);
+  });
+
+  it('a drift in any of them is reported; an equal quantity written differently is not', () => {
+    const row = (name: string): SizingRow => rows.find((r) => r.service === name)!;
+    const [gw, shard, seq, renderer, router] = ['gateway', 'crowd-engine', 'sequencer', 'board-renderer', 'router'].map(row) as SizingRow[];
+    const objs = prod();
+    const container = (kind: string, name: string) => find(objs, kind, name).spec.template.spec.containers[0];
+    find(objs, 'Deployment', 'gateway').spec.replicas = gw!.replicas + 1;
+    find(objs, 'HorizontalPodAutoscaler', 'gateway').spec.maxReplicas = gw!.replicas1M + 1;
+    find(objs, 'HorizontalPodAutoscaler', 'gateway').spec.metrics[0].resource.target.averageUtilization = gw!.hpaCpuPercent! - 10;
+    const ws = gw!.settings.get('WS_MAX_CONNECTIONS')!;
+    container('Deployment', 'gateway').env.find((e: { name: string }) => e.name === 'WS_MAX_CONNECTIONS').value = `${ws}0`;
+    container('StatefulSet', 'crowd-engine').resources.limits.memory = '12345Mi';
+    container('Deployment', 'sequencer').resources.requests.cpu = '7';
+    find(objs, 'HorizontalPodAutoscaler', 'board-renderer').spec.minReplicas = renderer!.replicas + 1;
+    container('Deployment', 'router').resources.requests.cpu = String(quantity(router!.cpu.request, 'cpu') / 1000); // e.g. 0.25 for 250m
+    container('Deployment', 'router').resources.limits.cpu = `${quantity(router!.cpu.limit, 'cpu')}m`; // e.g. 1000m for 1
+    const without = objs.filter((o) => !(o.kind === 'Deployment' && o.metadata.name === 'telegram-sender'));
+    without.push({ apiVersion: 'apps/v1', kind: 'Deployment', metadata: { name: 'stray' }, spec: { replicas: 1 } });
+    assert.deepEqual(
+      sizingProblems(without, rows).sort(),
+      [
+        `Deployment/gateway: env WS_MAX_CONNECTIONS=${ws}0, the table says ${ws}`,
+        `Deployment/gateway: replicas ${gw!.replicas + 1}, the table says ${gw!.replicas}`,
+        `Deployment/sequencer: cpu request 7, the table says ${seq!.cpu.request}`,
+        'Deployment/stray: no row in docs/scaling.md section 4',
+        `HPA/board-renderer: minReplicas ${renderer!.replicas + 1}, the table says ${renderer!.replicas}`,
+        `HPA/gateway: CPU target ${gw!.hpaCpuPercent! - 10} %, the table says ${gw!.hpaCpuPercent} %`,
+        `HPA/gateway: maxReplicas ${gw!.replicas1M + 1}, the table says ${gw!.replicas1M} (1,000,000)`,
+        `StatefulSet/crowd-engine: memory limit 12345Mi, the table says ${shard!.memory.limit}`,
+        'row telegram-sender: no Deployment or StatefulSet telegram-sender in the overlay',
+      ].sort(),
+    );
+    assert.deepEqual(sizingProblems(prod(), rows), []); // the overlay itself is unchanged
+  });
+
+  it('a table that lost its shape is an error naming the row, not an empty comparison', () => {
+    const good =
+      '## 4. Resources per service (x)\n\n| service | replicas 500,000 / 1,000,000 | CPU request / limit | memory request / limit |\n|---|---|---|---|\n';
+    assert.equal(parseSizingTable(`${good}| router | 1 / 1 | 250m / 1 | 256Mi / 512Mi |\n`)[0]!.replicas, 1);
+    assert.throws(
+      () => parseSizingTable(`${good}| router | one per bot | 250m / 1 | 256Mi / 512Mi |\n`),
+      /row "router": replicas cell "one per bot"/,
+    );
+    assert.throws(() => parseSizingTable(`${good}| router | 1 / 1 | 250m | 256Mi / 512Mi |\n`), /row "router": CPU cell "250m"/);
+    assert.throws(() => parseSizingTable(good), /the table has no rows/);
+    assert.throws(() => parseSizingTable(good.replace('CPU request', 'cores')), /no column matching/);
+    assert.throws(() => parseSizingTable('## 3. Something else\n'), /no "## 4\. Resources per service" section/);
+    assert.deepEqual(
+      [quantity('1', 'cpu'), quantity('1500m', 'cpu'), quantity('0.75', 'cpu'), quantity('1Gi', 'memory'), quantity('2 cores', 'cpu')],
+      [1000, 1500, 750, 2 ** 30, NaN],
     );
   });
 });
