@@ -345,9 +345,13 @@ export class ChatBoards {
       }
       if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
       if (this.d.scheduler.heldByBacklog > 0) this.heldByBacklog.add(this.d.scheduler.heldByBacklog);
-      const jobs = due.map(async ({ chatId, version }) => {
+      const jobs = due.map(async ({ chatId, version: dueVersion }) => {
         const w = this.chats.get(chatId);
         if (!w?.state) return;
+        // The board drawn is the chat's state and avatars now, which may be newer than the version due (a state or an
+        // avatar that arrived while the budget was asked): it goes out as that newer version, so the change is not
+        // drawn a second time as an identical picture (Telegram: "message is not modified", a send wasted).
+        const version = Math.max(dueVersion, boardVersion(w.ev, w.avatarRev));
         this.d.scheduler.sent(chatId, version, this.now());
         const board = this.withAvatars(w, boardOf(w.title, w.state));
         // The render queue's consumer renders it and queues the PNG on the send queue (startTelegram wires it).

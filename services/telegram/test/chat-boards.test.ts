@@ -184,3 +184,54 @@ test("ChatBoards - cluster mode: one gateway holds a chat's board; watch, stop a
   a.close();
   b.close();
 });
+
+test('ChatBoards - a change that arrives while the budget is asked goes out in that board, and is not drawn again', async () => {
+  const bus = new InProcessBus();
+  const subj = subjects('cb-race');
+  const now = 1_000_000;
+  const rendered: Array<{ version: number; board: Board }> = [];
+  const renders = {
+    submit: (_chat: number, version: number, board: Board) => {
+      rendered.push({ version, board });
+      return Promise.resolve({ status: 'queued' });
+    },
+  } as unknown as RenderQueue;
+  const client = { avatars: { get: () => Promise.resolve(null) } } as unknown as TelegramClient;
+  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  // The bot-wide budget (Redis in the cluster) answers later: the chat's state changes meanwhile.
+  let grant: (n: number) => void = () => undefined;
+  const budget = { kind: 'redis' as const, take: () => new Promise<number>((r) => (grant = r)) };
+  const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, budget, telemetry, now: () => now });
+  const publish = (ev: number, marks: string[]): void =>
+    bus.publish(
+      subj.channelOut(telegramChannelId(CHAT)),
+      encodeJson({
+        t: 'update',
+        channel: 'x',
+        ev,
+        at: now,
+        actions: [],
+        tally: {},
+        game: { puzzle: 1, players: { 'tg:7': { marks, solved: false } } },
+      }),
+    );
+  const flush = () => new Promise<void>((r) => setImmediate(r));
+  boards.watch(CHAT, 'chat');
+  publish(1, ['g....']);
+  await flush();
+  const ticking = boards.tick();
+  await flush();
+  publish(2, ['g....', 'gy...']); // arrives while the budget is asked
+  await flush();
+  grant(1);
+  await ticking;
+  assert.equal(rendered.length, 1);
+  assert.equal(rendered[0]!.board.cards[0]!.rows.length, 2, 'the board drawn holds the newer state');
+  assert.equal(rendered[0]!.version, boardVersion(2, 0), 'and goes out as that version');
+  const again = boards.tick();
+  await flush();
+  grant(1);
+  await again;
+  assert.equal(rendered.length, 1, 'the same picture is not drawn and sent a second time');
+  boards.close();
+});
