@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import { startServices, SERVICES, type Running } from '@crowdplay/cli';
-import { testSchema, type TestSchema } from '@crowdplay/testing';
+import { testSchema, uniqueName, type ServiceUrls, type TestSchema } from '@crowdplay/testing';
 import WebSocket from 'ws';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -226,4 +226,30 @@ export function spawnService(procs: ServiceProcess[], name: string, env: Record<
     child.stderr!.on('data', check);
     child.on('exit', (code) => reject(new Error(`${label} exited ${code}:\n${out}`)));
   });
+}
+
+/**
+ * The environment of a test cluster (startCluster / spawned services): this process's environment, the suite's
+ * services and schema, its own bus subject prefix (`<tag>_…`), send-queue and render-queue prefixes, free ports,
+ * info logs; `extra` on top (a suite's timings).
+ */
+export function clusterTestEnv(
+  urls: ServiceUrls,
+  schema: TestSchema,
+  tag: string,
+  extra: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    ...(process.env as Record<string, string>),
+    DATABASE_URL: urls.databaseUrl,
+    DATABASE_SCHEMA: schema.schema,
+    NATS_URL: urls.natsUrl,
+    REDIS_URL: urls.redisUrl,
+    BUS_SUBJECT_PREFIX: uniqueName(tag),
+    TELEGRAM_SENDQ_PREFIX: uniqueName('sq'),
+    BOARD_RENDER_PREFIX: uniqueName('br'),
+    PORT: '0',
+    LOG_LEVEL: 'info',
+    ...extra,
+  };
 }

@@ -20,8 +20,8 @@ import { startCluster, type Cluster } from '@crowdplay/cli';
 import { defaultConfig } from '@crowdplay/config';
 import { Ledger } from '@crowdplay/ledger';
 import { openStore, type Store } from '@crowdplay/store';
-import { serviceUrls, testSchema, uniqueName, type TestSchema } from '@crowdplay/testing';
-import { builtProduct } from '../helpers.ts';
+import { serviceUrls, testSchema, type TestSchema } from '@crowdplay/testing';
+import { builtProduct, clusterTestEnv } from '../helpers.ts';
 import { checkRun, sleep, startWorkload } from '../cluster-run.ts';
 
 describe('fencing: a paused shard comes back after its channel moved (SIGSTOP / SIGCONT)', () => {
@@ -37,22 +37,14 @@ describe('fencing: a paused shard comes back after its channel moved (SIGSTOP / 
     cluster = await startCluster({
       gateways: 1,
       shards: 2,
-      env: {
-        ...(process.env as Record<string, string>),
-        DATABASE_URL: urls.databaseUrl,
-        DATABASE_SCHEMA: schema.schema,
-        NATS_URL: urls.natsUrl,
-        REDIS_URL: urls.redisUrl,
-        BUS_SUBJECT_PREFIX: uniqueName('fe'),
-        PORT: '0',
-        LOG_LEVEL: 'info',
+      env: clusterTestEnv(urls, schema, 'fe', {
         REFUSAL_LOG_INTERVAL_MS: '100',
         SNAPSHOT_INTERVAL_MS: '200',
         SHARD_HEARTBEAT_MS: '250',
         ROUTER_SHARD_TIMEOUT_MS: '1500',
         ROUTER_CHECK_MS: '200',
         ROUTER_REBALANCE_MOVES_PER_S: '0',
-      },
+      }),
       entry: { execArgv: [], script: main },
       out: (l) => void lines.push(l),
     });

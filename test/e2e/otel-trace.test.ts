@@ -19,8 +19,8 @@ import { startCluster, type Cluster } from '@crowdplay/cli';
 import { GameClient } from '@crowdplay/sdk-game';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
 import { openStore, type Store } from '@crowdplay/store';
-import { serviceUrls, testSchema, uniqueName, type TestSchema } from '@crowdplay/testing';
-import { builtProduct, until } from '../helpers.ts';
+import { serviceUrls, testSchema, type TestSchema } from '@crowdplay/testing';
+import { builtProduct, clusterTestEnv, until } from '../helpers.ts';
 import { startCollectorStub, type CollectorStub, type StubSpan } from '../otel-collector.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -42,23 +42,13 @@ describe('OpenTelemetry: one trace for a viewer intent, gateway → NATS → sha
     cluster = await startCluster({
       gateways: 1,
       shards: 1,
-      env: {
-        ...(process.env as Record<string, string>),
-        DATABASE_URL: urls.databaseUrl,
-        DATABASE_SCHEMA: schema.schema,
-        NATS_URL: urls.natsUrl,
-        REDIS_URL: urls.redisUrl,
-        BUS_SUBJECT_PREFIX: uniqueName('ot'),
-        TELEGRAM_SENDQ_PREFIX: uniqueName('sq'),
-        BOARD_RENDER_PREFIX: uniqueName('br'),
-        PORT: '0',
-        LOG_LEVEL: 'info',
+      env: clusterTestEnv(urls, schema, 'ot', {
         INTENT_BATCH_MS: '20',
         OTEL_EXPORTER_OTLP_ENDPOINT: stub.url,
         OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
         OTEL_BSP_SCHEDULE_DELAY: '100',
         OTEL_METRIC_EXPORT_INTERVAL: '1000',
-      },
+      }),
       entry: { execArgv: [], script: main },
       out: (l) => void lines.push(l),
     });

@@ -16,9 +16,9 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { startCluster, type Cluster } from '@crowdplay/cli';
 import { openStore, type Store } from '@crowdplay/store';
-import { serviceUrls, testSchema, uniqueName, type ServiceUrls } from '@crowdplay/testing';
+import { serviceUrls, testSchema, type ServiceUrls } from '@crowdplay/testing';
 import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
-import { builtProduct, spawnService, type ServiceProcess } from '../helpers.ts';
+import { builtProduct, clusterTestEnv, spawnService, type ServiceProcess } from '../helpers.ts';
 import { checkRun, sleep, startWorkload, type Workload } from '../cluster-run.ts';
 import { ownNats, ownRedis, type OwnServer } from '../servers.ts';
 
@@ -56,17 +56,7 @@ describe('restarts during a staking run: no acked stake lost, no event id reused
       cluster = await startCluster({
         gateways: 1,
         shards: 2,
-        env: {
-          ...(process.env as Record<string, string>),
-          DATABASE_URL: urls.databaseUrl,
-          DATABASE_SCHEMA: schema.schema,
-          NATS_URL: urls.natsUrl,
-          REDIS_URL: urls.redisUrl,
-          BUS_SUBJECT_PREFIX: uniqueName('rs'),
-          TELEGRAM_SENDQ_PREFIX: uniqueName('sq'),
-          BOARD_RENDER_PREFIX: uniqueName('br'),
-          PORT: '0',
-          LOG_LEVEL: 'info',
+        env: clusterTestEnv(urls, schema, 'rs', {
           SHARD_HEARTBEAT_MS: '250',
           ROUTER_CHECK_MS: '200',
           ROUTER_REBALANCE_MOVES_PER_S: '0',
@@ -74,7 +64,7 @@ describe('restarts during a staking run: no acked stake lost, no event id reused
           // Small blocks: the shards lease ids every few seconds, so they must lease during and after the restart.
           SEQUENCER_BLOCK_SIZE: '20',
           ...env,
-        },
+        }),
         entry: { execArgv: [], script: main },
         out: (l) => void lines.push(l),
       });
