@@ -122,7 +122,8 @@ export class Shard {
   /** This process's incarnation of the shard id: the router notices a restart when it changes. */
   private readonly instance = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   private creditSub: Subscription | null = null;
-  private ticking = false;
+  /** The tick in flight (closing, logging and publishing batches), if any. */
+  private tickRun: Promise<void> | null = null;
   private draining = false;
   private closed = false;
   private pendingIntents = 0;
@@ -149,7 +150,7 @@ export class Shard {
       batches: mx.counter('crowdplay_batches_total', 'Batches closed (non-empty ticks)'),
       logWrites: mx.counter(
         'crowdplay_event_log_writes_total',
-        'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), gap (published, floor raised), gap_unmarked (published, floor not raised)',
+        'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), moved (not published: the channel moved away while its tick was in flight), gap (published, floor raised), gap_unmarked (published, floor not raised)',
       ),
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
       updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
@@ -398,6 +399,8 @@ export class Shard {
    * (only if this shard still owns it at its epoch). No-op for a channel not owned.
    */
   async release(channel: string): Promise<void> {
+    // A tick in flight may still log and publish a batch of the channel: it goes out before the release, never after the next owner's.
+    await this.tickSettled();
     const o = this.owned.get(channel);
     if (!o) return;
     this.stopServing(o);
@@ -427,6 +430,9 @@ export class Shard {
     const o = this.owned.get(channel);
     if (!o) return;
     o.moving = true;
+    // The next tick skips the channel; one in flight publishes its batch before the handoff closes the open tick.
+    await this.tickSettled();
+    if (this.owned.get(channel) !== o) return; // dropped meanwhile (moved away at a newer epoch): nothing left to hand off
     try {
       const rounds = await o.rounds?.handoff();
       this.deps.telemetry.logger.info({ channel, epoch: o.epoch, rounds }, 'channel handing off');
@@ -645,14 +651,26 @@ export class Shard {
     }
   }
 
-  /** Closes every owned channel's batch. Ticks never overlap: a slow one skips the next. */
-  private async tick(): Promise<void> {
-    if (this.ticking) return;
-    this.ticking = true;
+  /** Closes every owned channel's batch. Ticks never overlap: a slow one skips the next (resolves at once). */
+  private tick(): Promise<void> {
+    if (this.tickRun) return Promise.resolve();
+    const run = this.runTick().finally(() => {
+      if (this.tickRun === run) this.tickRun = null;
+    });
+    this.tickRun = run;
+    return run;
+  }
+
+  /** Resolves once no tick is in flight (its batches are logged and published, or dropped). Never rejects. */
+  private async tickSettled(): Promise<void> {
+    while (this.tickRun) await this.tickRun;
+  }
+
+  private async runTick(): Promise<void> {
     const outbox: Outbox = [];
     try {
       for (const o of [...this.owned.values()]) {
-        if (o.moving) continue; // handOff closes its tick
+        if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
         if (o.game?.botIntents) {
           const now = this.now();
           let listed = 0;
@@ -684,8 +702,6 @@ export class Shard {
       await this.publishBatches(outbox);
     } catch (err) {
       this.deps.telemetry.logger.error({ err }, 'tick failed');
-    } finally {
-      this.ticking = false;
     }
   }
 
@@ -730,14 +746,20 @@ export class Shard {
    * stale (it moved) publishes nothing and is dropped. Any other log failure
    * publishes anyway and raises the channel's floor (a resume from before it
    * resyncs); if that fails too the gap goes unreported (counted: outcome gap_unmarked).
+   * A batch of a channel dropped while this was in flight (the router moved it
+   * away) is not published (outcome moved): the new owner's ids are above it
+   * and may be out already. Release and handOff wait for the tick in flight
+   * (tickSettled), so their channel's batches go out before they return.
    */
   private async publishBatches(outbox: Outbox): Promise<void> {
+    outbox = this.stillOwned(outbox);
     if (outbox.length === 0) return;
     const { store, bus, subjects, telemetry } = this.deps;
     try {
       await store.events.append(outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text })));
-      this.m.logWrites.add(outbox.length, { outcome: 'ok' });
-      for (const b of outbox) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
+      const live = this.stillOwned(outbox);
+      this.m.logWrites.add(live.length, { outcome: 'ok' });
+      for (const b of live) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
       return;
     } catch (err) {
       if (outbox.length > 1) {
@@ -759,13 +781,21 @@ export class Shard {
       } catch {
         this.m.logWrites.add(1, { outcome: 'gap_unmarked' });
       }
-      bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
+      if (this.stillOwned([b]).length > 0) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
     }
+  }
+
+  /** The batches whose channel this shard still serves as the same Owned; the others are counted (outcome moved) and left out. */
+  private stillOwned(outbox: Outbox): Outbox {
+    const live = outbox.filter((b) => this.owned.get(b.o.rt.id) === b.o);
+    if (live.length < outbox.length) this.m.logWrites.add(outbox.length - live.length, { outcome: 'moved' });
+    return live;
   }
 
   /** Sends the channel's update now if the per-channel interval allows, else once it does. */
   private scheduleUpdate(o: Owned): void {
-    if (!o.rt.dirty || o.updateTimer) return;
+    // Not for a channel dropped while its change awaited an event id: the next owner's ids are above it.
+    if (!o.rt.dirty || o.updateTimer || this.owned.get(o.rt.id) !== o) return;
     const wait = o.lastUpdateMs + this.deps.config.engine.updateIntervalMs - this.now();
     if (wait <= 0) this.sendUpdate(o);
     else {
@@ -925,6 +955,7 @@ export class Shard {
     await Promise.all([...this.owned.keys()].map((ch) => this.moveAway(ch)));
     // Refund every open round left through the ledger before the channels are released (the ledger drains after the shard).
     await Promise.all([...this.owned.values()].map((o) => o.rounds?.drain()));
+    await this.tickSettled(); // a tick in flight would make this one a no-op
     await this.tick();
     for (const o of this.owned.values()) if (o.rt.dirty) this.sendUpdate(o);
     for (const ch of [...this.owned.keys()])
