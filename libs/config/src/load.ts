@@ -45,6 +45,10 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       if (!env[s.env]) errors.push(`${s.env}: required when CROWDPLAY_MODE=cluster (no embedded adapter in cluster mode)`);
     }
   }
+  // Checked here, before anything opens: a bot without its webhook secret would otherwise fail after migrations ran.
+  if (env[schema.telegram.botToken.env] && !env[schema.telegram.webhookSecret.env]) {
+    errors.push(`${schema.telegram.webhookSecret.env}: required when ${schema.telegram.botToken.env} is set (the webhook checks it)`);
+  }
   if (errors.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [errors.join('\n')]);
   return deepFreeze(value);
 }

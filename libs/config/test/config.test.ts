@@ -54,6 +54,15 @@ describe('config', () => {
     );
   });
 
+  it('load - a bot token without its webhook secret is refused before anything starts', () => {
+    assert.throws(
+      () => loadConfig({ TELEGRAM_BOT_TOKEN: '123:abc' }),
+      (err: unknown) => isCrowdplayError(err) && /TELEGRAM_WEBHOOK_SECRET: required when TELEGRAM_BOT_TOKEN is set/.test(err.message),
+    );
+    assert.equal(loadConfig({ TELEGRAM_BOT_TOKEN: '123:abc', TELEGRAM_WEBHOOK_SECRET: 's3cret' }).telegram.webhookSecret, 's3cret');
+    assert.equal(loadConfig({}).telegram.botToken, '', 'no bot: no secret needed');
+  });
+
   it('schema - every setting has a unique env name, a doc and a default that parses', () => {
     const all = leaves(schema);
     assert.equal(new Set(all.map((l) => l.setting.env)).size, all.length);
