@@ -83,8 +83,17 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
       await bus.close();
       const text = await t.metrics.prometheusText();
       assert.doesNotMatch(text, /crowdplay_otel_spans_dropped/);
+      assert.match(text, /target_info\{[^}]*service_name="crowdplay-test"/, '/metrics names the process');
       await sleep(300);
       await t.close();
+      const named = createTelemetry({
+        service: 'test',
+        level: 'silent',
+        refusalLogIntervalMs: 1_000,
+        otel: loadConfig({ OTEL_SERVICE_NAME: 'foo' }).otel,
+      });
+      assert.match(await named.metrics.prometheusText(), /target_info\{[^}]*service_name="foo"/, 'OTEL_SERVICE_NAME in /metrics');
+      await named.close();
     });
     assert.deepEqual(connects, [], 'the SDK opened no connection');
     assert.deepEqual(stub.requests, []);

@@ -39,9 +39,11 @@ export function createTelemetry(opts: {
   const logger = opts.logger ?? createLogger({ level: opts.level, service: opts.service });
   const otel = opts.otel;
   const push = otel ? metricExporter(otel) : undefined;
+  // The resource names the process in /metrics' target_info too (service.name = OTEL_SERVICE_NAME or crowdplay-<service>).
   const metrics = new Metrics({
     service: opts.service,
-    ...(push && otel ? { push, pushIntervalMs: otel.exportIntervalMs, resource: resourceOf(otel, opts.service) } : {}),
+    ...(otel ? { resource: resourceOf(otel, opts.service) } : {}),
+    ...(push && otel ? { push, pushIntervalMs: otel.exportIntervalMs } : {}),
   });
   if (push && otel)
     logger.info({ exporter: metricsExporterOf(otel), protocol: otel.protocol, intervalMs: otel.exportIntervalMs }, 'otel: metric push on');
