@@ -325,6 +325,13 @@ export const schema = {
       unit: 'count',
       doc: 'Channels of a dead shard the router reassigns at once (each: epoch bump in Postgres, acquire on the new shard).',
     }),
+    moveAcquireAttempts: int({
+      env: 'ROUTER_MOVE_ACQUIRE_ATTEMPTS',
+      default: 3,
+      min: 1,
+      unit: 'count',
+      doc: 'Acquires a move (drain, rebalance) tries on another shard after the owner handed the channel off, 100 ms × attempt apart; past them the channel stays unowned (rounds durable) until it is assigned again. Default: the failover scenario saw no move need a second (docs/benchmarks.md "Failover").',
+    }),
     intentsPerChannel: int({
       env: 'ROUTER_INTENTS_PER_CHANNEL',
       default: 200,

@@ -151,6 +151,7 @@ export async function startServices(config: Config, names: readonly ServiceName[
           rebalanceMovesPerS: config.router.rebalanceMovesPerS,
           failoverConcurrency: config.router.failoverConcurrency,
           intentsPerChannel: config.router.intentsPerChannel,
+          moveAcquireAttempts: config.router.moveAcquireAttempts,
         },
       );
       await parts.router.start();

@@ -37,6 +37,8 @@ export interface RouterOptions {
   failoverConcurrency?: number;
   /** Intents/s that weigh as much as one channel in a shard's load (ROUTER_INTENTS_PER_CHANNEL); default 200. */
   intentsPerChannel?: number;
+  /** Acquires a move tries after the hand-off (ROUTER_MOVE_ACQUIRE_ATTEMPTS); default 3. */
+  moveAcquireAttempts?: number;
   now?: () => number;
 }
 
@@ -46,7 +48,7 @@ type Member = MemberLoad;
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
 const BUSY_CHECKS = 20;
-/** Acquires a move tries (100 ms, then 200 ms apart) after the owner handed the channel off. */
+/** Acquires a move tries (100 ms × attempt apart) after the owner handed the channel off, unless set (ROUTER_MOVE_ACQUIRE_ATTEMPTS). */
 const MOVE_ACQUIRE_ATTEMPTS = 3;
 
 export class Router implements RouterApi {
@@ -67,6 +69,7 @@ export class Router implements RouterApi {
   private readonly moved: Counter;
   /** The process behind each shard id, from its heartbeats. */
   private readonly instances = new Map<string, string>();
+  private readonly moveRetries: Counter;
 
   constructor(
     private readonly deps: { bus: Bus; subjects: Subjects; store: Store; telemetry: Telemetry },
@@ -77,6 +80,10 @@ export class Router implements RouterApi {
     this.moved = deps.telemetry.metrics.counter(
       'crowdplay_router_moves_total',
       'Channels the router moved between shards, by reason: failover (the owner missed its heartbeats), rebalance (ROUTER_REBALANCE_MOVES_PER_S), refused (the owner could not hand the channel off), failed',
+    );
+    this.moveRetries = deps.telemetry.metrics.counter(
+      'crowdplay_router_move_acquire_retries_total',
+      'Acquires a move tried again after the new owner refused or did not answer (ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds them per move)',
     );
     this.migrations = deps.telemetry.metrics.counter(
       'crowdplay_channel_migrations_total',
@@ -540,11 +547,12 @@ export class Router implements RouterApi {
         break;
       } catch (err) {
         if (
-          attempt >= MOVE_ACQUIRE_ATTEMPTS ||
+          attempt >= (this.opts.moveAcquireAttempts ?? MOVE_ACQUIRE_ATTEMPTS) ||
           isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') ||
           isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')
         )
           throw err;
+        this.moveRetries.add(1);
         telemetry.logger.warn({ err, channel, attempt }, 'move: the new owner did not acquire the channel; trying again');
         await new Promise((r) => setTimeout(r, 100 * attempt));
       }

@@ -150,10 +150,10 @@ function setup(ids: string[]) {
   };
   const changes: AssignmentChange[] = [];
   bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(decodeJson<AssignmentChange>(msg.data)));
-  const newRouter = () =>
+  const newRouter = (opts: { moveAcquireAttempts?: number } = {}) =>
     new Router(
       { bus, subjects, store, telemetry },
-      { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now },
+      { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now, ...opts },
     );
   return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires };
 }
@@ -323,6 +323,25 @@ describe('Router with fake shards and a fake clock', () => {
     t.ops.length = 0;
     await assert.rejects(router.move('m1', 'b'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'));
     assert.deepEqual(t.ops, ['b release handoff m1', 'a acquire m1', 'a acquire m1', 'a acquire m1']);
+    await router.close();
+  });
+
+  it('move: ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds the tries (1: no second acquire)', async () => {
+    const t = setup(['m2']);
+    const router = t.newRouter({ moveAcquireAttempts: 1 });
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    await router.assign('m2');
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    t.refuseAcquires.set('b', 1);
+    t.ops.length = 0;
+    await assert.rejects(router.move('m2', 'a'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'));
+    assert.deepEqual(t.ops, ['a release handoff m2', 'b acquire m2'], 'one try only');
     await router.close();
   });
 
