@@ -160,6 +160,19 @@ function setup(ids: string[]) {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
+/** Starts `router` with shard a live, assigns `channel` (to a), then brings shard b up: a move from a has somewhere to go. */
+async function ownedByAThenB(t: ReturnType<typeof setup>, router: Router, channel: string): Promise<void> {
+  await router.start();
+  const a = t.shard('a');
+  a.beat();
+  await tick();
+  await router.assign(channel);
+  const b = t.shard('b');
+  a.beat();
+  b.beat();
+  await tick();
+}
+
 describe('Router with fake shards and a fake clock', () => {
   it('fails over a silent shard, rebalances onto a new one within the budget, survives a restart', async () => {
     const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
@@ -302,15 +315,7 @@ describe('Router with fake shards and a fake clock', () => {
   it('move (a drain): an acquire the new owner fails is tried again, so the handed-off channel does not stay unowned', async () => {
     const t = setup(['m1']);
     const router = t.newRouter();
-    await router.start();
-    const a = t.shard('a');
-    a.beat();
-    await tick();
-    await router.assign('m1');
-    const b = t.shard('b');
-    a.beat();
-    b.beat();
-    await tick();
+    await ownedByAThenB(t, router, 'm1');
     t.refuseAcquires.set('b', 1);
     t.ops.length = 0;
     const moved = await router.move('m1', 'a');
@@ -329,15 +334,7 @@ describe('Router with fake shards and a fake clock', () => {
   it('move: ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds the tries (1: no second acquire)', async () => {
     const t = setup(['m2']);
     const router = t.newRouter({ moveAcquireAttempts: 1 });
-    await router.start();
-    const a = t.shard('a');
-    a.beat();
-    await tick();
-    await router.assign('m2');
-    const b = t.shard('b');
-    a.beat();
-    b.beat();
-    await tick();
+    await ownedByAThenB(t, router, 'm2');
     t.refuseAcquires.set('b', 1);
     t.ops.length = 0;
     await assert.rejects(router.move('m2', 'a'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'));
