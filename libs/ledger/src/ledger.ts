@@ -338,6 +338,23 @@ interface LedgerMetrics {
 }
 
 /**
+ * The ledger's hot reads, as it runs them (libs/store/test/explain.test.ts checks with EXPLAIN that they use their
+ * indexes): one account's balance ($1 tenant, $2 kind, $3 owner), many wallets' ($1 tenant, $2 owners), and the
+ * per-wallet nets of a round ($1 tenant, $2 round, $3 kinds paid in, $4 kinds paid back).
+ */
+export const LEDGER_SQL = {
+  balance: 'SELECT balance FROM accounts WHERE tenant_id = $1 AND kind = $2 AND owner = $3',
+  walletBalances: "SELECT owner, balance FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = ANY($2::text[])",
+  roundNets: `SELECT a.owner, sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) AS net
+       FROM transfers t
+       JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id
+         AND (a.id = t.from_account AND t.kind = ANY($3::text[]) OR a.id = t.to_account AND t.kind = ANY($4::text[]))
+       WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
+       GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
+       ORDER BY a.owner`,
+} as const;
+
+/**
  * The ledger of one process. Shares the store's `Db` (it does not close it).
  *
  * Ordering: inside one batch, transfers apply in the order they were queued.
@@ -473,10 +490,7 @@ export class Ledger {
   async balance(tenantId: string, ref: AccountRef): Promise<number> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
     checkRef(ref, 'account');
-    const { rows } = await this.db.query<{ balance: string | number }>(
-      'SELECT balance FROM accounts WHERE tenant_id = $1 AND kind = $2 AND owner = $3',
-      [tenantId, ref.kind, ref.owner],
-    );
+    const { rows } = await this.db.query<{ balance: string | number }>(LEDGER_SQL.balance, [tenantId, ref.kind, ref.owner]);
     return rows[0] ? Number(rows[0].balance) : 0;
   }
 
@@ -493,10 +507,7 @@ export class Ledger {
     for (const v of viewers) checkRef({ kind: 'wallet', owner: v }, 'wallet');
     const out = new Map<string, number>(viewers.map((v) => [v, 0]));
     if (viewers.length === 0) return out;
-    const { rows } = await this.db.query<{ owner: string; balance: string | number }>(
-      "SELECT owner, balance FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = ANY($2::text[])",
-      [tenantId, viewers],
-    );
+    const { rows } = await this.db.query<{ owner: string; balance: string | number }>(LEDGER_SQL.walletBalances, [tenantId, viewers]);
     for (const r of rows) out.set(r.owner, Number(r.balance));
     return out;
   }
@@ -518,16 +529,12 @@ export class Ledger {
   ): Promise<Array<[string, number]>> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
     if (typeof roundId !== 'string' || !TRANSFER_ID_RE.test(roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
-    const { rows } = await this.db.query<{ owner: string; net: string | number }>(
-      `SELECT a.owner, sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) AS net
-       FROM transfers t
-       JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id
-         AND (a.id = t.from_account AND t.kind = ANY($3::text[]) OR a.id = t.to_account AND t.kind = ANY($4::text[]))
-       WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
-       GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
-       ORDER BY a.owner`,
-      [tenantId, roundId, inKinds, backKinds],
-    );
+    const { rows } = await this.db.query<{ owner: string; net: string | number }>(LEDGER_SQL.roundNets, [
+      tenantId,
+      roundId,
+      inKinds,
+      backKinds,
+    ]);
     return rows.map((r) => [r.owner, Number(r.net)]);
   }
 

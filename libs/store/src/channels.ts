@@ -42,6 +42,12 @@ interface Row {
 
 const COLUMNS = 'id, tenant_id, epoch, owner, migrated_to, migrated_at';
 
+/** The assignment look-ups (libs/store/test/explain.test.ts checks their indexes): a channel by id ($1), an owner's channels ($1 shard). */
+export const CHANNEL_SQL = {
+  byId: `SELECT ${COLUMNS} FROM channels WHERE id = $1`,
+  byOwner: `SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`,
+} as const;
+
 function toChannel(r: Row): ChannelRow {
   return { id: r.id, tenantId: r.tenant_id, epoch: Number(r.epoch), owner: r.owner, migratedTo: r.migrated_to, migratedAt: r.migrated_at };
 }
@@ -70,7 +76,7 @@ export class ChannelRepository {
   /** The channel, or null. */
   async get(id: string): Promise<ChannelRow | null> {
     if (!CHANNEL_ID_RE.test(id)) return null;
-    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE id = $1`, [id]);
+    const { rows } = await this.db.query<Row>(CHANNEL_SQL.byId, [id]);
     return rows[0] ? toChannel(rows[0]) : null;
   }
 
@@ -182,7 +188,7 @@ export class ChannelRepository {
 
   /** Channels owned by `shardId`. */
   async listOwned(shardId: string): Promise<ChannelRow[]> {
-    const { rows } = await this.db.query<Row>(`SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`, [shardId]);
+    const { rows } = await this.db.query<Row>(CHANNEL_SQL.byOwner, [shardId]);
     return rows.map(toChannel);
   }
 

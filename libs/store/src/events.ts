@@ -23,6 +23,17 @@ export interface EventsSince {
 }
 
 /**
+ * The event log's hot queries, as the repository runs them (libs/store/test/explain.test.ts checks with EXPLAIN that
+ * they use their indexes): a channel's events after an id ($1 channel, $2 id, $3 limit), its floor ($1 channel), and
+ * the rows a pruning pass takes ($1 cut-off time, $2 max rows).
+ */
+export const EVENT_SQL = {
+  since: 'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
+  floor: 'SELECT events_floor FROM channels WHERE id = $1',
+  pruneVictims: 'SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2',
+} as const;
+
+/**
  * The event log (table channel_events, migrations/…_event_log.sql): the
  * events a game connection receives, kept EVENT_LOG_RETENTION_MS so a client
  * that reconnects with its last event id gets what it missed.
@@ -60,17 +71,18 @@ export class EventLogRepository {
   async since(channel: string, afterEventId: number, limit: number): Promise<EventsSince> {
     if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`limit must be a positive integer, got ${limit}`);
     const floor = await this.floor(channel);
-    const { rows } = await this.db.query<{ event_id: string; kind: string; body: string }>(
-      'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
-      [channel, afterEventId, limit + 1],
-    );
+    const { rows } = await this.db.query<{ event_id: string; kind: string; body: string }>(EVENT_SQL.since, [
+      channel,
+      afterEventId,
+      limit + 1,
+    ]);
     const more = rows.length > limit;
     return { floor, events: rows.slice(0, limit).map((r) => ({ eventId: Number(r.event_id), kind: r.kind, body: r.body })), more };
   }
 
   /** The channel's floor (0 for an unknown channel): a resume from below it cannot be served from the log. */
   async floor(channel: string): Promise<number> {
-    const { rows } = await this.db.query<{ events_floor: string }>('SELECT events_floor FROM channels WHERE id = $1', [channel]);
+    const { rows } = await this.db.query<{ events_floor: string }>(EVENT_SQL.floor, [channel]);
     return rows[0] ? Number(rows[0].events_floor) : 0;
   }
 
@@ -95,7 +107,7 @@ export class EventLogRepository {
     if (!Number.isSafeInteger(maxRows) || maxRows < 1) throw new RangeError(`maxRows must be a positive integer, got ${maxRows}`);
     const { rows } = await this.db.query<{ deleted: string }>(
       `WITH victims AS (
-         SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2
+         ${EVENT_SQL.pruneVictims}
        ), del AS (
          DELETE FROM channel_events e USING victims v
          WHERE e.channel_id = v.channel_id AND e.event_id = v.event_id

@@ -2,14 +2,16 @@
  * The hot queries use their indexes on large tables (issue 5, "Event log"):
  * 100k channels, 200k logged events, 100k wallets and 200k transfers made
  * with generate_series, ANALYZEd, then EXPLAIN (FORMAT JSON) of each query
- * as the code runs it (same SQL, real parameters): no Seq Scan on a large table.
- * The SQL is copied from libs/store (events.ts, channels.ts) and libs/ledger
- * (ledger.ts); a change there must be mirrored here.
+ * as the code runs it (the SQL constants the code itself uses: EVENT_SQL,
+ * CHANNEL_SQL, LEDGER_SQL; real parameters): no Seq Scan on a large table.
+ * The idempotency look-up runs inside cp_ledger_commit (a migration's
+ * plpgsql), so its join is restated here.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
-import { openStore, type Store } from '../src/index.ts';
+import { LEDGER_SQL } from '@crowdplay/ledger';
+import { CHANNEL_SQL, EVENT_SQL, openStore, type Store } from '../src/index.ts';
 
 const LARGE = ['channels', 'channel_events', 'accounts', 'transfers'];
 
@@ -79,57 +81,27 @@ describe('EXPLAIN: hot queries use indexes on large tables (Postgres)', () => {
   });
 
   it('resume - events of a channel after an id (primary key), and the floor', async () => {
-    await assertIndexed(
-      'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
-      ['c7', 150_000, 1_001],
-      ['channel_events_pkey'],
-    );
-    await assertIndexed('SELECT events_floor FROM channels WHERE id = $1', ['c7'], ['channels_pkey']);
+    await assertIndexed(EVENT_SQL.since, ['c7', 150_000, 1_001], ['channel_events_pkey']);
+    await assertIndexed(EVENT_SQL.floor, ['c7'], ['channels_pkey']);
   });
 
   it('retention - the pruning pass takes the oldest rows by created_at', async () => {
-    await assertIndexed(
-      'SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2',
-      [new Date(Date.now() - 1_800_000), 5_000],
-      ['channel_events_created_idx'],
-    );
+    await assertIndexed(EVENT_SQL.pruneVictims, [new Date(Date.now() - 1_800_000), 5_000], ['channel_events_created_idx']);
   });
 
   it('assignment - a channel by id, the channels of an owner', async () => {
-    await assertIndexed(
-      'SELECT id, tenant_id, epoch, owner, migrated_to, migrated_at FROM channels WHERE id = $1',
-      ['c4242'],
-      ['channels_pkey'],
-    );
-    await assertIndexed(
-      'SELECT id, tenant_id, epoch, owner, migrated_to, migrated_at FROM channels WHERE owner = $1 ORDER BY id',
-      ['s7'],
-      ['channels_owner_idx'],
-    );
+    await assertIndexed(CHANNEL_SQL.byId, ['c4242'], ['channels_pkey']);
+    await assertIndexed(CHANNEL_SQL.byOwner, ['s7'], ['channels_owner_idx']);
   });
 
   it('ledger - wallet balance, balances of many, idempotency lookup, transfers of a round', async () => {
-    await assertIndexed('SELECT balance FROM accounts WHERE tenant_id = $1 AND kind = $2 AND owner = $3', ['acme', 'wallet', 'v77'], []);
-    await assertIndexed(
-      "SELECT owner, balance FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = ANY($2::text[])",
-      ['acme', ['v1', 'v2', 'v3']],
-      [],
-    );
+    await assertIndexed(LEDGER_SQL.balance, ['acme', 'wallet', 'v77'], []);
+    await assertIndexed(LEDGER_SQL.walletBalances, ['acme', ['v1', 'v2', 'v3']], []);
     await assertIndexed(
       'SELECT x.id, x.fingerprint FROM unnest($1::text[]) AS u(id) JOIN transfers x ON x.id = u.id',
       [['t1', 't99']],
       ['transfers_pkey'],
     );
-    await assertIndexed(
-      `SELECT a.owner, sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) AS net
-       FROM transfers t
-       JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id
-         AND (a.id = t.from_account AND t.kind = ANY($3::text[]) OR a.id = t.to_account AND t.kind = ANY($4::text[]))
-       WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
-       GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
-       ORDER BY a.owner`,
-      ['acme', 'r17', ['stake'], ['refund']],
-      ['transfers_round_idx'],
-    );
+    await assertIndexed(LEDGER_SQL.roundNets, ['acme', 'r17', ['stake'], ['refund']], ['transfers_round_idx']);
   });
 });
