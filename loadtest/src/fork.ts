@@ -34,3 +34,27 @@ export async function waitExit(child: ChildProcess, deadlineMs: number): Promise
     });
   });
 }
+
+/**
+ * Sends `msg` to the parent over the IPC channel; `cb` once it is handed to the OS.
+ * @throws Error when this process was not forked with an IPC channel
+ */
+export function sendToParent(msg: unknown, cb?: () => void): void {
+  if (!process.send) throw new Error(`${process.argv[1] ?? 'this worker'} must be forked with an IPC channel`);
+  process.send(msg, undefined, {}, () => cb?.());
+}
+
+/**
+ * The guards of a forked load worker: it exits 2 when its parent goes away, and on an uncaught exception it sends
+ * `fatal(stack)` to the parent and exits 1 (at once if even that fails).
+ */
+export function guardWorker(fatal: (stack: string) => unknown): void {
+  process.on('disconnect', () => process.exit(2));
+  process.on('uncaughtException', (err) => {
+    try {
+      sendToParent(fatal(err.stack ?? String(err)), () => process.exit(1));
+    } catch {
+      process.exit(1);
+    }
+  });
+}

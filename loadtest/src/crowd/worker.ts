@@ -9,6 +9,7 @@
  * phase (one 20 ms slot of the interval) until t0 + ramp + duration → wait for
  * outstanding acks up to `drainMs` → `final` → close sockets → exit.
  */
+import { guardWorker, sendToParent } from '../fork.ts';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
@@ -43,8 +44,7 @@ interface Viewer {
 }
 
 function send(msg: WorkerMessage, cb?: () => void): void {
-  if (!process.send) throw new Error('crowd worker must be forked with an IPC channel');
-  process.send(msg, undefined, {}, () => cb?.());
+  sendToParent(msg, cb);
 }
 
 function bump(map: Record<string, number>, key: string): void {
@@ -297,14 +297,7 @@ let config: WorkerConfig | null = null;
 let prepared: Viewer[] | null = null;
 const stopSignal = { stop: (): void => {} };
 
-process.on('disconnect', () => process.exit(2));
-process.on('uncaughtException', (err) => {
-  try {
-    send({ type: 'fatal', workerIndex: config?.workerIndex ?? -1, message: err.stack ?? String(err) }, () => process.exit(1));
-  } catch {
-    process.exit(1);
-  }
-});
+guardWorker((message): WorkerMessage => ({ type: 'fatal', workerIndex: config?.workerIndex ?? -1, message }));
 process.on('message', (raw: unknown) => {
   const msg = raw as CoordinatorMessage;
   if (msg.type === 'config') {

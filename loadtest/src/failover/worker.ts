@@ -14,6 +14,7 @@
  * Life: `config` → mint tokens → `ready` → `start{t0}` → … → `stop{drainMs}`
  * → wait for outstanding answers → `final` → `exit` (close sockets, exit).
  */
+import { guardWorker, sendToParent } from '../fork.ts';
 import { performance } from 'node:perf_hooks';
 import WebSocket from 'ws';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
@@ -57,8 +58,7 @@ interface Viewer {
 }
 
 function send(msg: FailoverWorkerMessage, cb?: () => void): void {
-  if (!process.send) throw new Error('failover worker must be forked with an IPC channel');
-  process.send(msg, undefined, {}, () => cb?.());
+  sendToParent(msg, cb);
 }
 
 function bump(map: Record<string | number, number>, key: string | number): void {
@@ -407,14 +407,7 @@ let config: FailoverWorkerConfig | null = null;
 let prepared: Viewer[] | null = null;
 let running: ReturnType<typeof run> | null = null;
 
-process.on('disconnect', () => process.exit(2));
-process.on('uncaughtException', (err) => {
-  try {
-    send({ type: 'fatal', workerIndex: config?.workerIndex ?? -1, message: err.stack ?? String(err) }, () => process.exit(1));
-  } catch {
-    process.exit(1);
-  }
-});
+guardWorker((message): FailoverWorkerMessage => ({ type: 'fatal', workerIndex: config?.workerIndex ?? -1, message }));
 process.on('message', (raw: unknown) => {
   const msg = raw as FailoverCoordinatorMessage;
   if (msg.type === 'config') {
