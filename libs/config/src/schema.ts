@@ -168,6 +168,14 @@ export const schema = {
       unit: 'count',
       doc: "A channel's micro-batch is sent early once it holds this many intents.",
     }),
+    intentMoveResendMs: int({
+      env: 'INTENT_MOVE_RESEND_MS',
+      default: 5_000,
+      min: 0,
+      max: 60_000,
+      unit: 'ms',
+      doc: "An intent a shard sent back because its channel is moving is published again (backoff 20–500 ms) until this long after the gateway received it; then the viewer gets the refusal (CP_ERR_CHANNEL_UNAVAILABLE). 0 = no resend. A drain move took at most 452 ms in the failover run (docs/benchmarks.md); the SDK's ack timeout is 10 s.",
+    }),
     pingIntervalMs: int({
       env: 'WS_PING_INTERVAL_MS',
       default: 30_000,

@@ -366,10 +366,16 @@ export interface IntentBatch {
   joins?: Array<{ conn: number; viewer: string }>;
 }
 
-/** One ack as the shard sends it back; the gateway turns it into an ActAck frame. */
 /** An ack as the shard sends it: the ActAck's fields (without `t`) and the socket it is for. */
 export interface BusAck extends Omit<ActAck, 't'> {
   conn: number;
+  /**
+   * Bus only (never sent to the viewer): the intent itself, when it was refused
+   * (CP_ERR_CHANNEL_UNAVAILABLE) only because the channel is moving to another
+   * shard. The gateway publishes it again until the new owner takes it or
+   * INTENT_MOVE_RESEND_MS after it arrived, then sends the refusal.
+   */
+  resend?: BusIntent;
 }
 
 /** Acks for one IntentBatch, on `gw.<id>.acks`. `conn` routes each to its socket. */
@@ -377,6 +383,8 @@ export interface AckBatch {
   acks: BusAck[];
   /** Balance frames for single sockets (answers to joins). */
   balances?: Array<{ conn: number; frame: BalanceFrame }>;
+  /** The batch's joins, sent back unanswered because the channel is moving: the gateway joins them again (like `resend`). */
+  rejoin?: Array<{ conn: number; viewer: string }>;
 }
 
 /**

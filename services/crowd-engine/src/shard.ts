@@ -526,12 +526,19 @@ export class Shard {
     }
     const { config, telemetry } = this.deps;
     if (o.moving) {
-      // Moving to another shard: nothing is taken here; the viewer may send it again (the new owner takes it).
-      const acks = batch.intents.map((it) => ({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE' as const }));
+      // Moving to another shard: nothing is taken here. Each intent goes back with its refusal (and the joins with it), so the
+      // gateway publishes them again and the new owner takes them; the viewer sees the refusal only if the move outlasts
+      // INTENT_MOVE_RESEND_MS.
+      const acks: BusAck[] = batch.intents.map((it) => ({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', resend: it }));
+      const joins = batch.joins ?? [];
       if (acks.length > 0) {
         this.m.intents.add(acks.length, { outcome: 'refused', reason: 'CP_ERR_CHANNEL_UNAVAILABLE' });
         telemetry.refusals.refuse('engine', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel: o.rt.id, reason: 'moving' }, acks.length);
-        this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson({ acks } satisfies AckBatch));
+      }
+      if (acks.length > 0 || joins.length > 0) {
+        const back: AckBatch = { acks };
+        if (joins.length > 0) back.rejoin = joins;
+        this.deps.bus.publish(this.deps.subjects.gatewayAcks(batch.gw), encodeJson(back));
       }
       return;
     }

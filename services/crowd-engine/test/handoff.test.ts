@@ -162,6 +162,7 @@ describe('channel handoff', () => {
     assert.equal(await owner('paused'), null);
     const refused = await trade('paused', 'pb', { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' });
     assert.deepEqual([refused.ok, refused.code], [false, 'CP_ERR_CHANNEL_UNAVAILABLE']);
+    assert.deepEqual(refused.resend?.trade, { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' }, 'the intent goes back for the gateway to resend');
     assert.equal((await ctl('paused', { op: 'round.cancel', round: 'r' })).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
     assert.equal(await bal('pb'), 100, 'nothing taken');
     // The next owner (here the same shard, as after a move whose target failed) resumes it from its row.

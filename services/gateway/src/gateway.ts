@@ -104,6 +104,9 @@ export const GAME_MIN_MESSAGE_BYTES = 65_536;
  * consumer's send buffer that long).
  */
 export const CLOSE_HANDSHAKE_MS = 5_000;
+/** Backoff bounds of an intent sent back by a moving channel, ms (a drain move took ≤ 452 ms: docs/benchmarks.md "Failover"). */
+const MOVE_RESEND_MIN_MS = 20;
+const MOVE_RESEND_MAX_MS = 500;
 
 /** What the gateway needs from the process. It owns none of these (it never closes them). */
 export interface GatewayDeps {
@@ -235,6 +238,8 @@ class GatewayImpl implements Gateway {
   private telegramWebhook: { drain(): Promise<void> } | undefined;
   private readonly fanout: ChannelFanout;
   private readonly batcher: IntentBatcher;
+  /** Timers of `later` (intents and joins sent back by a moving channel), cleared on close. */
+  private readonly laterTimers = new Set<ReturnType<typeof setTimeout>>();
   private readonly connLimiter: KeyedLimiter;
   private readonly intentLimiter: KeyedLimiter;
   private readonly crowdWss: WebSocketServer;
@@ -449,6 +454,8 @@ class GatewayImpl implements Gateway {
     this.lifecycle = 'closed';
     this.ackSub?.unsubscribe();
     this.creditSub?.unsubscribe();
+    for (const t of this.laterTimers) clearTimeout(t);
+    this.laterTimers.clear();
     this.batcher.close();
     this.fanout.close();
     this.crowdWss.close();
@@ -946,7 +953,14 @@ class GatewayImpl implements Gateway {
       for (const a of batch.acks) {
         const conn = this.conns.get(a.conn);
         if (!conn?.writable) continue;
+        if (a.resend !== undefined && this.resendOnMove(conn, a.resend)) continue;
         conn.ws.send(ackFrame(a.seq, a.ok, a.cost, a.code, a));
+      }
+    }
+    if (Array.isArray(batch.rejoin)) {
+      for (const j of batch.rejoin) {
+        const conn = this.conns.get(j?.conn);
+        if (conn?.writable && conn.channel !== undefined && !this.intakeClosed) this.later(() => this.batcher.join(conn.channel!, conn.id, conn.viewer), MOVE_RESEND_MIN_MS);
       }
     }
     if (Array.isArray(batch.balances)) {
@@ -956,6 +970,39 @@ class GatewayImpl implements Gateway {
         conn.ws.send(JSON.stringify(b.frame));
       }
     }
+  }
+
+  /**
+   * An intent the shard sent back because its channel is moving: publishes it
+   * again after a backoff (half the time it has waited, 20–500 ms) unless
+   * INTENT_MOVE_RESEND_MS has passed since the gateway received it, or the
+   * gateway is draining, or the intent does not belong to this socket's
+   * channel. @returns true when it will be resent (no ack to the viewer yet)
+   */
+  private resendOnMove(conn: Conn, intent: BusIntent): boolean {
+    const limitMs = this.config.gateway.intentMoveResendMs;
+    const waitedMs = Date.now() - intent.at;
+    const channel = conn.channel;
+    if (limitMs === 0 || this.intakeClosed || channel === undefined || intent.conn !== conn.id || !(waitedMs < limitMs)) {
+      if (limitMs > 0) this.metrics.intentsResent.add(1, { outcome: 'expired' });
+      return false;
+    }
+    const delayMs = Math.min(MOVE_RESEND_MAX_MS, Math.max(MOVE_RESEND_MIN_MS, waitedMs / 2), limitMs - waitedMs);
+    this.later(() => {
+      if (!conn.writable || this.intakeClosed || conn.channel !== channel) return;
+      this.metrics.intentsResent.add(1, { outcome: 'resent' });
+      this.batcher.add(channel, intent);
+    }, delayMs);
+    return true;
+  }
+
+  /** Runs `fn` after `ms` unless the gateway closes first. */
+  private later(fn: () => void, ms: number): void {
+    const t = setTimeout(() => {
+      this.laterTimers.delete(t);
+      fn();
+    }, ms);
+    this.laterTimers.add(t);
   }
 
   /** A grant committed (any gateway): a `balance` frame to this gateway's sockets of that viewer. */

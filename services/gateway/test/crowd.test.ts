@@ -111,6 +111,49 @@ describe('gateway crowd', () => {
     }
   });
 
+  it('moving channel - intents and joins the shard sends back are published again; the viewer sees one ack', async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel] });
+    try {
+      h.shard.movingBatches = 2; // the join's batch and the first resend come back
+      const c = await viewer(h, 'alice');
+      await c.welcome();
+      c.act(1, 'pull', 'left');
+      const ack = await c.ack(1);
+      assert.deepEqual(ack, { t: 'ack', seq: 1, ok: true, cost: 0 });
+      assert.equal(c.frames.filter((f) => f.t === 'ack').length, 1, 'no refusal reached the viewer');
+      assert.equal(h.shard.intents, 1, 'taken once');
+      await waitUntil(() => h.shard.joins.length === 1, 'the join was sent again and taken');
+      assert.equal(h.shard.joins[0]!.viewer, 'alice');
+      assert.ok(h.shard.allBatches.filter((b) => b.joins?.length).length >= 2, 'sent back, then taken');
+      const text = await h.metricsText();
+      assert.ok((metricValue(text, 'crowdplay_intents_move_resent_total', { outcome: 'resent' }) ?? 0) >= 1, text);
+      assert.equal(metricValue(text, 'crowdplay_intents_move_resent_total', { outcome: 'expired' }) ?? 0, 0);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('moving channel - past INTENT_MOVE_RESEND_MS the viewer gets the refusal, without the bus-only fields', async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel], gateway: { intentMoveResendMs: 150 } });
+    try {
+      const c = await viewer(h, 'alice');
+      await c.welcome();
+      await waitUntil(() => h.shard.joins.length === 1, 'joined');
+      h.shard.movingBatches = 1_000;
+      const t0 = Date.now();
+      c.act(1, 'pull', 'left');
+      const ack = await c.ack(1);
+      assert.deepEqual(ack, { t: 'ack', seq: 1, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE' });
+      assert.ok(Date.now() - t0 >= 140, `refused after the resend window: ${Date.now() - t0} ms`);
+      const tries = h.shard.allBatches.filter((b) => b.intents.some((i) => i.seq === 1)).length;
+      assert.ok(tries >= 2, `published again before giving up: ${tries}`);
+      assert.equal(h.shard.intents, 0, 'never taken');
+      assert.equal(metricValue(await h.metricsText(), 'crowdplay_intents_move_resent_total', { outcome: 'expired' }), 1);
+    } finally {
+      await h.close();
+    }
+  });
+
   it('fan-out - one update reaches 3 sockets as identical text bytes', async () => {
     const h = await startHarness({ store: suite.store, channels: [suite.channel] });
     try {

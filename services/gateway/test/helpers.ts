@@ -99,6 +99,8 @@ export class FakeShard {
   joinBalance: (join: { conn: number; viewer: string }) => BalanceFrame | undefined = () => undefined;
   /** Update text returned for `{op:'snapshot'}`, per channel. */
   readonly snapshots = new Map<string, string>();
+  /** Batches still to be sent back as a shard does while the channel moves (every intent with `resend`, every join as `rejoin`). */
+  movingBatches = 0;
   /** Reply for declare/state (default ok). */
   ctlReply: (channel: string, req: ChannelCtlRequest) => ChannelCtlReply = () => ({ ok: true });
 
@@ -111,6 +113,13 @@ export class FakeShard {
       const batch = decodeJson<IntentBatch>(msg.data);
       const channel = msg.subject.split('.').at(-2) ?? '';
       this.allBatches.push(batch);
+      if (this.movingBatches > 0) {
+        this.movingBatches--;
+        const back: AckBatch = { acks: batch.intents.map((i) => ({ conn: i.conn, seq: i.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', resend: i })) };
+        if (batch.joins) back.rejoin = batch.joins;
+        bus.publish(subj.gatewayAcks(batch.gw), encodeJson(back));
+        return;
+      }
       if (batch.intents.length > 0) this.batches.push(batch);
       const acks: AckBatch = { acks: batch.intents.map((i) => this.ackFor(i)) };
       for (const j of batch.joins ?? []) {
