@@ -253,6 +253,10 @@ describe('metrics: each one changes when its event happens', () => {
       all.some((x) => value(x, 'crowdplay_event_loop_lag_ms', { quantile: 'max' }) >= 90),
       'the 100 ms block shows',
     );
+    // Process memory: the heap in use changes between scrapes (every intent allocates); the kinds add up as memoryUsage() says.
+    moved('crowdplay_process_memory_bytes', { kind: 'heap_used' });
+    assert.ok(value(last, 'crowdplay_process_memory_bytes', { kind: 'rss' }) > value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }));
+    assert.ok(value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_total' }) >= value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }));
     // PostgreSQL pool.
     moved('crowdplay_pg_pool', { state: 'waiting' });
     grew('crowdplay_pg_pool_wait_ms_count');

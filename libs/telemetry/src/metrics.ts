@@ -56,6 +56,20 @@ export class Metrics {
       r.observe(h.max / 1e6, { quantile: 'max' });
       h.reset();
     });
+    // Where the memory is: V8's heap (used / reserved), memory of JS objects held outside it (Buffers, canvases), and the
+    // ArrayBuffers among those; RSS minus heap_total minus external is native memory of the process (threads, libraries).
+    const mem = this.meter.createObservableGauge('crowdplay_process_memory_bytes', {
+      description: 'process.memoryUsage() at scrape time, by kind: rss, heap_used, heap_total, external, array_buffers (bytes)',
+      unit: 'By',
+    });
+    mem.addCallback((r) => {
+      const m = process.memoryUsage();
+      r.observe(m.rss, { kind: 'rss' });
+      r.observe(m.heapUsed, { kind: 'heap_used' });
+      r.observe(m.heapTotal, { kind: 'heap_total' });
+      r.observe(m.external, { kind: 'external' });
+      r.observe(m.arrayBuffers, { kind: 'array_buffers' });
+    });
   }
 
   counter(name: string, description: string): Counter {

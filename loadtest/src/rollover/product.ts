@@ -242,6 +242,8 @@ export class ProductSampler {
   backlogLast: number | null = null;
   drainLast: number | null = null;
   scrapeErrors = 0;
+  /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), MB. */
+  readonly memoryPeakMb: Record<string, number> = {};
   private timers: NodeJS.Timeout[] = [];
   private scraping = false;
 
@@ -286,6 +288,10 @@ export class ProductSampler {
             const text = await res.text();
             const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
             if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
+            for (const kind of ['heap_used', 'heap_total', 'external', 'array_buffers']) {
+              const b = metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`);
+              if (b !== null) this.memoryPeakMb[kind] = Math.max(this.memoryPeakMb[kind] ?? 0, Math.round(b / 2 ** 20));
+            }
             const bl = metricValue(text, 'crowdplay_board_backlog');
             if (bl !== null) this.backlogLast = bl;
             const dr = metricValue(text, 'crowdplay_board_drain_per_s');

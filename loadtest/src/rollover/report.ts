@@ -68,6 +68,8 @@ export interface RolloverReport {
   guessingS: number | null;
   /** Largest peak RSS of one product process (standalone: the process), MB. */
   peakRssMb: number | null;
+  /** Largest `crowdplay_process_memory_bytes` over the scraped gateways by kind (heap_used, heap_total, external, array_buffers), MB: where the RSS is. */
+  memoryPeakMb: Record<string, number>;
   /** Cluster runs: which process had it; the largest sum over the processes at one sample; each process's peak, MB. */
   rssCluster: { peakProcess: string | null; peakSumMb: number | null; byProcess: Record<string, number> } | null;
   /** How the product ran: `crowdplay start`, or `crowdplay cluster` with its gateways and shards. */
@@ -169,6 +171,14 @@ export function formatRolloverReport(r: RolloverReport): string {
     [
       r.rssCluster ? 'peak RSS (largest process)' : 'peak RSS (product)',
       `${fmt(r.peakRssMb, 1)} MB${r.rssCluster ? ` (${r.rssCluster.peakProcess ?? '–'}; all processes ${fmt(r.rssCluster.peakSumMb, 1)} MB)` : ''} (at the rollover ${fmt(r.rssAtRolloverMb, 1)} MB)`,
+    ],
+    [
+      'memory peaks (gateway)',
+      Object.keys(r.memoryPeakMb).length === 0
+        ? '–'
+        : Object.entries(r.memoryPeakMb)
+            .map(([k, v]) => `${k} ${v} MB`)
+            .join(', '),
     ],
     ['max loop stall (product)', `${fmt(r.maxLoopStallMs, 1)} ms (before the rollover ${fmt(r.setupLoopStallMs, 1)} ms)`],
     [

@@ -569,6 +569,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       guessingS:
         stats.firstOpenMs !== null && stats.lastAnswerMs !== null ? Math.round(stats.lastAnswerMs - stats.firstOpenMs) / 1000 : null,
       peakRssMb: sampler.peakRssMb === null ? null : Math.round(sampler.peakRssMb * 10) / 10,
+      memoryPeakMb: { ...sampler.memoryPeakMb },
       rssCluster:
         prod.mode === 'cluster'
           ? {
