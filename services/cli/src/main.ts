@@ -152,6 +152,12 @@ async function main(): Promise<void> {
   const { positionals, values } = parsed;
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
+  // Words the command does not take are named before anything starts (a typo must not start something else).
+  const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 2, ledger: 1 };
+  if (!(cmd in takes)) fail(`unknown command "${cmd}"\n${USAGE}`);
+  if (rest.length > takes[cmd]!) fail(`crowdplay ${cmd}: unexpected argument "${rest[takes[cmd]!]}"\n${USAGE}`);
+  if (cmd === 'service' && rest[0] !== undefined && !SERVICES.includes(rest[0] as ServiceName))
+    fail(`unknown service "${rest[0]}" (one of: ${SERVICES.join(', ')})\n${USAGE}`);
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
     return;
