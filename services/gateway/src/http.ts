@@ -69,6 +69,10 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
       telemetry.refusals.refuse('http', 'CP_ERR_PROTO_TOO_BIG', { url: req.routeOptions.url, limit });
       return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [limit]));
     }
+    if ((err as { code?: string }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
+      const type = String(req.headers['content-type'] ?? 'none').slice(0, 100);
+      return reply.status(415).send({ code: 'CP_ERR_PROTO_INVALID', message: `send the body as JSON (Content-Type: application/json), not ${type}` });
+    }
     if (status >= 400 && status < 500) {
       const code: ErrorCode =
         (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';

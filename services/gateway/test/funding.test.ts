@@ -69,6 +69,17 @@ describe('gateway funding', () => {
       assert.equal(r.statusCode, 400, `${JSON.stringify(body)} → ${r.body}`);
       assert.equal((r.json() as { code: string }).code, 'CP_ERR_PROTO_INVALID');
     }
+    const form = await h.gateway.app.inject({
+      method: 'POST',
+      url: '/v1/grants',
+      headers: { authorization: `Bearer ${suite.acme.apiKey}`, 'content-type': 'application/x-www-form-urlencoded' },
+      payload: 'viewer=bob&points=5&id=j',
+    });
+    assert.equal(form.statusCode, 415, form.body);
+    assert.deepEqual(form.json(), {
+      code: 'CP_ERR_PROTO_INVALID',
+      message: 'send the body as JSON (Content-Type: application/json), not application/x-www-form-urlencoded',
+    });
     assert.equal((await grant({ viewer: 'bob', points: 5, id: 'h' }, null)).statusCode, 401);
     const wrongKey = await grant({ viewer: 'bob', points: 5, id: 'i' }, 'cpk_acme_000');
     assert.deepEqual([wrongKey.statusCode, (wrongKey.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
