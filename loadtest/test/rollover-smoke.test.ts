@@ -2,14 +2,13 @@
  * The rollover scenario at smoke size, through the CLI exactly as
  * `npm run loadtest -- rollover` runs it: the product as its own process on
  * the machine's PostgreSQL (a fresh schema) and Redis, the Bot API stub, 30
- * chats × 3 players guessing at a rollover with a 12 s period. Asserts
+ * chats × 3 players guessing at a rollover with a 20 s period. Asserts
  * correctness, not speed: no crash, every guess answered ok, no Telegram
  * 429, every chat's final board byte-identical to the render of its final
  * state. Then the same against `crowdplay cluster --gateways 2 --shards 2`
- * with a 20 s period
  * (NATS, Redis, Postgres; a telegram-sender process; updates and players
  * spread over both gateways). Also the utilisation allowance's arithmetic.
- * About 35 s + 60 s.
+ * About 45 s + 60 s.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,6 +20,14 @@ import { allowedSends, metricValue, msSummary, playerWords, type RolloverReport 
 
 const CHATS = 30;
 const PLAYERS = 3;
+/**
+ * The puzzle's period, s. 20: the product runs on one core (the generator has the other) beside the rest of `npm test`; there
+ * boards took up to 8 s from a change to Telegram, and a board drawn just before a chat's last change leaves the next one
+ * 3 s behind (20 per minute per group). With 12 s, 5–6 s of it guessing, a final board missed the rollover in about one run in
+ * five (standalone in CI, the cluster here). The smoke checks that the final board is right, not how fast it came: the
+ * full-size run measures that (docs/benchmarks.md).
+ */
+const PERIOD_S = 20;
 
 describe('loadtest rollover - helpers', () => {
   it('allowedSends: the bucket spaces a group chat 3 s apart and the bot 1/30 s apart', () => {
@@ -86,12 +93,12 @@ describe('loadtest rollover - helpers', () => {
 });
 
 /** Runs the smoke through the CLI with `extra` flags and checks its report; returns it. */
-async function smoke(extra: string[], hardMs: number, periodS = 12): Promise<RolloverReport> {
+async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
   const dir = mkdtempSync(join(tmpdir(), 'rollover-smoke-'));
   try {
     const file = join(dir, 'report.json');
     const res = await loadtestCli(
-      ['rollover', '--chats', String(CHATS), '--players', String(PLAYERS), '--period-s', String(periodS), '--json', file, ...extra],
+      ['rollover', '--chats', String(CHATS), '--players', String(PLAYERS), '--period-s', String(PERIOD_S), '--json', file, ...extra],
       hardMs,
     );
     assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
@@ -134,11 +141,7 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
 
 describe('loadtest rollover - smoke against crowdplay cluster --gateways 2 --shards 2 (NATS, Redis, PostgreSQL)', () => {
   it(`${CHATS} chats × ${PLAYERS} players over two gateways: the same checks as standalone`, { timeout: 150_000 }, async () => {
-    // A 20 s period: the cluster's seven processes share one core (the generator has the other), boards took up to 6.5 s from a
-    // change to Telegram here, and a board drawn just before a chat's last change leaves the next one 3 s behind (20 per minute
-    // per group): with 12 s, 6 s of it guessing, one final board in ~5 runs missed the rollover. The check is that the final
-    // board is right, not how fast it came (the full-size run measures that).
-    const r = await smoke(['--cluster', '--gateways', '2', '--shards', '2'], 150_000, 20);
+    const r = await smoke(['--cluster', '--gateways', '2', '--shards', '2'], 150_000);
     assert.deepEqual(r.product, { mode: 'cluster', gateways: 2, shards: 2 });
     assert.ok(r.rssCluster, 'per-process RSS is reported');
     for (const p of ['sequencer', 'router', 'shard-1', 'shard-2', 'tg-sender', 'gw-1', 'gw-2'])

@@ -529,7 +529,13 @@ export class Shard {
       // Moving to another shard: nothing is taken here. Each intent goes back with its refusal (and the joins with it), so the
       // gateway publishes them again and the new owner takes them; the viewer sees the refusal only if the move outlasts
       // INTENT_MOVE_RESEND_MS.
-      const acks: BusAck[] = batch.intents.map((it) => ({ conn: it.conn, seq: it.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', resend: it }));
+      const acks: BusAck[] = batch.intents.map((it) => ({
+        conn: it.conn,
+        seq: it.seq,
+        ok: false,
+        code: 'CP_ERR_CHANNEL_UNAVAILABLE',
+        resend: it,
+      }));
       const joins = batch.joins ?? [];
       if (acks.length > 0) {
         this.m.intents.add(acks.length, { outcome: 'refused', reason: 'CP_ERR_CHANNEL_UNAVAILABLE' });

@@ -39,10 +39,17 @@ function bearer(req: FastifyRequest): string | null {
   return v === '' ? null : v;
 }
 
-function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry): FastifyReply {
+/**
+ * Answers a refused funding request. `credential` names what the route's
+ * `Authorization: Bearer` header carries, for the CP_ERR_AUTH_MISSING message
+ * (the catalogue's names the WebSocket query parameters).
+ */
+function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry, credential: string): FastifyReply {
   if (isCrowdplayError(err)) {
     if (err.httpStatus < 500) telemetry.refusals.refuse('funding', err.code);
-    return reply.status(err.httpStatus).send({ code: err.code, message: err.message });
+    const message =
+      err.code === 'CP_ERR_AUTH_MISSING' ? `no credentials: send the header Authorization: Bearer <${credential}>` : err.message;
+    return reply.status(err.httpStatus).send({ code: err.code, message });
   }
   telemetry.logger.error({ err }, 'funding request failed');
   return reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
@@ -92,7 +99,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
         if (!r.replayed) ctx.onGranted?.({ tenant: tenant.id, viewer, points, balance });
         return { viewer, points, balance, replayed: r.replayed };
       } catch (err) {
-        return fail(reply, err, telemetry);
+        return fail(reply, err, telemetry, 'tenant API key');
       }
     },
   );
@@ -105,7 +112,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
         throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer: 1–128 characters, no control characters']);
       return { viewer, balance: await ledger.balance(tenant.id, { kind: 'wallet', owner: viewer }) };
     } catch (err) {
-      return fail(reply, err, telemetry);
+      return fail(reply, err, telemetry, 'tenant API key');
     }
   });
 
@@ -117,7 +124,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
       const id = await auth.crowd(channel, token);
       return { viewer: id.viewer, balance: await ledger.balance(id.tenantId, { kind: 'wallet', owner: id.viewer }) };
     } catch (err) {
-      return fail(reply, err, telemetry);
+      return fail(reply, err, telemetry, 'viewer token');
     }
   });
 }

@@ -960,7 +960,8 @@ class GatewayImpl implements Gateway {
     if (Array.isArray(batch.rejoin)) {
       for (const j of batch.rejoin) {
         const conn = this.conns.get(j?.conn);
-        if (conn?.writable && conn.channel !== undefined && !this.intakeClosed) this.later(() => this.batcher.join(conn.channel!, conn.id, conn.viewer), MOVE_RESEND_MIN_MS);
+        if (conn?.writable && conn.channel !== undefined && !this.intakeClosed)
+          this.later(() => this.batcher.join(conn.channel!, conn.id, conn.viewer), MOVE_RESEND_MIN_MS);
       }
     }
     if (Array.isArray(batch.balances)) {

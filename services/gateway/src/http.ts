@@ -71,7 +71,9 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     }
     if ((err as { code?: string }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       const type = String(req.headers['content-type'] ?? 'none').slice(0, 100);
-      return reply.status(415).send({ code: 'CP_ERR_PROTO_INVALID', message: `send the body as JSON (Content-Type: application/json), not ${type}` });
+      return reply
+        .status(415)
+        .send({ code: 'CP_ERR_PROTO_INVALID', message: `send the body as JSON (Content-Type: application/json), not ${type}` });
     }
     if (status >= 400 && status < 500) {
       const code: ErrorCode =

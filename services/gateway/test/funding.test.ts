@@ -80,7 +80,12 @@ describe('gateway funding', () => {
       code: 'CP_ERR_PROTO_INVALID',
       message: 'send the body as JSON (Content-Type: application/json), not application/x-www-form-urlencoded',
     });
-    assert.equal((await grant({ viewer: 'bob', points: 5, id: 'h' }, null)).statusCode, 401);
+    const noKey = await grant({ viewer: 'bob', points: 5, id: 'h' }, null);
+    assert.equal(noKey.statusCode, 401);
+    assert.deepEqual(noKey.json(), {
+      code: 'CP_ERR_AUTH_MISSING',
+      message: 'no credentials: send the header Authorization: Bearer <tenant API key>',
+    });
     const wrongKey = await grant({ viewer: 'bob', points: 5, id: 'i' }, 'cpk_acme_000');
     assert.deepEqual([wrongKey.statusCode, (wrongKey.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
     assert.equal((await balanceOf('bob')).balance, 0);
@@ -107,6 +112,11 @@ describe('gateway funding', () => {
       headers: { authorization: 'Bearer x.y.z' },
     });
     assert.deepEqual([forged.statusCode, (forged.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
+    const noToken = await h.gateway.app.inject({ method: 'GET', url: `/v1/me/balance?channel=${suite.channel}` });
+    assert.deepEqual(noToken.json(), {
+      code: 'CP_ERR_AUTH_MISSING',
+      message: 'no credentials: send the header Authorization: Bearer <viewer token>',
+    });
     const noChannel = await h.gateway.app.inject({ method: 'GET', url: '/v1/me/balance', headers: { authorization: `Bearer ${token}` } });
     assert.deepEqual([noChannel.statusCode, (noChannel.json() as { code: string }).code], [400, 'CP_ERR_CHANNEL_INVALID_ID']);
   });

@@ -115,7 +115,9 @@ export class FakeShard {
       this.allBatches.push(batch);
       if (this.movingBatches > 0) {
         this.movingBatches--;
-        const back: AckBatch = { acks: batch.intents.map((i) => ({ conn: i.conn, seq: i.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', resend: i })) };
+        const back: AckBatch = {
+          acks: batch.intents.map((i) => ({ conn: i.conn, seq: i.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', resend: i })),
+        };
         if (batch.joins) back.rejoin = batch.joins;
         bus.publish(subj.gatewayAcks(batch.gw), encodeJson(back));
         return;
