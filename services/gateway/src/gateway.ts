@@ -953,15 +953,18 @@ class GatewayImpl implements Gateway {
       for (const a of batch.acks) {
         const conn = this.conns.get(a.conn);
         if (!conn?.writable) continue;
-        if (a.resend !== undefined && this.resendOnMove(conn, a.resend)) continue;
+        const intent = a.resend;
+        if (intent?.conn === conn.id && this.resendOnMove(conn, Date.now() - intent.at, (channel) => this.batcher.add(channel, intent)))
+          continue;
         conn.ws.send(ackFrame(a.seq, a.ok, a.cost, a.code, a));
       }
     }
     if (Array.isArray(batch.rejoin)) {
       for (const j of batch.rejoin) {
         const conn = this.conns.get(j?.conn);
-        if (conn?.writable && conn.channel !== undefined && !this.intakeClosed)
-          this.later(() => this.batcher.join(conn.channel!, conn.id, conn.viewer), MOVE_RESEND_MIN_MS);
+        // A socket joins when it opens: its age is how long its join has waited.
+        if (conn?.writable)
+          this.resendOnMove(conn, performance.now() - conn.upgradedAt, (channel) => this.batcher.join(channel, conn.id, conn.viewer));
       }
     }
     if (Array.isArray(batch.balances)) {
@@ -974,25 +977,26 @@ class GatewayImpl implements Gateway {
   }
 
   /**
-   * An intent the shard sent back because its channel is moving: publishes it
-   * again after a backoff (half the time it has waited, 20–500 ms) unless
-   * INTENT_MOVE_RESEND_MS has passed since the gateway received it, or the
-   * gateway is draining, or the intent does not belong to this socket's
-   * channel. @returns true when it will be resent (no ack to the viewer yet)
+   * An intent or join the shard sent back because its channel is moving:
+   * `publish` runs again after a backoff (half the time it has waited,
+   * 20–500 ms) unless INTENT_MOVE_RESEND_MS has passed since the gateway
+   * received it (`waitedMs`), or the gateway is draining; at run time, only
+   * if the socket is still open on the same channel. Counted:
+   * crowdplay_intents_move_resent_total{outcome}.
+   * @returns true when it will be published again (no ack to the viewer yet)
    */
-  private resendOnMove(conn: Conn, intent: BusIntent): boolean {
+  private resendOnMove(conn: Conn, waitedMs: number, publish: (channel: string) => void): boolean {
     const limitMs = this.config.gateway.intentMoveResendMs;
-    const waitedMs = Date.now() - intent.at;
-    const channel = conn.channel;
-    if (limitMs === 0 || this.intakeClosed || channel === undefined || intent.conn !== conn.id || !(waitedMs < limitMs)) {
+    if (limitMs === 0 || this.intakeClosed || !(waitedMs < limitMs)) {
       if (limitMs > 0) this.metrics.intentsResent.add(1, { outcome: 'expired' });
       return false;
     }
+    const channel = conn.channel;
     const delayMs = Math.min(MOVE_RESEND_MAX_MS, Math.max(MOVE_RESEND_MIN_MS, waitedMs / 2), limitMs - waitedMs);
     this.later(() => {
       if (!conn.writable || this.intakeClosed || conn.channel !== channel) return;
       this.metrics.intentsResent.add(1, { outcome: 'resent' });
-      this.batcher.add(channel, intent);
+      publish(channel);
     }, delayMs);
     return true;
   }

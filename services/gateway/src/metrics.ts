@@ -12,7 +12,7 @@ export interface GatewayMetrics {
   intentsForwarded: Counter;
   /** IntentBatch messages published that carry intents (intents / batches = the micro-batching factor; join-only batches are not counted). */
   intentBatches: Counter;
-  /** Intents published again because their channel was moving (INTENT_MOVE_RESEND_MS), by outcome: resent, expired (the refusal went to the viewer). */
+  /** Intents and joins published again because their channel was moving (INTENT_MOVE_RESEND_MS), by outcome: resent, expired (the refusal went to the viewer). */
   intentsResent: Counter;
   /** Update frames written to sockets (one per socket per update). */
   updatesSent: Counter;
@@ -58,7 +58,7 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number): 
     intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages carrying intents published to ch.<C>.in'),
     intentsResent: metrics.counter(
       'crowdplay_intents_move_resent_total',
-      'Intents a moving channel sent back: outcome=resent (published again), expired (INTENT_MOVE_RESEND_MS passed: refused to the viewer)',
+      'Intents and joins a moving channel sent back: outcome=resent (published again), expired (INTENT_MOVE_RESEND_MS passed: refused to the viewer)',
     ),
     updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),
     updatesSkipped: metrics.counter(
