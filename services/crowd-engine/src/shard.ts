@@ -81,6 +81,8 @@ interface Owned {
   rounds: ChannelRounds | null;
   /** Rounds changed since the last update was built. */
   roundsDirty: boolean;
+  /** A built-in game's state from its tick that has no event id yet (sequencer unreachable): the next tick sets it. */
+  pendingState: Record<string, unknown> | undefined;
   /** Handed off (or handing off) to another shard: intents and game requests are refused as retryable. */
   moving: boolean;
 }
@@ -352,6 +354,7 @@ export class Shard {
       tenant: row.tenantId,
       rounds: null,
       roundsDirty: false,
+      pendingState: undefined,
       moving: false,
     };
     if (this.deps.ledger && this.wallets && this.rm) {
@@ -681,9 +684,11 @@ export class Shard {
 
   private async runTick(): Promise<void> {
     const outbox: Outbox = [];
-    try {
-      for (const o of [...this.owned.values()]) {
-        if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
+    let failed = 0;
+    let firstErr: unknown;
+    for (const o of [...this.owned.values()]) {
+      if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
+      try {
         if (o.game?.botIntents) {
           const now = this.now();
           let listed = 0;
@@ -698,8 +703,15 @@ export class Shard {
         if (o.rounds) await this.tickRounds(o);
         if (o.game?.tick) {
           const state = o.game.tick(this.now());
-          if (state) {
-            o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+          if (state) o.pendingState = state;
+        }
+        if (o.pendingState) {
+          const state = o.pendingState;
+          const ev = await this.eventIdFor(o);
+          // A batch delivered meanwhile set a newer state (deliverBatch clears pendingState).
+          if (o.pendingState === state) {
+            o.pendingState = undefined;
+            o.rt.setGameState(state, ev, this.now());
             this.scheduleUpdate(o);
           }
         }
@@ -711,11 +723,16 @@ export class Shard {
         if (!batch) continue;
         this.deliverBatch(o, batch, now, outbox);
         this.scheduleUpdate(o);
+      } catch (err) {
+        // No event id (sequencer restarting): what the channel has not set yet stays pending (dirty rounds,
+        // game state, open intents) for the next tick; the other channels' batches still go out.
+        failed++;
+        firstErr ??= err;
       }
-      await this.publishBatches(outbox);
-    } catch (err) {
-      this.deps.telemetry.logger.error({ err }, 'tick failed');
     }
+    if (failed > 0)
+      this.deps.telemetry.logger.error({ err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
+    await this.publishBatches(outbox);
   }
 
   /** Round deadlines and expiry, the built-in game's round commands, and the rounds shown to viewers. */
@@ -735,8 +752,10 @@ export class Shard {
       }
     }
     if (o.roundsDirty) {
+      // Cleared only once the id is taken: without one (sequencer restarting) the next tick tries again.
+      const ev = await this.eventIdFor(o);
       o.roundsDirty = false;
-      o.rt.setRounds(rounds.views(), await this.eventIdFor(o), this.now());
+      o.rt.setRounds(rounds.views(), ev, this.now());
       this.scheduleUpdate(o);
     }
   }
@@ -746,7 +765,10 @@ export class Shard {
     for (const a of Object.values(batch.actions)) for (const it of a.intents) this.m.batchLagMs.record(Math.max(0, now - it.at));
     if (o.game) {
       const state = o.game.onBatch(batch);
-      if (state) o.rt.setGameState(state, batch.ev, now);
+      if (state) {
+        o.pendingState = undefined; // the game's newest state supersedes one waiting for an id
+        o.rt.setGameState(state, batch.ev, now);
+      }
     } else {
       outbox.push({ o, ev: batch.ev, text: JSON.stringify(batch) });
     }

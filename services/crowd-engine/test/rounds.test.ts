@@ -455,6 +455,12 @@ describe('rounds while the sequencer is unreachable (restarting)', () => {
       false,
       'no update without an event id',
     );
+    // Ticks run while the sequencer is still down (each fails to take an id): the update must survive them.
+    await new Promise((r) => setTimeout(r, 400));
+    assert.equal(
+      h.updates.some((u) => u.channel === 'seqdown' && u.rounds?.some((r) => r.id === 'r1')),
+      false,
+    );
     again = new SequencerService({ bus: h.bus, subjects: h.subjects, store: h.store, telemetry: h.telemetry });
     await again.start();
     const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'seqdown' && x.rounds?.some((r) => r.id === 'r1')), 5_000);
