@@ -255,8 +255,15 @@ describe('metrics: each one changes when its event happens', () => {
     );
     // Process memory: the heap in use changes between scrapes (every intent allocates); the kinds add up as memoryUsage() says.
     moved('crowdplay_process_memory_bytes', { kind: 'heap_used' });
-    assert.ok(value(last, 'crowdplay_process_memory_bytes', { kind: 'rss' }) > value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }));
-    assert.ok(value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_total' }) >= value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }));
+    assert.ok(
+      value(last, 'crowdplay_process_memory_bytes', { kind: 'rss' }) > value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }),
+    );
+    assert.ok(
+      value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_total' }) >=
+        value(last, 'crowdplay_process_memory_bytes', { kind: 'heap_used' }),
+    );
+    // Garbage collections: every intent allocates, so young-generation collections run between scrapes.
+    grew('crowdplay_gc_ms_count', { kind: 'minor' });
     // PostgreSQL pool.
     moved('crowdplay_pg_pool', { state: 'waiting' });
     grew('crowdplay_pg_pool_wait_ms_count');

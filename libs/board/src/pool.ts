@@ -90,6 +90,8 @@ export interface RenderPoolStats {
   readonly refused: number;
   readonly failed: number;
   readonly overBudget: number;
+  /** The render threads' V8 heaps summed, each as of its latest render (reserved bytes; 0 before any render). */
+  readonly threadHeapBytes: number;
 }
 
 interface Job {
@@ -138,6 +140,8 @@ export class RenderPool {
   private readonly releaseOnClose: boolean;
   private idle: (() => void) | null = null;
   private readonly thumbnails = new Set<Promise<Uint8Array | null>>();
+  /** Each render thread's V8 heap (reserved bytes) as of its latest render, by thread id. */
+  private readonly threadHeaps = new Map<number, number>();
   private readonly counts = { maxInFlight: 0, rendered: 0, superseded: 0, refused: 0, failed: 0, overBudget: 0 };
   private readonly m:
     | {
@@ -205,6 +209,11 @@ export class RenderPool {
       };
       metrics.gauge('crowdplay_board_queue_depth', 'Board renders waiting for a slot', () => this.queue.size);
       metrics.gauge('crowdplay_board_in_flight', 'Board renders on a render thread', () => this.inFlight);
+      metrics.gauge(
+        'crowdplay_board_thread_heap_bytes',
+        "The render threads' V8 heaps, summed (reserved bytes, each as of its latest render): memory of the process outside the main heap",
+        () => this.threadHeapBytes,
+      );
     }
   }
 
@@ -274,7 +283,14 @@ export class RenderPool {
       queued: this.queue.size,
       piscinaQueued: this.piscina.queueSize,
       ...this.counts,
+      threadHeapBytes: this.threadHeapBytes,
     };
+  }
+
+  private get threadHeapBytes(): number {
+    let sum = 0;
+    for (const b of this.threadHeaps.values()) sum += b;
+    return sum;
   }
 
   /**
@@ -365,6 +381,7 @@ export class RenderPool {
       (r) => {
         if (!r) throw new Error('a render thread returned nothing');
         const png = Buffer.from(r.png.buffer, r.png.byteOffset, r.png.byteLength);
+        this.threadHeaps.set(r.threadId, r.heapBytes);
         const ms = r.drawMs + r.encodeMs;
         const overBudget = png.length > this.maxPngBytes;
         this.counts.rendered++;

@@ -3,7 +3,8 @@
  * process: a no-op when the main thread already has), warms Skia's font
  * loading, then renders the boards it is handed, one at a time.
  */
-import { setFlagsFromString } from 'node:v8';
+import { getHeapStatistics, setFlagsFromString } from 'node:v8';
+import { threadId } from 'node:worker_threads';
 import { runInNewContext } from 'node:vm';
 import { avatarThumbnail, releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
 import type { Board } from './model.ts';
@@ -41,6 +42,9 @@ export interface RenderTaskResult {
   readonly hidden: number;
   readonly drawMs: number;
   readonly encodeMs: number;
+  /** This thread's V8 heap after the render (reserved, bytes) and the thread it is: the pool sums the threads' latest. */
+  readonly heapBytes: number;
+  readonly threadId: number;
 }
 
 warmUpFonts();
@@ -87,5 +91,15 @@ export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): 
     readBack = 0;
     gc({ type: 'minor' });
   }
-  return { png: r.png, width: r.width, height: r.height, cards: r.cards, hidden: r.hidden, drawMs: r.drawMs, encodeMs: r.encodeMs };
+  return {
+    png: r.png,
+    width: r.width,
+    height: r.height,
+    cards: r.cards,
+    hidden: r.hidden,
+    drawMs: r.drawMs,
+    encodeMs: r.encodeMs,
+    heapBytes: getHeapStatistics().total_heap_size,
+    threadId,
+  };
 }

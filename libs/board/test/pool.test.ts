@@ -256,6 +256,10 @@ test('the real render thread renders a board to a PNG', async () => {
     assert.equal(pool.stats().overBudget, small.status === 'rendered' && small.overBudget ? 2 : 1);
     assert.equal(m.counters['crowdplay_board_png_over_budget_total']!.length, pool.stats().overBudget);
     assert.deepEqual(m.histograms['crowdplay_board_png_bytes'], [small.bytes, big.status === 'rendered' ? big.bytes : -1]);
+    // The one thread's V8 heap as it reported after its latest render: a real isolate is megabytes, not zero.
+    const heap = m.gauges['crowdplay_board_thread_heap_bytes']!();
+    assert.ok(heap > 1_000_000 && heap < 512 * 2 ** 20, `thread heap ${heap} bytes`);
+    assert.equal(pool.stats().threadHeapBytes, heap);
   } finally {
     await pool.close();
   }

@@ -35,6 +35,16 @@ export const schema = {
       doc: "Accept queue length (Linux caps it at net.core.somaxconn). Node's 511 overflowed while a busy loop ramped 1,500 connections/s (14,287 SYNs dropped in one 10,000-viewer run, docs/benchmarks.md), turning connects into multi-second SYN retries.",
     }),
   },
+  runtime: {
+    heapGrowingPercent: int({
+      env: 'HEAP_GROWING_PERCENT',
+      default: 0,
+      min: 0,
+      max: 1_000,
+      unit: 'percent',
+      doc: 'How far V8 lets the main heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up in `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate). See docs/benchmarks.md "Heap growth" for the measured trade (memory against GC time, crowdplay_gc_ms).',
+    }),
+  },
   log: {
     level: oneOf({
       env: 'LOG_LEVEL',

@@ -1,4 +1,4 @@
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { constants as perfConstants, monitorEventLoopDelay, PerformanceObserver, type IntervalHistogram } from 'node:perf_hooks';
 import { MeterProvider, PeriodicExportingMetricReader, type IMetricReader, type PushMetricExporter } from '@opentelemetry/sdk-metrics';
 import type { Resource } from '@opentelemetry/resources';
 import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
@@ -8,6 +8,13 @@ import type { Attributes, Counter, Histogram, Meter, ObservableGauge, UpDownCoun
 export const LATENCY_BUCKETS_MS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 300, 500, 1_000, 2_500, 5_000, 10_000];
 /** Histogram boundaries for sizes in bytes. */
 export const SIZE_BUCKETS_BYTES = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
+
+const GC_KINDS: Record<number, string> = {
+  [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
+  [perfConstants.NODE_PERFORMANCE_GC_MAJOR]: 'major',
+  [perfConstants.NODE_PERFORMANCE_GC_INCREMENTAL]: 'incremental',
+  [perfConstants.NODE_PERFORMANCE_GC_WEAKCB]: 'weakcb',
+};
 
 /**
  * Metrics through the OpenTelemetry metrics API, read by Prometheus from
@@ -20,6 +27,7 @@ export class Metrics {
   private readonly exporter: PrometheusExporter;
   private readonly serializer = new PrometheusSerializer();
   private readonly loopDelay: IntervalHistogram;
+  private readonly gcObserver: PerformanceObserver;
   private closed = false;
 
   /**
@@ -62,6 +70,16 @@ export class Metrics {
       description: 'process.memoryUsage() at scrape time, by kind: rss, heap_used, heap_total, external, array_buffers (bytes)',
       unit: 'By',
     });
+    // Garbage collections of the main thread's heap (HEAP_GROWING_PERCENT trades memory against these), by kind.
+    const gcMs = this.latencyMs(
+      'crowdplay_gc_ms',
+      "V8 garbage collections of the main thread's heap, by kind (minor, major, incremental, weakcb), ms",
+    );
+    this.gcObserver = new PerformanceObserver((list) => {
+      for (const e of list.getEntries())
+        gcMs.record(e.duration, { kind: GC_KINDS[(e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? 0] ?? 'other' });
+    });
+    this.gcObserver.observe({ entryTypes: ['gc'] });
     mem.addCallback((r) => {
       const m = process.memoryUsage();
       r.observe(m.rss, { kind: 'rss' });
@@ -112,6 +130,7 @@ export class Metrics {
     if (this.closed) return;
     this.closed = true;
     this.loopDelay.disable();
+    this.gcObserver.disconnect();
     await this.provider.shutdown();
   }
 }

@@ -242,7 +242,7 @@ export class ProductSampler {
   backlogLast: number | null = null;
   drainLast: number | null = null;
   scrapeErrors = 0;
-  /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), MB. */
+  /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), and of `crowdplay_board_thread_heap_bytes` (render_thread_heaps), MB. */
   readonly memoryPeakMb: Record<string, number> = {};
   private timers: NodeJS.Timeout[] = [];
   private scraping = false;
@@ -292,6 +292,9 @@ export class ProductSampler {
               const b = metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`);
               if (b !== null) this.memoryPeakMb[kind] = Math.max(this.memoryPeakMb[kind] ?? 0, Math.round(b / 2 ** 20));
             }
+            const th = metricValue(text, 'crowdplay_board_thread_heap_bytes');
+            if (th !== null)
+              this.memoryPeakMb['render_thread_heaps'] = Math.max(this.memoryPeakMb['render_thread_heaps'] ?? 0, Math.round(th / 2 ** 20));
             const bl = metricValue(text, 'crowdplay_board_backlog');
             if (bl !== null) this.backlogLast = bl;
             const dr = metricValue(text, 'crowdplay_board_drain_per_s');

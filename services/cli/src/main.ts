@@ -15,6 +15,7 @@
  * The only place that reads process.env: it becomes the frozen Config here.
  */
 import { parseArgs } from 'node:util';
+import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { openStore } from '@crowdplay/store';
@@ -172,6 +173,7 @@ async function main(): Promise<void> {
   } catch (err) {
     fail(err instanceof Error ? err.message : String(err));
   }
+  if (config.runtime.heapGrowingPercent > 0) setFlagsFromString(`--heap-growing-percent=${config.runtime.heapGrowingPercent}`);
   process.on('unhandledRejection', (err) => {
     process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   });
