@@ -117,6 +117,8 @@ export interface TelegramClientOptions {
   /** Clock, ms. @defaultValue Date.now */
   now?: () => number;
   hooks?: TelegramHooks;
+  /** Records each Bot API HTTP call's duration (request sent → answer parsed, ms) by method and whether Telegram said ok. */
+  callMs?: { record(ms: number, attributes: Record<string, string>): void };
   /** A hook threw. @defaultValue console.error */
   onError?: (err: unknown) => void;
 }
@@ -279,9 +281,9 @@ export class TelegramClient {
       if (grant.used) throw new CrowdplayError('CP_ERR_TELEGRAM_GRANT_REUSED', [method]);
       grant.used = true;
       this.count(this.s.sent, method);
-      return prev(method, payload, signal);
+      return this.timed(method, () => prev(method, payload, signal));
     }
-    if (AVATAR_READ_METHODS.has(method)) return this.avatarGate.run(() => prev(method, payload, signal));
+    if (AVATAR_READ_METHODS.has(method)) return this.avatarGate.run(() => this.timed(method, () => prev(method, payload, signal)));
     const ctx = this.callCtx.getStore() ?? {};
     const params = (await encodeParams(payload ?? {})) as Record<string, unknown>;
     const r = await this.enqueueEncoded(method, params, ctx);
@@ -299,6 +301,21 @@ export class TelegramClient {
       clearTimeout(timer);
     }
   }) as Transformer;
+
+  /** Runs one HTTP call of `method`, recording its duration (callMs) with ok = "true" | "false" | "error" (threw). */
+  private async timed<R extends { ok: boolean }>(method: string, call: () => Promise<R>): Promise<R> {
+    const rec = this.o.callMs;
+    if (!rec) return call();
+    const t0 = performance.now();
+    try {
+      const r = await call();
+      rec.record(performance.now() - t0, { method, ok: String(r.ok) });
+      return r;
+    } catch (err) {
+      rec.record(performance.now() - t0, { method, ok: 'error' });
+      throw err;
+    }
+  }
 
   private toApiResponse(
     method: string,
