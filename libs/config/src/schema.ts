@@ -646,6 +646,14 @@ export const schema = {
       unit: 'count',
       doc: "Bot API calls one process has in flight at once (the token bucket still spaces them; 8 covers 30/s at Telegram's usual ~100–250 ms per call).",
     }),
+    sendBookMs: int({
+      env: 'TELEGRAM_SENDQ_BOOK_MS',
+      default: 250,
+      min: 0,
+      max: 10_000,
+      unit: 'ms',
+      doc: "With REDIS_URL: a worker the bot rate refuses books the bot's next free slot when it is at most this far and waits for it (the pause and the chat's own limits are never booked; counted in crowdplay_sendq_booked_total). 0: it gives the job back to BullMQ and every worker races for the next slot again; measured: ~17 sends/s of the 28 allowed, the other workers' bounces costing Redis round trips (docs/benchmarks.md). Default ≈ one bot interval per worker of TELEGRAM_SENDQ_CONCURRENCY.",
+    }),
     sendPrefix: str({
       env: 'TELEGRAM_SENDQ_PREFIX',
       default: 'crowdplay:sendq',

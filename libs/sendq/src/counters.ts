@@ -22,6 +22,7 @@ function emptyStats(): SendQueueStats {
     failed: 0,
     refused: { deactivated: 0, full: 0, closed: 0 },
     bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
+    booked: { takes: 0, waitMs: 0 },
   };
 }
 
@@ -37,6 +38,8 @@ interface Instruments {
   failed: Counter;
   refused: Counter;
   bucketWaits: Counter;
+  booked: Counter;
+  bookedMs: Counter;
   jobMs: Histogram;
 }
 
@@ -45,7 +48,7 @@ interface Instruments {
  * is given, exported as `crowdplay_sendq_*`:
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
- * bucket_waits_total{limit}, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
+ * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
@@ -69,6 +72,11 @@ export class QueueCounters {
         'crowdplay_sendq_bucket_waits_total',
         'Bucket takes refused, by the limit that refused (pause, bot, group, chat)',
       ),
+      booked: metrics.counter(
+        'crowdplay_sendq_booked_total',
+        "Takes granted for the bot rate's next free slot (TELEGRAM_SENDQ_BOOK_MS) instead of refused: the worker waits for it",
+      ),
+      bookedMs: metrics.counter('crowdplay_sendq_booked_wait_ms_total', 'Time workers waited for booked bot slots, ms'),
       jobMs: metrics.latencyMs(
         'crowdplay_sendq_job_ms',
         'Send job enqueued → settled (queue wait, bucket waits, 429 pauses and the Bot API call), ms, by lane and status (sent, superseded, dropped, failed, …)',
@@ -125,6 +133,14 @@ export class QueueCounters {
   bucketWait(limit: LimitName): void {
     this.stats.bucketWaits[limit]++;
     this.m?.bucketWaits.add(1, { limit });
+  }
+
+  /** A take was granted for a booked bot slot `waitMs` away. */
+  bookedWait(waitMs: number): void {
+    this.stats.booked.takes++;
+    this.stats.booked.waitMs += waitMs;
+    this.m?.booked.add(1);
+    this.m?.bookedMs.add(waitMs);
   }
 
   /** A deep copy of the stats. */

@@ -15,7 +15,19 @@
  *
  * `take` checks the pause (`pausedUntil > now` refuses), then the bot, group
  * (if a group) and chat keys; it grants only when every one allows, and then
- * advances all of them; a refusal changes nothing. Consecutive grants on a
+ * advances all of them; a refusal changes nothing.
+ *
+ * Booking (`maxWaitUs` > 0): when the pause and the chat's own limits allow
+ * now and only the bot rate refuses, with a wait of at most `maxWaitUs`, the
+ * take is granted for the bot's next slot instead: departure `d = tat(bot)`,
+ * then every key advances from `d` as on a grant at `d`, and the caller
+ * calls at `d` (it waits `d − now`). Each booking moves `tat(bot)` one `T`
+ * further, so bookings queue up one bot interval apart and the spacing rule
+ * below still holds for the departures. Without booking, workers that all
+ * want the bot's next slot each get refused and come back (in the BullMQ
+ * adapter every bounce is a handful of Redis round trips, and on a busy event
+ * loop a cycle took longer than `T`: ~17 sends/s of 28 allowed, measured in
+ * the rollover; docs/benchmarks.md). Consecutive grants on a
  * key are therefore at least `T` apart, so in any half-open window of `W` µs
  * at most `ceil(W / T)` grants happen: 30 per second for the bot (T = 33,334 µs),
  * 20 per minute per group (T = 3,000,000 µs), 1 per second per chat.
@@ -49,29 +61,41 @@ export interface TakeState {
 
 /** The decision of {@link decideTake}. */
 export type TakeDecision =
-  | { granted: true; botTatUs: number; chatTatUs: number; groupTatUs: number | undefined }
+  | {
+      granted: true;
+      botTatUs: number;
+      chatTatUs: number;
+      groupTatUs: number | undefined;
+      /** µs from now to the booked departure (0: go now). */
+      waitUs: number;
+    }
   | { granted: false; retryUs: number; botWaitUs: number; limit: LimitName };
 
 /**
  * One atomic take at `nowUs` (see the module doc). On a grant, returns the new
- * tats to store; on a refusal, the waits (µs, > 0 for `retryUs`).
+ * tats to store and the wait before the call (µs, 0 unless booked); on a
+ * refusal, the waits (µs, > 0 for `retryUs`).
  * Ties on the longest wait name the limit in the order pause, bot, group, chat.
+ * @param maxWaitUs longest wait for the bot's next slot to book instead of refusing (0: never book)
  */
-export function decideTake(s: TakeState, nowUs: number, iv: Intervals): TakeDecision {
+export function decideTake(s: TakeState, nowUs: number, iv: Intervals, maxWaitUs = 0): TakeDecision {
   const pauseW = Math.max(0, s.pausedUntilUs - nowUs);
   const botW = Math.max(0, s.botTatUs - nowUs);
   const groupW = s.groupTatUs === undefined ? 0 : Math.max(0, s.groupTatUs - nowUs);
   const chatW = Math.max(0, s.chatTatUs - nowUs);
   const retryUs = Math.max(pauseW, botW, groupW, chatW);
-  if (retryUs > 0) {
+  const booked = retryUs > 0 && pauseW === 0 && groupW === 0 && chatW === 0 && botW <= maxWaitUs;
+  if (retryUs > 0 && !booked) {
     const limit: LimitName = retryUs === pauseW ? 'pause' : retryUs === botW ? 'bot' : retryUs === groupW ? 'group' : 'chat';
     return { granted: false, retryUs, botWaitUs: Math.max(pauseW, botW), limit };
   }
+  const at = nowUs + botW; // the departure: now, or the bot's next slot when booked
   return {
     granted: true,
-    botTatUs: Math.max(s.botTatUs, nowUs) + iv.botUs,
-    chatTatUs: Math.max(s.chatTatUs, nowUs) + iv.chatUs,
-    groupTatUs: s.groupTatUs === undefined ? undefined : Math.max(s.groupTatUs, nowUs) + iv.groupUs,
+    botTatUs: Math.max(s.botTatUs, at) + iv.botUs,
+    chatTatUs: Math.max(s.chatTatUs, at) + iv.chatUs,
+    groupTatUs: s.groupTatUs === undefined ? undefined : Math.max(s.groupTatUs, at) + iv.groupUs,
+    waitUs: botW,
   };
 }
 

@@ -12,6 +12,7 @@ export {
   DEFAULT_RETRY_BASE_MS,
   DEFAULT_RETRY_MAX_MS,
   DEFAULT_MAX_REQUEUES,
+  DEFAULT_BOT_BOOK_MS,
   retryBackoffMs,
   type SendQueueOptions,
 } from './options.ts';

@@ -1,6 +1,6 @@
 import { systemClock, type Clock } from './clock.ts';
 import { decideTake, intervalsOf, waitUsToMs, type Intervals } from './gcra.ts';
-import { checkLimits } from './options.ts';
+import { checkLimits, checkMaxWait } from './options.ts';
 import type { SendBucket, SendLimits, TakeResult } from './types.ts';
 
 /** Options of {@link MemoryBucket}. */
@@ -35,7 +35,7 @@ export class MemoryBucket implements SendBucket {
   }
 
   /** Synchronous {@link SendBucket.take} (the in-process queue uses it directly). */
-  takeNow(chatKey: string, isGroup: boolean): TakeResult {
+  takeNow(chatKey: string, isGroup: boolean, maxWaitMs = 0): TakeResult {
     if (chatKey === '') throw new RangeError('chatKey must not be empty');
     const nowMs = this.clock.now();
     const nowUs = Math.round(nowMs * 1000);
@@ -49,18 +49,20 @@ export class MemoryBucket implements SendBucket {
       },
       nowUs,
       this.iv,
+      Math.floor(maxWaitMs * 1000),
     );
     if (!d.granted)
       return { granted: false, nowMs, retryAfterMs: waitUsToMs(d.retryUs), botWaitMs: waitUsToMs(d.botWaitUs), limit: d.limit };
     this.botTatUs = d.botTatUs;
     this.chatTat.set(chatKey, d.chatTatUs);
     if (d.groupTatUs !== undefined) this.groupTat.set(chatKey, d.groupTatUs);
-    return { granted: true, nowMs };
+    return { granted: true, nowMs, waitMs: d.waitUs / 1000 };
   }
 
-  take(chatKey: string, isGroup: boolean): Promise<TakeResult> {
+  take(chatKey: string, isGroup: boolean, maxWaitMs = 0): Promise<TakeResult> {
     try {
-      return Promise.resolve(this.takeNow(chatKey, isGroup));
+      checkMaxWait(maxWaitMs);
+      return Promise.resolve(this.takeNow(chatKey, isGroup, maxWaitMs));
     } catch (err) {
       return Promise.reject(err as Error);
     }

@@ -13,6 +13,12 @@ export const DEFAULT_MAX_RETRIES = 3;
 export const DEFAULT_RETRY_BASE_MS = 1_000;
 /** Longest retry backoff, ms. */
 export const DEFAULT_RETRY_MAX_MS = 30_000;
+/**
+ * Longest wait for a booked slot of the bot rate, ms (gcra.ts "Booking"): about one bot interval per worker
+ * (8 × 1000/28 ≈ 286 ms), so the default workers can each hold the next slot in turn instead of being refused
+ * together. Measured: without booking the BullMQ sender made ~17 sends/s of 28 allowed (docs/benchmarks.md).
+ */
+export const DEFAULT_BOT_BOOK_MS = 250;
 /** `{requeue}` outcomes allowed per job before it fails (a repost after "message to edit not found" needs one). */
 export const DEFAULT_MAX_REQUEUES = 3;
 
@@ -32,6 +38,8 @@ export interface SendQueueOptions {
   retryMaxMs?: number;
   /** @defaultValue {@link DEFAULT_MAX_REQUEUES} */
   maxRequeues?: number;
+  /** Longest wait for a booked bot slot, ms; 0: a worker refused by the bot rate gives its job back (TELEGRAM_SENDQ_BOOK_MS). @defaultValue {@link DEFAULT_BOT_BOOK_MS} */
+  botBookMs?: number;
   /** Time source of the queue (and of the in-process bucket it creates). @defaultValue `systemClock` */
   clock?: Clock;
   /** Metrics sink (`crowdplay_sendq_*`). Counters are also kept in `stats()`. */
@@ -53,6 +61,7 @@ export interface ResolvedQueueOptions {
   retryBaseMs: number;
   retryMaxMs: number;
   maxRequeues: number;
+  botBookMs: number;
 }
 
 function positiveInt(name: string, v: number, min: number): string | undefined {
@@ -86,6 +95,7 @@ export function resolveQueueOptions(o: SendQueueOptions): ResolvedQueueOptions {
     retryBaseMs: o.retryBaseMs ?? DEFAULT_RETRY_BASE_MS,
     retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS,
     maxRequeues: o.maxRequeues ?? DEFAULT_MAX_REQUEUES,
+    botBookMs: o.botBookMs ?? DEFAULT_BOT_BOOK_MS,
   };
   const bad = [
     positiveInt('concurrency', r.concurrency, 1),
@@ -94,9 +104,18 @@ export function resolveQueueOptions(o: SendQueueOptions): ResolvedQueueOptions {
     positiveInt('retryBaseMs', r.retryBaseMs, 0),
     positiveInt('retryMaxMs', r.retryMaxMs, 0),
     positiveInt('maxRequeues', r.maxRequeues, 0),
+    positiveInt('botBookMs', r.botBookMs, 0),
   ].filter((x): x is string => x !== undefined);
   if (bad.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [bad.join('\n')]);
   return r;
+}
+
+/**
+ * Checks a take's `maxWaitMs`.
+ * @throws RangeError when it is negative or not finite
+ */
+export function checkMaxWait(maxWaitMs: number): void {
+  if (!(Number.isFinite(maxWaitMs) && maxWaitMs >= 0)) throw new RangeError(`maxWaitMs must be a finite number >= 0, got ${maxWaitMs}`);
 }
 
 /** Backoff before retry `n` (1-based), ms: min(retryMaxMs, retryBaseMs × 2^(n−1)). */

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import type { Clock } from './clock.ts';
 import { intervalsOf, waitUsToMs, type Intervals } from './gcra.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
-import { checkLimits } from './options.ts';
+import { checkLimits, checkMaxWait } from './options.ts';
 import { connectRedis } from './redis-connect.ts';
 import type { LimitName, SendBucket, SendLimits, TakeResult } from './types.ts';
 
@@ -13,8 +13,8 @@ import type { LimitName, SendBucket, SendLimits, TakeResult } from './types.ts';
  *
  * KEYS: 1 pause, 2 bot, 3 chat, 4 group (only for a group take)
  * ARGV: 1 op, 2 now µs ('' = Redis TIME), 3 bot interval µs, 4 chat interval µs,
- *       5 group interval µs, 6 pause duration µs (op pause)
- * Replies: take → {1, now} | {0, now, retryUs, botWaitUs, limit (1 pause, 2 bot, 3 group, 4 chat)};
+ *       5 group interval µs, 6 pause duration µs (op pause), 7 longest booked wait µs (op take)
+ * Replies: take → {1, now, waitUs} | {0, now, retryUs, botWaitUs, limit (1 pause, 2 bot, 3 group, 4 chat)};
  *          pause / paused → {now, pausedUntilUs}
  *
  * Every key written expires (PX) 1 s after it stops mattering (its tat or
@@ -56,20 +56,22 @@ local botW = math.max(0, botTat - now)
 local groupW = math.max(0, groupTat - now)
 local chatW = math.max(0, chatTat - now)
 local retry = math.max(pauseW, botW, groupW, chatW)
-if retry > 0 then
+local booked = retry > 0 and pauseW == 0 and groupW == 0 and chatW == 0 and botW <= tonumber(ARGV[7])
+if retry > 0 and not booked then
   local limit = 4
   if retry == pauseW then limit = 1 elseif retry == botW then limit = 2 elseif retry == groupW then limit = 3 end
   return {0, now, retry, math.max(pauseW, botW), limit}
 end
-local b = math.max(botTat, now) + tonumber(ARGV[3])
+local at = now + botW
+local b = math.max(botTat, at) + tonumber(ARGV[3])
 redis.call('SET', KEYS[2], string.format('%d', b), 'PX', px(b))
-local c = math.max(chatTat, now) + tonumber(ARGV[4])
+local c = math.max(chatTat, at) + tonumber(ARGV[4])
 redis.call('SET', KEYS[3], string.format('%d', c), 'PX', px(c))
 if isGroup then
-  local g = math.max(groupTat, now) + tonumber(ARGV[5])
+  local g = math.max(groupTat, at) + tonumber(ARGV[5])
   redis.call('SET', KEYS[4], string.format('%d', g), 'PX', px(g))
 end
-return {1, now}
+return {1, now, botW}
 `;
 
 /** SHA-1 of {@link BUCKET_LUA} (the EVALSHA handle). */
@@ -142,8 +144,8 @@ export class RedisBucket implements SendBucket {
     return this.clock === undefined ? '' : String(Math.round(this.clock.now() * 1000));
   }
 
-  private async call(keys: string[], op: string, pauseUs = 0): Promise<Reply> {
-    const args = [op, this.nowArg(), this.iv.botUs, this.iv.chatUs, this.iv.groupUs, pauseUs];
+  private async call(keys: string[], op: string, pauseUs = 0, maxWaitUs = 0): Promise<Reply> {
+    const args = [op, this.nowArg(), this.iv.botUs, this.iv.chatUs, this.iv.groupUs, pauseUs, maxWaitUs];
     try {
       return (await this.redis.evalsha(BUCKET_LUA_SHA, keys.length, ...keys, ...args)) as Reply;
     } catch (err) {
@@ -153,14 +155,15 @@ export class RedisBucket implements SendBucket {
     }
   }
 
-  async take(chatKey: string, isGroup: boolean): Promise<TakeResult> {
+  async take(chatKey: string, isGroup: boolean, maxWaitMs = 0): Promise<TakeResult> {
     if (chatKey === '') throw new RangeError('chatKey must not be empty');
+    checkMaxWait(maxWaitMs);
     const k = this.keys;
     const keys = [k.pause, k.bot, k.chat(chatKey)];
     if (isGroup) keys.push(k.group(chatKey));
-    const r = await this.call(keys, 'take');
+    const r = await this.call(keys, 'take', 0, Math.floor(maxWaitMs * 1000));
     const nowMs = (r[1] ?? 0) / 1000;
-    if (r[0] === 1) return { granted: true, nowMs };
+    if (r[0] === 1) return { granted: true, nowMs, waitMs: (r[2] ?? 0) / 1000 };
     return {
       granted: false,
       nowMs,

@@ -44,6 +44,13 @@ export type TakeResult =
       readonly granted: true;
       /** The bucket's time of the grant, ms (Redis TIME or the injected clock). */
       readonly nowMs: number;
+      /**
+       * Wait before the call, ms (≥ 0, µs precision): 0 for a slot free now;
+       * for a booked slot of the bot rate (`maxWaitMs`), the time until it,
+       * which the caller waits (rounded up) before calling, then checks the
+       * pause again. The slot is at `nowMs + waitMs`.
+       */
+      readonly waitMs: number;
     }
   | {
       readonly granted: false;
@@ -74,9 +81,11 @@ export interface SendBucket {
    * all allow it. Never waits.
    * @param chatKey the chat id as a string (`String(chatId)`)
    * @param isGroup true for group chats (negative ids): adds the per-group limit
-   * @throws RangeError on an empty chatKey; Redis errors (ioredis) for the Redis adapter.
+   * @param maxWaitMs when only the bot rate refuses (no pause, the chat's own limits allow) and its next
+   *   free slot is at most this far, book that slot instead of refusing (gcra.ts "Booking"); 0: never
+   * @throws RangeError on an empty chatKey or a negative / non-finite maxWaitMs; Redis errors (ioredis) for the Redis adapter.
    */
-  take(chatKey: string, isGroup: boolean): Promise<TakeResult>;
+  take(chatKey: string, isGroup: boolean, maxWaitMs?: number): Promise<TakeResult>;
   /**
    * Bot-wide pause (a 429's `retry_after`): no take is granted for `forMs`
    * from the bucket's now. A shorter pause never shortens a longer one.
@@ -121,7 +130,7 @@ export interface SendJob<P> {
   readonly requeues: number;
   /** When the job was enqueued, ms (the queue's clock). */
   readonly enqueuedAtMs: number;
-  /** When the bucket granted this call, ms (the bucket's clock). */
+  /** When the bucket granted this call, ms (the bucket's clock); for a booked slot, the slot's time. */
   readonly grantedAtMs: number;
 }
 
@@ -201,6 +210,8 @@ export interface SendQueueStats {
   refused: Record<RefuseReason, number>;
   /** Refused takes, by the limit that refused. */
   bucketWaits: Record<LimitName, number>;
+  /** Takes granted for a booked slot of the bot rate, and the waits for them (ms, summed). */
+  booked: { takes: number; waitMs: number };
 }
 
 /** Jobs queued (not yet handed to `send`), by lane. */

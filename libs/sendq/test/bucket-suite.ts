@@ -20,7 +20,7 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
 
   void test(`${name} - bucket: one take checks bot, group and chat limits at once, with exact waits`, async (t) => {
     const { bucket, clock } = await setup(t);
-    assert.deepEqual(await bucket.take('-100', true), { granted: true, nowMs: 5_000_000 });
+    assert.deepEqual(await bucket.take('-100', true), { granted: true, nowMs: 5_000_000, waitMs: 0 });
     // The group's 20/min (3,000 ms) is the longest wait; the bot's 30/s (33.334 ms) applies to every chat.
     assert.deepEqual(await bucket.take('-100', true), {
       granted: false,
@@ -31,11 +31,11 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     });
     assert.deepEqual(await bucket.take('7', false), { granted: false, nowMs: 5_000_000, retryAfterMs: 34, botWaitMs: 34, limit: 'bot' });
     clock.advance(34);
-    assert.deepEqual(await bucket.take('7', false), { granted: true, nowMs: 5_000_034 });
+    assert.deepEqual(await bucket.take('7', false), { granted: true, nowMs: 5_000_034, waitMs: 0 });
     clock.advance(34);
     // A private chat has no group limit: its own 1/s binds.
     assert.deepEqual(await bucket.take('7', false), { granted: false, nowMs: 5_000_068, retryAfterMs: 966, botWaitMs: 0, limit: 'chat' });
-    assert.deepEqual(await bucket.take('8', false), { granted: true, nowMs: 5_000_068 });
+    assert.deepEqual(await bucket.take('8', false), { granted: true, nowMs: 5_000_068, waitMs: 0 });
   });
 
   void test(`${name} - bucket: a refused take consumes nothing`, async (t) => {
@@ -46,7 +46,7 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
       assert.equal((await bucket.take('-200', true)).granted, false);
     }
     clock.set(5_003_000); // exactly 3,000 ms after the first grant
-    assert.deepEqual(await bucket.take('-200', true), { granted: true, nowMs: 5_003_000 });
+    assert.deepEqual(await bucket.take('-200', true), { granted: true, nowMs: 5_003_000, waitMs: 0 });
   });
 
   void test(`${name} - bucket: a group gets exactly 20 grants per minute, 3,000 ms apart, under constant demand`, async (t) => {
@@ -94,7 +94,57 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     assert.equal((await bucket.take('9', false)).granted, false);
     clock.advance(1);
     assert.equal(await bucket.pausedForMs(), 0);
-    assert.deepEqual(await bucket.take('9', false), { granted: true, nowMs: 5_005_000 });
+    assert.deepEqual(await bucket.take('9', false), { granted: true, nowMs: 5_005_000, waitMs: 0 });
+  });
+
+  void test(`${name} - bucket: booking - refused only by the bot rate, a take within maxWaitMs gets the next free slots in turn, one bot interval apart`, async (t) => {
+    const { bucket, clock } = await setup(t);
+    assert.deepEqual(await bucket.take('1', false, 250), { granted: true, nowMs: 5_000_000, waitMs: 0 });
+    // Each booking moves the bot's next slot one interval (33.334 ms) on.
+    const waits: number[] = [];
+    for (let chat = 2; chat <= 8; chat++) {
+      const r = await bucket.take(String(chat), false, 250);
+      assert.equal(r.granted, true, `chat ${chat}`);
+      if (r.granted) waits.push(r.waitMs);
+    }
+    assert.deepEqual(waits, [33.334, 66.668, 100.002, 133.336, 166.67, 200.004, 233.338]);
+    // The next slot is 266.7 ms away: beyond 250 it is refused as before, and the refusal books nothing.
+    assert.deepEqual(await bucket.take('9', false, 250), {
+      granted: false,
+      nowMs: 5_000_000,
+      retryAfterMs: 267,
+      botWaitMs: 267,
+      limit: 'bot',
+    });
+    assert.deepEqual(await bucket.take('9', false, 300), { granted: true, nowMs: 5_000_000, waitMs: 266.672 });
+    // Without maxWaitMs nothing is booked.
+    assert.deepEqual(await bucket.take('10', false), { granted: false, nowMs: 5_000_000, retryAfterMs: 301, botWaitMs: 301, limit: 'bot' });
+    // A booked chat's own limit counts from its slot: chat 8 went at +233.3 ms, so it may go again at +1,233.3 ms.
+    clock.set(5_000_300);
+    const again = await bucket.take('8', false, 10_000);
+    assert.deepEqual(again, { granted: false, nowMs: 5_000_300, retryAfterMs: 934, botWaitMs: 1, limit: 'chat' });
+  });
+
+  void test(`${name} - bucket: booking never books past a pause or a chat's own limit`, async (t) => {
+    const { bucket, clock } = await setup(t);
+    assert.equal((await bucket.take('-1', true, 250)).granted, true);
+    // The group's own 3 s binds: refused, even with a long maxWaitMs.
+    assert.deepEqual(await bucket.take('-1', true, 10_000), {
+      granted: false,
+      nowMs: 5_000_000,
+      retryAfterMs: 3_000,
+      botWaitMs: 34,
+      limit: 'group',
+    });
+    clock.advance(34);
+    await bucket.pause(100);
+    assert.deepEqual(await bucket.take('2', false, 10_000), {
+      granted: false,
+      nowMs: 5_000_034,
+      retryAfterMs: 100,
+      botWaitMs: 100,
+      limit: 'pause',
+    });
   });
 
   void test(`${name} - bucket: bad input throws RangeError and takes nothing`, async (t) => {
@@ -102,7 +152,9 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     await assert.rejects(bucket.take('', false), RangeError);
     await assert.rejects(bucket.pause(-1), RangeError);
     await assert.rejects(bucket.pause(Number.NaN), RangeError);
+    await assert.rejects(bucket.take('10', false, -1), RangeError);
+    await assert.rejects(bucket.take('10', false, Number.POSITIVE_INFINITY), RangeError);
     assert.equal(await bucket.pausedForMs(), 0);
-    assert.deepEqual(await bucket.take('10', false), { granted: true, nowMs: 5_000_000 }, 'nothing was taken by the bad calls');
+    assert.deepEqual(await bucket.take('10', false), { granted: true, nowMs: 5_000_000, waitMs: 0 }, 'nothing was taken by the bad calls');
   });
 }

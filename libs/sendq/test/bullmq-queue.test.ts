@@ -91,3 +91,66 @@ void test('bullmq - a job re-run after a worker stopped mid-call is never called
   assert.deepEqual(calls, [2]);
   assert.equal(await r.exists(sendqKeys(prefix).called(crashed.id)), 0, 'the counter goes with the job');
 });
+
+void test(
+  'bullmq - booked bot slots: workers wait for the slot the bucket booked, never call before it; 0 books nothing',
+  { timeout: 30_000 },
+  async (t) => {
+    const r = new Redis(REDIS_URL);
+    const opened: Array<{ q: BullmqSendQueue<TestPayload>; prefix: string }> = [];
+    // One hook, in order: queues closed, their keys deleted, then the connection (hooks run in registration order).
+    t.after(async () => {
+      for (const o of opened) {
+        await o.q.close(2_000);
+        await deleteKeys(r, o.prefix);
+      }
+      await r.quit();
+    });
+    for (const botBookMs of [250, 0]) {
+      const prefix = uniquePrefix();
+      const clock = scaledClock(1);
+      const q = await BullmqSendQueue.open<TestPayload>({
+        redisUrl: REDIS_URL,
+        prefix,
+        limits: TELEGRAM_LIMITS,
+        clock,
+        concurrency: 8,
+        botBookMs,
+      });
+      opened.push({ q, prefix });
+      const calls: Array<{ atMs: number; grantedAtMs: number }> = [];
+      q.start((job) => {
+        calls.push({ atMs: clock.now(), grantedAtMs: job.grantedAtMs });
+        return Promise.resolve({ ok: true });
+      });
+      const results = [];
+      for (let n = 1; n <= 45; n++) {
+        const e = await q.enqueue({ chatId: 5_000 + n, lane: 'tx', payload: { n } });
+        if (e.status === 'queued') results.push(e.result);
+      }
+      const settled = await Promise.all(results);
+      assert.equal(settled.filter((s) => s.status === 'sent').length, 45);
+      const st = q.stats();
+      if (botBookMs > 0) {
+        assert.ok(st.booked.takes > 20, `most takes booked: ${st.booked.takes}`);
+        assert.ok(st.booked.waitMs > 0);
+        // The bucket's clock is Redis TIME (ms, µs precision), the call's this process's: allow 2 ms of clock skew.
+        for (const c of calls) assert.ok(c.atMs >= c.grantedAtMs - 2, `called ${c.grantedAtMs - c.atMs} ms before its slot`);
+      } else {
+        assert.equal(st.booked.takes, 0);
+        assert.ok(st.bucketWaits.bot > 0, 'workers were refused by the bot rate instead');
+      }
+      const slots = calls.map((c) => c.grantedAtMs).sort((a, b) => a - b);
+      // 33.334 ms less 1 µs: ms floats near 1.8e12 resolve ~0.25 µs.
+      for (let i = 1; i < slots.length; i++)
+        assert.ok(slots[i]! - slots[i - 1]! >= 33.333, `slots ${slots[i - 1]} and ${slots[i]} closer than 1000/30 ms`);
+    }
+  },
+);
+
+void test('bullmq - a negative botBookMs is refused with CP_ERR_CONFIG_INVALID and opens nothing', async () => {
+  await assert.rejects(
+    BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix: uniquePrefix(), limits: TELEGRAM_LIMITS, botBookMs: -1 }),
+    (err: unknown) => err instanceof Error && /botBookMs must be an integer >= 0/.test(err.message),
+  );
+});

@@ -38,6 +38,7 @@ async function openBot(
     prefix: prefixes.sendq ?? t.sendPrefix,
     limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
     concurrency: t.sendConcurrency,
+    botBookMs: t.sendBookMs,
     maxQueued: t.sendMaxQueued,
     // A lost post is looked for by probing message ids after a repost: more than the default 3 requeues (libs/telegram docs).
     maxRequeues: 6,
