@@ -281,5 +281,10 @@ describe('metrics: each one changes when its event happens', () => {
     // Telegram calls and 429s.
     grew('crowdplay_sendq_sends_total', { outcome: 'ok' });
     grew('crowdplay_sendq_rate_limited_total');
+    // Each Bot API call timed: answered ok, and the 429 answered not ok.
+    grew('crowdplay_telegram_call_ms_count', { ok: 'true' });
+    grew('crowdplay_telegram_call_ms_count', { ok: 'false' });
+    // The render threads' heaps, as they report them after each render.
+    assert.ok(value(last, 'crowdplay_board_thread_heap_bytes') > 1_000_000, 'render thread heaps reported');
   });
 });

@@ -3,6 +3,7 @@ import { DelayedError, Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import { systemClock, type Clock } from './clock.ts';
+import { CallWindow } from './call-window.ts';
 import { QueueCounters } from './counters.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
 import { resolveQueueOptions, retryBackoffMs, type ResolvedQueueOptions, type SendQueueOptions } from './options.ts';
@@ -126,6 +127,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private inFlight = 0;
   private readonly kickTimers = new Set<NodeJS.Timeout>();
   private pausedUntilMs = 0;
+  /** This process's call starts: at most botRatePerS in any 1,000 ms (call-window.ts). */
+  private readonly calls: CallWindow;
   private depthCache: { atMs: number; depth: LaneDepth } = { atMs: -Infinity, depth: { tx: 0, board: 0 } };
 
   private constructor(
@@ -141,6 +144,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   ) {
     this.keys = sendqKeys(opts.prefix);
     this.counters = new QueueCounters(opts.metrics, opts.refusals, () => this.depthCache.depth);
+    this.calls = new CallWindow(o.limits.botRatePerS);
   }
 
   /**
@@ -501,9 +505,18 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
         this.counters.bookedWait(t.waitMs);
         await new Promise<void>((resolve) => this.clock.after(Math.ceil(t.waitMs), resolve));
       }
-      // Immediately before the call: a 429 seen in this process while we awaited the token (or the booked slot) wins.
+      // A 429 seen in this process while we awaited the token (or the booked slot) wins.
       if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
       await this.redis.incr(k.called(id));
+      for (let w = this.calls.waitMs(this.clock.now()); w > 0; w = this.calls.waitMs(this.clock.now())) {
+        await new Promise<void>((resolve) => this.clock.after(w, resolve));
+      }
+      // Immediately before the call (nothing awaited from here to send): the pause again. Not called after all: unmark.
+      if (this.clock.now() < this.pausedUntilMs) {
+        await this.redis.decr(k.called(id));
+        return await this.backToFront(this.pausedUntilMs - this.clock.now());
+      }
+      this.calls.record(this.clock.now());
       // The slot's time, to the µs (a float sum of two ms values near 1.8e12 is off by ~0.2 µs).
       const view = jobView<P>(id, chatId, d, t.waitMs > 0 ? Math.round((t.nowMs + t.waitMs) * 1000) / 1000 : t.nowMs);
       let out: SendOutcome<P>;

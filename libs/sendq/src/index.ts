@@ -4,6 +4,7 @@
  * scheduling design and the outcome policy.
  */
 export * from './types.ts';
+export { CallWindow } from './call-window.ts';
 export { systemClock, scaledClock, ManualClock, type Clock } from './clock.ts';
 export {
   DEFAULT_CONCURRENCY,
