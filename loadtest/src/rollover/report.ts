@@ -88,7 +88,16 @@ export interface RolloverReport {
     /** By the stub's ceiling that answered 429 (bot, group, chat; injected ones have none). */
     rejected429ByScope: Record<string, number>;
     /** The first 10 calls answered 429 (whole run), time relative to the rollover. */
-    rejected429Calls: Array<{ method: string; chatId: number | null; scope: string | null; atMsAfterRollover: number }>;
+    /** The first 429 answers; stubLoopLagMs: the largest lag of the stub's event loop in the second before (it timestamps calls when it reads them). */
+    rejected429Calls: Array<{
+      method: string;
+      chatId: number | null;
+      scope: string | null;
+      atMsAfterRollover: number;
+      stubLoopLagMs: number;
+    }>;
+    /** Largest event-loop lag of the generator's process, which runs the stub, ms. */
+    stubLoopMaxLagMs: number;
     /** Counted sends answered ok per second after the rollover (index 0 = the first second). */
     sendsPerSecond: number[];
     errors: Record<string, number>;
@@ -184,6 +193,10 @@ export function formatRolloverReport(r: RolloverReport): string {
     [
       'telegram calls / sends / 429',
       `${fmt(r.telegram.calls)} / ${fmt(r.telegram.sends)} / ${fmt(r.telegram.rejected429)}${codes(r.telegram.errors)}`,
+    ],
+    [
+      'stub loop lag (max; before each 429)',
+      `${fmt(r.telegram.stubLoopMaxLagMs, 0)} ms; ${r.telegram.rejected429Calls.map((c) => `${fmt(c.stubLoopLagMs, 0)} ms`).join(', ') || '–'}`,
     ],
     [
       'telegram utilisation',

@@ -6,6 +6,7 @@
  * the Mini App (signed initData) and guesses. Reports the seed's figures;
  * every field is defined in loadtest/README.md ("rollover").
  */
+import { LoopLagLog } from './lag.ts';
 import { writeFileSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -217,6 +218,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   const avatarOf = (userId: number): Uint8Array | null =>
     avatarMode === 'photo' && userId >= PLAYER_ID_BASE ? avatarImages[userId % AVATAR_POOL]! : null;
   const stub = new TelegramStub({ tokens: [token], avatarFor: avatarOf });
+  const stubLag = new LoopLagLog();
   const apiRoot = await stub.listen();
   log(
     `stub on ${apiRoot}; starting the product (schema ${schema}, period ${periodS} s${productCpus ? `, taskset -c ${productCpus}` : ', unpinned'})`,
@@ -591,7 +593,14 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
           .calls()
           .filter((c) => c.outcome === '429')
           .slice(0, 10)
-          .map((c) => ({ method: c.method, chatId: c.chatId ?? null, scope: c.scope ?? null, atMsAfterRollover: c.atMs - rolloverAt! })),
+          .map((c) => ({
+            method: c.method,
+            chatId: c.chatId ?? null,
+            scope: c.scope ?? null,
+            atMsAfterRollover: c.atMs - rolloverAt!,
+            stubLoopLagMs: stubLag.maxAround(c.atMs),
+          })),
+        stubLoopMaxLagMs: stubLag.max,
         sendsPerSecond: perSecond(calls, rolloverAt, (c) => c.outcome === 'ok' && !UNLIMITED_METHODS.has(c.method) && c.method !== 'file'),
         errors: st.errors,
         byMethod,
@@ -627,6 +636,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     if (progress) clearInterval(progress);
     if (sampler) await sampler.stop().catch(() => undefined);
     if (product && !stoppedByUs) await product.stop().catch(() => undefined);
+    stubLag.stop();
     await stub.close().catch(() => undefined);
     await dropSchema(databaseUrl, schema).catch((err: unknown) => {
       const m = `could not drop schema ${schema}: ${(err as Error).message}`;
