@@ -42,7 +42,7 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: 'How far V8 lets the main heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up in `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate). See docs/benchmarks.md "Heap growth" for the measured trade (memory against GC time, crowdplay_gc_ms).',
+      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate). Measured in the 1,000-chat rollover (docs/benchmarks.md \"Session 6\"): 20 cut the peak RSS from 606–631 to 452 MB (main heap 98 instead of 244–272 MB) but, on two saturated cores, the extra collections cost board throughput (utilisation 0.19 instead of 0.32); set it where memory is scarcer than CPU (crowdplay_gc_ms shows the cost).",
     }),
   },
   log: {
@@ -619,10 +619,10 @@ export const schema = {
     }),
     botRatePerS: int({
       env: 'TELEGRAM_BOT_RATE_PER_S',
-      default: 28,
+      default: 25,
       min: 1,
       unit: 'per second',
-      doc: 'Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; spaced at exactly 30/s, up to 8 calls in flight arrive jittered and a strict 1 s window saw 31 (1–17 429s per 1,000-chat rollover run, docs/benchmarks.md), so the default keeps a margin.',
+      doc: "Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; the default keeps a margin of 5 calls (200 ms) in a strict 1 s window, because calls the bucket spaces evenly reach Telegram bunched by event-loop stalls between a call's start and its write (up to ~290 ms measured). Measured in the 1,000-chat rollover (docs/benchmarks.md \"Session 6\"): at exactly 30/s 1–17 429s a run; at 28 with the sender keeping pace (TELEGRAM_SENDQ_BOOK_MS) 1–3 a run (4 runs); at 25, 0 (1 run).",
     }),
     groupRatePerMin: int({
       env: 'TELEGRAM_GROUP_RATE_PER_MIN',
@@ -652,7 +652,7 @@ export const schema = {
       min: 0,
       max: 10_000,
       unit: 'ms',
-      doc: "With REDIS_URL: a worker the bot rate refuses books the bot's next free slot when it is at most this far and waits for it (the pause and the chat's own limits are never booked; counted in crowdplay_sendq_booked_total). 0: it gives the job back to BullMQ and every worker races for the next slot again; measured: ~17 sends/s of the 28 allowed, the other workers' bounces costing Redis round trips (docs/benchmarks.md). Default ≈ one bot interval per worker of TELEGRAM_SENDQ_CONCURRENCY.",
+      doc: "With REDIS_URL: a worker the bot rate refuses books the bot's next free slot when it is at most this far and waits for it (the pause and the chat's own limits are never booked; counted in crowdplay_sendq_booked_total). 0: it gives the job back to BullMQ and every worker races for the next slot again; measured: ~17 sends/s of the 28 allowed, the other workers' bounces costing Redis round trips (docs/benchmarks.md). Default: six to seven bot intervals (40 ms each at 25/s), most of the TELEGRAM_SENDQ_CONCURRENCY workers.",
     }),
     sendPrefix: str({
       env: 'TELEGRAM_SENDQ_PREFIX',
@@ -752,10 +752,10 @@ export const schema = {
     }),
     sendBudgetPerS: int({
       env: 'BOARD_SEND_BUDGET_PER_S',
-      default: 24,
+      default: 22,
       min: 1,
       unit: 'per second',
-      doc: 'Board edits per second the scheduler plans for (below TELEGRAM_BOT_RATE_PER_S, leaving room for the transactional lane).',
+      doc: 'Board edits per second the scheduler plans for (below TELEGRAM_BOT_RATE_PER_S, 25, leaving 3/s for the transactional lane).',
     }),
     maxBacklog: int({
       env: 'BOARD_MAX_BACKLOG',

@@ -34,10 +34,20 @@ describe('config', () => {
 
   it('load - every bad variable is named in one error', () => {
     assert.throws(
-      () => loadConfig({ TICK_MS: 'fast', PORT: '70000', DATABASE_URL: 'mysql://x', LOG_LEVEL: 'loud', GATEWAY_ID: 'a.b' }),
+      () =>
+        loadConfig({
+          TICK_MS: 'fast',
+          PORT: '70000',
+          DATABASE_URL: 'mysql://x',
+          LOG_LEVEL: 'loud',
+          GATEWAY_ID: 'a.b',
+          HEAP_GROWING_PERCENT: '-5',
+          TELEGRAM_SENDQ_BOOK_MS: '20000',
+        }),
       (err: unknown) => {
         assert.ok(isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'));
-        for (const v of ['TICK_MS', 'PORT', 'DATABASE_URL', 'LOG_LEVEL', 'GATEWAY_ID']) assert.match(err.message, new RegExp(`${v}: `));
+        for (const v of ['TICK_MS', 'PORT', 'DATABASE_URL', 'LOG_LEVEL', 'GATEWAY_ID', 'HEAP_GROWING_PERCENT', 'TELEGRAM_SENDQ_BOOK_MS'])
+          assert.match(err.message, new RegExp(`${v}: `));
         return true;
       },
     );

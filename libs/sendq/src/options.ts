@@ -14,8 +14,8 @@ export const DEFAULT_RETRY_BASE_MS = 1_000;
 /** Longest retry backoff, ms. */
 export const DEFAULT_RETRY_MAX_MS = 30_000;
 /**
- * Longest wait for a booked slot of the bot rate, ms (gcra.ts "Booking"): about one bot interval per worker
- * (8 × 1000/28 ≈ 286 ms), so the default workers can each hold the next slot in turn instead of being refused
+ * Longest wait for a booked slot of the bot rate, ms (gcra.ts "Booking"): six to seven bot intervals (40 ms
+ * at 25/s, 36 ms at 28/s), so most of the default 8 workers can each hold a coming slot instead of being refused
  * together. Measured: without booking the BullMQ sender made ~17 sends/s of 28 allowed (docs/benchmarks.md).
  */
 export const DEFAULT_BOT_BOOK_MS = 250;
