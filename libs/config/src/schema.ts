@@ -42,7 +42,7 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate). Measured in the 1,000-chat rollover (docs/benchmarks.md \"Session 6\"): 20 cut the peak RSS from 606–631 to 452 MB (main heap 98 instead of 244–272 MB) but, on two saturated cores, the extra collections cost board throughput (utilisation 0.19 instead of 0.32); set it where memory is scarcer than CPU (crowdplay_gc_ms shows the cost).",
+      doc: 'How far V8 lets the heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate). Measured in the 1,000-chat rollover (docs/benchmarks.md "Session 6"): 20 cut the peak RSS from 606–631 to 452 MB (main heap 98 instead of 244–272 MB) but, on two saturated cores, the extra collections cost board throughput (utilisation 0.19 instead of 0.32); set it where memory is scarcer than CPU (crowdplay_gc_ms shows the cost).',
     }),
   },
   log: {
@@ -622,7 +622,7 @@ export const schema = {
       default: 25,
       min: 1,
       unit: 'per second',
-      doc: "Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; the default keeps a margin of 5 calls (200 ms) in a strict 1 s window, because calls the bucket spaces evenly reach Telegram bunched by event-loop stalls between a call's start and its write (up to ~290 ms measured). Measured in the 1,000-chat rollover (docs/benchmarks.md \"Session 6\"): at exactly 30/s 1–17 429s a run; at 28 with the sender keeping pace (TELEGRAM_SENDQ_BOOK_MS) 1–3 a run (4 runs); at 25, 0 (1 run).",
+      doc: 'Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; the default keeps a margin of 5 calls (200 ms) in a strict 1 s window, because calls the bucket spaces evenly reach Telegram bunched by event-loop stalls between a call\'s start and its write (up to ~290 ms measured). Measured in the 1,000-chat rollover (docs/benchmarks.md "Session 6"): at exactly 30/s 1–17 429s a run; at 28 with the sender keeping pace (TELEGRAM_SENDQ_BOOK_MS) 1–3 a run (4 runs); at 25, 0 (1 run).',
     }),
     groupRatePerMin: int({
       env: 'TELEGRAM_GROUP_RATE_PER_MIN',
