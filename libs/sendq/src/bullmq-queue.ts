@@ -504,19 +504,27 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
         // A booked slot of the bot rate (≤ botBookMs away, gcra.ts "Booking"): the bucket counts this call at it.
         this.counters.bookedWait(t.waitMs);
         await new Promise<void>((resolve) => this.clock.after(Math.ceil(t.waitMs), resolve));
+        // A 429 another process saw while we waited paused the bot in Redis: ask (the slot stays unused).
+        const pausedMs = await this.bucket.pausedForMs();
+        if (pausedMs > 0) {
+          this.pausedUntilMs = Math.max(this.pausedUntilMs, this.clock.now() + pausedMs);
+          return await this.backToFront(pausedMs);
+        }
       }
-      // A 429 seen in this process while we awaited the token (or the booked slot) wins.
-      if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
-      await this.redis.incr(k.called(id));
+      // This process's call starts within the bot rate in any second (call-window.ts); the place is taken now,
+      // before the call is marked, so a stop between the mark and the call is one round trip wide.
       for (let w = this.calls.waitMs(this.clock.now()); w > 0; w = this.calls.waitMs(this.clock.now())) {
         await new Promise<void>((resolve) => this.clock.after(w, resolve));
       }
+      this.calls.record(this.clock.now());
+      // A 429 seen in this process while we awaited the token (or the slot) wins.
+      if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
+      await this.redis.incr(k.called(id));
       // Immediately before the call (nothing awaited from here to send): the pause again. Not called after all: unmark.
       if (this.clock.now() < this.pausedUntilMs) {
         await this.redis.decr(k.called(id));
         return await this.backToFront(this.pausedUntilMs - this.clock.now());
       }
-      this.calls.record(this.clock.now());
       // The slot's time, to the µs (a float sum of two ms values near 1.8e12 is off by ~0.2 µs).
       const view = jobView<P>(id, chatId, d, t.waitMs > 0 ? Math.round((t.nowMs + t.waitMs) * 1000) / 1000 : t.nowMs);
       let out: SendOutcome<P>;

@@ -146,9 +146,10 @@ void test(
         assert.ok(st.bucketWaits.bot > 0, 'workers were refused by the bot rate instead');
       }
       const slots = calls.map((c) => c.grantedAtMs).sort((a, b) => a - b);
-      // Call starts of one process: at most 30 in any 1,000 ms, however late a timer fired (the window guard).
+      // Call starts of one process: at most 30 in any 1,000 ms (the window, call-window.ts, exact there), seen here
+      // one Redis round trip later (the call is marked between the window and the call): 10 ms of slack.
       const starts = calls.map((c) => c.atMs).sort((a, b) => a - b);
-      for (let i = 30; i < starts.length; i++) assert.ok(starts[i]! - starts[i - 30]! >= 1_000, `31 calls within 1 s at ${starts[i - 30]}`);
+      for (let i = 30; i < starts.length; i++) assert.ok(starts[i]! - starts[i - 30]! >= 990, `31 calls within 1 s at ${starts[i - 30]}`);
       // 33.334 ms less 1 µs: ms floats near 1.8e12 resolve ~0.25 µs.
       for (let i = 1; i < slots.length; i++)
         assert.ok(slots[i]! - slots[i - 1]! >= 33.333, `slots ${slots[i - 1]} and ${slots[i]} closer than 1000/30 ms`);

@@ -408,8 +408,10 @@ export class Shard {
     if (!o) return;
     this.stopServing(o);
     // A built-in game's changes since the last tick (a guess just scored) go into the final snapshot too.
-    const state = o.game?.tick?.(this.now());
+    // A state a tick could not set (no event id then) goes into the snapshot too.
+    const state = o.game?.tick?.(this.now()) ?? o.pendingState;
     if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+    o.pendingState = undefined;
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
     // Caches (the router's, gateways') drop the assignment: the next use assigns the channel again.
@@ -454,8 +456,9 @@ export class Shard {
     const outbox: Outbox = [];
     if (batch) this.deliverBatch(o, batch, now, outbox);
     await this.publishBatches(outbox);
-    const state = o.game?.tick?.(this.now());
+    const state = o.game?.tick?.(this.now()) ?? o.pendingState;
     if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+    o.pendingState = undefined;
     if (o.rt.dirty) this.sendUpdate(o);
     const subs = o.subs;
     o.subs = [];
@@ -708,11 +711,14 @@ export class Shard {
         if (o.pendingState) {
           const state = o.pendingState;
           const ev = await this.eventIdFor(o);
-          // A batch delivered meanwhile set a newer state (deliverBatch clears pendingState).
+          // A newer state was set meanwhile (a batch: deliverBatch clears pendingState; an absorb or a game
+          // request: its id is above this one): this one is older, drop it.
           if (o.pendingState === state) {
             o.pendingState = undefined;
-            o.rt.setGameState(state, ev, this.now());
-            this.scheduleUpdate(o);
+            if (ev > o.rt.ev) {
+              o.rt.setGameState(state, ev, this.now());
+              this.scheduleUpdate(o);
+            }
           }
         }
         const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
@@ -732,7 +738,12 @@ export class Shard {
     }
     if (failed > 0)
       this.deps.telemetry.logger.error({ err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
-    await this.publishBatches(outbox);
+    try {
+      await this.publishBatches(outbox);
+    } catch (err) {
+      // tickSettled() never rejects: release, handOff and drain await it.
+      this.deps.telemetry.logger.error({ err }, 'tick failed publishing its batches');
+    }
   }
 
   /** Round deadlines and expiry, the built-in game's round commands, and the rounds shown to viewers. */
