@@ -288,13 +288,12 @@ export class ProductSampler {
             const text = await res.text();
             const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
             if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
-            for (const kind of ['heap_used', 'heap_total', 'external', 'array_buffers']) {
-              const b = metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`);
-              if (b !== null) this.memoryPeakMb[kind] = Math.max(this.memoryPeakMb[kind] ?? 0, Math.round(b / 2 ** 20));
-            }
-            const th = metricValue(text, 'crowdplay_board_thread_heap_bytes');
-            if (th !== null)
-              this.memoryPeakMb['render_thread_heaps'] = Math.max(this.memoryPeakMb['render_thread_heaps'] ?? 0, Math.round(th / 2 ** 20));
+            const peak = (key: string, b: number | null): void => {
+              if (b !== null) this.memoryPeakMb[key] = Math.max(this.memoryPeakMb[key] ?? 0, Math.round(b / 2 ** 20));
+            };
+            for (const kind of ['heap_used', 'heap_total', 'external', 'array_buffers'])
+              peak(kind, metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`));
+            peak('render_thread_heaps', metricValue(text, 'crowdplay_board_thread_heap_bytes'));
             const bl = metricValue(text, 'crowdplay_board_backlog');
             if (bl !== null) this.backlogLast = bl;
             const dr = metricValue(text, 'crowdplay_board_drain_per_s');

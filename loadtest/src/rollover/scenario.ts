@@ -6,7 +6,6 @@
  * the Mini App (signed initData) and guesses. Reports the seed's figures;
  * every field is defined in loadtest/README.md ("rollover").
  */
-import { LoopLagLog } from './lag.ts';
 import { writeFileSync } from 'node:fs';
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
@@ -18,6 +17,7 @@ import { summarize } from '../hist.ts';
 import { TelegramStub, UNLIMITED_METHODS, type CallRecord } from '../telegram-stub/stub.ts';
 import { defaultConfig } from '@crowdplay/config';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
+import { LoopLagLog } from './lag.ts';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
   ProductSampler,

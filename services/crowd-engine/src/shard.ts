@@ -407,16 +407,24 @@ export class Shard {
     const o = this.owned.get(channel);
     if (!o) return;
     this.stopServing(o);
-    // A built-in game's changes since the last tick (a guess just scored) go into the final snapshot too.
-    // A state a tick could not set (no event id then) goes into the snapshot too.
-    const state = o.game?.tick?.(this.now()) ?? o.pendingState;
-    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
-    o.pendingState = undefined;
+    await this.settleGameState(o);
     await this.saveSnapshot(o);
     await this.deps.store.channels.release(channel, this.id, o.epoch);
     // Caches (the router's, gateways') drop the assignment: the next use assigns the channel again.
     this.deps.bus.publish(this.deps.subjects.routerAssignments(), encodeJson({ channel, shard: null, epoch: o.epoch }));
     this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
+  }
+
+  /**
+   * Before a channel leaves (release, handOff): a built-in game's changes since
+   * the last tick (a guess just scored), or a state a tick parked for want of an
+   * event id, set at a fresh id so the final snapshot holds them.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNAVAILABLE when no event id can be had (sequencer unreachable)
+   */
+  private async settleGameState(o: Owned): Promise<void> {
+    const state = o.game?.tick?.(this.now()) ?? o.pendingState;
+    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
+    o.pendingState = undefined;
   }
 
   /**
@@ -456,9 +464,7 @@ export class Shard {
     const outbox: Outbox = [];
     if (batch) this.deliverBatch(o, batch, now, outbox);
     await this.publishBatches(outbox);
-    const state = o.game?.tick?.(this.now()) ?? o.pendingState;
-    if (state) o.rt.setGameState(state, await this.eventIdFor(o), this.now());
-    o.pendingState = undefined;
+    await this.settleGameState(o);
     if (o.rt.dirty) this.sendUpdate(o);
     const subs = o.subs;
     o.subs = [];
