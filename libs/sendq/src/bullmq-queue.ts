@@ -513,9 +513,13 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       }
       // This process's call starts within the bot rate in any second (call-window.ts); the place is taken now,
       // before the call is marked, so a stop between the mark and the call is one round trip wide.
+      const heldAt = this.clock.now();
+      let held = false;
       for (let w = this.calls.waitMs(this.clock.now()); w > 0; w = this.calls.waitMs(this.clock.now())) {
+        held = true;
         await new Promise<void>((resolve) => this.clock.after(w, resolve));
       }
+      if (held) this.counters.windowWait(this.clock.now() - heldAt);
       this.calls.record(this.clock.now());
       // A 429 seen in this process while we awaited the token (or the slot) wins.
       if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());

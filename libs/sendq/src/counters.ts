@@ -23,6 +23,7 @@ function emptyStats(): SendQueueStats {
     refused: { deactivated: 0, full: 0, closed: 0 },
     bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
     booked: { takes: 0, waitMs: 0 },
+    windowWaits: { calls: 0, waitMs: 0 },
   };
 }
 
@@ -40,6 +41,8 @@ interface Instruments {
   bucketWaits: Counter;
   booked: Counter;
   bookedMs: Counter;
+  windowWaits: Counter;
+  windowWaitMs: Counter;
   jobMs: Histogram;
 }
 
@@ -48,7 +51,7 @@ interface Instruments {
  * is given, exported as `crowdplay_sendq_*`:
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
- * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
+ * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
@@ -77,6 +80,11 @@ export class QueueCounters {
         "Takes granted for the bot rate's next free slot (TELEGRAM_SENDQ_BOOK_MS) instead of refused: the worker waits for it",
       ),
       bookedMs: metrics.counter('crowdplay_sendq_booked_wait_ms_total', 'Time workers waited for booked bot slots, ms'),
+      windowWaits: metrics.counter(
+        'crowdplay_sendq_window_waits_total',
+        "Calls held back by the process's call window (at most TELEGRAM_BOT_RATE_PER_S starts in any second: calls bunched behind a late one)",
+      ),
+      windowWaitMs: metrics.counter('crowdplay_sendq_window_wait_ms_total', 'Time calls waited in the call window, ms'),
       jobMs: metrics.latencyMs(
         'crowdplay_sendq_job_ms',
         'Send job enqueued → settled (queue wait, bucket waits, 429 pauses and the Bot API call), ms, by lane and status (sent, superseded, dropped, failed, …)',
@@ -141,6 +149,14 @@ export class QueueCounters {
     this.stats.booked.waitMs += waitMs;
     this.m?.booked.add(1);
     this.m?.bookedMs.add(waitMs);
+  }
+
+  /** A call waited `waitMs` in the call window. */
+  windowWait(waitMs: number): void {
+    this.stats.windowWaits.calls++;
+    this.stats.windowWaits.waitMs += waitMs;
+    this.m?.windowWaits.add(1);
+    this.m?.windowWaitMs.add(waitMs);
   }
 
   /** A deep copy of the stats. */

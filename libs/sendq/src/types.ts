@@ -212,6 +212,8 @@ export interface SendQueueStats {
   bucketWaits: Record<LimitName, number>;
   /** Takes granted for a booked slot of the bot rate, and the waits for them (ms, summed). */
   booked: { takes: number; waitMs: number };
+  /** Calls held back by this process's call window (at most the bot rate in any second), and the waits (ms, summed). */
+  windowWaits: { calls: number; waitMs: number };
 }
 
 /** Jobs queued (not yet handed to `send`), by lane. */

@@ -163,3 +163,45 @@ void test('bullmq - a negative botBookMs is refused with CP_ERR_CONFIG_INVALID a
     (err: unknown) => err instanceof Error && /botBookMs must be an integer >= 0/.test(err.message),
   );
 });
+
+void test(
+  'bullmq - calls whose booked slots passed during a stall are held to the bot rate in any second, and counted',
+  { timeout: 30_000 },
+  async (t) => {
+    const prefix = uniquePrefix();
+    const clock = scaledClock(1);
+    const limits = { ...TELEGRAM_LIMITS, botRatePerS: 5 };
+    const q = await BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits, clock, concurrency: 8, botBookMs: 2_000 });
+    t.after(async () => {
+      await q.close(2_000);
+      const r = new Redis(REDIS_URL);
+      await deleteKeys(r, prefix);
+      await r.quit();
+    });
+    const starts: number[] = [];
+    let stalled = false;
+    q.start((job) => {
+      starts.push(clock.now());
+      if (!stalled) {
+        // The first call: every other worker has booked a slot 200 ms apart; a 1.5 s stall lets several slots pass.
+        stalled = true;
+        setTimeout(() => {
+          const until = performance.now() + 1_500;
+          while (performance.now() < until);
+        }, 50);
+      }
+      return Promise.resolve({ ok: true, value: job.id });
+    });
+    const results = [];
+    for (let n = 1; n <= 12; n++) {
+      const e = await q.enqueue({ chatId: 7_000 + n, lane: 'tx', payload: { n } });
+      if (e.status === 'queued') results.push(e.result);
+    }
+    const settled = await Promise.all(results);
+    assert.equal(settled.filter((s) => s.status === 'sent').length, 12);
+    const st = q.stats();
+    assert.ok(st.windowWaits.calls > 0 && st.windowWaits.waitMs > 0, `window waits counted: ${JSON.stringify(st.windowWaits)}`);
+    starts.sort((a, b) => a - b);
+    for (let i = 5; i < starts.length; i++) assert.ok(starts[i]! - starts[i - 5]! >= 990, `6 calls within 1 s at ${starts[i - 5]}`);
+  },
+);
