@@ -14,7 +14,8 @@
  * `--memory` measures only memory (run it in its own process): the resident memory added by
  * a RenderPool of 1 and of 3 threads (idle, and at peak rendering 60 / 120 40-card boards),
  * then of canvases in flight (10 at once on this thread, drawn and encoded,
- * at 1000 × 1400 and at the 40-card size). Run with `NODE_OPTIONS=--expose-gc`
+ * at 1000 × 1400 and at the 40-card size), and the memory 3,000 avatar
+ * thumbnails add to a pool of 2 threads. Run with `NODE_OPTIONS=--expose-gc`
  * so each baseline is taken after a collection (the timings use it too: a
  * minor collection every 8 MiB of pixels read back, untimed, as worker.ts does).
  *
@@ -31,7 +32,7 @@ import { layout } from '../src/layout.ts';
 import { BOARD_PNG_OPTIONS, encodePng, type PngOptions } from '../src/png.ts';
 import { RenderPool } from '../src/pool.ts';
 import { drawBoard, releaseThreadCaches, renderBoard, warmUpFonts, type RenderOptions } from '../src/render.ts';
-import { sampleBoard } from '../src/sample.ts';
+import { sampleAvatar, sampleBoard } from '../src/sample.ts';
 
 const CARDS = [4, 10, 40] as const;
 const FIT_CARDS = [1, 2, 4, 6, 8, 10, 12, 16, 20, 24, 30, 36, 40, 48, 56, 64] as const;
@@ -150,6 +151,34 @@ async function poolMemory(
   return { idleRssMb: r1(idle - before), peakRssMb: r1(peak - before), threads, renderedPerS: Math.round((boards / elapsed) * 1000) };
 }
 
+/**
+ * RSS added by `count` avatar thumbnails (160 px JPEGs, 8 in flight, as the
+ * avatar reads' gate lets through) on a pool of `threads`: after the pool
+ * warmed (baseline), at the end and at peak (MiB).
+ */
+async function thumbnailMemory(
+  threads: number,
+  count: number,
+): Promise<{ threads: number; count: number; grownMb: number; peakMb: number }> {
+  const pool = new RenderPool({ concurrency: threads });
+  await Promise.all(Array.from({ length: threads }, (_, i) => pool.thumbnail(sampleAvatar(i))));
+  gc();
+  const before = rssMb();
+  let peak = before;
+  const timer = setInterval(() => (peak = Math.max(peak, rssMb())), 20);
+  const inFlight = new Set<Promise<unknown>>();
+  for (let i = 0; i < count; i++) {
+    const t = pool.thumbnail(sampleAvatar(i)).finally(() => inFlight.delete(t));
+    inFlight.add(t);
+    if (inFlight.size >= 8) await Promise.race(inFlight);
+  }
+  await Promise.all(inFlight);
+  clearInterval(timer);
+  const end = rssMb();
+  await pool.close();
+  return { threads, count, grownMb: r1(end - before), peakMb: r1(Math.max(peak, end) - before) };
+}
+
 function writeReport(path: string, report: unknown): void {
   const file = resolve(path);
   mkdirSync(dirname(file), { recursive: true });
@@ -197,6 +226,7 @@ export async function main(args: readonly string[]): Promise<number> {
     const rssMbAtStart = r1(rssMb());
     const pool1 = await poolMemory(1, 60);
     const pool3 = await poolMemory(3, 120);
+    const thumbnails = await thumbnailMemory(2, 3000);
     const memory = {
       gcExposed: typeof (globalThis as { gc?: unknown }).gc === 'function',
       rssMbAtStart,
@@ -204,6 +234,7 @@ export async function main(args: readonly string[]): Promise<number> {
       fontRssMb,
       pool1,
       pool3,
+      thumbnails,
       canvasesAtOnce: n,
       perCanvas1000x1400SkiaPngMiB: canvasesInFlight(n, 1000, 1400, 'skia'),
       perCanvas1000x1400BoardPngMiB: canvasesInFlight(n, 1000, 1400, 'board'),

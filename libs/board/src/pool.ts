@@ -17,14 +17,14 @@ import { Piscina } from 'piscina';
 import { registerBoardFonts } from './fonts.ts';
 import { validateBoard, type Board } from './model.ts';
 import type { PngOptions } from './png.ts';
-import type { ReleaseTask, RenderTask, RenderTaskResult, ThumbnailTask } from './worker.ts';
+import type { ReleaseTask, RenderTask, RenderTaskResult, RenderWorkerData, ThumbnailTask } from './worker.ts';
 
 /** The slice of libs/telemetry's `Metrics` the pool uses (structural: pass a `Metrics`, or nothing). */
 export interface BoardMetrics {
   counter(name: string, description: string): { add(value: number, attributes?: Record<string, string>): void };
   latencyMs(name: string, description: string): { record(value: number): void };
   sizeBytes(name: string, description: string): { record(value: number): void };
-  gauge(name: string, description: string, read: () => number): unknown;
+  gauge(name: string, description: string, read: () => number | Array<[number, Record<string, string>]>): unknown;
 }
 
 /** The slice of libs/telemetry's `Refusals` the pool uses. */
@@ -48,6 +48,12 @@ export interface RenderPoolOptions {
   readonly refusals?: BoardRefusals;
   /** A thread idle this long exits (ms) [never: a thread exiting with decoded avatars makes napi-rs print a leak warning; see worker.ts]. */
   readonly idleTimeoutMs?: number;
+  /**
+   * The render threads' nice value, 0–19 (BOARD_RENDER_NICE) [0: left as the process's]. Each thread
+   * lowers its own priority (Linux: setpriority on its thread id), so on a busy machine the event
+   * loop's thread runs first and renders take the CPU left over. Ignored with `workerFile`.
+   */
+  readonly threadNice?: number;
   /** The worker module (tests instrument the pool with their own) [./worker.ts]. */
   readonly workerFile?: string | URL;
   /** `workerData` for the worker module [none]. */
@@ -92,6 +98,8 @@ export interface RenderPoolStats {
   readonly overBudget: number;
   /** The render threads' V8 heaps summed, each as of its latest render (reserved bytes; 0 before any render). */
   readonly threadHeapBytes: number;
+  /** The nice value the render threads run at, as the latest render read it back (null before any render, or where it cannot be read). */
+  readonly threadNice: number | null;
 }
 
 interface Job {
@@ -142,6 +150,8 @@ export class RenderPool {
   private readonly thumbnails = new Set<Promise<Uint8Array | null>>();
   /** Each render thread's V8 heap (reserved bytes) as of its latest render, by thread id. */
   private readonly threadHeaps = new Map<number, number>();
+  /** The nice value the render threads last reported (null: none reported, or not readable here). */
+  private threadNice: number | null = null;
   private readonly counts = { maxInFlight: 0, rendered: 0, superseded: 0, refused: 0, failed: 0, overBudget: 0 };
   private readonly m:
     | {
@@ -160,7 +170,7 @@ export class RenderPool {
    * Starts `concurrency` render threads (each warms the fonts: ~0.5 s of CPU
    * once). The main thread registers the fonts first (~160 ms, synchronous),
    * so the threads find them registered.
-   * @throws RangeError when concurrency, maxQueue or maxPngBytes is not a non-negative integer
+   * @throws RangeError when concurrency, maxQueue or maxPngBytes is not a non-negative integer, or threadNice is not an integer 0–19
    * @throws Error when a font package is missing (registerBoardFonts)
    */
   constructor(opts: RenderPoolOptions = {}) {
@@ -176,6 +186,8 @@ export class RenderPool {
     }
     this.png = opts.png;
     this.refusals = opts.refusals;
+    const nice = opts.threadNice ?? 0;
+    if (!Number.isInteger(nice) || nice < 0 || nice > 19) throw new RangeError(`threadNice must be an integer 0–19, got ${nice}`);
     if (opts.workerFile === undefined) registerBoardFonts();
     this.releaseOnClose = opts.workerFile === undefined;
     const file = opts.workerFile ?? new URL('./worker.ts', import.meta.url);
@@ -184,7 +196,7 @@ export class RenderPool {
       minThreads: this.concurrency,
       maxThreads: this.concurrency,
       idleTimeout: opts.idleTimeoutMs ?? Infinity,
-      workerData: opts.workerData,
+      workerData: opts.workerFile === undefined ? ({ nice } satisfies RenderWorkerData) : opts.workerData,
       name: 'default',
       // Let a thread's event loop run between tasks ('sync' parks it in Atomics.wait): napi-rs frees
       // native buffers (each render's pixel read-back) in finalizers that run on the event loop.
@@ -213,6 +225,11 @@ export class RenderPool {
         'crowdplay_board_thread_heap_bytes',
         "The render threads' V8 heaps, summed (reserved bytes, each as of its latest render): memory of the process outside the main heap",
         () => this.threadHeapBytes,
+      );
+      metrics.gauge(
+        'crowdplay_board_thread_nice',
+        'The nice value the render threads run at (BOARD_RENDER_NICE), as read back on their latest render; absent until then or where it cannot be read',
+        () => (this.threadNice === null ? [] : [[this.threadNice, {}]]),
       );
     }
   }
@@ -284,6 +301,7 @@ export class RenderPool {
       piscinaQueued: this.piscina.queueSize,
       ...this.counts,
       threadHeapBytes: this.threadHeapBytes,
+      threadNice: this.threadNice,
     };
   }
 
@@ -382,6 +400,7 @@ export class RenderPool {
         if (!r) throw new Error('a render thread returned nothing');
         const png = Buffer.from(r.png.buffer, r.png.byteOffset, r.png.byteLength);
         this.threadHeaps.set(r.threadId, r.heapBytes);
+        this.threadNice = r.nice;
         const ms = r.drawMs + r.encodeMs;
         const overBudget = png.length > this.maxPngBytes;
         this.counts.rendered++;

@@ -137,10 +137,17 @@ function avatarTile(bytes: Uint8Array): Canvas | null {
  * card scales any avatar this way first, then draws it 1:1 inside its circle;
  * tested). Synchronous: run it on a
  * render thread (`RenderPool.thumbnail`).
+ * The decoded image and the canvas are native memory that @napi-rs/canvas
+ * frees only when V8 collects their (small) JS objects: `native.bytes` grows
+ * by what this call left to the collector (decoded pixels, 4 bytes each, and
+ * the canvas), so a thread can collect by native bytes rather than wait for
+ * its own heap to fill (worker.ts; measured: 3,000 thumbnails on 2 threads
+ * grew the process by ~150 MB without it, docs/board.md).
  * @param bytes an image @napi-rs/canvas decodes (JPEG, PNG, WebP, GIF)
+ * @param native when given, `native.bytes` is increased by the native bytes left for the collector
  * @returns the PNG, the input itself when it already is AVATAR × AVATAR, or null when the bytes are not an image
  */
-export function avatarThumbnail(bytes: Uint8Array): Uint8Array | null {
+export function avatarThumbnail(bytes: Uint8Array, native?: { bytes: number }): Uint8Array | null {
   const img = new Image();
   try {
     img.src = bytes;
@@ -148,7 +155,9 @@ export function avatarThumbnail(bytes: Uint8Array): Uint8Array | null {
     return null;
   }
   if (!(img.width > 0 && img.height > 0)) return null;
+  if (native) native.bytes += img.width * img.height * 4;
   if (img.width === G.AVATAR && img.height === G.AVATAR) return bytes;
+  if (native) native.bytes += G.AVATAR * G.AVATAR * 4;
   return new Uint8Array(coverSquare(img).encodeSync('png'));
 }
 

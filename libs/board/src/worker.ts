@@ -3,8 +3,10 @@
  * process: a no-op when the main thread already has), warms Skia's font
  * loading, then renders the boards it is handed, one at a time.
  */
+import { readlinkSync } from 'node:fs';
+import { getPriority, setPriority } from 'node:os';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
-import { threadId } from 'node:worker_threads';
+import { threadId, workerData } from 'node:worker_threads';
 import { runInNewContext } from 'node:vm';
 import { avatarThumbnail, releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
 import type { Board } from './model.ts';
@@ -45,7 +47,42 @@ export interface RenderTaskResult {
   /** This thread's V8 heap after the render (reserved, bytes) and the thread it is: the pool sums the threads' latest. */
   readonly heapBytes: number;
   readonly threadId: number;
+  /** This thread's nice value, read back (null where a thread's own priority cannot be read: not Linux). */
+  readonly nice: number | null;
 }
+
+/** What the pool gives its default worker (piscina `workerData`). */
+export interface RenderWorkerData {
+  /** Lower this thread's priority to this nice value (0: leave it). */
+  readonly nice: number;
+}
+
+/**
+ * This thread's id for the scheduler (Linux: /proc/thread-self → `<pid>/task/<tid>`), or null elsewhere.
+ * `os.setPriority(tid)` then acts on this thread alone (setpriority(2): the nice value is per thread on Linux).
+ */
+function kernelThreadId(): number | null {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    return Number.isInteger(tid) && tid > 0 ? tid : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Sets this thread's nice value to `nice` when > 0 (never raises priority: that needs CAP_SYS_NICE). @returns the value read back, or null when not readable */
+function applyNice(nice: number): number | null {
+  const tid = kernelThreadId();
+  if (tid === null) return null;
+  try {
+    if (nice > 0 && getPriority(tid) < nice) setPriority(tid, nice);
+    return getPriority(tid);
+  } catch {
+    return null;
+  }
+}
+
+const threadNice = applyNice((workerData as Partial<RenderWorkerData> | undefined)?.nice ?? 0);
 
 warmUpFonts();
 
@@ -55,14 +92,23 @@ warmUpFonts();
  * buffers that are freed by finalizers after a collection, and V8 collects
  * rarely when its own heap is small: with `canvas.data()` and no help,
  * resident memory grew 4.3 MB a render (400+ MB with three threads, measured).
- * A minor collection every READBACK_GC_BYTES of read-back bounds it; the
- * finalizers run when the thread's event loop turns between tasks (piscina
- * `atomics: 'disabled'`, pool.ts).
+ * Avatar thumbnails leave the same kind of garbage: each decoded photo
+ * (~100 KB at 160 px) waits for a collection (render.ts `avatarThumbnail`).
+ * A minor collection every NATIVE_GC_BYTES of such native garbage bounds
+ * it; the finalizers run when the thread's event loop turns between tasks
+ * (piscina `atomics: 'disabled'`, pool.ts).
  */
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as (opts?: { type: 'minor' | 'major' }) => void;
-const READBACK_GC_BYTES = 8 * 2 ** 20;
-let readBack = 0;
+const NATIVE_GC_BYTES = 8 * 2 ** 20;
+/** Native bytes left for the collector since the last collection. */
+const native = { bytes: 0 };
+
+function collectNativeGarbage(): void {
+  if (native.bytes < NATIVE_GC_BYTES) return;
+  native.bytes = 0;
+  gc({ type: 'minor' });
+}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -84,13 +130,14 @@ async function release(t: ReleaseTask): Promise<void> {
 /** Renders one board (piscina calls the default export), shrinks an avatar (ThumbnailTask), or releases the thread (ReleaseTask). */
 export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): RenderTaskResult | Uint8Array | null | Promise<void> {
   if ('release' in task) return release(task);
-  if ('thumbnail' in task) return avatarThumbnail(task.thumbnail);
-  const r = renderBoard(task.board, task.png ? { png: task.png } : {});
-  readBack += r.width * r.height * 4;
-  if (readBack >= READBACK_GC_BYTES) {
-    readBack = 0;
-    gc({ type: 'minor' });
+  if ('thumbnail' in task) {
+    const thumb = avatarThumbnail(task.thumbnail, native);
+    collectNativeGarbage();
+    return thumb;
   }
+  const r = renderBoard(task.board, task.png ? { png: task.png } : {});
+  native.bytes += r.width * r.height * 4;
+  collectNativeGarbage();
   return {
     png: r.png,
     width: r.width,
@@ -101,5 +148,6 @@ export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): 
     encodeMs: r.encodeMs,
     heapBytes: getHeapStatistics().total_heap_size,
     threadId,
+    nice: threadNice,
   };
 }

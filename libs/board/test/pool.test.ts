@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { availableParallelism } from 'node:os';
+import { existsSync } from 'node:fs';
+import { availableParallelism, getPriority } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Image } from '@napi-rs/canvas';
 import {
@@ -48,13 +49,20 @@ function fakeMetrics() {
   const counters: Record<string, Array<[number, Record<string, string> | undefined]>> = {};
   const histograms: Record<string, number[]> = {};
   const gauges: Record<string, () => number> = {};
+  const listGauges: Record<string, () => number | Array<[number, Record<string, string>]>> = {};
   const metrics: BoardMetrics = {
     counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
     latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
     sizeBytes: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
-    gauge: (name, _d, read) => (gauges[name] = read),
+    gauge: (name, _d, read) => {
+      listGauges[name] = read;
+      gauges[name] = () => {
+        const v = read();
+        return typeof v === 'number' ? v : (v[0]?.[0] ?? NaN);
+      };
+    },
   };
-  return { metrics, counters, histograms, gauges };
+  return { metrics, counters, histograms, gauges, listGauges };
 }
 
 const status = (o: RenderOutcome): string => (o.status === 'refused' ? `refused:${o.reason}` : o.status);
@@ -236,7 +244,35 @@ test('concurrency 0 means min(3, the cores this process may use); bad options ar
   assert.throws(() => new RenderPool({ concurrency: 1.5, workerFile: GATE_WORKER }), RangeError);
   assert.throws(() => new RenderPool({ maxQueue: -1, workerFile: GATE_WORKER }), RangeError);
   assert.throws(() => new RenderPool({ maxPngBytes: 0, workerFile: GATE_WORKER }), RangeError);
+  for (const threadNice of [-1, 20, 2.5]) assert.throws(() => new RenderPool({ threadNice, workerFile: GATE_WORKER }), /threadNice/);
 });
+
+test(
+  'threadNice - the render threads lower their own priority; the calling thread keeps its own',
+  { skip: !existsSync('/proc/thread-self') && 'needs Linux /proc/thread-self' },
+  async () => {
+    const m = fakeMetrics();
+    const before = getPriority();
+    const pool = new RenderPool({ concurrency: 1, threadNice: 7, metrics: m.metrics });
+    try {
+      assert.deepEqual(m.listGauges['crowdplay_board_thread_nice']!(), [], 'nothing reported before a render');
+      assert.equal(pool.stats().threadNice, null);
+      assert.equal((await pool.render('A', 1, sampleBoard(4))).status, 'rendered');
+      assert.equal(pool.stats().threadNice, Math.max(7, before));
+      assert.deepEqual(m.listGauges['crowdplay_board_thread_nice']!(), [[Math.max(7, before), {}]]);
+      assert.equal(getPriority(), before, 'this thread is untouched');
+    } finally {
+      await pool.close();
+    }
+    const plain = new RenderPool({ concurrency: 1 });
+    try {
+      assert.equal((await plain.render('A', 1, sampleBoard(4))).status, 'rendered');
+      assert.equal(plain.stats().threadNice, before, "threadNice 0: the process's own");
+    } finally {
+      await plain.close();
+    }
+  },
+);
 
 test('the real render thread renders a board to a PNG', async () => {
   const m = fakeMetrics();
@@ -279,6 +315,22 @@ test('avatarThumbnail - a 24 px PNG a fraction of the photo; the board drawn fro
   assert.notDeepEqual(Buffer.from(drawn(avatarThumbnail(sampleAvatar(4))!)), Buffer.from(drawn(photo)), 'another avatar differs');
   assert.equal(avatarThumbnail(new Uint8Array([1, 2, 3, 4])), null);
   assert.equal(avatarThumbnail(new Uint8Array(0)), null);
+});
+
+test('avatarThumbnail - counts the native bytes it leaves for the collector: the decoded photo and the 24 px canvas', () => {
+  const photo = sampleAvatar(5);
+  const img = new Image();
+  img.src = Buffer.from(photo);
+  const native = { bytes: 7 };
+  assert.ok(avatarThumbnail(photo, native));
+  assert.equal(native.bytes, 7 + img.width * img.height * 4 + 24 * 24 * 4);
+  const thumb = avatarThumbnail(photo)!;
+  const small = { bytes: 0 };
+  assert.equal(avatarThumbnail(thumb, small), thumb);
+  assert.equal(small.bytes, 24 * 24 * 4, 'already card-sized: only the decode');
+  const bad = { bytes: 3 };
+  assert.equal(avatarThumbnail(new Uint8Array([1, 2, 3, 4]), bad), null);
+  assert.equal(bad.bytes, 3, 'not an image: nothing counted');
 });
 
 test('RenderPool.thumbnail - shrinks on a render thread; null for bytes that are not an image and after close', async () => {

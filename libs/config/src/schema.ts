@@ -703,6 +703,14 @@ export const schema = {
       unit: 'count',
       doc: 'Boards rendered at once (the semaphore taken before a job reaches a render thread). 0 = min(3, the cores this process may use). Each canvas in flight holds ~17 MiB at 1000×1400 (measured with @napi-rs/canvas 1.1.1).',
     }),
+    renderNice: int({
+      env: 'BOARD_RENDER_NICE',
+      default: 10,
+      min: 0,
+      max: 19,
+      unit: 'count',
+      doc: "The render threads' nice value (Linux; 0 leaves them at the process's). Each render thread lowers its own priority, so on a busy machine the event loop's thread (guesses, webhooks, sends) runs first and renders take the CPU left over; boards wait instead of players (docs/board.md). Exported as crowdplay_board_thread_nice.",
+    }),
     renderJobsInFlight: int({
       env: 'BOARD_RENDER_JOBS_IN_FLIGHT',
       default: 8,

@@ -105,10 +105,11 @@ function startRenderWorker(config: Config, renders: RenderQueue, pool: RenderPoo
   });
 }
 
-/** A RenderPool of BOARD_RENDER_CONCURRENCY threads (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE). */
+/** A RenderPool of BOARD_RENDER_CONCURRENCY threads at BOARD_RENDER_NICE (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE). */
 function newRenderPool(config: Config, telemetry: Telemetry): RenderPool {
   return new RenderPool({
     ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
+    threadNice: config.board.renderNice,
     maxPngBytes: config.board.maxPngBytes,
     maxQueue: config.board.renderMaxQueue,
     metrics: telemetry.metrics,

@@ -42,7 +42,7 @@ export interface Delivered {
 export function fakeMetrics() {
   const counters: Record<string, Array<[number, Record<string, string> | undefined]>> = {};
   const histograms: Record<string, number[]> = {};
-  const gauges: Record<string, () => number> = {};
+  const gauges: Record<string, () => number | Array<[number, Record<string, string>]>> = {};
   const metrics: BoardMetrics = {
     counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
     latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
