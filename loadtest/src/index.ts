@@ -44,6 +44,7 @@ export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
 export {
   runRolloverScenario,
+  actAckShare,
   allowedSends,
   BUCKET_RATES,
   msSummary,

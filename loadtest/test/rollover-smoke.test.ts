@@ -16,7 +16,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadtestCli } from './cli.ts';
-import { allowedSends, metricValue, msSummary, playerWords, type RolloverReport } from '@crowdplay/loadtest';
+import { actAckShare, allowedSends, metricValue, msSummary, playerWords, type RolloverReport } from '@crowdplay/loadtest';
 
 const CHATS = 30;
 const PLAYERS = 3;
@@ -89,6 +89,21 @@ describe('loadtest rollover - helpers', () => {
     assert.equal(metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"'), 42.25);
     assert.equal(metricValue(text, 'crowdplay_board_interval_ms'), 3000);
     assert.equal(metricValue(text, 'crowdplay_nothing'), null);
+    const hist = [
+      'crowdplay_act_ack_ms_bucket{le="100"} 97',
+      'crowdplay_act_ack_ms_bucket{le="1000"} 99',
+      'crowdplay_act_ack_ms_count 99',
+    ].join('\n');
+    assert.equal(metricValue(hist, 'crowdplay_act_ack_ms_bucket', 'le="100"'), 97, 'le="100", not le="1000"');
+    assert.equal(metricValue(hist, 'crowdplay_act_ack_ms_count'), 99);
+  });
+
+  it('actAckShare: the acks between two scrapes and the share within the bound; none scraped: nulls; counts going back: an error', () => {
+    assert.deepEqual(actAckShare({ within: 10, count: 10 }, { within: 106, count: 110 }), { withinMs: 100, count: 100, shareWithin: 0.96 });
+    assert.deepEqual(actAckShare({ within: 5, count: 5 }, { within: 5, count: 5 }), { withinMs: 100, count: 0, shareWithin: 1 });
+    assert.deepEqual(actAckShare(null, { within: 5, count: 5 }), { withinMs: 100, count: null, shareWithin: null });
+    assert.throws(() => actAckShare({ within: 5, count: 9 }, { within: 4, count: 9 }), RangeError);
+    assert.throws(() => actAckShare({ within: 5, count: 9 }, { within: 5, count: 8 }), RangeError);
   });
 });
 
@@ -122,6 +137,14 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.equal(r.boards.stalenessMs.count, CHATS);
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
+    if (r.product.mode === 'standalone') {
+      // Every served guess was acked by the shard after the rollover (the /metrics scrape sees them all).
+      assert.ok(
+        r.actAck.count !== null && r.actAck.count >= r.requests.served,
+        `act acks ${r.actAck.count} of ${r.requests.served} guesses`,
+      );
+      assert.ok(r.actAck.shareWithin !== null && r.actAck.shareWithin > 0 && r.actAck.shareWithin <= 1);
+    } else assert.equal(r.actAck.count, null, "a cluster's shards are not scraped");
     assert.ok(r.telegram.utilisation !== null && r.telegram.utilisation > 0);
     assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
     assert.equal(r.complete, true);

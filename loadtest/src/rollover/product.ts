@@ -222,6 +222,15 @@ export function metricValue(text: string, name: string, label?: string): number 
  * `crowdplay_board_interval_ms`). In a cluster, `peakRssMb` is the largest peak of one process (the per-process
  * figure the targets are about) and `peakRssSumMb` the largest sum over its processes at one sample.
  */
+/** The act-ack histogram's bound the report counts against (one of libs/telemetry LATENCY_BUCKETS_MS; the guess p99 target), ms. */
+export const ACT_ACK_WITHIN_MS = 100;
+
+/** Act acks within {@link ACT_ACK_WITHIN_MS} and in all (cumulative histogram counts). */
+export interface ActAckCounts {
+  within: number;
+  count: number;
+}
+
 export class ProductSampler {
   peakRssMb: number | null = null;
   /** Which process had {@link peakRssMb}. */
@@ -244,6 +253,13 @@ export class ProductSampler {
   scrapeErrors = 0;
   /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), and of `crowdplay_board_thread_heap_bytes` (render_thread_heaps), MB. */
   readonly memoryPeakMb: Record<string, number> = {};
+  /**
+   * `crowdplay_act_ack_ms` (the shard's: gateway receipt of an intent → its act ack) summed over the scraped
+   * processes, as {@link ACT_ACK_WITHIN_MS} acks within that bound and all acks: at the window's opening and at the
+   * latest scrape (a cluster's shards are not scraped: null there).
+   */
+  actAckAtWindow: ActAckCounts | null = null;
+  actAckLast: ActAckCounts | null = null;
   private timers: NodeJS.Timeout[] = [];
   private scraping = false;
 
@@ -281,11 +297,15 @@ export class ProductSampler {
     if (this.scraping) return;
     this.scraping = true;
     try {
+      let acks: ActAckCounts | null = null;
       await Promise.all(
         this.p.urls.map(async (url) => {
           try {
             const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(5_000) });
             const text = await res.text();
+            const within = metricValue(text, 'crowdplay_act_ack_ms_bucket', `le="${ACT_ACK_WITHIN_MS}"`);
+            const count = metricValue(text, 'crowdplay_act_ack_ms_count');
+            if (within !== null && count !== null) acks = { within: (acks?.within ?? 0) + within, count: (acks?.count ?? 0) + count };
             const lag = metricValue(text, 'crowdplay_event_loop_lag_ms', 'quantile="max"');
             if (lag !== null) this.maxLoopStallMs = Math.max(this.maxLoopStallMs ?? 0, lag);
             const peak = (key: string, b: number | null): void => {
@@ -308,6 +328,7 @@ export class ProductSampler {
           }
         }),
       );
+      if (acks) this.actAckLast = acks;
     } finally {
       this.scraping = false;
     }
@@ -319,6 +340,7 @@ export class ProductSampler {
     await this.scrape();
     this.setupLoopStallMs = this.maxLoopStallMs;
     this.maxLoopStallMs = null;
+    this.actAckAtWindow = this.actAckLast ?? { within: 0, count: 0 };
     this.rssAtWindowMb = this.sampleRss();
   }
 

@@ -63,6 +63,12 @@ export interface RolloverReport {
   marksMismatches: number;
   players: { requested: number; connected: number; failed: number; failedByCode: Record<string, number>; dropped: number };
   guessMs: LatencySummary;
+  /**
+   * The product's own part of a guess, from its `crowdplay_act_ack_ms` (gateway receipt of the intent → the
+   * shard's act ack; the socket reads and writes and the generator's own event loop are outside it): acks from
+   * the rollover on, and the share of them within `withinMs`. Null figures when not scraped (a cluster's shards).
+   */
+  actAck: { withinMs: number; count: number | null; shareWithin: number | null };
   connectMs: LatencySummary;
   /** First socket opened → last guess answered, s. */
   guessingS: number | null;
@@ -171,6 +177,10 @@ export function formatRolloverReport(r: RolloverReport): string {
     ],
     ['marks mismatches', fmt(r.marksMismatches)],
     ['guess ms', lat(r.guessMs)],
+    [
+      `act acks ≤ ${r.actAck.withinMs} ms (product)`,
+      r.actAck.shareWithin === null ? '–' : `${fmt(r.actAck.shareWithin * 100, 2)} % of ${fmt(r.actAck.count)}`,
+    ],
     ['connect ms', lat(r.connectMs)],
     ['guessing', `${fmt(r.guessingS, 1)} s`],
     [

@@ -20,6 +20,7 @@ import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { LoopLagLog } from './lag.ts';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
+  ACT_ACK_WITHIN_MS,
   ProductSampler,
   dropSchema,
   pinProcess,
@@ -27,6 +28,7 @@ import {
   startClusterProduct,
   startProduct,
   tasksetPath,
+  type ActAckCounts,
   type Product,
 } from './product.ts';
 import type { MsSummary, RolloverReport, RolloverTarget } from './report.ts';
@@ -107,6 +109,19 @@ export const BUCKET_RATES = {
   groupPerMin: TELEGRAM_DEFAULTS.groupRatePerMin,
   chatPerS: TELEGRAM_DEFAULTS.chatRatePerS,
 } as const;
+
+/**
+ * The product's act acks between two scrapes of its `crowdplay_act_ack_ms` (cumulative counts): how many,
+ * and the share within ACT_ACK_WITHIN_MS (1 when there were none; null figures when either scrape is missing).
+ * @throws RangeError when a count went back (the product restarted between the scrapes)
+ */
+export function actAckShare(from: ActAckCounts | null, to: ActAckCounts | null): RolloverReport['actAck'] {
+  if (!from || !to) return { withinMs: ACT_ACK_WITHIN_MS, count: null, shareWithin: null };
+  const count = to.count - from.count;
+  const within = to.within - from.within;
+  if (count < 0 || within < 0 || within > count) throw new RangeError(`act ack counts went back: ${JSON.stringify({ from, to })}`);
+  return { withinMs: ACT_ACK_WITHIN_MS, count, shareWithin: count === 0 ? 1 : within / count };
+}
 
 /**
  * What the bucket allowed while work was queued, in sends: an ideal sender
@@ -567,6 +582,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         dropped: stats.dropped,
       },
       guessMs: summarize(stats.guessUs),
+      actAck: actAckShare(sampler.actAckAtWindow, sampler.actAckLast),
       connectMs: summarize(stats.connectUs),
       guessingS:
         stats.firstOpenMs !== null && stats.lastAnswerMs !== null ? Math.round(stats.lastAnswerMs - stats.firstOpenMs) / 1000 : null,

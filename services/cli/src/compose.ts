@@ -116,6 +116,9 @@ export async function startServices(config: Config, names: readonly ServiceName[
     if (names.includes('crowd-engine') || names.includes('gateway')) parts.ledger = new Ledger(store.db, config.ledger, telemetry);
     if (names.includes('crowd-engine')) {
       const demo = opts.standalone && config.standalone.demo;
+      // The word list (~3 MB read and filtered, ~300 ms of this thread) is read now, before anything is served,
+      // rather than when the first chat's channel is acquired, mid-load.
+      if (config.telegram.botToken) fiveLetterWords();
       parts.shard = new Shard({
         config,
         bus,

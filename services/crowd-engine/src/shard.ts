@@ -580,6 +580,7 @@ export class Shard {
           const r = g.call(o.game, it.viewer, it.guess, now, it.name);
           acks.push({ conn: it.conn, seq: it.seq, ok: true, cost: 0, marks: r.marks, solved: r.solved, left: r.left });
           this.m.intents.add(1, { outcome: 'accepted' });
+          this.m.actAckMs.record(Math.max(0, now - it.at));
         } catch (err) {
           const code: ErrorCode = isCrowdplayError(err) ? err.code : 'CP_ERR_INTERNAL';
           acks.push({ conn: it.conn, seq: it.seq, ok: false, code });

@@ -109,6 +109,9 @@ describe('word puzzle in the shard', () => {
     assert.ok(!JSON.stringify(u).includes('lolly') && !JSON.stringify(u).includes('hello'), 'no letters on the board');
     const none = await guess('plain', 'tg:1', 'hello');
     assert.deepEqual([none.ok, none.code], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION']);
+    // A scored guess is an act ack like any intent's: in crowdplay_act_ack_ms (the two accepted ones, not the refusals).
+    const count = /^crowdplay_act_ack_ms_count\{[^}]*\} (\d+)$/m.exec(await h.telemetry.metrics.prometheusText());
+    assert.equal(Number(count?.[1]), 2);
   });
 
   it('the puzzle rolls over at the period boundary: a new empty board, and a finished player can play again', async () => {
