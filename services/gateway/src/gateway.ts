@@ -274,7 +274,15 @@ class GatewayImpl implements Gateway {
     this.logger = telemetry.logger.child({ component: 'gateway', gatewayId: this.id });
     this.subjects = makeSubjects(config.bus.subjectPrefix);
     const g = config.gateway;
-    this.metrics = createGatewayMetrics(telemetry.metrics, () => this.fanout.size);
+    this.metrics = createGatewayMetrics(
+      telemetry.metrics,
+      () => this.fanout.size,
+      () => {
+        let sum = 0;
+        for (const c of this.conns.values()) sum += c.ws.bufferedAmount;
+        return sum;
+      },
+    );
     this.auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS });
     this.telegramAuth = new TelegramAuth(config.telegram, store);
     this.fanout = new ChannelFanout(

@@ -35,10 +35,16 @@ export interface GatewayMetrics {
 /**
  * Creates the gateway instruments on `metrics`. Call once per Metrics
  * instance (OpenTelemetry would merge a second registration of a name).
- * `channels` is read at scrape time for `crowdplay_gateway_channels`.
+ * `channels` is read at scrape time for `crowdplay_gateway_channels`,
+ * `bufferedBytes` for `crowdplay_ws_buffered_bytes`.
  */
-export function createGatewayMetrics(metrics: Metrics, channels: () => number): GatewayMetrics {
+export function createGatewayMetrics(metrics: Metrics, channels: () => number, bufferedBytes: () => number = () => 0): GatewayMetrics {
   metrics.gauge('crowdplay_gateway_channels', 'Channels with at least one local viewer (each holds one ch.<C>.out subscription)', channels);
+  metrics.gauge(
+    'crowdplay_ws_buffered_bytes',
+    "Bytes written to this gateway's WebSockets and not yet taken by the kernel (ws bufferedAmount, summed over sockets; an update shared by many sockets counts once per socket): memory held for slow readers, bounded per socket by WS_SKIP_BUFFERED_BYTES and WS_MAX_BUFFERED_BYTES",
+    bufferedBytes,
+  );
   metrics.gauge(
     'crowdplay_listen_overflows',
     'Kernel count of connections dropped because an accept queue was full (TcpExt ListenOverflows, this network namespace; HTTP_LISTEN_BACKLOG); absent off Linux',

@@ -235,11 +235,14 @@ describe('gateway crowd', () => {
       tcp(slow).pause();
       const pad = 'x'.repeat(200_000);
       let ev = 0;
+      let maxBuffered = 0;
       await waitUntil(
         async () => {
           h.shard.publishUpdate(suite.channel, updateFrame(suite.channel, ++ev, { game: { pad } }));
           await h.bus.flush();
-          return metricValue(await h.metricsText(), 'crowdplay_slow_consumer_closes_total') === 1 || ev >= 2_000;
+          const m = await h.metricsText();
+          maxBuffered = Math.max(maxBuffered, metricValue(m, 'crowdplay_ws_buffered_bytes') ?? 0);
+          return metricValue(m, 'crowdplay_slow_consumer_closes_total') === 1 || ev >= 2_000;
         },
         'slow consumer close',
         60_000,
@@ -247,6 +250,8 @@ describe('gateway crowd', () => {
       const text = await h.metricsText();
       assert.equal(metricValue(text, 'crowdplay_slow_consumer_closes_total'), 1);
       assert.equal(metricValue(text, 'crowdplay_refusals_total', { reason: 'CP_ERR_LIMIT_SLOW_CONSUMER' }), 1);
+      // Its unsent bytes showed in crowdplay_ws_buffered_bytes (past the skip bound) before the close.
+      assert.ok(maxBuffered > 16_384, `buffered ${maxBuffered} bytes at most`);
       tcp(slow).resume();
       const closed = await slow.closed;
       assert.equal(closed.code, 4008);
