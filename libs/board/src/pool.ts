@@ -54,6 +54,14 @@ export interface RenderPoolOptions {
    * loop's thread runs first and renders take the CPU left over. Ignored with `workerFile`.
    */
   readonly threadNice?: number;
+  /**
+   * Late binding [none]: called as a job leaves the queue for a thread, with the chat and the version submitted;
+   * returns the chat's board at a newer version when the caller holds one (else null), and that board is drawn
+   * instead: the same render and the same send, of a fresher picture (a board that waited behind others while its
+   * chat changed is not drawn stale). The outcome's `version` says which was drawn. A throw or a malformed board
+   * keeps the submitted one. Counted: `crowdplay_board_latest_total{outcome="newer"|"failed"}`, `stats().latest`.
+   */
+  readonly latest?: (chatId: string, version: number) => { version: number; board: Board } | null;
   /** The worker module (tests instrument the pool with their own) [./worker.ts]. */
   readonly workerFile?: string | URL;
   /** `workerData` for the worker module [none]. */
@@ -64,6 +72,8 @@ export interface RenderPoolOptions {
 export type RenderOutcome =
   | {
       readonly status: 'rendered';
+      /** The version drawn: the one submitted, or a newer one from the `latest` option. */
+      readonly version: number;
       readonly png: Buffer;
       /** Render time on the thread, drawing plus PNG encoding (ms). */
       readonly ms: number;
@@ -100,6 +110,8 @@ export interface RenderPoolStats {
   readonly threadHeapBytes: number;
   /** The nice value the render threads run at, as the latest render read it back (null before any render, or where it cannot be read). */
   readonly threadNice: number | null;
+  /** Renders drawn at a newer version through the `latest` option (`newer`), and calls of it that threw or gave a malformed board (`failed`). */
+  readonly latest: { readonly newer: number; readonly failed: number };
 }
 
 interface Job {
@@ -153,6 +165,9 @@ export class RenderPool {
   /** The nice value the render threads last reported (null: none reported, or not readable here). */
   private threadNice: number | null = null;
   private readonly counts = { maxInFlight: 0, rendered: 0, superseded: 0, refused: 0, failed: 0, overBudget: 0 };
+  /** Jobs drawn at a newer version through `latest`, and `latest` calls that threw or gave a malformed board. */
+  private readonly latestCounts = { newer: 0, failed: 0 };
+  private readonly latest: RenderPoolOptions['latest'];
   private readonly m:
     | {
         renderMs: { record(v: number): void };
@@ -162,6 +177,7 @@ export class RenderPool {
         refused: { add(v: number, a?: Record<string, string>): void };
         failed: { add(v: number): void };
         overBudget: { add(v: number): void };
+        latest: { add(v: number, a?: Record<string, string>): void };
       }
     | undefined;
   private readonly refusals: BoardRefusals | undefined;
@@ -186,6 +202,7 @@ export class RenderPool {
     }
     this.png = opts.png;
     this.refusals = opts.refusals;
+    this.latest = opts.latest;
     const nice = opts.threadNice ?? 0;
     if (!Number.isInteger(nice) || nice < 0 || nice > 19) throw new RangeError(`threadNice must be an integer 0–19, got ${nice}`);
     if (opts.workerFile === undefined) registerBoardFonts();
@@ -218,6 +235,10 @@ export class RenderPool {
         refused: metrics.counter('crowdplay_board_refused_total', 'Board renders refused, by reason (queue-full, closed)'),
         failed: metrics.counter('crowdplay_board_failed_total', 'Board renders that threw on a render thread'),
         overBudget: metrics.counter('crowdplay_board_png_over_budget_total', 'Board PNGs larger than BOARD_MAX_PNG_BYTES'),
+        latest: metrics.counter(
+          'crowdplay_board_latest_total',
+          'Renders that drew a newer state of their chat than was submitted (outcome="newer"), or kept the submitted one because the newer could not be had (outcome="failed")',
+        ),
       };
       metrics.gauge('crowdplay_board_queue_depth', 'Board renders waiting for a slot', () => this.queue.size);
       metrics.gauge('crowdplay_board_in_flight', 'Board renders on a render thread', () => this.inFlight);
@@ -302,6 +323,7 @@ export class RenderPool {
       ...this.counts,
       threadHeapBytes: this.threadHeapBytes,
       threadNice: this.threadNice,
+      latest: { ...this.latestCounts },
     };
   }
 
@@ -387,9 +409,27 @@ export class RenderPool {
     }
   }
 
+  /** Moves `job` to its chat's newer board when the `latest` option has one. */
+  private bindLatest(job: Job): void {
+    if (!this.latest) return;
+    try {
+      const fresh = this.latest(job.chatId, job.version);
+      if (!fresh || !(fresh.version > job.version)) return;
+      validateBoard(fresh.board);
+      job.version = fresh.version;
+      job.board = fresh.board;
+      this.latestCounts.newer++;
+      this.m?.latest.add(1, { outcome: 'newer' });
+    } catch {
+      this.latestCounts.failed++;
+      this.m?.latest.add(1, { outcome: 'failed' });
+    }
+  }
+
   private start(job: Job): void {
     this.inFlight++;
     this.counts.maxInFlight = Math.max(this.counts.maxInFlight, this.inFlight);
+    this.bindLatest(job);
     this.running.set(job.chatId, job.version);
     const queuedMs = performance.now() - job.enqueuedAt;
     this.m?.queuedMs.record(queuedMs);
@@ -413,6 +453,7 @@ export class RenderPool {
         this.finish(job);
         job.resolve({
           status: 'rendered',
+          version: job.version,
           png,
           ms,
           bytes: png.length,

@@ -94,6 +94,43 @@ test('never more than `concurrency` renders on threads; queued jobs never reach 
   }
 });
 
+test('latest: a job leaving the queue draws its chat newer board; older, none, a throw or a malformed board keep the submitted one', async () => {
+  const m = fakeMetrics();
+  const newer = new Map<string, { version: number; board: Board } | 'throw'>();
+  const latest = (chatId: string, version: number) => {
+    const n = newer.get(chatId);
+    if (n === 'throw') throw new Error('holder gone');
+    return n && n.version > version ? n : null;
+  };
+  const { pool, started, open } = gatePool({ concurrency: 1, metrics: m.metrics, latest });
+  try {
+    const first = pool.render('A', 1, BOARD);
+    await waitFor('A on the thread', () => started() === 1);
+    const jobs = ['B', 'C', 'D', 'E', 'F'].map((c) => pool.render(c, 3, BOARD));
+    newer.set('B', { version: 7, board: sampleBoard(5, { avatarShare: 0 }) });
+    newer.set('C', { version: 2, board: sampleBoard(5, { avatarShare: 0 }) });
+    newer.set('D', 'throw');
+    newer.set('E', { version: 8, board: { ...BOARD, cards: [{ ...BOARD.cards[0]!, rows: [['purple' as never]] }] } });
+    open();
+    const [a, b, c, d, e, f] = await Promise.all([first, ...jobs]);
+    const drawn = (o: RenderOutcome | undefined) => (o?.status === 'rendered' ? [o.version, o.cards] : [status(o!)]);
+    assert.deepEqual(drawn(a), [1, 3], 'A started before any newer board was known');
+    assert.deepEqual(drawn(b), [7, 5], 'B drawn at its newer version');
+    assert.deepEqual(drawn(c), [3, 3], 'an older version is not taken');
+    assert.deepEqual(drawn(d), [3, 3], 'a throw keeps the submitted board');
+    assert.deepEqual(drawn(e), [3, 3], 'a malformed board keeps the submitted one');
+    assert.deepEqual(drawn(f), [3, 3], 'none');
+    assert.deepEqual(pool.stats().latest, { newer: 1, failed: 2 });
+    assert.deepEqual(
+      m.counters['crowdplay_board_latest_total']!.map(([, a]) => a?.outcome),
+      ['newer', 'failed', 'failed'],
+    );
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
 test('a newer version replaces a queued older one, which resolves superseded and never renders', async () => {
   const m = fakeMetrics();
   const { pool, started, open } = gatePool({ concurrency: 1, metrics: m.metrics });

@@ -318,6 +318,23 @@ export class ChatBoards {
       });
   }
 
+  /**
+   * Late binding for the render pool (libs/board `RenderPoolOptions.latest`): the board of chat `chatId` as this
+   * process holds it now, when newer than `version` (the version a render job carries), else null. A board that
+   * waited in the render queue while its chat changed is then drawn from the newest state, and the scheduler takes
+   * it as handed on at that version (`upgraded`): no second render or send for the change.
+   * @param chatId the render job's chat (libs/board passes it as a string)
+   */
+  latest(chatId: string, version: number): { version: number; board: Board } | null {
+    const id = Number(chatId);
+    const w = this.chats.get(id);
+    if (!w?.state) return null;
+    const now = boardVersion(w.ev, w.avatarRev);
+    if (!(now > version)) return null;
+    this.d.scheduler.upgraded(id, now, this.now());
+    return { version: now, board: this.withAvatars(w, boardOf(w.title, w.state)) };
+  }
+
   /** Starts looking for due boards every tickMs. */
   start(): void {
     this.timer ??= setInterval(() => void this.tick(), this.d.tickMs ?? 250);

@@ -90,6 +90,9 @@ local cur = redis.call('HGET', KEYS[1], 'v')
 local version = tonumber(ARGV[2])
 local depth = redis.call('SCARD', KEYS[2])
 if cur and version <= tonumber(cur) then return {'superseded', cur, depth, 0} end
+-- Not newer than a version already drawn (a render may draw a newer state than it took: the pool's latest option).
+local done = num(redis.call('HGET', KEYS[1], 'done'))
+if version <= done then return {'superseded', tostring(done), depth, 0} end
 local now = tonumber(ARGV[5])
 local need = redis.call('HGET', KEYS[1], 'run') ~= '1' or now - num(redis.call('HGET', KEYS[1], 'at')) > tonumber(ARGV[6])
 local isQueued = redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
@@ -323,14 +326,15 @@ export class BullmqRenderQueue implements RenderQueue {
       if (out?.status === 'superseded') this.counters.superseded();
       if (out?.status === 'rendered') {
         try {
-          await consumer.onRendered(chatId, version, out.png);
+          await consumer.onRendered(chatId, out.version, out.png);
           this.counters.rendered(Date.now() - Number(sat));
         } catch (err) {
           this.counters.failed();
           this.onError(err, `handing chat ${chatId}'s board version ${version} on`);
         }
       }
-      await this.redis.rqDone(chatKey, jobId, v, String(Date.now()));
+      // Done up to the version drawn: a newer one the pool's `latest` drew makes the versions submitted up to it moot.
+      await this.redis.rqDone(chatKey, jobId, out?.status === 'rendered' ? String(out.version) : v, String(Date.now()));
     }
   }
 

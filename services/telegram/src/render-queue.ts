@@ -290,7 +290,8 @@ export class MemoryRenderQueue implements RenderQueue {
         if (out.status === 'superseded') this.counters.superseded();
         if (out.status !== 'rendered') return;
         try {
-          await consumer.onRendered(chatId, version, out.png);
+          // out.version: the version drawn (a newer one when the pool's `latest` had it).
+          await consumer.onRendered(chatId, out.version, out.png);
           this.counters.rendered(performance.now() - at);
         } catch (err) {
           this.counters.failed();

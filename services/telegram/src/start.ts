@@ -9,7 +9,7 @@
  */
 import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
-import { RenderPool, renderCost } from '@crowdplay/board';
+import { RenderPool, renderCost, type RenderPoolOptions } from '@crowdplay/board';
 import type { Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
@@ -105,9 +105,13 @@ function startRenderWorker(config: Config, renders: RenderQueue, pool: RenderPoo
   });
 }
 
-/** A RenderPool of BOARD_RENDER_CONCURRENCY threads at BOARD_RENDER_NICE (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE). */
-function newRenderPool(config: Config, telemetry: Telemetry): RenderPool {
+/**
+ * A RenderPool of BOARD_RENDER_CONCURRENCY threads at BOARD_RENDER_NICE (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE).
+ * @param latest the pool's late binding (a gateway's ChatBoards.latest: a render draws its chat's newest state)
+ */
+function newRenderPool(config: Config, telemetry: Telemetry, latest?: RenderPoolOptions['latest']): RenderPool {
   return new RenderPool({
+    ...(latest ? { latest } : {}),
     ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
     threadNice: config.board.renderNice,
     maxPngBytes: config.board.maxPngBytes,
@@ -181,7 +185,10 @@ export async function startTelegram(deps: {
   }
   // Render threads only where boards are drawn: none with boards off (BOARDS_ENABLED=false; the threads are
   // most of an idle process's memory), none in a gateway that only submits to board-renderer services.
-  const pool = config.board.enabled && (!config.redis.url || deps.render !== false) ? newRenderPool(config, telemetry) : null;
+  // A render here draws its chat's newest state when this gateway holds the chat's board (ChatBoards, created below).
+  let boardsHere: ChatBoards | null = null;
+  const latest: RenderPoolOptions['latest'] = (chatId, version) => boardsHere?.latest(chatId, version) ?? null;
+  const pool = config.board.enabled && (!config.redis.url || deps.render !== false) ? newRenderPool(config, telemetry, latest) : null;
   // Avatars are kept as the 24 px thumbnails a card draws, shrunk on a render thread (a gateway without
   // render threads keeps the photos as Telegram serves them).
   const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
@@ -218,6 +225,7 @@ export async function startTelegram(deps: {
     telemetry,
     enabled: config.board.enabled,
   });
+  boardsHere = boards;
   boards.start();
   const updates = config.redis.url
     ? await RedisUpdates.open({

@@ -235,3 +235,26 @@ test('ChatBoards - a change that arrives while the budget is asked goes out in t
   assert.equal(rendered.length, 1, 'the same picture is not drawn and sent a second time');
   boards.close();
 });
+
+test('ChatBoards.latest - a render of a board that waited draws the chat as it is now, and that change is not handed on again', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  r.publish(1, 1, { 'tg:7': ['g....'] });
+  await r.flush();
+  await r.boards.tick();
+  assert.deepEqual(r.queued, [boardVersion(1, 0)]);
+  assert.equal(r.boards.latest(String(CHAT), boardVersion(1, 0)), null, 'nothing newer yet');
+  // The board waits in the render queue; the chat changes meanwhile.
+  r.publish(2, 1, { 'tg:7': ['g....', 'gy...'] });
+  await r.flush();
+  const fresh = r.boards.latest(String(CHAT), boardVersion(1, 0));
+  assert.equal(fresh?.version, boardVersion(2, 0));
+  assert.equal(fresh?.board.cards[0]!.rows.length, 2, 'the newer state, drawn by the waiting render');
+  assert.equal(r.boards.latest(String(CHAT), boardVersion(2, 0)), null, 'not newer than itself');
+  assert.equal(r.boards.latest('-1', 0), null, 'a chat this process does not hold');
+  assert.equal(r.boards.latest('not a chat', 0), null);
+  r.advance(10_000);
+  await r.boards.tick();
+  assert.deepEqual(r.queued, [boardVersion(1, 0)], 'the change went out in the waiting render: not handed on again');
+  r.boards.close();
+});

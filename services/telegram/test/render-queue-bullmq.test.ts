@@ -16,6 +16,28 @@ renderQueueSuite('bullmq', bullmqFactory());
 
 const board = (cards = 2): Board => sampleBoard(cards, { avatarShare: 0 });
 
+void test(
+  'bullmq - a version drawn through latest closes the versions up to it: a queued older one is not rendered, a later submit of one is superseded',
+  { timeout: 20_000 },
+  async (t) => {
+    let newer: { version: number; board: Board } | null = null;
+    const h = await bullmqFactory()({ concurrency: 1, latest: (_c, v) => (newer && newer.version > v ? newer : null) });
+    t.after(() => h.close());
+    assert.equal((await h.queue.submit(1, 1, board())).status, 'queued');
+    await waitFor('v1 on the thread', () => h.gate.started() === 1);
+    assert.equal((await h.queue.submit(2, 1, board())).status, 'queued');
+    newer = { version: 9, board: board(3) };
+    h.gate.open();
+    await waitFor('chat 2 drawn at 9', () => h.versions(2).includes(9));
+    assert.deepEqual(await h.queue.submit(2, 8, board()), { status: 'superseded', by: 9 });
+    assert.deepEqual(await h.queue.submit(2, 9, board()), { status: 'superseded', by: 9 });
+    newer = null;
+    assert.equal((await h.queue.submit(2, 10, board())).status, 'queued');
+    await waitFor('chat 2 v10', () => h.versions(2).includes(10));
+    assert.deepEqual(h.versions(2), [9, 10]);
+  },
+);
+
 void test('bullmq - a worker closing mid-chat hands the newer version to another process', { timeout: 20_000 }, async (t) => {
   const prefix = uniquePrefix();
   const a = await bullmqFactory(prefix)({ concurrency: 1 });

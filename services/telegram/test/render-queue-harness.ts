@@ -6,16 +6,22 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { RenderPool, type BoardMetrics } from '@crowdplay/board';
+import { RenderPool, type BoardMetrics, type RenderPoolOptions } from '@crowdplay/board';
 import { BullmqRenderQueue, MemoryRenderQueue, renderQueueKeys, type RenderQueue } from '../src/index.ts';
 
 export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
 const WORKER = new URL('./fixtures/render-worker.ts', import.meta.url);
 
 /** A RenderPool on the gate fixture; `s` are its threads' shared counters. */
-export function gatePool(concurrency: number, maxQueue?: number) {
+export function gatePool(concurrency: number, maxQueue?: number, latest?: RenderPoolOptions['latest']) {
   const s = new Int32Array(new SharedArrayBuffer(6 * 4));
-  const pool = new RenderPool({ concurrency, ...(maxQueue ? { maxQueue } : {}), workerFile: WORKER, workerData: { sab: s.buffer } });
+  const pool = new RenderPool({
+    concurrency,
+    ...(maxQueue ? { maxQueue } : {}),
+    ...(latest ? { latest } : {}),
+    workerFile: WORKER,
+    workerData: { sab: s.buffer },
+  });
   return {
     pool,
     started: () => Atomics.load(s, 2),
@@ -68,6 +74,8 @@ export interface RQOptions {
   concurrency?: number;
   maxQueue?: number;
   maxJobBytes?: number;
+  /** The pool's late binding (RenderPoolOptions.latest). */
+  latest?: RenderPoolOptions['latest'];
 }
 
 export type RQFactory = (opts?: RQOptions) => Promise<RQHarness>;
@@ -121,7 +129,7 @@ function harness(
 export const memoryFactory: RQFactory = (opts = {}) => {
   const m = fakeMetrics();
   const errors: Array<[unknown, string]> = [];
-  const gate = gatePool(opts.concurrency ?? 2, opts.maxQueue);
+  const gate = gatePool(opts.concurrency ?? 2, opts.maxQueue, opts.latest);
   const queue = new MemoryRenderQueue({
     ...(opts.maxJobBytes ? { maxJobBytes: opts.maxJobBytes } : {}),
     metrics: m.metrics,
@@ -156,7 +164,7 @@ export function bullmqFactory(prefix?: string): RQFactory {
     const p = prefix ?? uniquePrefix();
     const m = fakeMetrics();
     const errors: Array<[unknown, string]> = [];
-    const gate = gatePool(opts.concurrency ?? 2);
+    const gate = gatePool(opts.concurrency ?? 2, undefined, opts.latest);
     const queue = await BullmqRenderQueue.open({
       redisUrl: REDIS_URL,
       prefix: p,

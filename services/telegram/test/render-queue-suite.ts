@@ -41,6 +41,38 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
     });
   });
 
+  void test(
+    `${name} - a render draws its chat's newer board from the pool's latest option and hands it on at that version`,
+    TIMEOUT,
+    async (t) => {
+      const newer = new Map<number, { version: number; board: Board }>();
+      const asked: Array<[string, number]> = [];
+      const latest = (chatId: string, version: number) => {
+        asked.push([chatId, version]);
+        const n = newer.get(Number(chatId));
+        return n && n.version > version ? n : null;
+      };
+      await withHarness(t, factory, { concurrency: 1, latest }, async (h) => {
+        assert.equal((await h.queue.submit(1, 1, board(2))).status, 'queued');
+        await waitFor('chat 1 on the thread', () => h.gate.started() === 1);
+        assert.equal((await h.queue.submit(2, 1, board(2))).status, 'queued');
+        assert.equal((await h.queue.submit(3, 4, board(2))).status, 'queued');
+        // While they wait: chat 2 moved on to version 5 (4 cards); chat 3's holder has only an older version.
+        newer.set(2, { version: 5, board: board(4) });
+        newer.set(3, { version: 2, board: board(4) });
+        h.gate.open();
+        await waitFor('three deliveries', () => h.delivered.length === 3);
+        assert.deepEqual(h.versions(2), [5], 'drawn and handed on at the newer version');
+        assert.equal(h.delivered.find((d) => d.chatId === 2)!.png[1], 4, 'the newer board was drawn');
+        assert.deepEqual(h.versions(3), [4], 'an older one than submitted is not taken');
+        assert.equal(h.delivered.find((d) => d.chatId === 3)!.png[1], 2);
+        assert.deepEqual(h.versions(1), [1]);
+        assert.deepEqual(asked.map(([c]) => c).sort(), ['1', '2', '3'], 'asked once per render, as it starts');
+        assert.deepEqual(h.gate.pool.stats().latest, { newer: 1, failed: 0 });
+      });
+    },
+  );
+
   void test(`${name} - avatars survive the job (bytes in, same bytes at the thread)`, TIMEOUT, async (t) => {
     await withHarness(t, factory, {}, async (h) => {
       h.gate.open();

@@ -131,3 +131,33 @@ test('scheduler - backlog: no limit with maxBacklog 0; bad counts and settings a
     RangeError,
   );
 });
+
+test('scheduler - upgraded: a render that drew a newer state leaves the chat clean up to it, without counting a hand-on', () => {
+  const s = make();
+  s.changed(1, 5, 4, 0);
+  s.changed(2, 5, 4, 0);
+  s.setBacklog(0, 0);
+  for (const d of s.due(0)) s.sent(d.chatId, d.version, 0);
+  s.changed(1, 9, 4, 500); // chat 1 moved on while its board waited; the render drew 9
+  s.changed(2, 7, 4, 500);
+  s.upgraded(1, 9, 600);
+  s.upgraded(2, 6, 600); // a version older than the newest seen: chat 2 stays dirty
+  assert.deepEqual(
+    s.due(10_000).map((d) => [d.chatId, d.version]),
+    [[2, 7]],
+  );
+  s.upgraded(99, 1, 600); // not tracked: nothing
+  assert.equal(s.size, 2);
+  // The drain estimate counts hand-ons only: 2 boards handed on, backlog 2 → 0 in 1 s is 2/s, not 3/s.
+  const d = make();
+  d.changed(1, 1, 4, 0);
+  d.changed(2, 1, 4, 0);
+  d.setBacklog(0, 0);
+  for (const x of d.due(0)) d.sent(x.chatId, x.version, 0);
+  d.setBacklog(2, 0);
+  d.changed(1, 2, 4, 100);
+  d.upgraded(1, 2, 200);
+  d.setBacklog(0, 1_000);
+  const expected = 10 + (1 - Math.exp(-1_000 / 5_000)) * (2 - 10);
+  assert.ok(Math.abs(d.drainPerS - expected) < 1e-9, `drain ${d.drainPerS}, expected ${expected}`);
+});
