@@ -1,8 +1,9 @@
 /**
- * The event-loop lag of the generator's process, which also runs the Bot API
- * stub: the stub timestamps a call when its loop reads it, so a stall here
- * bunches the arrivals of calls the product spaced evenly (and its strict
- * 1-s window may answer 429). Sampled every `everyMs` as timer lateness.
+ * The event-loop lag of the thread that runs the Bot API stub (its own
+ * worker thread, telegram-stub/thread.ts): the stub timestamps a call when
+ * its loop reads it, so a stall there bunches the arrivals of calls the
+ * product spaced evenly (and its strict 1-s window may answer 429).
+ * Sampled every `everyMs` as timer lateness.
  */
 export class LoopLagLog {
   private readonly samples: Array<[atMs: number, lagMs: number]> = [];

@@ -251,7 +251,7 @@ export class ProductSampler {
   backlogLast: number | null = null;
   drainLast: number | null = null;
   scrapeErrors = 0;
-  /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), and of `crowdplay_board_thread_heap_bytes` (render_thread_heaps), MB. */
+  /** Largest `crowdplay_process_memory_bytes` of a scraped gateway per kind (heap_used, heap_total, external, array_buffers), `crowdplay_board_thread_heap_bytes` (render_thread_heaps) and `crowdplay_ws_buffered_bytes` (ws_buffered), MB. */
   readonly memoryPeakMb: Record<string, number> = {};
   /**
    * `crowdplay_act_ack_ms` (the shard's: gateway receipt of an intent → its act ack) summed over the scraped
@@ -314,6 +314,7 @@ export class ProductSampler {
             for (const kind of ['heap_used', 'heap_total', 'external', 'array_buffers'])
               peak(kind, metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`));
             peak('render_thread_heaps', metricValue(text, 'crowdplay_board_thread_heap_bytes'));
+            peak('ws_buffered', metricValue(text, 'crowdplay_ws_buffered_bytes'));
             const bl = metricValue(text, 'crowdplay_board_backlog');
             if (bl !== null) this.backlogLast = bl;
             const dr = metricValue(text, 'crowdplay_board_drain_per_s');

@@ -74,7 +74,7 @@ export interface RolloverReport {
   guessingS: number | null;
   /** Largest peak RSS of one product process (standalone: the process), MB. */
   peakRssMb: number | null;
-  /** Largest `crowdplay_process_memory_bytes` over the scraped gateways by kind (heap_used, heap_total, external, array_buffers) and of `crowdplay_board_thread_heap_bytes` (render_thread_heaps), MB: where the RSS is. */
+  /** Largest `crowdplay_process_memory_bytes` over the scraped gateways by kind (heap_used, heap_total, external, array_buffers) `crowdplay_board_thread_heap_bytes` (render_thread_heaps) and `crowdplay_ws_buffered_bytes` (ws_buffered: bytes the sockets hold for slow readers), MB: where the RSS is. */
   memoryPeakMb: Record<string, number>;
   /** Cluster runs: which process had it; the largest sum over the processes at one sample; each process's peak, MB. */
   rssCluster: { peakProcess: string | null; peakSumMb: number | null; byProcess: Record<string, number> } | null;

@@ -14,10 +14,10 @@ import { signInitData } from '@crowdplay/telegram';
 import { boardOf } from '@crowdplay/telegram-service';
 import { machineInfo } from '../crowd/scenario.ts';
 import { summarize } from '../hist.ts';
-import { TelegramStub, UNLIMITED_METHODS, type CallRecord } from '../telegram-stub/stub.ts';
+import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '../telegram-stub/stub.ts';
+import { StubThread } from '../telegram-stub/thread.ts';
 import { defaultConfig } from '@crowdplay/config';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
-import { LoopLagLog } from './lag.ts';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
   ACT_ACK_WITHIN_MS,
@@ -232,9 +232,9 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   const avatarImages = avatarMode === 'photo' ? Array.from({ length: AVATAR_POOL }, (_, i) => sampleAvatar(i + 1)) : [];
   const avatarOf = (userId: number): Uint8Array | null =>
     avatarMode === 'photo' && userId >= PLAYER_ID_BASE ? avatarImages[userId % AVATAR_POOL]! : null;
-  const stub = new TelegramStub({ tokens: [token], avatarFor: avatarOf });
-  const stubLag = new LoopLagLog();
-  const apiRoot = await stub.listen();
+  // The stub on a thread of its own: the generator's event-loop stalls do not bunch the calls it timestamps.
+  const stub = await StubThread.start({ tokens: [token], avatars: { mode: avatarMode, playerIdBase: PLAYER_ID_BASE, pool: AVATAR_POOL } });
+  const apiRoot = stub.apiRoot;
   log(
     `stub on ${apiRoot}; starting the product (schema ${schema}, period ${periodS} s${productCpus ? `, taskset -c ${productCpus}` : ', unpinned'})`,
   );
@@ -314,14 +314,14 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       let have = 0;
       while (have < o.chats) {
         have = 0;
-        for (let i = 0; i < o.chats; i++) {
-          if (links[i] === undefined) {
-            const m = stub.messages(chatId(i)).find((x) => x.fromBot && x.kind === 'text' && x.markup.includes('startapp='));
-            const url = m && /"url":"([^"]+)"/.exec(m.markup)?.[1];
-            if (url) links[i] = url;
-          }
-          if (links[i] !== undefined) have++;
-        }
+        const missing = Array.from({ length: o.chats }, (_, i) => i).filter((i) => links[i] === undefined);
+        const msgs = await stub.messages(missing.map(chatId));
+        missing.forEach((i, k) => {
+          const m = msgs[k]!.find((x) => x.fromBot && x.kind === 'text' && x.markup.includes('startapp='));
+          const url = m && /"url":"([^"]+)"/.exec(m.markup)?.[1];
+          if (url) links[i] = url;
+        });
+        for (let i = 0; i < o.chats; i++) if (links[i] !== undefined) have++;
         if (have === o.chats) break;
         if (Date.now() > deadline)
           throw new Error(
@@ -361,7 +361,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         });
       }
     }
-    const seqBefore = stub.calls().reduce((m, c) => Math.max(m, c.seq), 0);
+    const seqBefore = (await stub.calls()).reduce((m, c) => Math.max(m, c.seq), 0);
     log(`puzzle ${puzzle} starts at ${new Date(boundary).toISOString()} (in ${((boundary - Date.now()) / 1000).toFixed(1)} s)`);
     await sleep(Math.max(0, boundary - Date.now() - 1_000));
     // Setup (start-up, /start) ends here: the loop-stall figure covers the rollover onwards.
@@ -369,8 +369,14 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     await sleep(Math.max(0, boundary - Date.now() + 100));
 
     // 3. Every player opens the app and guesses.
+    let withBoard = 0;
     progress = setInterval(() => {
-      const ok = boardsOn ? chats.filter((c, i) => c.lastChangeMs !== null && stub.board(chatId(i)) !== undefined).length : 0;
+      if (boardsOn)
+        void stub.boards(chats.map((_, i) => chatId(i))).then(
+          (b) => (withBoard = chats.filter((c, i) => c.lastChangeMs !== null && b[i] !== null).length),
+          () => undefined,
+        );
+      const ok = withBoard;
       log(
         `connected ${stats.connected}/${total}, failed ${stats.connectFailed}, sent ${stats.sent}, served ${stats.served}, refused ${stats.refused}, failed ${stats.failed}, done ${stats.done}, chats with a board ${ok}, rss ${sampler?.peakRssMb?.toFixed(0) ?? '–'} MB, stall ${sampler?.maxLoopStallMs?.toFixed(0) ?? '–'} ms, board backlog ${sampler?.backlogLast ?? '–'} drain ${sampler?.drainLast ?? '–'}/s interval ${sampler?.intervalLast ?? '–'} ms`,
       );
@@ -391,7 +397,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     // 4. The boards: the render of each chat's final state, then wait until the stub shows it (or the deadline).
     const expected = new Map<number, string>();
     const finalAt = new Map<number, number>();
-    const shown = new Map<number, ReturnType<TelegramStub['board']>>();
+    const shown = new Map<number, BoardView | undefined>();
     /** Per chat, the last board the stub applied before the next rollover (calls in order; its sha256 prefix): what the chat showed then. */
     const lastPhoto = new Map<number, { photo: string; atMs: number }>();
     const calls: CallRecord[] = [];
@@ -424,13 +430,18 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       const deadline = Math.min(nextBoundary - 500, Date.now() + 30_000 + (o.chats / 24) * 1_000 * 2);
       for (;;) {
         let ok = 0;
-        for (const [i, sha] of expected) if (stub.board(chatId(i))?.sha256 === sha) ok++;
+        const ids = [...expected.keys()];
+        const now = await stub.boards(ids.map(chatId));
+        ids.forEach((i, k) => {
+          if (now[k]?.sha256 === expected.get(i)) ok++;
+        });
         if (ok === expected.size || Date.now() >= deadline || prod.exited()) break;
         await sleep(250);
       }
       // What each chat showed when the wait ended (before the next rollover, whose new puzzle posts fresh boards).
-      for (let i = 0; i < o.chats; i++) shown.set(i, stub.board(chatId(i)));
-      calls.push(...stub.calls(seqBefore).filter((c) => c.atMs < nextBoundary));
+      const views = await stub.boards(Array.from({ length: o.chats }, (_, i) => chatId(i)));
+      for (let i = 0; i < o.chats; i++) shown.set(i, views[i] ?? undefined);
+      calls.push(...(await stub.calls(seqBefore)).filter((c) => c.atMs < nextBoundary));
       for (const c of calls) {
         if (!BOARD_METHODS.has(c.method) || c.outcome !== 'ok' || c.chatId === undefined || !c.photo) continue;
         const i = CHAT_ID_BASE - c.chatId;
@@ -442,7 +453,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       }
     } else {
       await sleep(2_000);
-      calls.push(...stub.calls(seqBefore));
+      calls.push(...(await stub.calls(seqBefore)));
     }
     const boardCallsOff = boardsOn ? 0 : calls.filter((c) => BOARD_METHODS.has(c.method)).length;
     if (boardCallsOff > 0) warnings.push(`BOARDS_ENABLED=false, yet ${boardCallsOff} board calls reached the stub`);
@@ -499,7 +510,9 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     }
 
     await sampler.stop();
-    const st = stub.stats();
+    const st = await stub.stats();
+    const rejected = (await stub.calls()).filter((c) => c.outcome === '429').slice(0, 10);
+    const stubLag = await stub.lag(rejected.map((c) => c.atMs));
     const duringRun = prod.exited() !== null;
     const exit = prod.exited();
     stoppedByUs = true;
@@ -605,17 +618,13 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         sends: calls.filter((c) => c.outcome === 'ok' && !UNLIMITED_METHODS.has(c.method) && c.method !== 'file').length,
         rejected429: st.rejected429,
         rejected429ByScope: st.rejected429ByScope,
-        rejected429Calls: stub
-          .calls()
-          .filter((c) => c.outcome === '429')
-          .slice(0, 10)
-          .map((c) => ({
-            method: c.method,
-            chatId: c.chatId ?? null,
-            scope: c.scope ?? null,
-            atMsAfterRollover: c.atMs - rolloverAt!,
-            stubLoopLagMs: stubLag.maxAround(c.atMs),
-          })),
+        rejected429Calls: rejected.map((c, k) => ({
+          method: c.method,
+          chatId: c.chatId ?? null,
+          scope: c.scope ?? null,
+          atMsAfterRollover: c.atMs - rolloverAt!,
+          stubLoopLagMs: stubLag.around[k]!,
+        })),
         stubLoopMaxLagMs: stubLag.max,
         sendsPerSecond: perSecond(calls, rolloverAt, (c) => c.outcome === 'ok' && !UNLIMITED_METHODS.has(c.method) && c.method !== 'file'),
         errors: st.errors,
@@ -652,7 +661,6 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     if (progress) clearInterval(progress);
     if (sampler) await sampler.stop().catch(() => undefined);
     if (product && !stoppedByUs) await product.stop().catch(() => undefined);
-    stubLag.stop();
     await stub.close().catch(() => undefined);
     await dropSchema(databaseUrl, schema).catch((err: unknown) => {
       const m = `could not drop schema ${schema}: ${(err as Error).message}`;
