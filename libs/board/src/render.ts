@@ -142,7 +142,7 @@ function avatarTile(bytes: Uint8Array): Canvas | null {
  * by what this call left to the collector (decoded pixels, 4 bytes each, and
  * the canvas), so a thread can collect by native bytes rather than wait for
  * its own heap to fill (worker.ts; measured: 3,000 thumbnails on 2 threads
- * grew the process by ~150 MB without it, docs/board.md).
+ * grew the process by 93 MB without it, 43–65 MB with it: docs/board.md).
  * @param bytes an image @napi-rs/canvas decodes (JPEG, PNG, WebP, GIF)
  * @param native when given, `native.bytes` is increased by the native bytes left for the collector
  * @returns the PNG, the input itself when it already is AVATAR × AVATAR, or null when the bytes are not an image

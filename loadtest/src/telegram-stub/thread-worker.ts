@@ -40,8 +40,8 @@ async function answer(req: StubRequest): Promise<StubAnswers[StubRequest['op']]>
 }
 
 parentPort!.on('message', ({ id, req }: { id: number; req: StubRequest }) => {
-  answer(req).then(
-    (value) => parentPort!.postMessage({ id, ok: true, value }),
-    (err: unknown) => parentPort!.postMessage({ id, ok: false, error: err instanceof Error ? err.message : String(err) }),
-  );
+  const fail = (err: unknown): void => parentPort!.postMessage({ id, ok: false, error: err instanceof Error ? err.message : String(err) });
+  answer(req)
+    .then((value) => parentPort!.postMessage({ id, ok: true, value }))
+    .catch(fail); // an answer that cannot be cloned is an error answer, not a dead thread
 });

@@ -85,8 +85,13 @@ export class StubThread {
     };
     worker.on('error', fail);
     worker.on('exit', (code) => fail(new Error(`stub thread exited (${code})`)));
-    const apiRoot = await t.ask({ op: 'listen' });
-    return Object.assign(t, { apiRoot });
+    try {
+      const apiRoot = await t.ask({ op: 'listen' });
+      return Object.assign(t, { apiRoot });
+    } catch (err) {
+      await worker.terminate();
+      throw err;
+    }
   }
 
   /** One round trip to the thread. @throws Error when the thread failed or answered an error */

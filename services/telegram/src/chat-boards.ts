@@ -321,18 +321,26 @@ export class ChatBoards {
   /**
    * Late binding for the render pool (libs/board `RenderPoolOptions.latest`): the board of chat `chatId` as this
    * process holds it now, when newer than `version` (the version a render job carries), else null. A board that
-   * waited in the render queue while its chat changed is then drawn from the newest state, and the scheduler takes
-   * it as handed on at that version (`upgraded`): no second render or send for the change.
+   * waited in the render queue while its chat changed is then drawn from the newest state. A pure read: the
+   * scheduler learns of it only once that board is on the send queue ({@link rendered}), so a render or hand-on
+   * that fails leaves the change dirty.
    * @param chatId the render job's chat (libs/board passes it as a string)
    */
   latest(chatId: string, version: number): { version: number; board: Board } | null {
-    const id = Number(chatId);
-    const w = this.chats.get(id);
+    const w = this.chats.get(Number(chatId));
     if (!w?.state) return null;
     const now = boardVersion(w.ev, w.avatarRev);
     if (!(now > version)) return null;
-    this.d.scheduler.upgraded(id, now, this.now());
     return { version: now, board: this.withAvatars(w, boardOf(w.title, w.state)) };
+  }
+
+  /**
+   * Chat `chatId`'s board at `version` was rendered here and is on the send queue (the render queue consumer's
+   * `onRendered` succeeded). When that is newer than the version handed on (late binding), the scheduler takes the
+   * chat as clean up to it (`upgraded`): the change rode on a render and a send already paid for.
+   */
+  rendered(chatId: number, version: number): void {
+    if (this.chats.has(chatId)) this.d.scheduler.upgraded(chatId, version, this.now());
   }
 
   /** Starts looking for due boards every tickMs. */

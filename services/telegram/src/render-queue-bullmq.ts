@@ -128,7 +128,8 @@ return {'idle', '', '', '', depth}
 const DONE_LUA = `${LUA_HEAD}
 if redis.call('HGET', KEYS[1], 'jid') ~= ARGV[1] then return 0 end
 if tonumber(ARGV[2]) > num(redis.call('HGET', KEYS[1], 'done')) then redis.call('HSET', KEYS[1], 'done', ARGV[2]) end
-if redis.call('HGET', KEYS[1], 'v') == ARGV[2] then redis.call('HDEL', KEYS[1], 'b') end
+-- The board is no longer needed once a version at or past it is done (a render may draw past the stored one).
+if num(redis.call('HGET', KEYS[1], 'v')) <= tonumber(ARGV[2]) then redis.call('HDEL', KEYS[1], 'b') end
 redis.call('HSET', KEYS[1], 'at', ARGV[3])
 return 1
 `;

@@ -28,8 +28,9 @@
  *
  * Late binding: a board handed on may be drawn at a newer version than it
  * was taken with (the render pool asks the gateway for the chat's newest
- * state as the render starts, ChatBoards.latest); `upgraded` then marks the
- * chat clean up to it without a budget token or a hand-on.
+ * state as the render starts, ChatBoards.latest); once that board is on the
+ * send queue, `upgraded` marks the chat clean up to it without a budget
+ * token or a hand-on.
  *
  * The interval exported (crowdplay_board_interval_ms) is the time one pass
  * over the dirty chats and the backlog takes — how stale a board may get:
@@ -209,14 +210,15 @@ export class RefreshScheduler {
   }
 
   /**
-   * A render of the chat's board drew `version` rather than the older one it was handed on with (the render
-   * queue's late binding, ChatBoards.latest): the chat is clean up to `version`. Not a hand-on (it took no
-   * budget and adds nothing to the backlog), so the drain estimate does not count it.
+   * A render of the chat's board drew `version` and handed it to the send queue (the render queue's late binding,
+   * ChatBoards.latest / rendered): the chat is clean up to `version`. Nothing when not newer than the version
+   * handed on. Not a hand-on (it took no budget and adds nothing to the backlog), so the drain estimate does not
+   * count it.
    */
   upgraded(chatId: number, version: number, nowMs: number): void {
     const e = this.chats.get(chatId);
-    if (!e) return;
-    e.sentVersion = Math.max(e.sentVersion, version);
+    if (!e || version <= e.sentVersion) return;
+    e.sentVersion = version;
     e.lastSentMs = nowMs;
   }
 

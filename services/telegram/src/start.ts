@@ -97,11 +97,21 @@ function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefix
  * threads behind its semaphore) whose PNGs go to the send queue through
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
  */
-function startRenderWorker(config: Config, renders: RenderQueue, pool: RenderPool, client: TelegramClient): void {
+function startRenderWorker(
+  config: Config,
+  renders: RenderQueue,
+  pool: RenderPool,
+  client: TelegramClient,
+  onQueued: (chatId: number, version: number) => void = () => undefined,
+): void {
   renders.start({
     pool,
     jobConcurrency: config.board.renderJobsInFlight,
-    onRendered: (chatId, version, png) => client.enqueueBoard(chatId, { version, png }),
+    onRendered: async (chatId, version, png) => {
+      const r = await client.enqueueBoard(chatId, { version, png });
+      if (r.status === 'queued') onQueued(chatId, version);
+      return r;
+    },
   });
 }
 
@@ -194,7 +204,8 @@ export async function startTelegram(deps: {
   const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
   if (deps.send !== false) queue.start(client.sender());
   const renders = await openRenders(config, telemetry, deps.prefixes);
-  if (pool) startRenderWorker(config, renders, pool, client);
+  // A board drawn at a newer version than handed on (late binding) tells this gateway's scheduler once it is queued.
+  if (pool) startRenderWorker(config, renders, pool, client, (chatId, version) => boardsHere?.rendered(chatId, version));
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,

@@ -236,7 +236,7 @@ test('ChatBoards - a change that arrives while the budget is asked goes out in t
   boards.close();
 });
 
-test('ChatBoards.latest - a render of a board that waited draws the chat as it is now, and that change is not handed on again', async () => {
+test('ChatBoards.latest / rendered - a render of a board that waited draws the chat as it is now; once that board is queued, the change is not handed on again', async () => {
   const r = rig();
   r.boards.watch(CHAT, 'chat');
   r.publish(1, 1, { 'tg:7': ['g....'] });
@@ -253,8 +253,17 @@ test('ChatBoards.latest - a render of a board that waited draws the chat as it i
   assert.equal(r.boards.latest(String(CHAT), boardVersion(2, 0)), null, 'not newer than itself');
   assert.equal(r.boards.latest('-1', 0), null, 'a chat this process does not hold');
   assert.equal(r.boards.latest('not a chat', 0), null);
+  // A pure read: until that render's board is on the send queue, the change is still due (a failed render loses nothing).
   r.advance(10_000);
   await r.boards.tick();
-  assert.deepEqual(r.queued, [boardVersion(1, 0)], 'the change went out in the waiting render: not handed on again');
+  assert.deepEqual(r.queued, [boardVersion(1, 0), boardVersion(2, 0)]);
+  // Once a late-bound board is queued for sending, its change is not handed on again.
+  r.publish(3, 1, { 'tg:7': ['g....', 'gy...', 'ggg..'] });
+  await r.flush();
+  r.boards.rendered(CHAT, boardVersion(3, 0));
+  r.boards.rendered(-1, 99); // a chat this process does not hold: nothing
+  r.advance(10_000);
+  await r.boards.tick();
+  assert.deepEqual(r.queued, [boardVersion(1, 0), boardVersion(2, 0)], 'the change went out in that render: not handed on again');
   r.boards.close();
 });

@@ -147,6 +147,15 @@ test('scheduler - upgraded: a render that drew a newer state leaves the chat cle
     [[2, 7]],
   );
   s.upgraded(99, 1, 600); // not tracked: nothing
+  s.changed(1, 10, 4, 10_000);
+  s.upgraded(1, 9, 10_000); // not newer than handed on: nothing (the 3 s pacing still counts from 600)
+  assert.deepEqual(
+    s.due(10_001).map((d) => [d.chatId, d.version]),
+    [
+      [2, 7],
+      [1, 10],
+    ],
+  );
   assert.equal(s.size, 2);
   // The drain estimate counts hand-ons only: 2 boards handed on, backlog 2 → 0 in 1 s is 2/s, not 3/s.
   const d = make();
