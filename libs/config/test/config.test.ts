@@ -43,10 +43,20 @@ describe('config', () => {
           GATEWAY_ID: 'a.b',
           HEAP_GROWING_PERCENT: '-5',
           TELEGRAM_SENDQ_BOOK_MS: '20000',
+          BOARD_RENDER_NICE: '20',
         }),
       (err: unknown) => {
         assert.ok(isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'));
-        for (const v of ['TICK_MS', 'PORT', 'DATABASE_URL', 'LOG_LEVEL', 'GATEWAY_ID', 'HEAP_GROWING_PERCENT', 'TELEGRAM_SENDQ_BOOK_MS'])
+        for (const v of [
+          'TICK_MS',
+          'PORT',
+          'DATABASE_URL',
+          'LOG_LEVEL',
+          'GATEWAY_ID',
+          'HEAP_GROWING_PERCENT',
+          'TELEGRAM_SENDQ_BOOK_MS',
+          'BOARD_RENDER_NICE',
+        ])
           assert.match(err.message, new RegExp(`${v}: `));
         return true;
       },
