@@ -13,6 +13,16 @@ import { sendqSuite } from './sendq-suite.ts';
 
 sendqSuite('bullmq', bullmqHarness(50));
 
+/** After the test: `queues` closed (2 s each), then `prefix`'s keys deleted. */
+function closeAfter(t: { after(fn: () => Promise<void>): void }, prefix: string, ...queues: Array<BullmqSendQueue<TestPayload>>): void {
+  t.after(async () => {
+    for (const q of queues) await q.close(2_000);
+    const r = new Redis(REDIS_URL);
+    await deleteKeys(r, prefix);
+    await r.quit();
+  });
+}
+
 void test(
   'bullmq - two processes: one bot-wide limit, one pause, each job sent once, results cross over',
   { timeout: 20_000 },
@@ -23,13 +33,7 @@ void test(
       BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM_LIMITS, clock, concurrency: 4 });
     const a = await open();
     const b = await open();
-    t.after(async () => {
-      await a.close(2_000);
-      await b.close(2_000);
-      const r = new Redis(REDIS_URL);
-      await deleteKeys(r, prefix);
-      await r.quit();
-    });
+    closeAfter(t, prefix, a, b);
     const calls: Array<{ id: string; by: string; atMs: number; grantedAtMs: number; ok: boolean }> = [];
     let answeredAt = -1;
     const sender =
@@ -172,12 +176,7 @@ void test(
     const clock = scaledClock(1);
     const limits = { ...TELEGRAM_LIMITS, botRatePerS: 5 };
     const q = await BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits, clock, concurrency: 8, botBookMs: 2_000 });
-    t.after(async () => {
-      await q.close(2_000);
-      const r = new Redis(REDIS_URL);
-      await deleteKeys(r, prefix);
-      await r.quit();
-    });
+    closeAfter(t, prefix, q);
     const starts: number[] = [];
     let stalled = false;
     q.start((job) => {

@@ -89,10 +89,9 @@ const SUBMIT_LUA = `${LUA_HEAD}
 local cur = redis.call('HGET', KEYS[1], 'v')
 local version = tonumber(ARGV[2])
 local depth = redis.call('SCARD', KEYS[2])
-if cur and version <= tonumber(cur) then return {'superseded', cur, depth, 0} end
--- Not newer than a version already drawn (a render may draw a newer state than it took: the pool's latest option).
-local done = num(redis.call('HGET', KEYS[1], 'done'))
-if version <= done then return {'superseded', tostring(done), depth, 0} end
+-- Not newer than the stored version, nor than one already drawn (a render may draw past the version it took).
+local top = math.max(num(cur), num(redis.call('HGET', KEYS[1], 'done')))
+if version <= top then return {'superseded', tostring(top), depth, 0} end
 local now = tonumber(ARGV[5])
 local need = redis.call('HGET', KEYS[1], 'run') ~= '1' or now - num(redis.call('HGET', KEYS[1], 'at')) > tonumber(ARGV[6])
 local isQueued = redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1
