@@ -178,7 +178,15 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     assert.ok(answeredAt > 0, 'the 429 was answered');
     const after = calls.filter((c) => c.atMs > answeredAt);
     assert.ok(after.length > 0, 'calls after the 429');
-    for (const c of after) assert.ok(c.atMs >= answeredAt + 3_000, `call at ${c.atMs} during the pause (429 answered at ${answeredAt})`);
+    // The test's send answers the 429 at once, so a worker of the same process that had passed its last pause check in
+    // the same event-loop turn (its Redis reply in the same read) can start a few µs after the answer, before the
+    // queue has seen it: at most the other workers, within 50 clock ms (1 ms of real time at the BullMQ harness's ×50
+    // clock; the in-process harness's clock does not move within a turn). Any later call waits out retry_after.
+    const sameTurn = after.filter((c) => c.atMs - answeredAt <= 50);
+    assert.ok(sameTurn.length <= 3, `${sameTurn.length} calls started with the 429 (at most the 3 other workers)`);
+    for (const c of after)
+      if (!sameTurn.includes(c))
+        assert.ok(c.atMs >= answeredAt + 3_000, `call at ${c.atMs} during the pause (429 answered at ${answeredAt})`);
     const s = h.queue.stats();
     assert.equal(s.rateLimited, 1);
     assert.equal(s.pauseMs, 3_000);
