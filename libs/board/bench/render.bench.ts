@@ -12,7 +12,7 @@
  * holds the fitted numbers; the report shows model vs measured).
  * `--explore` measures encoder settings (mode, filter, level) on the 40-card board.
  * `--memory` measures only memory (run it in its own process): the resident memory added by
- * a RenderPool of 1 and of 3 threads (idle, and at peak rendering 60 / 120 40-card boards),
+ * a RenderPool of 1 and of 3 threads (idle, and at peak rendering 60 / 120 40-card boards; and 600 queued at once on 1 thread),
  * then of canvases in flight (10 at once on this thread, drawn and encoded,
  * at 1000 × 1400 and at the 40-card size), and the memory 3,000 avatar
  * thumbnails add to a pool of 2 threads. Run with `NODE_OPTIONS=--expose-gc`
@@ -226,6 +226,8 @@ export async function main(args: readonly string[]): Promise<number> {
     const rssMbAtStart = r1(rssMb());
     const pool1 = await poolMemory(1, 60);
     const pool3 = await poolMemory(3, 120);
+    // A long backlog on one thread (the rollover's pinned product): the thread is handed task after task.
+    const pool1Backlog = await poolMemory(1, 600);
     const thumbnails = await thumbnailMemory(2, 3000);
     const memory = {
       gcExposed: typeof (globalThis as { gc?: unknown }).gc === 'function',
@@ -234,6 +236,7 @@ export async function main(args: readonly string[]): Promise<number> {
       fontRssMb,
       pool1,
       pool3,
+      pool1Backlog,
       thumbnails,
       canvasesAtOnce: n,
       perCanvas1000x1400SkiaPngMiB: canvasesInFlight(n, 1000, 1400, 'skia'),

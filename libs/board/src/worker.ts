@@ -94,9 +94,16 @@ warmUpFonts();
  * resident memory grew 4.3 MB a render (400+ MB with three threads, measured).
  * Avatar thumbnails leave the same kind of garbage: each decoded photo
  * (~100 KB at 160 px) waits for a collection (render.ts `avatarThumbnail`).
- * A minor collection every NATIVE_GC_BYTES of such native garbage bounds
- * it; the finalizers run when the thread's event loop turns between tasks
- * (piscina `atomics: 'disabled'`, pool.ts).
+ * A minor collection every NATIVE_GC_BYTES of such native garbage bounds it.
+ *
+ * The collection alone does not free anything: Node hands each finalizer to
+ * this thread's event loop (a thread-safe immediate), and a thread that is
+ * given task after task did not get there in time. Measured in the 400-chat
+ * rollover on one core (docs/benchmarks.md "Session 8"): the pixel strips
+ * waiting for their finalizers held 126–208 MB of @napi-rs/canvas's own heap
+ * (mimalloc) while the boards were drawn; a task that collected now resolves
+ * only after its thread's loop has turned twice (`settle`), and the same heap
+ * stayed under 30 MB (peak RSS 628–705 → 482 MB).
  */
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as (opts?: { type: 'minor' | 'major' }) => void;
@@ -104,10 +111,23 @@ const NATIVE_GC_BYTES = 8 * 2 ** 20;
 /** Native bytes left for the collector since the last collection. */
 const native = { bytes: 0 };
 
-function collectNativeGarbage(): void {
-  if (native.bytes < NATIVE_GC_BYTES) return;
+/** A minor collection once NATIVE_GC_BYTES of native garbage are waiting. @returns true when it collected */
+function collectNativeGarbage(): boolean {
+  if (native.bytes < NATIVE_GC_BYTES) return false;
   native.bytes = 0;
   gc({ type: 'minor' });
+  return true;
+}
+
+/**
+ * `value`, at once when no collection ran; after a collection, a promise of it
+ * that resolves once this thread's event loop has turned twice, so the
+ * finalizers the collection queued (each freeing native memory) run before
+ * piscina hands this thread its next task.
+ */
+function settle<T>(value: T): T | Promise<T> {
+  if (!collectNativeGarbage()) return value;
+  return new Promise((resolve) => setImmediate(() => setImmediate(() => resolve(value))));
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -128,17 +148,16 @@ async function release(t: ReleaseTask): Promise<void> {
 }
 
 /** Renders one board (piscina calls the default export), shrinks an avatar (ThumbnailTask), or releases the thread (ReleaseTask). */
-export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): RenderTaskResult | Uint8Array | null | Promise<void> {
+export default function render(
+  task: RenderTask | ReleaseTask | ThumbnailTask,
+): RenderTaskResult | Uint8Array | null | Promise<RenderTaskResult | Uint8Array | null | void> {
   if ('release' in task) return release(task);
   if ('thumbnail' in task) {
-    const thumb = avatarThumbnail(task.thumbnail, native);
-    collectNativeGarbage();
-    return thumb;
+    return settle(avatarThumbnail(task.thumbnail, native));
   }
   const r = renderBoard(task.board, task.png ? { png: task.png } : {});
   native.bytes += r.width * r.height * 4;
-  collectNativeGarbage();
-  return {
+  return settle({
     png: r.png,
     width: r.width,
     height: r.height,
@@ -149,5 +168,5 @@ export default function render(task: RenderTask | ReleaseTask | ThumbnailTask): 
     heapBytes: getHeapStatistics().total_heap_size,
     threadId,
     nice: threadNice,
-  };
+  });
 }

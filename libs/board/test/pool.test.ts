@@ -384,3 +384,25 @@ test('RenderPool.thumbnail - shrinks on a render thread; null for bytes that are
   }
   assert.equal(await pool.thumbnail(photo), null);
 });
+
+test('a task after which its thread collected still answers its own result: renders and thumbnails past several collections', async () => {
+  const pool = new RenderPool({ concurrency: 1 });
+  try {
+    // A 40-card board reads back ~4.3 MB: the thread collects every second render (worker.ts NATIVE_GC_BYTES, 8 MiB),
+    // and such a task resolves only after the thread's loop has turned. Each answer must be the board it was given.
+    const boards = Array.from({ length: 6 }, (_, i) => sampleBoard(i % 2 === 0 ? 40 : 4, { seed: i + 1, avatarShare: 0 }));
+    const outs = await Promise.all(boards.map((b, i) => pool.render(`chat-${i}`, 1, b)));
+    for (const [i, o] of outs.entries()) {
+      assert.equal(o.status, 'rendered', `render ${i}`);
+      if (o.status !== 'rendered') continue;
+      assert.deepEqual(Buffer.from(o.png), Buffer.from(renderBoard(boards[i]!).png), `render ${i} is its own board`);
+    }
+    // ~100 KB of decoded photo each: a collection every ~80 thumbnails.
+    const photos = Array.from({ length: 200 }, (_, i) => sampleAvatar(i % 7));
+    const thumbs = await Promise.all(photos.map((p) => pool.thumbnail(p)));
+    for (const [i, t] of thumbs.entries())
+      assert.deepEqual(t && Buffer.from(t), Buffer.from(avatarThumbnail(photos[i]!)!), `thumbnail ${i}`);
+  } finally {
+    await pool.close();
+  }
+});
