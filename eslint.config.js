@@ -26,7 +26,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ['libs/config/**/*.ts', 'services/cli/src/main.ts', 'libs/testing/**/*.ts', 'scripts/**', '**/test/**/*.ts', 'loadtest/src/**/*.ts'],
+    files: ['libs/config/**/*.ts', 'services/cli/src/main.ts', 'services/cli/src/cli.ts', 'libs/testing/**/*.ts', 'scripts/**', '**/test/**/*.ts', 'loadtest/src/**/*.ts'],
     rules: { 'no-restricted-properties': 'off' },
   },
   {

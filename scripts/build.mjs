@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Builds the runnable product: `dist/crowdplay.js` (the `crowdplay` CLI, every
-// service) and `dist/render-worker.js` (the board render thread), bundled with
+// service; its body in `dist/cli-<hash>.js`, loaded after the allocator defaults are
+// set: services/cli/src/main.ts) and `dist/render-worker.js` (the board render
+// thread), bundled with
 // esbuild from the TypeScript sources. `npm start` runs the bundle, not tsx:
 // measured idle here (standalone, PostgreSQL + Redis + Telegram on, after
 // 12 s, /proc VmRSS): 203 MB instead of 286 MB under tsx with 2 render
@@ -74,6 +76,12 @@ export async function buildProduct(o = {}) {
     format: 'esm',
     target: 'node20',
     outdir,
+    // main.ts imports cli.ts dynamically so that the allocator defaults are in the environment before
+    // @napi-rs/canvas loads (services/cli/src/allocator.ts): with splitting, cli.ts and its npm imports
+    // stay in their own chunk instead of being hoisted above main.ts's code.
+    splitting: true,
+    // Chunks beside the entries: import.meta.url rewrites (above) are relative to outdir.
+    chunkNames: '[name]-[hash]',
     plugins: [sources, packages],
     logLevel: o.quiet ? 'error' : 'warning',
     // Bundled CommonJS dependencies may call require().

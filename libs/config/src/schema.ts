@@ -44,6 +44,11 @@ export const schema = {
       unit: 'percent',
       doc: 'How far V8 lets the heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate). Measured in the 1,000-chat rollover (docs/benchmarks.md "Session 6"): 20 cut the peak RSS from 606–631 to 452 MB (main heap 98 instead of 244–272 MB) but, on two saturated cores, the extra collections cost board throughput (utilisation 0.19 instead of 0.32); set it where memory is scarcer than CPU (crowdplay_gc_ms shows the cost).',
     }),
+    allocatorHugePages: bool({
+      env: 'MIMALLOC_ALLOW_THP',
+      default: false,
+      doc: 'Transparent huge pages for the allocator of @napi-rs/canvas (mimalloc, which reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set). On, Linux backs its 1 GiB arena with 2 MiB pages and every partly used one counts in full: measured in the 1,000-chat rollover, the arena held 298 MB resident at the peak (280 MB of it huge pages) against 205 MB off (docs/benchmarks.md "Session 8").',
+    }),
   },
   log: {
     level: oneOf({

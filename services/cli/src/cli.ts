@@ -1,4 +1,3 @@
-#!/usr/bin/env -S npx tsx
 /**
  * The `crowdplay` command.
  *
@@ -12,7 +11,8 @@
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
  *   crowdplay settings                   the settings table (Markdown)
  *
- * The only place that reads process.env: it becomes the frozen Config here.
+ * Run through main.ts, which sets the allocator defaults first. With main.ts,
+ * the only place that reads process.env: it becomes the frozen Config here.
  */
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
