@@ -677,7 +677,7 @@ export const schema = {
       default: 8,
       min: 1,
       unit: 'count',
-      doc: 'Avatar downloads in flight at once (reads are exempt from the send bucket, so they get their own cap; the seed saw 6,074 open handles without one).',
+      doc: 'Avatar downloads in flight at once, each holding its slot until the render thread has shrunk the photo (reads are exempt from the send bucket, so they get their own cap; the seed saw 6,074 open handles without one; without the shrink inside it, 4,000 photos queued at one render thread, ahead of the boards).',
     }),
     avatarCacheBytes: int({
       env: 'TELEGRAM_AVATAR_CACHE_BYTES',

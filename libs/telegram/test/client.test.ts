@@ -562,3 +562,46 @@ void test('counters exported as gauges', async () => {
     await r.close();
   }
 });
+
+void test('avatars: a download keeps its slot until its shrink answered: never more shrinks pending than the cap', async () => {
+  let pending = 0;
+  let peak = 0;
+  const release: Array<() => void> = [];
+  const r = await rig({
+    avatars: {
+      concurrency: 2,
+      cacheBytes: 1 << 20,
+      ttlMs: 60_000,
+      // A render thread that answers only when the test lets it.
+      shrink: (b) => {
+        pending++;
+        peak = Math.max(peak, pending);
+        return new Promise((resolve) =>
+          release.push(() => {
+            pending--;
+            resolve(b.subarray(0, 10));
+          }),
+        );
+      },
+    },
+  });
+  try {
+    const c = r.client;
+    const all = Promise.all([1, 2, 3, 4, 5, 6].map((u) => c.avatars.get(u)));
+    // Let every read get as far as it can while no shrink answers.
+    for (let i = 0; i < 50 && pending < 2; i++) await new Promise((res) => setTimeout(res, 10));
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(pending, 2, 'two photos wait for a shrink, the other four for a slot');
+    assert.equal(r.stub.stats().byMethod.file, 2, 'no photo is downloaded while both slots wait for their shrinks');
+    while (release.length > 0 || pending > 0) {
+      release.shift()?.();
+      await new Promise((res) => setTimeout(res, 5));
+    }
+    const got = await all;
+    assert.ok(got.every((b) => b?.length === 10));
+    assert.equal(peak, 2);
+    assert.equal(r.stub.stats().byMethod.file, 6);
+  } finally {
+    await r.close();
+  }
+});
