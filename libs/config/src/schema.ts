@@ -38,11 +38,11 @@ export const schema = {
   runtime: {
     heapGrowingPercent: int({
       env: 'HEAP_GROWING_PERCENT',
-      default: 0,
+      default: 100,
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: 'How far V8 lets the heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate). Measured in the 1,000-chat rollover (docs/benchmarks.md "Session 6"): 20 cut the peak RSS from 606–631 to 452 MB (main heap 98 instead of 244–272 MB) but, on two saturated cores, the extra collections cost board throughput (utilisation 0.19 instead of 0.32); set it where memory is scarcer than CPU (crowdplay_gc_ms shows the cost).',
+      doc: 'How far V8 lets the heap grow past what survived the last full GC before collecting again (V8\'s --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8\'s own factor (up to 4x under a high allocation rate: the 1,000-chat rollover\'s main heap grew to 336 MB over 98 MB live). Measured on the issue\'s pinned rollover rig (docs/benchmarks.md "Session 8"): 100 (the default) peaked at 492 MB in two runs against 512–602 MB with 0, at the same guess p99 (101–111 ms) and utilisation (0.82–0.84); 50 reached 417 MB but a guess p99 of 166 ms; 20 (session 6, two busy cores) cost board throughput. crowdplay_gc_ms shows the collections it costs.',
     }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
