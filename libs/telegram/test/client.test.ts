@@ -477,13 +477,14 @@ void test('avatars: collapsed per user, capped in concurrency, cached by bytes w
   }
 });
 
+/** Avatar options of the shrink tests: 2 slots, a cache that holds everything. */
+const SHRINK_AVATARS = { concurrency: 2, cacheBytes: 1 << 20, ttlMs: 60_000 } as const;
+
 void test('avatars: a shrink is applied once per read and its result is what is cached; a shrink that throws is a failed read', async () => {
   let shrinks = 0;
   const r = await rig({
     avatars: {
-      concurrency: 2,
-      cacheBytes: 1 << 20,
-      ttlMs: 60_000,
+      ...SHRINK_AVATARS,
       shrink: (b) => {
         shrinks++;
         if (shrinks === 3) return Promise.reject(new Error('not an image'));
@@ -569,9 +570,7 @@ void test('avatars: a download keeps its slot until its shrink answered: never m
   const release: Array<() => void> = [];
   const r = await rig({
     avatars: {
-      concurrency: 2,
-      cacheBytes: 1 << 20,
-      ttlMs: 60_000,
+      ...SHRINK_AVATARS,
       // A render thread that answers only when the test lets it.
       shrink: (b) => {
         pending++;
