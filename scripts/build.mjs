@@ -20,7 +20,7 @@
 //
 // Usage: node scripts/build.mjs [--outdir DIR]   (default: dist/)
 // Exits non-zero (and writes nothing usable) on any build error.
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -31,7 +31,7 @@ const POOL_WORKER = "new URL('./worker.ts', import.meta.url)";
 /**
  * Builds the bundle into `outdir`.
  * @param {{ outdir?: string, quiet?: boolean }} [o]
- * @returns {Promise<{ main: string, worker: string, ms: number }>} absolute paths of the two files
+ * @returns {Promise<{ main: string, worker: string, ms: number }>} absolute paths of the two entries (their chunks beside them)
  * @throws Error on a build error, or when libs/board/src/pool.ts no longer names its worker as POOL_WORKER
  */
 export async function buildProduct(o = {}) {
@@ -68,8 +68,9 @@ export async function buildProduct(o = {}) {
       });
     },
   };
-  await build({
+  const result = await build({
     absWorkingDir: ROOT,
+    metafile: true,
     entryPoints: { crowdplay: 'services/cli/src/main.ts', 'render-worker': 'libs/board/src/worker.ts' },
     bundle: true,
     platform: 'node',
@@ -89,6 +90,11 @@ export async function buildProduct(o = {}) {
       js: "import { createRequire as __crowdplayRequire } from 'node:module'; const require = __crowdplayRequire(import.meta.url);",
     },
   });
+  // Chunk names carry a content hash: drop the chunks an earlier build left (npm start rebuilds every time).
+  const written = new Set(Object.keys(result.metafile.outputs).map((f) => resolve(ROOT, f)));
+  for (const f of readdirSync(outdir)) {
+    if (/^(cli|chunk)-[A-Z0-9]+\.js$/.test(f) && !written.has(join(outdir, f))) rmSync(join(outdir, f), { force: true });
+  }
   return { main: join(outdir, 'crowdplay.js'), worker: join(outdir, 'render-worker.js'), ms: performance.now() - t0 };
 }
 

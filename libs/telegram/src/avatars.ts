@@ -107,9 +107,9 @@ export interface AvatarStats {
   reads: number;
   /** Reads that failed (answered null, cached for errorTtlMs). */
   failures: number;
-  /** Avatar HTTP requests that waited for a gate slot (the cap biting). */
+  /** Avatar HTTP requests (a download with its shrink counts as one) that waited for a gate slot (the cap biting). */
   gateWaits: number;
-  /** Most avatar HTTP requests in flight at once. */
+  /** Most avatar HTTP requests (or downloads waiting for their shrink) in flight at once. */
   peakInFlight: number;
   /** Bytes held by the cache now. */
   cacheBytes: number;

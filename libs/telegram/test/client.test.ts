@@ -592,7 +592,10 @@ void test('avatars: a download keeps its slot until its shrink answered: never m
     await new Promise((res) => setTimeout(res, 50));
     assert.equal(pending, 2, 'two photos wait for a shrink, the other four for a slot');
     assert.equal(r.stub.stats().byMethod.file, 2, 'no photo is downloaded while both slots wait for their shrinks');
-    while (release.length > 0 || pending > 0) {
+    // Answer the shrinks one at a time until every read has finished (a read may still be in its HTTP calls).
+    let done = false;
+    void all.then(() => (done = true));
+    while (!done) {
       release.shift()?.();
       await new Promise((res) => setTimeout(res, 5));
     }

@@ -15,18 +15,26 @@
 /** Environment variables set when absent, and their values. */
 export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({ MIMALLOC_ALLOW_THP: '0' });
 
+/** Spellings of a boolean that libs/config accepts (trimmed, any case), as mimalloc reads them. */
+const AS_MIMALLOC: Readonly<Record<string, string>> = { true: '1', '1': '1', yes: '1', on: '1', false: '0', '0': '0', no: '0', off: '0' };
+
 /**
- * Sets every {@link ALLOCATOR_DEFAULTS} entry that `env` does not have
- * (an operator's own value, even an empty one, is kept). Call it before any
+ * Sets every {@link ALLOCATOR_DEFAULTS} entry that `env` does not have, or
+ * has empty, and rewrites an operator's value that libs/config accepts as a
+ * boolean (`" false "`, `On`) to the `0` / `1` mimalloc reads the same way
+ * (mimalloc ignores what it cannot parse, and reads an empty value as on).
+ * Anything else is left for loadConfig to refuse by name. Call it before any
  * native module is loaded: mimalloc reads its options once, at load.
  * @param env the environment to complete (process.env: Node passes each assignment to setenv(3))
- * @returns the names set, in order
+ * @returns the names set or rewritten, in order
  */
 export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
   const set: string[] = [];
   for (const [name, value] of Object.entries(ALLOCATOR_DEFAULTS)) {
-    if (env[name] !== undefined) continue;
-    env[name] = value;
+    const own = env[name]?.trim().toLowerCase();
+    const next = own === undefined || own === '' ? value : AS_MIMALLOC[own];
+    if (next === undefined || next === env[name]) continue;
+    env[name] = next;
     set.push(name);
   }
   return set;

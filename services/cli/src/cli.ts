@@ -173,7 +173,9 @@ async function main(): Promise<void> {
   } catch (err) {
     fail(err instanceof Error ? err.message : String(err));
   }
-  if (config.runtime.heapGrowingPercent > 0) setFlagsFromString(`--heap-growing-percent=${config.runtime.heapGrowingPercent}`);
+  // A --heap-growing-percent given to node itself (NODE_OPTIONS, the command line) wins over the setting's default.
+  const ownFlag = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((a) => a.includes('--heap-growing-percent'));
+  if (config.runtime.heapGrowingPercent > 0 && !ownFlag) setFlagsFromString(`--heap-growing-percent=${config.runtime.heapGrowingPercent}`);
   process.on('unhandledRejection', (err) => {
     process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   });

@@ -24,7 +24,7 @@ function allowThp(args: string[], extra: Record<string, string>): number | null 
 }
 
 describe('allocator defaults', () => {
-  it('sets each default that is absent, keeps what the operator set (even empty), and reports what it set', () => {
+  it('sets each default that is absent or empty, keeps what the operator set, and reports what it set', () => {
     const env: NodeJS.ProcessEnv = { OTHER: 'x' };
     assert.deepEqual(applyAllocatorDefaults(env), Object.keys(ALLOCATOR_DEFAULTS));
     assert.deepEqual(env, { OTHER: 'x', ...ALLOCATOR_DEFAULTS });
@@ -33,15 +33,36 @@ describe('allocator defaults', () => {
     const own: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: '1' };
     assert.deepEqual(applyAllocatorDefaults(own), []);
     assert.deepEqual(own, { MIMALLOC_ALLOW_THP: '1' });
+    // mimalloc reads an empty value as on: empty is absent here.
     const empty: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: '' };
-    applyAllocatorDefaults(empty);
-    assert.equal(empty.MIMALLOC_ALLOW_THP, '');
+    assert.deepEqual(applyAllocatorDefaults(empty), ['MIMALLOC_ALLOW_THP']);
+    assert.equal(empty.MIMALLOC_ALLOW_THP, '0');
+  });
+
+  it("rewrites the booleans libs/config accepts to mimalloc's 0 / 1, and leaves anything else for loadConfig to refuse", () => {
+    for (const [given, want] of [
+      [' false ', '0'],
+      ['Off', '0'],
+      ['no', '0'],
+      ['TRUE', '1'],
+      [' on', '1'],
+      ['yes', '1'],
+    ] as const) {
+      const env: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: given };
+      applyAllocatorDefaults(env);
+      assert.equal(env.MIMALLOC_ALLOW_THP, want, JSON.stringify(given));
+    }
+    const bad: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: 'maybe' };
+    assert.deepEqual(applyAllocatorDefaults(bad), []);
+    assert.deepEqual(bad, { MIMALLOC_ALLOW_THP: 'maybe' });
   });
 
   it('the built product (npm start) loads @napi-rs/canvas with huge pages off, unless MIMALLOC_ALLOW_THP=1', async () => {
     const bundle = await builtProduct();
     assert.equal(allowThp([bundle], {}), 0);
     assert.equal(allowThp([bundle], { MIMALLOC_ALLOW_THP: '1' }), 1);
+    // What libs/config accepts as false reaches mimalloc as false (it would ignore " false " and keep huge pages on).
+    assert.equal(allowThp([bundle], { MIMALLOC_ALLOW_THP: ' false ' }), 0);
   });
 
   it('the sources under tsx (npm run crowdplay, the tests) do the same', () => {
