@@ -12,30 +12,30 @@
  * sets `MIMALLOC_ALLOW_THP=1` (the setting of the same name, libs/config).
  */
 
-/** Environment variables set when absent, and their values. */
-export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({ MIMALLOC_ALLOW_THP: '0' });
+import { schema } from '@crowdplay/config';
 
-/** Spellings of a boolean that libs/config accepts (trimmed, any case), as mimalloc reads them. */
-const AS_MIMALLOC: Readonly<Record<string, string>> = { true: '1', '1': '1', yes: '1', on: '1', false: '0', '0': '0', no: '0', off: '0' };
+/** The setting that documents and validates it (libs/config): its name and how its values are read. */
+const HUGE_PAGES = schema.runtime.allocatorHugePages;
+
+/** Environment variables set when absent, and their values. */
+export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({ [HUGE_PAGES.env]: HUGE_PAGES.default ? '1' : '0' });
 
 /**
- * Sets every {@link ALLOCATOR_DEFAULTS} entry that `env` does not have, or
- * has empty, and rewrites an operator's value that libs/config accepts as a
- * boolean (`" false "`, `On`) to the `0` / `1` mimalloc reads the same way
- * (mimalloc ignores what it cannot parse, and reads an empty value as on).
- * Anything else is left for loadConfig to refuse by name. Call it before any
- * native module is loaded: mimalloc reads its options once, at load.
+ * Sets MIMALLOC_ALLOW_THP when `env` does not have it, or has it empty, and
+ * rewrites a value the setting accepts (`" false "`, `On`: libs/config's
+ * boolean parser) to the `0` / `1` mimalloc reads the same way (mimalloc
+ * ignores what it cannot parse, and reads an empty value as on). Anything else
+ * is left for loadConfig to refuse by name. Call it before any native module
+ * is loaded: mimalloc reads its options once, at load.
  * @param env the environment to complete (process.env: Node passes each assignment to setenv(3))
  * @returns the names set or rewritten, in order
  */
 export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
-  const set: string[] = [];
-  for (const [name, value] of Object.entries(ALLOCATOR_DEFAULTS)) {
-    const own = env[name]?.trim().toLowerCase();
-    const next = own === undefined || own === '' ? value : AS_MIMALLOC[own];
-    if (next === undefined || next === env[name]) continue;
-    env[name] = next;
-    set.push(name);
-  }
-  return set;
+  const raw = env[HUGE_PAGES.env];
+  const parsed = raw === undefined || raw.trim() === '' ? { ok: true as const, value: HUGE_PAGES.default } : HUGE_PAGES.parse(raw);
+  if (!parsed.ok) return [];
+  const next = parsed.value ? '1' : '0';
+  if (next === raw) return [];
+  env[HUGE_PAGES.env] = next;
+  return [HUGE_PAGES.env];
 }
