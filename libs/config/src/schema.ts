@@ -237,6 +237,14 @@ export const schema = {
       unit: 'ms',
       doc: 'Minimum interval between two viewer updates of one channel; updates are sent only on change.',
     }),
+    updateTurnBudgetMs: int({
+      env: 'CHANNEL_UPDATE_TURN_BUDGET_MS',
+      default: 20,
+      min: 0,
+      max: 1_000,
+      unit: 'ms',
+      doc: "Time one event-loop turn may spend publishing viewer updates; the updates due after it go out in the next turns (counted in crowdplay_channel_updates_deferred_total), so channels whose updates fall due together (a rollover) do not stall the loop. 0 = no limit. The default: 1,000 channels' updates to 10 viewers each took 136 ms in one pass (docs/benchmarks.md, Session 9).",
+    }),
     defaultMaxPerTick: int({
       env: 'DEFAULT_MAX_PER_TICK',
       default: 1_000,

@@ -2,7 +2,8 @@
  * The crowd-engine shard: owns channels given to it by the router (acquire /
  * release at an epoch), takes their intents from the bus, acks them, closes a
  * batch per channel every tick, and publishes viewer updates on change at
- * most every CHANNEL_UPDATE_MS.
+ * most every CHANNEL_UPDATE_MS, spending at most CHANNEL_UPDATE_TURN_BUDGET_MS
+ * of one event-loop turn on them (the rest go out in the next turns).
  */
 import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type Subscription } from '@crowdplay/bus';
 import type { Config } from '@crowdplay/config';
@@ -97,6 +98,7 @@ interface EngineMetrics {
   batchLagMs: Histogram;
   batches: Counter;
   updates: Counter;
+  updatesDeferred: Counter;
   updateBytes: Histogram;
   snapshotErrors: Counter;
   absorbed: Counter;
@@ -129,6 +131,15 @@ export class Shard {
   private draining = false;
   private closed = false;
   private pendingIntents = 0;
+  /**
+   * Channels whose update is due but was deferred past an event-loop turn that had spent its
+   * CHANNEL_UPDATE_TURN_BUDGET_MS, in the order they fell due; drained by {@link Shard.drainDue}.
+   */
+  private readonly due = new Set<Owned>();
+  private dueDrain: NodeJS.Immediate | null = null;
+  /** When (this.now(), ms) the current event-loop turn published its first update, or null (none yet this turn). */
+  private turnStartMs: number | null = null;
+  private turnReset: NodeJS.Immediate | null = null;
 
   constructor(private readonly deps: ShardDeps) {
     const { config, telemetry } = deps;
@@ -155,6 +166,10 @@ export class Shard {
         'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), moved (not published: the channel moved away while its tick was in flight), gap (published, floor raised), gap_unmarked (published, floor not raised)',
       ),
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
+      updatesDeferred: mx.counter(
+        'crowdplay_channel_updates_deferred_total',
+        'Viewer updates due in an event-loop turn that had spent CHANNEL_UPDATE_TURN_BUDGET_MS on updates, published in a later turn',
+      ),
       updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
       snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
       absorbed: mx.counter(
@@ -164,6 +179,11 @@ export class Shard {
     };
     mx.gauge('crowdplay_shard_channels', 'Channels owned by this shard', () => this.owned.size);
     mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
+    mx.gauge(
+      'crowdplay_channel_updates_due',
+      'Viewer updates due and deferred to a later event-loop turn (CHANNEL_UPDATE_TURN_BUDGET_MS)',
+      () => this.due.size,
+    );
     if (this.wallets) {
       const w = this.wallets;
       mx.gauge('crowdplay_wallet_mirror_size', "Viewers' balances mirrored in memory (limit WALLET_MIRROR_MAX)", () => w.size);
@@ -502,6 +522,7 @@ export class Shard {
     o.subs = [];
     if (o.updateTimer) clearTimeout(o.updateTimer);
     o.updateTimer = null;
+    this.due.delete(o);
     this.owned.delete(o.rt.id);
     this.pendingIntents -= o.rt.pendingIntents;
   }
@@ -845,21 +866,76 @@ export class Shard {
     return live;
   }
 
-  /** Sends the channel's update now if the per-channel interval allows, else once it does. */
+  /** Sends the channel's update now if the per-channel interval allows, else once it does (both through {@link Shard.updateDue}). */
   private scheduleUpdate(o: Owned): void {
     // Not for a channel dropped while its change awaited an event id: the next owner's ids are above it.
-    if (!o.rt.dirty || o.updateTimer || this.owned.get(o.rt.id) !== o) return;
+    if (!o.rt.dirty || o.updateTimer || this.due.has(o) || this.owned.get(o.rt.id) !== o) return;
     const wait = o.lastUpdateMs + this.deps.config.engine.updateIntervalMs - this.now();
-    if (wait <= 0) this.sendUpdate(o);
+    if (wait <= 0) this.updateDue(o);
     else {
       o.updateTimer = setTimeout(() => {
         o.updateTimer = null;
-        if (this.owned.get(o.rt.id) === o) this.sendUpdate(o);
+        if (this.owned.get(o.rt.id) === o) this.updateDue(o);
       }, wait);
     }
   }
 
+  /**
+   * A channel's update is due: published now while this event-loop turn has
+   * spent less than CHANNEL_UPDATE_TURN_BUDGET_MS (ms, this.now()) since its
+   * first update, else queued behind the updates already deferred and
+   * published in a later turn (setImmediate, so the I/O polled in between,
+   * acks among it, is not held up). Channels whose timers fall due together
+   * (every chat's puzzle rolls over at once) thus cost the loop at most the
+   * budget per turn instead of one pass over all of them.
+   */
+  private updateDue(o: Owned): void {
+    if (this.due.size > 0 || this.turnSpent()) {
+      if (!this.due.has(o)) {
+        this.due.add(o);
+        this.m.updatesDeferred.add(1);
+      }
+      this.dueDrain ??= setImmediate(() => void this.drainDue());
+      return;
+    }
+    this.sendUpdate(o);
+  }
+
+  /** Whether this turn has spent its update budget; starts the turn's clock at its first update. */
+  private turnSpent(): boolean {
+    const budget = this.deps.config.engine.updateTurnBudgetMs;
+    if (budget === 0) return false;
+    const now = this.now();
+    if (this.turnStartMs === null) {
+      this.turnStartMs = now;
+      this.turnReset ??= setImmediate(() => {
+        this.turnReset = null;
+        this.turnStartMs = null;
+      });
+      return false;
+    }
+    return now - this.turnStartMs >= budget;
+  }
+
+  /**
+   * Publishes deferred updates, oldest first, until this turn's budget is spent; the rest wait for the
+   * next turn. Yields to the microtask queue after each one: the in-process bus delivers (the gateway's
+   * fanout) in a microtask, and the budget is meant to count that work too.
+   */
+  private async drainDue(): Promise<void> {
+    this.turnStartMs = null;
+    for (const o of this.due) {
+      if (this.closed || this.turnSpent()) break;
+      this.due.delete(o);
+      if (this.owned.get(o.rt.id) !== o) continue;
+      this.sendUpdate(o);
+      await Promise.resolve();
+    }
+    this.dueDrain = this.due.size > 0 && !this.closed ? setImmediate(() => void this.drainDue()) : null;
+  }
+
   private sendUpdate(o: Owned): void {
+    this.due.delete(o);
     if (!o.rt.dirty) return;
     const text = o.rt.takeUpdate();
     const bytes = Buffer.from(text);
@@ -1053,6 +1129,9 @@ export class Shard {
     this.creditSub?.unsubscribe();
     for (const o of [...this.owned.values()]) this.stopServing(o);
     for (const ch of [...this.moved.keys()]) this.forget(ch);
+    this.due.clear();
+    for (const t of [this.dueDrain, this.turnReset]) if (t) clearImmediate(t);
+    this.dueDrain = this.turnReset = null;
     await this.deps.bus.flush();
   }
 }

@@ -1,0 +1,142 @@
+/**
+ * CHANNEL_UPDATE_TURN_BUDGET_MS: viewer updates that fall due together are
+ * published at most a budget's worth per event-loop turn, the rest in later
+ * turns. The shard's clock advances 8 ms per update delivered (a slow fanout,
+ * as 10 viewers' ws.sends per update are), so a 20 ms budget fits three
+ * updates in a turn.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ChannelUpdate } from '@crowdplay/protocol';
+import { decodeJson } from '@crowdplay/bus';
+import { startHarness, type Harness } from './harness.ts';
+
+const CHANNELS = Array.from({ length: 12 }, (_, i) => `pace${i}`);
+const STEP_MS = 8;
+
+interface Paced {
+  h: Harness;
+  /** Each update after `mark()`: its channel, and the event-loop turn it was delivered in (0, 1, …). */
+  seen: Array<{ channel: string; turn: number }>;
+  mark: () => void;
+  close: () => Promise<void>;
+}
+
+/** A harness whose shard clock advances STEP_MS per update delivered, with every channel declared and its first update out. */
+async function paced(budgetMs: number): Promise<Paced> {
+  let offset = 0;
+  const h = await startHarness({ engine: { updateTurnBudgetMs: budgetMs, updateIntervalMs: 10 }, now: () => Date.now() + offset });
+  for (const c of CHANNELS) await h.store.channels.ensure(c, 'acme');
+  for (const c of CHANNELS) await h.router.assign(c);
+  for (const c of CHANNELS) assert.equal((await h.ctl(c, { op: 'declare', actions: [{ name: 'cheer', maxPerTick: 100 }] })).ok, true);
+  await h.waitFor(() => CHANNELS.every((c) => h.updates.some((u) => u.channel === c)));
+  let recording = false;
+  let turn = 0;
+  let marked = false;
+  const seen: Paced['seen'] = [];
+  h.bus.subscribe(`${h.subjects.prefix}.ch.*.out`, (m) => {
+    offset += STEP_MS;
+    if (!recording) return;
+    if (!marked) {
+      marked = true;
+      setImmediate(() => {
+        turn++;
+        marked = false;
+      });
+    }
+    seen.push({ channel: decodeJson<ChannelUpdate>(m.data).channel, turn });
+  });
+  return {
+    h,
+    seen,
+    mark: () => {
+      recording = true;
+      turn = 0;
+    },
+    close: () => h.close(),
+  };
+}
+
+/** One intent on every channel in one go, so the next tick closes every channel's batch and each update falls due in that tick. */
+async function everyChannelChanges(p: Paced): Promise<Map<number, number>> {
+  await new Promise((r) => setTimeout(r, 50));
+  p.mark();
+  for (const c of CHANNELS) p.h.send(c, [{ action: 'cheer' }]);
+  await p.h.waitFor(() => CHANNELS.every((c) => p.seen.some((s) => s.channel === c)));
+  const perTurn = new Map<number, number>();
+  for (const s of p.seen) perTurn.set(s.turn, (perTurn.get(s.turn) ?? 0) + 1);
+  return perTurn;
+}
+
+describe('crowd-engine - update pacing (CHANNEL_UPDATE_TURN_BUDGET_MS)', () => {
+  let p: Paced;
+  before(async () => (p = await paced(20)));
+  after(() => p.close());
+
+  it('publishes at most the budget per turn; the rest in later turns, in order, each counted as deferred', async () => {
+    const deferredBefore = deferred(await p.h.telemetry.metrics.prometheusText());
+    const perTurn = await everyChannelChanges(p);
+    assert.equal(Math.max(...perTurn.values()), 3, `updates per turn: ${JSON.stringify([...perTurn])}`);
+    assert.ok(perTurn.size >= 4, `12 updates over ${perTurn.size} turns`);
+    for (const c of CHANNELS) assert.equal(p.seen.filter((s) => s.channel === c).length, 1, `one update for ${c}`);
+    assert.deepEqual(
+      p.seen.map((s) => s.channel),
+      CHANNELS,
+      'deferred updates go out in the order they fell due',
+    );
+    for (const c of CHANNELS) {
+      const last = p.h.updates.filter((u) => u.channel === c).at(-1)!;
+      assert.equal(last.tally.cheer?._, 1, `${c}'s update carries its intent`);
+    }
+    const text = await p.h.telemetry.metrics.prometheusText();
+    assert.ok(deferred(text) - deferredBefore >= 9, `deferred counted: ${deferred(text) - deferredBefore}`);
+    assert.match(text, /crowdplay_channel_updates_due(\{[^}]*\})? 0\b/, 'nothing left due');
+  });
+});
+
+describe('crowd-engine - update pacing off (CHANNEL_UPDATE_TURN_BUDGET_MS=0)', () => {
+  let p: Paced;
+  before(async () => (p = await paced(0)));
+  after(() => p.close());
+
+  it('publishes every due update in the turn it fell due', async () => {
+    const perTurn = await everyChannelChanges(p);
+    assert.deepEqual([...perTurn.values()], [12], `updates per turn: ${JSON.stringify([...perTurn])}`);
+    assert.equal(deferred(await p.h.telemetry.metrics.prometheusText()), 0);
+  });
+});
+
+describe('crowd-engine - update pacing and close', () => {
+  let p: Paced;
+  before(async () => (p = await paced(20)));
+  after(() => p.close());
+
+  it('close drops the deferred updates: the shard publishes nothing after it', async () => {
+    await new Promise((r) => setTimeout(r, 50));
+    const bus = p.h.bus;
+    const publish = bus.publish.bind(bus);
+    let closed: Promise<void> | null = null;
+    const published: Array<{ subject: string; afterClose: boolean }> = [];
+    bus.publish = (subject, data, opts) => {
+      if (subject.endsWith('.out')) published.push({ subject, afterClose: closed !== null });
+      return publish(subject, data, opts);
+    };
+    bus.subscribe(`${p.h.subjects.prefix}.ch.*.out`, () => (closed ??= p.h.shard.close()));
+    for (const c of CHANNELS) p.h.send(c, [{ action: 'cheer' }]);
+    await p.h.waitFor(() => closed);
+    await closed;
+    await new Promise((r) => setTimeout(r, 100));
+    bus.publish = publish;
+    assert.ok(published.length >= 1 && published.length <= 3, `${published.length} updates published: the first turn's, no more`);
+    assert.deepEqual(
+      published.filter((x) => x.afterClose),
+      [],
+    );
+    assert.equal(p.h.shard.channels.length, 0);
+  });
+});
+
+function deferred(text: string): number {
+  const m = /crowdplay_channel_updates_deferred_total(\{[^}]*\})? (\d+)/.exec(text);
+  return m ? Number(m[2]) : 0;
+}
