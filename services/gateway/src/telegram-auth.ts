@@ -45,8 +45,10 @@ export class TelegramAuth {
    * Signed chat's channel → the channel that plays (itself, or where it moved), once ensured: a Mini
    * App connect costs no database round trip after the chat's first. A move after an entry was cached
    * is noticed by the router (CP_ERR_CHANNEL_MIGRATED) and the gateway then asks again with `fresh`.
+   * Fetched through lru-cache's `fetch`, which shares one resolve among the connects that ask while it
+   * is in flight: a chat's players all opening the app at a rollover cost one `channels.ensure`, not one each.
    */
-  private readonly ensured = new LRUCache<string, string>({ max: ENSURED_MAX });
+  private readonly ensured = new LRUCache<string, string>({ max: ENSURED_MAX, fetchMethod: (signed) => this.resolve(signed) });
 
   constructor(
     private readonly cfg: Config['telegram'],
@@ -78,12 +80,8 @@ export class TelegramAuth {
       nowMs,
     });
     const signedChannel = telegramChannelId(s.chatId);
-    if (fresh) this.ensured.delete(signedChannel);
-    let channel = this.ensured.get(signedChannel);
-    if (channel === undefined) {
-      channel = await this.resolve(signedChannel);
-      this.ensured.set(signedChannel, channel);
-    }
+    const channel = await this.ensured.fetch(signedChannel, { forceRefresh: fresh });
+    if (channel === undefined) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [signedChannel]); // not reached: resolve returns or throws
     if (channelParam !== '' && channelParam !== signedChannel && channelParam !== channel)
       throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [channelParam]);
     const name = [s.user.first_name, s.user.last_name].filter((x) => typeof x === 'string' && x !== '').join(' ');
