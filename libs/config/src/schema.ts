@@ -44,6 +44,14 @@ export const schema = {
       unit: 'percent',
       doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 8\"): 100 (the default) peaked at 492 MB in two runs against 512–602 MB with 0, at the same guess p99 (101–111 ms) and utilisation (0.82–0.84); 50 reached 417 MB but a guess p99 of 166 ms; 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured at 100); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
     }),
+    helperThreadNice: int({
+      env: 'HELPER_THREAD_NICE',
+      default: 10,
+      min: 0,
+      max: 19,
+      unit: 'count',
+      doc: "Nice value `crowdplay start` and `crowdplay service` give, at start-up, every thread the process has then but the event loop's (Linux; 0 leaves them): V8's platform workers, which run concurrent and parallel garbage collection, and libuv's pool. On a busy core those threads otherwise take the CPU from the event loop while it waits: in the 1,000-chat rollover pinned to one core, 100–160 ms event-loop stalls in which the loop's thread ran 10–40 ms, during concurrent marking; with them at 10, guess p99 64 ms and no stall over 100 ms after the rollover (docs/benchmarks.md, Session 9). Render threads take BOARD_RENDER_NICE. Exported as crowdplay_helper_threads_niced.",
+    }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
       default: false,
@@ -237,13 +245,13 @@ export const schema = {
       unit: 'ms',
       doc: 'Minimum interval between two viewer updates of one channel; updates are sent only on change.',
     }),
-    updateTurnBudgetMs: int({
-      env: 'CHANNEL_UPDATE_TURN_BUDGET_MS',
+    turnBudgetMs: int({
+      env: 'SHARD_TURN_BUDGET_MS',
       default: 20,
       min: 0,
       max: 1_000,
       unit: 'ms',
-      doc: "Time one event-loop turn may spend publishing viewer updates; the updates due after it go out in the next turns (counted in crowdplay_channel_updates_deferred_total), so channels whose updates fall due together (a rollover) do not stall the loop. 0 = no limit. The default: 1,000 channels' updates to 10 viewers each took 136 ms in one pass (docs/benchmarks.md, Session 9).",
+      doc: "Time a shard may hold the event loop in one turn: a tick over many channels yields to I/O after this much work (crowdplay_tick_yields_total), and viewer updates due beyond it go out in the next turns, oldest first (crowdplay_channel_updates_deferred_total). Every chat rolling over at once otherwise ran as one task: 1,000 channels' updates to 10 viewers each took 136 ms in one pass, the rollover's tick ~80 ms (docs/benchmarks.md, Session 9). 0 = no limit.",
     }),
     defaultMaxPerTick: int({
       env: 'DEFAULT_MAX_PER_TICK',

@@ -23,6 +23,7 @@ import { verifyLedger } from '@crowdplay/ledger';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { runUntilSignal, startHealthServer } from './health.ts';
+import { niceHelperThreads } from './threads.ts';
 
 const USAGE = `usage:
   crowdplay start
@@ -176,6 +177,8 @@ async function main(): Promise<void> {
   // A --heap-growing-percent given to node itself (NODE_OPTIONS, the command line) wins over the setting's default.
   const ownFlag = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((a) => a.includes('--heap-growing-percent'));
   if (config.runtime.heapGrowingPercent > 0 && !ownFlag) setFlagsFromString(`--heap-growing-percent=${config.runtime.heapGrowingPercent}`);
+  // Before any service starts: the helper threads that exist now (V8's, libuv's) yield the core to the event loop.
+  const helperThreads = cmd === 'start' || cmd === 'service' ? niceHelperThreads(config.runtime.helperThreadNice) : undefined;
   process.on('unhandledRejection', (err) => {
     process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   });
@@ -183,7 +186,7 @@ async function main(): Promise<void> {
     case 'start':
       if (config.mode === 'cluster')
         fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
-      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true }));
+      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true, helperThreads }));
       break;
     case 'service': {
       const name = rest[0] as ServiceName | undefined;
@@ -195,7 +198,7 @@ async function main(): Promise<void> {
         name !== 'gateway' && config.http.healthPort > 0
           ? await startHealthServer({ host: config.http.host, port: config.http.healthPort })
           : undefined;
-      await runUntilSignal(config, () => startServices(config, [name], { standalone: false }), health ? { health } : {});
+      await runUntilSignal(config, () => startServices(config, [name], { standalone: false, helperThreads }), health ? { health } : {});
       break;
     }
     case 'tenant':

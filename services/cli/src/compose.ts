@@ -6,6 +6,7 @@
  */
 import { hostname } from 'node:os';
 import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
+import type { HelperThreads } from './threads.ts';
 import type { Config } from '@crowdplay/config';
 import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
@@ -95,13 +96,27 @@ async function base(config: Config, service: string): Promise<{ telemetry: Telem
 
 /**
  * Starts the given services in this process. `standalone` passes all four
- * and gets the demo and the dev tenant.
+ * and gets the demo and the dev tenant. `helperThreads`: what the command did
+ * with HELPER_THREAD_NICE at start-up (threads.ts), logged and exported.
  * @throws on a store or bus that cannot be reached, or a port in use
  */
-export async function startServices(config: Config, names: readonly ServiceName[], opts: { standalone: boolean }): Promise<Running> {
+export async function startServices(
+  config: Config,
+  names: readonly ServiceName[],
+  opts: { standalone: boolean; helperThreads?: HelperThreads },
+): Promise<Running> {
   const label = opts.standalone ? 'standalone' : names.join('+');
   const { telemetry, store, bus, subjects } = await base(config, label);
   const { logger } = telemetry;
+  if (opts.helperThreads) {
+    const { niced, failed } = opts.helperThreads;
+    logger.info({ nice: config.runtime.helperThreadNice, threads: niced.length, failed: failed.length }, 'helper threads niced');
+    telemetry.metrics.gauge(
+      'crowdplay_helper_threads_niced',
+      'Helper threads (V8 platform workers, libuv pool) set to HELPER_THREAD_NICE at start-up',
+      () => niced.length,
+    );
+  }
   const parts: Parts = {};
   try {
     if (opts.standalone) {

@@ -2,8 +2,9 @@
  * The crowd-engine shard: owns channels given to it by the router (acquire /
  * release at an epoch), takes their intents from the bus, acks them, closes a
  * batch per channel every tick, and publishes viewer updates on change at
- * most every CHANNEL_UPDATE_MS, spending at most CHANNEL_UPDATE_TURN_BUDGET_MS
- * of one event-loop turn on them (the rest go out in the next turns).
+ * most every CHANNEL_UPDATE_MS. SHARD_TURN_BUDGET_MS bounds how long it holds
+ * the event loop: a tick yields to I/O after that much work, and updates due
+ * beyond it go out in the next turns.
  */
 import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type Subscription } from '@crowdplay/bus';
 import type { Config } from '@crowdplay/config';
@@ -99,6 +100,7 @@ interface EngineMetrics {
   batches: Counter;
   updates: Counter;
   updatesDeferred: Counter;
+  tickYields: Counter;
   updateBytes: Histogram;
   snapshotErrors: Counter;
   absorbed: Counter;
@@ -133,7 +135,7 @@ export class Shard {
   private pendingIntents = 0;
   /**
    * Channels whose update is due but was deferred past an event-loop turn that had spent its
-   * CHANNEL_UPDATE_TURN_BUDGET_MS, in the order they fell due; drained by {@link Shard.drainDue}.
+   * SHARD_TURN_BUDGET_MS, in the order they fell due; drained by {@link Shard.drainDue}.
    */
   private readonly due = new Set<Owned>();
   private dueDrain: NodeJS.Immediate | null = null;
@@ -166,9 +168,13 @@ export class Shard {
         'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), moved (not published: the channel moved away while its tick was in flight), gap (published, floor raised), gap_unmarked (published, floor not raised)',
       ),
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
+      tickYields: mx.counter(
+        'crowdplay_tick_yields_total',
+        'Times a tick over many channels yielded the event loop to I/O after SHARD_TURN_BUDGET_MS of work, then went on',
+      ),
       updatesDeferred: mx.counter(
         'crowdplay_channel_updates_deferred_total',
-        'Viewer updates due in an event-loop turn that had spent CHANNEL_UPDATE_TURN_BUDGET_MS on updates, published in a later turn',
+        'Viewer updates due in an event-loop turn that had spent SHARD_TURN_BUDGET_MS on updates, published in a later turn',
       ),
       updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
       snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
@@ -181,7 +187,7 @@ export class Shard {
     mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
     mx.gauge(
       'crowdplay_channel_updates_due',
-      'Viewer updates due and deferred to a later event-loop turn (CHANNEL_UPDATE_TURN_BUDGET_MS)',
+      'Viewer updates due and deferred to a later event-loop turn (SHARD_TURN_BUDGET_MS)',
       () => this.due.size,
     );
     if (this.wallets) {
@@ -717,7 +723,15 @@ export class Shard {
     const outbox: Outbox = [];
     let failed = 0;
     let firstErr: unknown;
+    const budget = this.deps.config.engine.turnBudgetMs;
+    let sliceStart = this.now();
     for (const o of [...this.owned.values()]) {
+      if (budget > 0 && this.now() - sliceStart >= budget) {
+        // Every chat rolling over at once makes this loop the longest task of the process: let I/O in.
+        this.m.tickYields.add(1);
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        sliceStart = this.now();
+      }
       if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
       try {
         if (o.game?.botIntents) {
@@ -882,7 +896,7 @@ export class Shard {
 
   /**
    * A channel's update is due: published now while this event-loop turn has
-   * spent less than CHANNEL_UPDATE_TURN_BUDGET_MS (ms, this.now()) since its
+   * spent less than SHARD_TURN_BUDGET_MS (ms, this.now()) since its
    * first update, else queued behind the updates already deferred and
    * published in a later turn (setImmediate, so the I/O polled in between,
    * acks among it, is not held up). Channels whose timers fall due together
@@ -903,7 +917,7 @@ export class Shard {
 
   /** Whether this turn has spent its update budget; starts the turn's clock at its first update. */
   private turnSpent(): boolean {
-    const budget = this.deps.config.engine.updateTurnBudgetMs;
+    const budget = this.deps.config.engine.turnBudgetMs;
     if (budget === 0) return false;
     const now = this.now();
     if (this.turnStartMs === null) {

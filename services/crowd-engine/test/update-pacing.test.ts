@@ -1,5 +1,5 @@
 /**
- * CHANNEL_UPDATE_TURN_BUDGET_MS: viewer updates that fall due together are
+ * SHARD_TURN_BUDGET_MS: viewer updates that fall due together are
  * published at most a budget's worth per event-loop turn, the rest in later
  * turns. The shard's clock advances 8 ms per update delivered (a slow fanout,
  * as 10 viewers' ws.sends per update are), so a 20 ms budget fits three
@@ -10,6 +10,7 @@ import assert from 'node:assert/strict';
 import type { ChannelUpdate } from '@crowdplay/protocol';
 import { decodeJson } from '@crowdplay/bus';
 import { startHarness, type Harness } from './harness.ts';
+import type { GameModule } from '../src/index.ts';
 
 const CHANNELS = Array.from({ length: 12 }, (_, i) => `pace${i}`);
 const STEP_MS = 8;
@@ -25,7 +26,7 @@ interface Paced {
 /** A harness whose shard clock advances STEP_MS per update delivered, with every channel declared and its first update out. */
 async function paced(budgetMs: number): Promise<Paced> {
   let offset = 0;
-  const h = await startHarness({ engine: { updateTurnBudgetMs: budgetMs, updateIntervalMs: 10 }, now: () => Date.now() + offset });
+  const h = await startHarness({ engine: { turnBudgetMs: budgetMs, updateIntervalMs: 10 }, now: () => Date.now() + offset });
   for (const c of CHANNELS) await h.store.channels.ensure(c, 'acme');
   for (const c of CHANNELS) await h.router.assign(c);
   for (const c of CHANNELS) assert.equal((await h.ctl(c, { op: 'declare', actions: [{ name: 'cheer', maxPerTick: 100 }] })).ok, true);
@@ -68,13 +69,15 @@ async function everyChannelChanges(p: Paced): Promise<Map<number, number>> {
   return perTurn;
 }
 
-describe('crowd-engine - update pacing (CHANNEL_UPDATE_TURN_BUDGET_MS)', () => {
+describe('crowd-engine - update pacing (SHARD_TURN_BUDGET_MS)', () => {
   let p: Paced;
   before(async () => (p = await paced(20)));
   after(() => p.close());
 
   it('publishes at most the budget per turn; the rest in later turns, in order, each counted as deferred', async () => {
-    const deferredBefore = deferred(await p.h.telemetry.metrics.prometheusText());
+    const textBefore = await p.h.telemetry.metrics.prometheusText();
+    const deferredBefore = deferred(textBefore);
+    const yieldsBefore = counter(textBefore, 'crowdplay_tick_yields_total');
     const perTurn = await everyChannelChanges(p);
     assert.equal(Math.max(...perTurn.values()), 3, `updates per turn: ${JSON.stringify([...perTurn])}`);
     assert.ok(perTurn.size >= 4, `12 updates over ${perTurn.size} turns`);
@@ -89,12 +92,17 @@ describe('crowd-engine - update pacing (CHANNEL_UPDATE_TURN_BUDGET_MS)', () => {
       assert.equal(last.tally.cheer?._, 1, `${c}'s update carries its intent`);
     }
     const text = await p.h.telemetry.metrics.prometheusText();
-    assert.ok(deferred(text) - deferredBefore >= 9, `deferred counted: ${deferred(text) - deferredBefore}`);
+    // Twelve updates, three a turn: the other nine waited, either deferred or behind a tick that yielded.
+    const waited = deferred(text) - deferredBefore + counter(text, 'crowdplay_tick_yields_total') - yieldsBefore;
+    assert.ok(
+      waited >= 3,
+      `deferred ${deferred(text) - deferredBefore}, tick yields ${counter(text, 'crowdplay_tick_yields_total') - yieldsBefore}`,
+    );
     assert.match(text, /crowdplay_channel_updates_due(\{[^}]*\})? 0\b/, 'nothing left due');
   });
 });
 
-describe('crowd-engine - update pacing off (CHANNEL_UPDATE_TURN_BUDGET_MS=0)', () => {
+describe('crowd-engine - update pacing off (SHARD_TURN_BUDGET_MS=0)', () => {
   let p: Paced;
   before(async () => (p = await paced(0)));
   after(() => p.close());
@@ -136,7 +144,77 @@ describe('crowd-engine - update pacing and close', () => {
   });
 });
 
-function deferred(text: string): number {
-  const m = /crowdplay_channel_updates_deferred_total(\{[^}]*\})? (\d+)/.exec(text);
+/**
+ * A harness whose channels run a built-in game whose every `tick` costs STEP_MS on the shard's clock;
+ * each call is recorded with its event-loop turn once `recording` is set.
+ */
+async function slowTicks(budgetMs: number): Promise<{ h: Harness; calls: number[]; record: () => void }> {
+  let offset = 0;
+  let recording = false;
+  let turn = 0;
+  let marked = false;
+  const calls: number[] = [];
+  const game = (): GameModule => ({
+    name: 'slow',
+    actions: () => [{ name: 'cheer', maxPerTick: 100 }],
+    init: () => ({}),
+    onBatch: () => null,
+    tick: () => {
+      offset += STEP_MS;
+      if (recording) {
+        if (!marked) {
+          marked = true;
+          setImmediate(() => {
+            turn++;
+            marked = false;
+          });
+        }
+        calls.push(turn);
+      }
+      return null;
+    },
+  });
+  const h = await startHarness({ engine: { turnBudgetMs: budgetMs }, gameFor: game, now: () => Date.now() + offset });
+  for (const c of CHANNELS) await h.store.channels.ensure(c, 'acme');
+  for (const c of CHANNELS) await h.router.assign(c);
+  return { h, calls, record: () => (recording = true) };
+}
+
+function perTurn(turns: number[]): number[] {
+  const n = new Map<number, number>();
+  for (const t of turns) n.set(t, (n.get(t) ?? 0) + 1);
+  return [...n.values()];
+}
+
+describe('crowd-engine - a tick yields (SHARD_TURN_BUDGET_MS)', () => {
+  it('a tick over many channels runs the budget per turn and goes on in the next; with 0 it runs in one', async () => {
+    for (const budget of [20, 0]) {
+      const t = await slowTicks(budget);
+      try {
+        const yieldsBefore = counter(await t.h.telemetry.metrics.prometheusText(), 'crowdplay_tick_yields_total');
+        t.record();
+        await t.h.waitFor(() => t.calls.length >= 3 * CHANNELS.length);
+        const yields = counter(await t.h.telemetry.metrics.prometheusText(), 'crowdplay_tick_yields_total') - yieldsBefore;
+        const most = Math.max(...perTurn(t.calls));
+        if (budget > 0) {
+          assert.equal(most, 3, `game ticks per turn: ${JSON.stringify(perTurn(t.calls))}`);
+          assert.ok(yields >= 3, `tick yields counted: ${yields}`);
+        } else {
+          assert.equal(most, CHANNELS.length, `every channel in one turn with no budget: ${JSON.stringify(perTurn(t.calls))}`);
+          assert.equal(yields, 0);
+        }
+      } finally {
+        await t.h.close();
+      }
+    }
+  });
+});
+
+function counter(text: string, name: string): number {
+  const m = new RegExp(`^${name}(\\{[^}]*\\})? (\\d+)`, 'm').exec(text);
   return m ? Number(m[2]) : 0;
+}
+
+function deferred(text: string): number {
+  return counter(text, 'crowdplay_channel_updates_deferred_total');
 }
