@@ -16,16 +16,26 @@
  * the first family that has it):
  * - `Board Sans`: @fontsource-variable/noto-sans (Latin, Latin Extended, Cyrillic, Greek, Vietnamese)
  * - `Board Arabic`, `Board Hebrew`: @fontsource-variable/noto-sans-arabic / -hebrew (RTL names)
- * - `Board SC`: @fontsource-variable/noto-sans-sc (Han, kana: 97 files by Unicode range)
- * - `Board KR`: @fontsource-variable/noto-sans-kr (Hangul: 120 files)
+ * - `Board SC`: @fontsource-variable/noto-sans-sc (Han, kana: 101 files by Unicode range)
+ * - `Board KR`: @fontsource-variable/noto-sans-kr (Hangul: 124 files)
  * - `Board Emoji`: twemoji-colr-font (colour emoji, COLR/CPAL, 0.5 MB; Noto
  *   Color Emoji costs ~85 MB of memory at first use, measured, so it is not used)
+ *
+ * The CJK and Hangul families are registered on demand, file by file: a
+ * board's text registers the files whose Unicode ranges (the package's
+ * `unicode.json`) hold a character no family ahead of them has
+ * (`ensureBoardGlyphs`). Registered up front, their 225 files cost ~42 MB
+ * once Skia first drew text (measured: 77 → 119 MB resident in a process
+ * drawing one Latin line); boards of Latin names now pay nothing for them,
+ * and a Chinese name costs the few files its characters fall in (~0.5 MB
+ * each). One registry shared by every thread (a SharedArrayBuffer the pool
+ * hands its threads) registers each file once per process.
  *
  * Only the `wght` variable files at their default instance (400) are used:
  * every text on the board is drawn at weight 400, because each other weight
  * instantiates every file again (~11 MB and ~100 ms more, measured).
  */
-import { readdirSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { GlobalFonts } from '@napi-rs/canvas';
@@ -39,6 +49,8 @@ interface FontSource {
   /** Files to register from the package's directory (relative path pattern). */
   readonly dir: string;
   readonly file: RegExp;
+  /** Registered file by file when a text needs one (ensureBoardGlyphs), not at start-up. */
+  readonly lazy?: true;
 }
 
 const SOURCES: readonly FontSource[] = [
@@ -60,8 +72,8 @@ const SOURCES: readonly FontSource[] = [
     dir: 'files',
     file: /^noto-sans-hebrew-hebrew-wght-normal\.woff2$/,
   },
-  { family: 'Board SC', pkg: '@fontsource-variable/noto-sans-sc', dir: 'files', file: /^noto-sans-sc-\d+-wght-normal\.woff2$/ },
-  { family: 'Board KR', pkg: '@fontsource-variable/noto-sans-kr', dir: 'files', file: /^noto-sans-kr-\d+-wght-normal\.woff2$/ },
+  { family: 'Board SC', pkg: '@fontsource-variable/noto-sans-sc', dir: 'files', file: /^noto-sans-sc-\d+-wght-normal\.woff2$/, lazy: true },
+  { family: 'Board KR', pkg: '@fontsource-variable/noto-sans-kr', dir: 'files', file: /^noto-sans-kr-\d+-wght-normal\.woff2$/, lazy: true },
   { family: 'Board Emoji', pkg: 'twemoji-colr-font', dir: '.', file: /^twemoji\.woff2$/ },
 ];
 
@@ -69,8 +81,10 @@ const SOURCES: readonly FontSource[] = [
 export interface FontRegistration {
   /** Files registered by this call (0 when another thread or call already had). */
   readonly files: number;
-  /** The families of FONT_STACK, all registered. */
+  /** The families of FONT_STACK registered up front (the others: `lazyFamilies`). */
   readonly families: readonly string[];
+  /** The families of FONT_STACK registered file by file on demand (ensureBoardGlyphs). */
+  readonly lazyFamilies: readonly string[];
   /** Time this call took (ms). */
   readonly ms: number;
 }
@@ -97,22 +111,191 @@ export function boardFontFiles(): ReadonlyMap<string, readonly string[]> {
 
 /**
  * Registers the board's fonts with @napi-rs/canvas, once per process (every
- * thread may call it: a family already registered is skipped). About 160 ms
- * and 12 MB for 230 files; the first text drawn afterwards costs another
- * ~300 ms and ~45 MB once per process (Skia loading the files), so
- * `warmUpFonts()` does that at start-up rather than in the first render.
+ * thread may call it: a family already registered is skipped): the families
+ * registered up front (Latin, Cyrillic, Greek, Arabic, Hebrew, emoji: 10
+ * files); the CJK and Hangul ones come file by file with `ensureBoardGlyphs`.
+ * The first text drawn afterwards costs Skia's one-time loading, which
+ * `warmUpFonts()` pays at start-up rather than in the first render.
  * @throws Error when a font package is missing, has no matching file, or a file is refused
  */
 export function registerBoardFonts(): FontRegistration {
   const t0 = performance.now();
   let files = 0;
-  for (const [family, paths] of boardFontFiles()) {
-    if (paths.length === 0) throw new Error(`no font files for ${family}: is its package installed?`);
-    if (GlobalFonts.has(family)) continue;
+  const files0 = boardFontFiles();
+  for (const s of SOURCES) {
+    const paths = files0.get(s.family) ?? [];
+    if (paths.length === 0) throw new Error(`no font files for ${s.family}: is its package installed?`);
+    if (s.lazy || GlobalFonts.has(s.family)) continue;
     for (const p of paths) {
-      if (GlobalFonts.registerFromPath(p, family) === null) throw new Error(`@napi-rs/canvas refused the font file ${p}`);
+      if (GlobalFonts.registerFromPath(p, s.family) === null) throw new Error(`@napi-rs/canvas refused the font file ${p}`);
       files++;
     }
   }
-  return { files, families: SOURCES.map((s) => s.family), ms: performance.now() - t0 };
+  return {
+    files,
+    families: SOURCES.filter((s) => !s.lazy).map((s) => s.family),
+    lazyFamilies: SOURCES.filter((s) => s.lazy).map((s) => s.family),
+    ms: performance.now() - t0,
+  };
+}
+
+// ---------------------------------------------------------------------------
+// On-demand families
+
+/** One file of an on-demand family and the code points it holds (inclusive ranges, sorted). */
+interface LazyFile {
+  readonly family: string;
+  readonly path: string;
+  readonly ranges: ReadonlyArray<readonly [number, number]>;
+}
+
+/** The on-demand files (registry index = position), and the code points the up-front families ahead of them in FONT_STACK hold. */
+interface LazyIndex {
+  readonly files: readonly LazyFile[];
+  readonly ahead: ReadonlyArray<readonly [number, number]>;
+}
+
+let lazyIndex: LazyIndex | null = null;
+
+/** Parses a fontsource `unicode.json` value: `U+0000-00ff,U+0131,…` → inclusive ranges. */
+function parseUnicodeRanges(spec: string): Array<[number, number]> {
+  return spec.split(',').map((part) => {
+    const [lo, hi] = part.trim().replace(/^U\+/i, '').split('-');
+    const a = parseInt(lo!, 16);
+    return [a, hi === undefined ? a : parseInt(hi, 16)];
+  });
+}
+
+/** The subset key of a fontsource file name (`noto-sans-latin-ext-wght-normal.woff2` → `latin-ext`, `noto-sans-sc-12-wght-normal.woff2` → `[12]`). */
+function subsetKey(pkg: string, file: string): string {
+  const base = pkg.slice(pkg.indexOf('/') + 1);
+  const k = file.slice(base.length + 1, file.indexOf('-wght-normal'));
+  return /^\d+$/.test(k) ? `[${k}]` : k;
+}
+
+function loadLazyIndex(): LazyIndex {
+  if (lazyIndex) return lazyIndex;
+  const files: LazyFile[] = [];
+  const ahead: Array<[number, number]> = [];
+  const firstLazy = SOURCES.findIndex((s) => s.lazy);
+  SOURCES.forEach((s, i) => {
+    if (!s.lazy && i > firstLazy) return; // behind the on-demand families in FONT_STACK: they do not hide them
+    const dir = join(packageDir(s.pkg), s.dir);
+    const unicode = JSON.parse(readFileSync(join(packageDir(s.pkg), 'unicode.json'), 'utf8')) as Record<string, string>;
+    for (const f of readdirSync(dir)
+      .filter((x) => s.file.test(x))
+      .sort()) {
+      const spec = unicode[subsetKey(s.pkg, f)];
+      if (spec === undefined) throw new Error(`${s.pkg}: no unicode range for ${f} in unicode.json`);
+      const ranges = mergeRanges(parseUnicodeRanges(spec));
+      if (s.lazy) files.push({ family: s.family, path: join(dir, f), ranges });
+      else ahead.push(...ranges);
+    }
+  });
+  lazyIndex = { files, ahead: mergeRanges(ahead) };
+  return lazyIndex;
+}
+
+/** Sorted, disjoint ranges covering the same code points as `ranges`. */
+function mergeRanges(ranges: Array<[number, number]>): Array<[number, number]> {
+  const sorted = [...ranges].sort((a, b) => a[0] - b[0]);
+  const out: Array<[number, number]> = [];
+  for (const [a, b] of sorted) {
+    const last = out.at(-1);
+    if (last && a <= last[1] + 1) last[1] = Math.max(last[1], b);
+    else out.push([a, b]);
+  }
+  return out;
+}
+
+/** Whether `cp` is in `ranges` (sorted and disjoint: mergeRanges). */
+function inRanges(ranges: ReadonlyArray<readonly [number, number]>, cp: number): boolean {
+  let lo = 0;
+  let hi = ranges.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    const [a, b] = ranges[mid]!;
+    if (cp < a) hi = mid - 1;
+    else if (cp > b) lo = mid + 1;
+    else return true;
+  }
+  return false;
+}
+
+/** Registry states, one Int32 per on-demand file. */
+const NONE = 0;
+const REGISTERING = 1;
+const DONE = 2;
+
+let registry: Int32Array | null = null;
+
+function theRegistry(): Int32Array {
+  registry ??= new Int32Array(new SharedArrayBuffer(4 * loadLazyIndex().files.length));
+  return registry;
+}
+
+/**
+ * This process's registry of on-demand font files, to hand to render threads
+ * (`adoptFontRegistry`), so each file is registered once per process whichever
+ * thread needs it first.
+ */
+export function shareFontRegistry(): SharedArrayBuffer {
+  return theRegistry().buffer as SharedArrayBuffer;
+}
+
+/**
+ * Uses the registry another thread shared (`shareFontRegistry`) instead of this thread's own.
+ * @throws RangeError when it is not a registry of this build's on-demand files
+ */
+export function adoptFontRegistry(buffer: SharedArrayBuffer): void {
+  const r = new Int32Array(buffer);
+  if (r.length !== loadLazyIndex().files.length)
+    throw new RangeError(`font registry of ${r.length} files, expected ${loadLazyIndex().files.length}`);
+  registry = r;
+}
+
+/** Code points this thread already ensured (names repeat render after render). */
+const ensured = new Set<number>();
+
+/**
+ * Registers the on-demand font files (CJK, Hangul) that hold a character of
+ * `text` which no family ahead of them in FONT_STACK has, once per process
+ * (the registry is shared between threads: a thread that finds a file being
+ * registered by another waits for it, at most 5 s). Cheap when nothing is
+ * new: one set lookup per character.
+ * @returns the files this call registered
+ * @throws Error when @napi-rs/canvas refuses a file
+ */
+export function ensureBoardGlyphs(text: string): number {
+  let added = 0;
+  for (const ch of text) {
+    const cp = ch.codePointAt(0)!;
+    if (ensured.has(cp)) continue;
+    const index = loadLazyIndex();
+    if (cp >= 0x80 && !inRanges(index.ahead, cp)) {
+      const reg = theRegistry();
+      for (let i = 0; i < index.files.length; i++) {
+        const f = index.files[i]!;
+        if (!inRanges(f.ranges, cp)) continue;
+        const prev = Atomics.compareExchange(reg, i, NONE, REGISTERING);
+        if (prev === NONE) {
+          const ok = GlobalFonts.registerFromPath(f.path, f.family) !== null;
+          Atomics.store(reg, i, ok ? DONE : NONE);
+          Atomics.notify(reg, i);
+          if (!ok) throw new Error(`@napi-rs/canvas refused the font file ${f.path}`);
+          added++;
+        } else if (prev === REGISTERING) Atomics.wait(reg, i, REGISTERING, 5_000);
+      }
+    }
+    ensured.add(cp);
+  }
+  return added;
+}
+
+/** On-demand font files registered in this process so far (the shared registry's count), and how many there are. */
+export function onDemandFontFiles(): { registered: number; total: number } {
+  const reg = theRegistry();
+  let n = 0;
+  for (let i = 0; i < reg.length; i++) if (Atomics.load(reg, i) === DONE) n++;
+  return { registered: n, total: reg.length };
 }

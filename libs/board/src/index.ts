@@ -4,7 +4,16 @@
  */
 export { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type Card, type Square } from './model.ts';
 export { BOARD_MAX_CARDS, GEOMETRY, GRID_H, GRID_W, NAME_W, cardOrigin, layout, type BoardLayout } from './layout.ts';
-export { FONT_STACK, boardFontFiles, registerBoardFonts, type FontRegistration } from './fonts.ts';
+export {
+  FONT_STACK,
+  adoptFontRegistry,
+  boardFontFiles,
+  ensureBoardGlyphs,
+  onDemandFontFiles,
+  registerBoardFonts,
+  shareFontRegistry,
+  type FontRegistration,
+} from './fonts.ts';
 export { BOARD_PNG_OPTIONS, encodePng, quantize, type PngFilter, type PngOptions, type Quantized } from './png.ts';
 export {
   COLOURS,

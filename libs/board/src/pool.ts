@@ -14,7 +14,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
-import { registerBoardFonts } from './fonts.ts';
+import { registerBoardFonts, shareFontRegistry } from './fonts.ts';
 import { validateBoard, type Board } from './model.ts';
 import type { PngOptions } from './png.ts';
 import type { ReleaseTask, RenderTask, RenderTaskResult, RenderWorkerData, ThumbnailTask } from './worker.ts';
@@ -213,7 +213,8 @@ export class RenderPool {
       minThreads: this.concurrency,
       maxThreads: this.concurrency,
       idleTimeout: opts.idleTimeoutMs ?? Infinity,
-      workerData: opts.workerFile === undefined ? ({ nice } satisfies RenderWorkerData) : opts.workerData,
+      workerData:
+        opts.workerFile === undefined ? ({ nice, fontRegistry: shareFontRegistry() } satisfies RenderWorkerData) : opts.workerData,
       name: 'default',
       // Let a thread's event loop run between tasks ('sync' parks it in Atomics.wait): napi-rs frees
       // native buffers (each render's pixel read-back) in finalizers that run on the event loop.

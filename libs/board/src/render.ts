@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import { createCanvas, Image, type Canvas, type SKRSContext2D } from '@napi-rs/canvas';
-import { FONT_STACK, registerBoardFonts } from './fonts.ts';
+import { FONT_STACK, ensureBoardGlyphs, registerBoardFonts } from './fonts.ts';
 import { GEOMETRY as G, GRID_W, NAME_W, cardOrigin, layout, type BoardLayout } from './layout.ts';
 import { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type Card, type Square } from './model.ts';
 import { BOARD_PNG_OPTIONS, encodePng, type PngOptions } from './png.ts';
@@ -286,6 +286,10 @@ let lastCanvas: Canvas | null = null;
 export function drawBoard(board: Board, fresh = false): { canvas: Canvas; layout: BoardLayout } {
   validateBoard(board);
   const l = layout(board.cards);
+  // The CJK and Hangul font files this board's text needs, registered before any of it is measured.
+  ensureBoardGlyphs(board.title);
+  ensureBoardGlyphs(board.puzzle);
+  for (let i = 0; i < l.shown; i++) ensureBoardGlyphs(board.cards[i]!.name);
   let canvas: Canvas;
   if (!fresh && lastCanvas !== null && lastCanvas.width === l.width && lastCanvas.height === l.height) canvas = lastCanvas;
   else {
@@ -387,15 +391,16 @@ function registerBoardFontsOnce(): void {
 }
 
 /**
- * Registers the fonts and draws one line in every script once, so the
- * process pays Skia's one-time font loading (~300 ms, ~45 MB, measured) at
- * start-up instead of in the first board. Returns the time taken (ms).
+ * Registers the fonts and draws one line in every script registered up front
+ * once, so the process pays Skia's one-time font loading at start-up instead
+ * of in the first board (CJK and Hangul files load when a board needs them:
+ * fonts.ts `ensureBoardGlyphs`). Returns the time taken (ms).
  */
 export function warmUpFonts(): number {
   const t0 = performance.now();
   registerBoardFontsOnce();
   const ctx = createCanvas(64, 32).getContext('2d');
   ctx.font = `${G.NAME_PX}px ${FONT_STACK}`;
-  ctx.fillText('Aa Жж 中文 한글 שלום مرحبا 😀', 0, 16);
+  ctx.fillText('Aa Жж Ωω שלום مرحبا 😀', 0, 16);
   return performance.now() - t0;
 }

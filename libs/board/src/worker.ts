@@ -8,6 +8,7 @@ import { getPriority, setPriority } from 'node:os';
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { threadId, workerData } from 'node:worker_threads';
 import { runInNewContext } from 'node:vm';
+import { adoptFontRegistry } from './fonts.ts';
 import { avatarThumbnail, releaseThreadCaches, renderBoard, warmUpFonts } from './render.ts';
 import type { Board } from './model.ts';
 import type { PngOptions } from './png.ts';
@@ -55,6 +56,8 @@ export interface RenderTaskResult {
 export interface RenderWorkerData {
   /** Lower this thread's priority to this nice value (0: leave it). */
   readonly nice: number;
+  /** The process's registry of on-demand font files (fonts.ts `shareFontRegistry`): each is registered once, by whichever thread needs it first. */
+  readonly fontRegistry?: SharedArrayBuffer;
 }
 
 /**
@@ -83,6 +86,8 @@ function applyNice(nice: number): number | null {
 }
 
 const threadNice = applyNice((workerData as Partial<RenderWorkerData> | undefined)?.nice ?? 0);
+const sharedFonts = (workerData as Partial<RenderWorkerData> | undefined)?.fontRegistry;
+if (sharedFonts) adoptFontRegistry(sharedFonts);
 
 warmUpFonts();
 

@@ -8,6 +8,7 @@ import {
   RenderPool,
   avatarThumbnail,
   defaultRenderConcurrency,
+  onDemandFontFiles,
   renderBoard,
   sampleAvatar,
   sampleBoard,
@@ -335,6 +336,27 @@ test('the real render thread renders a board to a PNG', async () => {
     const heap = m.gauges['crowdplay_board_thread_heap_bytes']!();
     assert.ok(heap > 1_000_000 && heap < 512 * 2 ** 20, `thread heap ${heap} bytes`);
     assert.equal(pool.stats().threadHeapBytes, heap);
+  } finally {
+    await pool.close();
+  }
+});
+
+test("render threads share the process's registry of on-demand fonts: a CJK name registers its files once, whichever thread draws it", async () => {
+  const pool = new RenderPool({ concurrency: 2 });
+  try {
+    const before = onDemandFontFiles().registered;
+    const base = sampleBoard(2, { avatarShare: 0 });
+    const cjk: Board = { ...base, cards: base.cards.map((c, i) => ({ ...c, name: `\u9F8D\u9F8E ${i}` })) };
+    const out = await Promise.all(['A', 'B', 'C', 'D'].map((chat) => pool.render(chat, 1, cjk)));
+    assert.deepEqual(
+      out.map((o) => o.status),
+      ['rendered', 'rendered', 'rendered', 'rendered'],
+    );
+    const after = onDemandFontFiles().registered;
+    // Counted in this (main) thread's registry: the threads registered through it, not through registries of their own.
+    assert.ok(after > before, `on-demand files registered: ${before} → ${after}`);
+    await pool.render('E', 1, cjk);
+    assert.equal(onDemandFontFiles().registered, after, 'the same characters again register nothing');
   } finally {
     await pool.close();
   }

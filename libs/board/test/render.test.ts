@@ -6,13 +6,16 @@ import {
   FONT_STACK,
   GEOMETRY,
   NAME_W,
+  boardFontFiles,
   cardOrigin,
   cleanText,
   drawBoard,
   encodePng,
+  ensureBoardGlyphs,
   fitText,
   isRtl,
   layout,
+  onDemandFontFiles,
   quantize,
   registerBoardFonts,
   renderBoard,
@@ -74,13 +77,26 @@ function region(canvas: Canvas, r: { x: number; y: number; w: number; h: number 
   return rows.join('');
 }
 
-test('the fonts are registered from the packages, once per process', () => {
-  registerBoardFonts();
-  for (const f of ['Board Sans', 'Board Arabic', 'Board Hebrew', 'Board SC', 'Board KR', 'Board Emoji']) {
-    assert.ok(GlobalFonts.has(f), `${f} registered`);
+test('the fonts are registered from the packages, once per process; CJK and Hangul files only when a text needs them', () => {
+  const r = registerBoardFonts();
+  assert.deepEqual(r.lazyFamilies, ['Board SC', 'Board KR']);
+  for (const f of ['Board Sans', 'Board Arabic', 'Board Hebrew', 'Board Emoji']) {
+    assert.ok(r.families.includes(f) && GlobalFonts.has(f), `${f} registered`);
     assert.ok(FONT_STACK.includes(`"${f}"`), `${f} in the stack`);
   }
+  for (const f of r.lazyFamilies) assert.ok(FONT_STACK.includes(`"${f}"`), `${f} in the stack`);
   assert.equal(registerBoardFonts().files, 0, 'a second call registers nothing');
+  const before = onDemandFontFiles();
+  assert.equal(before.total, boardFontFiles().get('Board SC')!.length + boardFontFiles().get('Board KR')!.length);
+  // Latin, Cyrillic, Greek, Arabic, Hebrew and emoji: all in the families registered up front.
+  assert.equal(ensureBoardGlyphs('Alice Дмитрий Ωμέγα محمد שירה 😀 #412 · +3'), 0);
+  assert.deepEqual(onDemandFontFiles(), before, 'no CJK or Hangul file for them');
+  const han = ensureBoardGlyphs('\u9F98'); // a rare Han character: not among the first boards' names
+  assert.ok(han >= 1, `files registered for one Han character: ${han}`);
+  assert.ok(GlobalFonts.has('Board SC'));
+  assert.equal(ensureBoardGlyphs('\u9F98'), 0, 'the second time registers nothing');
+  assert.equal(onDemandFontFiles().registered, before.registered + han);
+  assert.ok(onDemandFontFiles().registered < before.total / 4, 'far from every file');
 });
 
 test('names in Latin, Cyrillic, CJK, Hangul, Arabic and emoji draw glyphs (pixel diff against no name and against tofu)', () => {
