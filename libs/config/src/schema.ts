@@ -169,6 +169,14 @@ export const schema = {
       doc: 'New WebSocket connections per client address (IPv6 keyed on its /64). Sized for a venue behind one NAT.',
     }),
     connBurst: int({ env: 'CONN_BURST', default: 2_000, min: 1, unit: 'connections', doc: 'Connection burst per client address.' }),
+    upgradeTurnBudgetMs: int({
+      env: 'WS_UPGRADE_TURN_BUDGET_MS',
+      default: 20,
+      min: 0,
+      max: 1_000,
+      unit: 'ms',
+      doc: 'Time one event-loop turn may spend taking WebSocket upgrades (handshake, authentication, initData verification); the upgrades that arrive beyond it wait for the next turns, oldest first, counted in crowdplay_upgrades_deferred_total. At a rollover every player opens the app within seconds: the upgrades one poll returned took 117 ms of the loop at once (~0.2 ms each; docs/benchmarks.md, Session 9). 0 = no limit.',
+    }),
     maxConnections: int({
       env: 'WS_MAX_CONNECTIONS',
       default: 50_000,

@@ -1,3 +1,4 @@
 export * from './token-bucket.ts';
 export * from './keyed-limiter.ts';
 export * from './address.ts';
+export * from './turn-budget.ts';

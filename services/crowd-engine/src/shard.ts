@@ -25,6 +25,7 @@ import {
   type WalletCredit,
 } from '@crowdplay/protocol';
 import type { Ledger } from '@crowdplay/ledger';
+import { TurnBudget } from '@crowdplay/ratelimit';
 import type { Store } from '@crowdplay/store';
 import { tracer, tracingOn, type Telemetry } from '@crowdplay/telemetry';
 import { context, SpanKind, trace } from '@opentelemetry/api';
@@ -139,14 +140,14 @@ export class Shard {
    */
   private readonly due = new Set<Owned>();
   private dueDrain: NodeJS.Immediate | null = null;
-  /** When (this.now(), ms) the current event-loop turn published its first update, or null (none yet this turn). */
-  private turnStartMs: number | null = null;
-  private turnReset: NodeJS.Immediate | null = null;
+  /** The event-loop time ticks and updates may take per turn together (SHARD_TURN_BUDGET_MS, on this.now()). */
+  private readonly turnBudget: TurnBudget;
 
   constructor(private readonly deps: ShardDeps) {
     const { config, telemetry } = deps;
     this.id = config.engine.shardId;
     this.now = deps.now ?? Date.now;
+    this.turnBudget = new TurnBudget(config.engine.turnBudgetMs, () => this.now());
     this.wallets = deps.ledger
       ? new WalletMirror(deps.ledger, { max: config.rounds.walletMirrorMax, reloadMs: config.rounds.walletReloadMs, now: this.now })
       : null;
@@ -723,14 +724,12 @@ export class Shard {
     const outbox: Outbox = [];
     let failed = 0;
     let firstErr: unknown;
-    const budget = this.deps.config.engine.turnBudgetMs;
-    let sliceStart = this.now();
     for (const o of [...this.owned.values()]) {
-      if (budget > 0 && this.now() - sliceStart >= budget) {
+      if (this.turnBudget.spent()) {
         // Every chat rolling over at once makes this loop the longest task of the process: let I/O in.
         this.m.tickYields.add(1);
         await new Promise<void>((resolve) => setImmediate(resolve));
-        sliceStart = this.now();
+        this.turnBudget.spent(); // starts this turn's clock (the first ask of a turn answers false)
       }
       if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
       try {
@@ -904,7 +903,7 @@ export class Shard {
    * budget per turn instead of one pass over all of them.
    */
   private updateDue(o: Owned): void {
-    if (this.due.size > 0 || this.turnSpent()) {
+    if (this.due.size > 0 || this.turnBudget.spent()) {
       if (!this.due.has(o)) {
         this.due.add(o);
         this.m.updatesDeferred.add(1);
@@ -915,31 +914,14 @@ export class Shard {
     this.sendUpdate(o);
   }
 
-  /** Whether this turn has spent its update budget; starts the turn's clock at its first update. */
-  private turnSpent(): boolean {
-    const budget = this.deps.config.engine.turnBudgetMs;
-    if (budget === 0) return false;
-    const now = this.now();
-    if (this.turnStartMs === null) {
-      this.turnStartMs = now;
-      this.turnReset ??= setImmediate(() => {
-        this.turnReset = null;
-        this.turnStartMs = null;
-      });
-      return false;
-    }
-    return now - this.turnStartMs >= budget;
-  }
-
   /**
    * Publishes deferred updates, oldest first, until this turn's budget is spent; the rest wait for the
    * next turn. Yields to the microtask queue after each one: the in-process bus delivers (the gateway's
    * fanout) in a microtask, and the budget is meant to count that work too.
    */
   private async drainDue(): Promise<void> {
-    this.turnStartMs = null;
     for (const o of this.due) {
-      if (this.closed || this.turnSpent()) break;
+      if (this.closed || this.turnBudget.spent()) break;
       this.due.delete(o);
       if (this.owned.get(o.rt.id) !== o) continue;
       this.sendUpdate(o);
@@ -1144,8 +1126,9 @@ export class Shard {
     for (const o of [...this.owned.values()]) this.stopServing(o);
     for (const ch of [...this.moved.keys()]) this.forget(ch);
     this.due.clear();
-    for (const t of [this.dueDrain, this.turnReset]) if (t) clearImmediate(t);
-    this.dueDrain = this.turnReset = null;
+    if (this.dueDrain) clearImmediate(this.dueDrain);
+    this.dueDrain = null;
+    this.turnBudget.close();
     await this.deps.bus.flush();
   }
 }

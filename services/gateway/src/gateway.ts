@@ -63,7 +63,7 @@ import { decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjec
 import type { Store } from '@crowdplay/store';
 import { tracer, tracingOn, type Logger, type Telemetry } from '@crowdplay/telemetry';
 import { context, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
-import { addressKey, KeyedLimiter } from '@crowdplay/ratelimit';
+import { addressKey, KeyedLimiter, TurnBudget } from '@crowdplay/ratelimit';
 import type { RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { Authenticator } from './auth.ts';
@@ -121,6 +121,8 @@ export interface GatewayDeps {
   telegramUpdates?: SharedUpdates;
   /** When given, the funding routes (grants, balances) are served. */
   ledger?: Ledger;
+  /** Clock of the upgrade budget, ms (performance.now; tests). */
+  now?: () => number;
 }
 
 /** `created` (not listening) → `ready` (serving) → `draining` → `closed`. */
@@ -240,6 +242,11 @@ class GatewayImpl implements Gateway {
   private readonly batcher: IntentBatcher;
   /** Timers of `later` (intents and joins sent back by a moving channel), cleared on close. */
   private readonly laterTimers = new Set<ReturnType<typeof setTimeout>>();
+  /** Upgrade requests waiting for a turn with WS_UPGRADE_TURN_BUDGET_MS left (onUpgrade), oldest first. */
+  private readonly upgradesWaiting: Array<{ req: IncomingMessage; socket: Duplex; head: Buffer }> = [];
+  private upgradeDrain: NodeJS.Immediate | null = null;
+  /** The event-loop time upgrades may take per turn (WS_UPGRADE_TURN_BUDGET_MS). */
+  private readonly upgradeBudget: TurnBudget;
   private readonly connLimiter: KeyedLimiter;
   private readonly intentLimiter: KeyedLimiter;
   private readonly crowdWss: WebSocketServer;
@@ -274,6 +281,7 @@ class GatewayImpl implements Gateway {
     this.logger = telemetry.logger.child({ component: 'gateway', gatewayId: this.id });
     this.subjects = makeSubjects(config.bus.subjectPrefix);
     const g = config.gateway;
+    this.upgradeBudget = new TurnBudget(g.upgradeTurnBudgetMs, deps.now);
     this.metrics = createGatewayMetrics(
       telemetry.metrics,
       () => this.fanout.size,
@@ -282,6 +290,7 @@ class GatewayImpl implements Gateway {
         for (const c of this.conns.values()) sum += c.ws.bufferedAmount;
         return sum;
       },
+      () => this.upgradesWaiting.length,
     );
     this.auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS });
     this.telegramAuth = new TelegramAuth(config.telegram, store);
@@ -460,6 +469,11 @@ class GatewayImpl implements Gateway {
     this.pingTimer = undefined;
     await this.drain();
     this.lifecycle = 'closed';
+    if (this.upgradeDrain) clearImmediate(this.upgradeDrain);
+    this.upgradeDrain = null;
+    this.upgradeBudget.close();
+    // Upgrades still waiting for their turn: refused as any upgrade arriving now (503, draining).
+    for (const u of this.upgradesWaiting.splice(0)) this.takeUpgrade(u.req, u.socket, u.head);
     this.ackSub?.unsubscribe();
     this.creditSub?.unsubscribe();
     for (const t of this.laterTimers) clearTimeout(t);
@@ -486,8 +500,44 @@ class GatewayImpl implements Gateway {
 
   // ------------------------------------------------------------------ upgrade and auth
 
+  /**
+   * An upgrade request: taken now while this event-loop turn has spent less
+   * than WS_UPGRADE_TURN_BUDGET_MS on upgrades, else queued behind the ones
+   * already waiting and taken in a later turn (setImmediate: the I/O polled in
+   * between, the acks of players already connected among it, goes first). A
+   * burst of connects (a rollover) then costs the loop at most the budget per
+   * turn instead of every upgrade one poll returned. Queued sockets count
+   * towards WS_MAX_CONNECTIONS; one closed while it waits is dropped.
+   */
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => undefined); // a reset during the handshake must not crash the process
+    if (this.upgradesWaiting.length > 0 || this.upgradeBudget.spent()) {
+      if (this.conns.size + this.upgradesWaiting.length >= this.config.gateway.maxConnections) {
+        this.takeUpgrade(req, socket, head); // refused there, with the same answer as any connection over the limit
+        return;
+      }
+      this.upgradesWaiting.push({ req, socket, head });
+      this.metrics.upgradesDeferred.add(1);
+      this.upgradeDrain ??= setImmediate(() => this.drainUpgrades());
+      return;
+    }
+    this.takeUpgrade(req, socket, head);
+  }
+
+  /** Takes waiting upgrades, oldest first, until this turn's budget is spent; the rest wait for the next turn. */
+  private drainUpgrades(): void {
+    this.upgradeDrain = null;
+    let taken = 0;
+    while (this.upgradesWaiting.length > taken && !this.upgradeBudget.spent()) {
+      const u = this.upgradesWaiting[taken++]!;
+      if (u.socket.destroyed) continue;
+      this.takeUpgrade(u.req, u.socket, u.head);
+    }
+    this.upgradesWaiting.splice(0, taken);
+    if (this.upgradesWaiting.length > 0) this.upgradeDrain = setImmediate(() => this.drainUpgrades());
+  }
+
+  private takeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     let url: URL;
     try {
       url = new URL(req.url ?? '/', 'http://gateway.invalid');

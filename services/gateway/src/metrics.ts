@@ -26,6 +26,8 @@ export interface GatewayMetrics {
   slowConsumerCloses: Counter;
   /** Upgrade completed → welcome sent (auth, assign), ms, by `role`. */
   connectSetupMs: Histogram;
+  /** Upgrade requests that waited for a later event-loop turn (WS_UPGRADE_TURN_BUDGET_MS). */
+  upgradesDeferred: Counter;
   /** Reconnects with `lastEventId`, by `role` and `outcome` (replayed, current, resync_<reason>). */
   resumes: Counter;
   /** Logged events replayed to reconnecting game sockets. */
@@ -36,9 +38,20 @@ export interface GatewayMetrics {
  * Creates the gateway instruments on `metrics`. Call once per Metrics
  * instance (OpenTelemetry would merge a second registration of a name).
  * `channels` is read at scrape time for `crowdplay_gateway_channels`,
- * `bufferedBytes` for `crowdplay_ws_buffered_bytes`.
+ * `bufferedBytes` for `crowdplay_ws_buffered_bytes`, `upgradesWaiting` for
+ * `crowdplay_upgrades_waiting`.
  */
-export function createGatewayMetrics(metrics: Metrics, channels: () => number, bufferedBytes: () => number = () => 0): GatewayMetrics {
+export function createGatewayMetrics(
+  metrics: Metrics,
+  channels: () => number,
+  bufferedBytes: () => number = () => 0,
+  upgradesWaiting: () => number = () => 0,
+): GatewayMetrics {
+  metrics.gauge(
+    'crowdplay_upgrades_waiting',
+    'Upgrade requests waiting for an event-loop turn with WS_UPGRADE_TURN_BUDGET_MS left',
+    upgradesWaiting,
+  );
   metrics.gauge('crowdplay_gateway_channels', 'Channels with at least one local viewer (each holds one ch.<C>.out subscription)', channels);
   metrics.gauge(
     'crowdplay_ws_buffered_bytes',
@@ -72,6 +85,10 @@ export function createGatewayMetrics(metrics: Metrics, channels: () => number, b
       'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)',
     ),
     broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
+    upgradesDeferred: metrics.counter(
+      'crowdplay_upgrades_deferred_total',
+      'Upgrade requests that arrived in an event-loop turn that had spent WS_UPGRADE_TURN_BUDGET_MS on upgrades, taken in a later turn',
+    ),
     connectSetupMs: metrics.latencyMs(
       'crowdplay_connect_setup_ms',
       'WebSocket upgrade completed → welcome sent (auth, tenant and channel look-up, router assign), ms, by role',

@@ -208,6 +208,8 @@ export interface HarnessOptions {
   listen?: boolean;
   /** Serves the funding routes with this ledger. */
   ledger?: Ledger;
+  /** The gateway's clock for its upgrade budget (GatewayDeps.now). */
+  now?: () => number;
 }
 
 export interface Harness {
@@ -242,7 +244,15 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
   const logger = pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });
   const telemetry = createTelemetry({ service: 'gateway', level: 'warn', refusalLogIntervalMs: 60_000, logger });
   const shard = new FakeShard(bus, subj, opts.channels ?? []);
-  const gateway = createGateway({ config, bus, store: opts.store, router: opts.router ?? fakeRouter(), telemetry, ledger: opts.ledger });
+  const gateway = createGateway({
+    config,
+    bus,
+    store: opts.store,
+    router: opts.router ?? fakeRouter(),
+    telemetry,
+    ledger: opts.ledger,
+    now: opts.now,
+  });
   const port = opts.listen === false ? 0 : (await gateway.listen()).port;
   return {
     gateway,
