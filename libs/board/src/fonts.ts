@@ -16,15 +16,15 @@
  * the first family that has it):
  * - `Board Sans`: @fontsource-variable/noto-sans (Latin, Latin Extended, Cyrillic, Greek, Vietnamese)
  * - `Board Arabic`, `Board Hebrew`: @fontsource-variable/noto-sans-arabic / -hebrew (RTL names)
- * - `Board SC`: @fontsource-variable/noto-sans-sc (Han, kana: 101 files by Unicode range)
- * - `Board KR`: @fontsource-variable/noto-sans-kr (Hangul: 124 files)
+ * - `Board SC`: @fontsource-variable/noto-sans-sc (Han, kana: 97 files by Unicode range)
+ * - `Board KR`: @fontsource-variable/noto-sans-kr (Hangul: 120 files)
  * - `Board Emoji`: twemoji-colr-font (colour emoji, COLR/CPAL, 0.5 MB; Noto
  *   Color Emoji costs ~85 MB of memory at first use, measured, so it is not used)
  *
  * The CJK and Hangul families are registered on demand, file by file: a
  * board's text registers the files whose Unicode ranges (the package's
  * `unicode.json`) hold a character no family ahead of them has
- * (`ensureBoardGlyphs`). Registered up front, their 225 files cost ~42 MB
+ * (`ensureBoardGlyphs`). Registered up front, their 217 files cost ~42 MB
  * once Skia first drew text (measured: 77 → 119 MB resident in a process
  * drawing one Latin line); boards of Latin names now pay nothing for them,
  * and a Chinese name costs the few files its characters fall in (~0.5 MB
@@ -149,6 +149,30 @@ interface LazyFile {
   readonly ranges: ReadonlyArray<readonly [number, number]>;
 }
 
+/**
+ * Script blocks the up-front families are taken to hold in full where their
+ * `unicode.json` declares them: Latin (with Latin-1, Extended-A/B, IPA,
+ * Extended Additional), combining marks, Greek (and Extended), Cyrillic,
+ * Hebrew, Arabic (and its supplement, extended and presentation forms).
+ * Everything else a slice declares is not trusted: Noto Sans's `latin` slice
+ * declares U+2000–206F and arrows it does not all have (‧ U+2027, ※, ‰ are
+ * missing from every up-front file, present in the SC slices), so those go to
+ * the on-demand families as they did when every file was registered.
+ */
+const SCRIPT_BLOCKS: ReadonlyArray<readonly [number, number]> = [
+  [0x0080, 0x02af],
+  [0x0300, 0x036f],
+  [0x0370, 0x03ff],
+  [0x0400, 0x052f],
+  [0x0590, 0x05ff],
+  [0x0600, 0x06ff],
+  [0x0750, 0x077f],
+  [0x08a0, 0x08ff],
+  [0x1e00, 0x1fff],
+  [0xfb1d, 0xfdff],
+  [0xfe70, 0xfeff],
+];
+
 /** The on-demand files (registry index = position), and the code points the up-front families ahead of them in FONT_STACK hold. */
 interface LazyIndex {
   readonly files: readonly LazyFile[];
@@ -189,7 +213,8 @@ function loadLazyIndex(): LazyIndex {
       if (spec === undefined) throw new Error(`${s.pkg}: no unicode range for ${f} in unicode.json`);
       const ranges = mergeRanges(parseUnicodeRanges(spec));
       if (s.lazy) files.push({ family: s.family, path: join(dir, f), ranges });
-      else ahead.push(...ranges);
+      else
+        for (const [a, b] of ranges) for (const [x, y] of SCRIPT_BLOCKS) if (a <= y && b >= x) ahead.push([Math.max(a, x), Math.min(b, y)]);
     }
   });
   lazyIndex = { files, ahead: mergeRanges(ahead) };
@@ -259,12 +284,16 @@ const ensured = new Set<number>();
 
 /**
  * Registers the on-demand font files (CJK, Hangul) that hold a character of
- * `text` which no family ahead of them in FONT_STACK has, once per process
- * (the registry is shared between threads: a thread that finds a file being
- * registered by another waits for it, at most 5 s). Cheap when nothing is
- * new: one set lookup per character.
+ * `text` which no family ahead of them in FONT_STACK has, once per process:
+ * the slices of the first on-demand family that declares the character (a
+ * Han character takes an SC slice, not a KR one too, as FONT_STACK would
+ * draw it). The registry is shared between threads: a thread that finds a
+ * slice being registered by another waits for it (at most 5 s; then it
+ * registers the slice itself, so a thread that died mid-registration does not
+ * leave the slice stuck). Cheap when nothing is new: one set lookup per
+ * character; a character is remembered only once its slices are registered.
  * @returns the files this call registered
- * @throws Error when @napi-rs/canvas refuses a file
+ * @throws Error when @napi-rs/canvas refuses a file (the slice stays unregistered, tried again next time)
  */
 export function ensureBoardGlyphs(text: string): number {
   let added = 0;
@@ -274,17 +303,12 @@ export function ensureBoardGlyphs(text: string): number {
     const index = loadLazyIndex();
     if (cp >= 0x80 && !inRanges(index.ahead, cp)) {
       const reg = theRegistry();
+      let family: string | null = null;
       for (let i = 0; i < index.files.length; i++) {
         const f = index.files[i]!;
-        if (!inRanges(f.ranges, cp)) continue;
-        const prev = Atomics.compareExchange(reg, i, NONE, REGISTERING);
-        if (prev === NONE) {
-          const ok = GlobalFonts.registerFromPath(f.path, f.family) !== null;
-          Atomics.store(reg, i, ok ? DONE : NONE);
-          Atomics.notify(reg, i);
-          if (!ok) throw new Error(`@napi-rs/canvas refused the font file ${f.path}`);
-          added++;
-        } else if (prev === REGISTERING) Atomics.wait(reg, i, REGISTERING, 5_000);
+        if ((family !== null && f.family !== family) || !inRanges(f.ranges, cp)) continue;
+        family = f.family;
+        if (registerOnce(reg, i, f)) added++;
       }
     }
     ensured.add(cp);
@@ -292,10 +316,38 @@ export function ensureBoardGlyphs(text: string): number {
   return added;
 }
 
-/** On-demand font files registered in this process so far (the shared registry's count), and how many there are. */
-export function onDemandFontFiles(): { registered: number; total: number } {
+/** Registers on-demand file `i` unless the registry says it is; waits for another thread registering it. @returns true when this call registered it */
+function registerOnce(reg: Int32Array, i: number, f: LazyFile): boolean {
+  for (;;) {
+    const prev = Atomics.compareExchange(reg, i, NONE, REGISTERING);
+    if (prev === DONE) return false;
+    if (prev === REGISTERING) {
+      if (Atomics.wait(reg, i, REGISTERING, 5_000) !== 'timed-out') continue;
+      // Nobody finished it in 5 s (its thread was terminated mid-registration): register it here.
+      Atomics.store(reg, i, REGISTERING);
+    }
+    let ok = false;
+    try {
+      ok = GlobalFonts.registerFromPath(f.path, f.family) !== null;
+    } finally {
+      Atomics.store(reg, i, ok ? DONE : NONE);
+      Atomics.notify(reg, i);
+    }
+    if (!ok) throw new Error(`@napi-rs/canvas refused the font file ${f.path}`);
+    return true;
+  }
+}
+
+/** On-demand font files registered in this process so far (the shared registry), in all and by family, and how many there are. */
+export function onDemandFontFiles(): { registered: number; total: number; byFamily: Record<string, number> } {
   const reg = theRegistry();
+  const files = loadLazyIndex().files;
+  const byFamily: Record<string, number> = {};
   let n = 0;
-  for (let i = 0; i < reg.length; i++) if (Atomics.load(reg, i) === DONE) n++;
-  return { registered: n, total: reg.length };
+  for (let i = 0; i < reg.length; i++) {
+    if (Atomics.load(reg, i) !== DONE) continue;
+    n++;
+    byFamily[files[i]!.family] = (byFamily[files[i]!.family] ?? 0) + 1;
+  }
+  return { registered: n, total: reg.length, byFamily };
 }

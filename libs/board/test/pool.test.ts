@@ -341,12 +341,13 @@ test('the real render thread renders a board to a PNG', async () => {
   }
 });
 
-test("render threads share the process's registry of on-demand fonts: a CJK name registers its files once, whichever thread draws it", async () => {
+test("render threads share the process's registry of on-demand fonts: a name needing an SC slice registers it once, whichever thread draws it", async () => {
   const pool = new RenderPool({ concurrency: 2 });
   try {
     const before = onDemandFontFiles().registered;
     const base = sampleBoard(2, { avatarShare: 0 });
-    const cjk: Board = { ...base, cards: base.cards.map((c, i) => ({ ...c, name: `\u9F8D\u9F8E ${i}` })) };
+    // ※ (U+203B): no up-front file has it, an SC slice does, and no sample board's name needs that slice.
+    const cjk: Board = { ...base, cards: base.cards.map((c, i) => ({ ...c, name: `\u203B ${i}` })) };
     const out = await Promise.all(['A', 'B', 'C', 'D'].map((chat) => pool.render(chat, 1, cjk)));
     assert.deepEqual(
       out.map((o) => o.status),

@@ -97,6 +97,18 @@ test('the fonts are registered from the packages, once per process; CJK and Hang
   assert.equal(ensureBoardGlyphs('\u9F98'), 0, 'the second time registers nothing');
   assert.equal(onDemandFontFiles().registered, before.registered + han);
   assert.ok(onDemandFontFiles().registered < before.total / 4, 'far from every file');
+  // Declared by Noto Sans's latin slice but missing from its file (and every up-front file): an SC slice draws it.
+  for (const ch of ['\u203B', '\u2027']) {
+    const sc = onDemandFontFiles().byFamily['Board SC'] ?? 0;
+    assert.equal(ensureBoardGlyphs(ch), 1, `U+${ch.codePointAt(0)!.toString(16)} registers the SC slice that has it`);
+    assert.equal(onDemandFontFiles().byFamily['Board SC'], sc + 1);
+  }
+  // A Han character: the slice of the first on-demand family in FONT_STACK (SC), not a KR one as well.
+  const kr = onDemandFontFiles().byFamily['Board KR'] ?? 0;
+  assert.ok(ensureBoardGlyphs('\u738B\u5C0F\u660E') >= 1, '王小明');
+  assert.equal(onDemandFontFiles().byFamily['Board KR'] ?? 0, kr, 'no KR slice for Han characters');
+  assert.ok(ensureBoardGlyphs('\uAE40\uBBFC\uC900') >= 1, '김민준: a KR slice');
+  assert.equal(onDemandFontFiles().byFamily['Board KR'], kr + 1);
 });
 
 test('names in Latin, Cyrillic, CJK, Hangul, Arabic and emoji draw glyphs (pixel diff against no name and against tofu)', () => {

@@ -50,7 +50,7 @@ export const schema = {
       min: 0,
       max: 19,
       unit: 'count',
-      doc: "Nice value `crowdplay start` and `crowdplay service` give, at start-up, every thread the process has then but the event loop's (Linux; 0 leaves them): V8's platform workers, which run concurrent and parallel garbage collection, and libuv's pool. On a busy core those threads otherwise take the CPU from the event loop while it waits: in the 1,000-chat rollover pinned to one core, 100–160 ms event-loop stalls in which the loop's thread ran 10–40 ms, during concurrent marking; with them at 10, guess p99 64 ms and no stall over 100 ms after the rollover (docs/benchmarks.md, Session 9). Render threads take BOARD_RENDER_NICE. Exported as crowdplay_helper_threads_niced.",
+      doc: "Nice value `crowdplay start` and `crowdplay service` give, at start-up, every thread the process has then but the event loop's (Linux; 0 leaves them): V8's platform workers, which run concurrent and parallel garbage collection, and libuv's pool. On a busy core those threads otherwise take the CPU from the event loop while it waits: in the 1,000-chat rollover pinned to one core, 100–160 ms event-loop stalls in which the loop's thread ran 10–40 ms, during concurrent marking; with them at 10, guess p99 64 ms and no stall over 100 ms after the rollover (docs/benchmarks.md, Session 9). The same threads help in a collection's stop-the-world phases, so one preempted there stretches that pause; libuv's pool (fs, dns.lookup) also yields to the loop. Render threads take BOARD_RENDER_NICE. Exported as crowdplay_helper_threads_niced.",
     }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
@@ -259,7 +259,7 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'ms',
-      doc: "Time a shard may hold the event loop in one turn: a tick over many channels yields to I/O after this much work (crowdplay_tick_yields_total), and viewer updates due beyond it go out in the next turns, oldest first (crowdplay_channel_updates_deferred_total). Every chat rolling over at once otherwise ran as one task: 1,000 channels' updates to 10 viewers each took 136 ms in one pass, the rollover's tick ~80 ms (docs/benchmarks.md, Session 9). 0 = no limit.",
+      doc: "Time a shard's tick, and separately its viewer updates, may hold the event loop in one turn: a tick over many channels yields to I/O after this much work (crowdplay_tick_yields_total), and viewer updates due beyond it go out in the next turns, oldest first (crowdplay_channel_updates_deferred_total). Every chat rolling over at once otherwise ran as one task: 1,000 channels' updates to 10 viewers each took 136 ms in one pass, the rollover's tick ~80 ms (docs/benchmarks.md, Session 9). 0 = no limit.",
     }),
     defaultMaxPerTick: int({
       env: 'DEFAULT_MAX_PER_TICK',

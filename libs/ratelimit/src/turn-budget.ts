@@ -14,8 +14,9 @@
  * A "turn" here ends when the loop reaches its check phase (setImmediate
  * callbacks): the clock starts at the turn's first `spent()` and is cleared by
  * an immediate scheduled then. Work deferred with setImmediate after that
- * first call therefore runs after the clear, on a fresh budget, and several
- * consumers of one instance share one budget per turn.
+ * first call therefore runs after the clear, on a fresh budget. The clock is
+ * wall time since the turn's first ask: other callbacks that run in between
+ * count too (what matters is how long the loop has been busy).
  */
 
 /** A time budget per event-loop turn. Not shared between kinds of work: one instance each. */

@@ -140,14 +140,20 @@ export class Shard {
    */
   private readonly due = new Set<Owned>();
   private dueDrain: NodeJS.Immediate | null = null;
-  /** The event-loop time ticks and updates may take per turn together (SHARD_TURN_BUDGET_MS, on this.now()). */
-  private readonly turnBudget: TurnBudget;
+  /**
+   * The event-loop time updates may take per turn, and the time a tick may (SHARD_TURN_BUDGET_MS each, on
+   * this.now()). Separate: a drain of deferred updates runs before a yielded tick's next turn, and one
+   * budget spent by the drain would leave the tick one channel a turn while updates wait (a rollover).
+   */
+  private readonly updateBudget: TurnBudget;
+  private readonly tickBudget: TurnBudget;
 
   constructor(private readonly deps: ShardDeps) {
     const { config, telemetry } = deps;
     this.id = config.engine.shardId;
     this.now = deps.now ?? Date.now;
-    this.turnBudget = new TurnBudget(config.engine.turnBudgetMs, () => this.now());
+    this.updateBudget = new TurnBudget(config.engine.turnBudgetMs, () => this.now());
+    this.tickBudget = new TurnBudget(config.engine.turnBudgetMs, () => this.now());
     this.wallets = deps.ledger
       ? new WalletMirror(deps.ledger, { max: config.rounds.walletMirrorMax, reloadMs: config.rounds.walletReloadMs, now: this.now })
       : null;
@@ -725,11 +731,11 @@ export class Shard {
     let failed = 0;
     let firstErr: unknown;
     for (const o of [...this.owned.values()]) {
-      if (this.turnBudget.spent()) {
+      if (this.tickBudget.spent()) {
         // Every chat rolling over at once makes this loop the longest task of the process: let I/O in.
         this.m.tickYields.add(1);
         await new Promise<void>((resolve) => setImmediate(resolve));
-        this.turnBudget.spent(); // starts this turn's clock (the first ask of a turn answers false)
+        this.tickBudget.spent(); // starts this turn's clock (its reset ran before this continuation: the first ask answers false)
       }
       if (o.moving || this.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
       try {
@@ -903,7 +909,7 @@ export class Shard {
    * budget per turn instead of one pass over all of them.
    */
   private updateDue(o: Owned): void {
-    if (this.due.size > 0 || this.turnBudget.spent()) {
+    if (this.due.size > 0 || this.updateBudget.spent()) {
       if (!this.due.has(o)) {
         this.due.add(o);
         this.m.updatesDeferred.add(1);
@@ -920,14 +926,22 @@ export class Shard {
    * fanout) in a microtask, and the budget is meant to count that work too.
    */
   private async drainDue(): Promise<void> {
-    for (const o of this.due) {
-      if (this.closed || this.turnBudget.spent()) break;
-      this.due.delete(o);
-      if (this.owned.get(o.rt.id) !== o) continue;
-      this.sendUpdate(o);
-      await Promise.resolve();
+    try {
+      for (const o of this.due) {
+        if (this.closed || this.updateBudget.spent()) break;
+        this.due.delete(o);
+        if (this.owned.get(o.rt.id) !== o) continue;
+        try {
+          this.sendUpdate(o);
+        } catch (err) {
+          // One update that cannot be published (the bus refused it) must not stop the others.
+          this.deps.telemetry.logger.error({ err, channel: o.rt.id }, 'viewer update not published');
+        }
+        await Promise.resolve();
+      }
+    } finally {
+      this.dueDrain = this.due.size > 0 && !this.closed ? setImmediate(() => void this.drainDue()) : null;
     }
-    this.dueDrain = this.due.size > 0 && !this.closed ? setImmediate(() => void this.drainDue()) : null;
   }
 
   private sendUpdate(o: Owned): void {
@@ -1128,7 +1142,8 @@ export class Shard {
     this.due.clear();
     if (this.dueDrain) clearImmediate(this.dueDrain);
     this.dueDrain = null;
-    this.turnBudget.close();
+    this.updateBudget.close();
+    this.tickBudget.close();
     await this.deps.bus.flush();
   }
 }

@@ -102,6 +102,45 @@ describe('crowd-engine - update pacing (SHARD_TURN_BUDGET_MS)', () => {
   });
 });
 
+describe('crowd-engine - update pacing: an update the bus refuses', () => {
+  let p: Paced;
+  before(async () => (p = await paced(20)));
+  after(() => p.close());
+
+  it('is logged, and the other channels and later changes still reach viewers', async () => {
+    const bus = p.h.bus;
+    const publish = bus.publish.bind(bus);
+    let refused = 0;
+    const victim = p.h.subjects.channelOut(CHANNELS[7]!);
+    bus.publish = (subject, data, opts) => {
+      if (subject === victim && refused === 0) {
+        refused++;
+        throw new Error('payload too big');
+      }
+      return publish(subject, data, opts);
+    };
+    try {
+      const deferredBefore = deferred(await p.h.telemetry.metrics.prometheusText());
+      await new Promise((r) => setTimeout(r, 50));
+      p.mark();
+      for (const c of CHANNELS) p.h.send(c, [{ action: 'cheer' }]);
+      await p.h.waitFor(() => CHANNELS.every((c) => c === CHANNELS[7] || p.seen.some((s) => s.channel === c)));
+      assert.equal(refused, 1);
+      assert.ok(deferred(await p.h.telemetry.metrics.prometheusText()) > deferredBefore, 'the refused one was among the deferred');
+      assert.ok(
+        p.h.logs.some((l) => l.msg === 'viewer update not published' && l.channel === CHANNELS[7]),
+        JSON.stringify(p.h.logs.map((l) => l.msg)),
+      );
+      // A later change on every channel: all twelve get it (the drain was not left stuck).
+      const seen = p.seen.length;
+      for (const c of CHANNELS) p.h.send(c, [{ action: 'cheer' }]);
+      await p.h.waitFor(() => CHANNELS.every((c) => p.seen.slice(seen).some((s) => s.channel === c)));
+    } finally {
+      bus.publish = publish;
+    }
+  });
+});
+
 describe('crowd-engine - update pacing off (SHARD_TURN_BUDGET_MS=0)', () => {
   let p: Paced;
   before(async () => (p = await paced(0)));

@@ -506,14 +506,16 @@ class GatewayImpl implements Gateway {
    * already waiting and taken in a later turn (setImmediate: the I/O polled in
    * between, the acks of players already connected among it, goes first). A
    * burst of connects (a rollover) then costs the loop at most the budget per
-   * turn instead of every upgrade one poll returned. Queued sockets count
-   * towards WS_MAX_CONNECTIONS; one closed while it waits is dropped.
+   * turn instead of every upgrade one poll returned. Waiting sockets count
+   * towards WS_MAX_CONNECTIONS (one past it is refused at once, 503); one
+   * reset or destroyed while it waits is skipped (a client's FIN is not seen
+   * until its turn: the socket is not read while it waits).
    */
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => undefined); // a reset during the handshake must not crash the process
     if (this.upgradesWaiting.length > 0 || this.upgradeBudget.spent()) {
       if (this.conns.size + this.upgradesWaiting.length >= this.config.gateway.maxConnections) {
-        this.takeUpgrade(req, socket, head); // refused there, with the same answer as any connection over the limit
+        this.refuseOverMaxConnections(socket, req.socket.remoteAddress ?? '');
         return;
       }
       this.upgradesWaiting.push({ req, socket, head });
@@ -535,6 +537,22 @@ class GatewayImpl implements Gateway {
     }
     this.upgradesWaiting.splice(0, taken);
     if (this.upgradesWaiting.length > 0) this.upgradeDrain = setImmediate(() => this.drainUpgrades());
+  }
+
+  /** Answers an upgrade over WS_MAX_CONNECTIONS (sockets held and waiting): 503, counted. */
+  private refuseOverMaxConnections(socket: Duplex, address: string): void {
+    this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_MAX_CONNECTIONS' });
+    this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_MAX_CONNECTIONS', {
+      address,
+      sockets: this.conns.size,
+      waiting: this.upgradesWaiting.length,
+    });
+    rejectUpgrade(
+      socket,
+      503,
+      'CP_ERR_LIMIT_MAX_CONNECTIONS',
+      formatMessage('CP_ERR_LIMIT_MAX_CONNECTIONS', [this.config.gateway.maxConnections]),
+    );
   }
 
   private takeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
@@ -572,14 +590,7 @@ class GatewayImpl implements Gateway {
       return;
     }
     if (this.conns.size >= this.config.gateway.maxConnections) {
-      this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_MAX_CONNECTIONS' });
-      this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_MAX_CONNECTIONS', { address: key, sockets: this.conns.size });
-      rejectUpgrade(
-        socket,
-        503,
-        'CP_ERR_LIMIT_MAX_CONNECTIONS',
-        formatMessage('CP_ERR_LIMIT_MAX_CONNECTIONS', [this.config.gateway.maxConnections]),
-      );
+      this.refuseOverMaxConnections(socket, key);
       return;
     }
     const wss = url.searchParams.get('role') === 'game' ? this.gameWss : this.crowdWss;

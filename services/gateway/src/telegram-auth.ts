@@ -80,7 +80,13 @@ export class TelegramAuth {
       nowMs,
     });
     const signedChannel = telegramChannelId(s.chatId);
-    const channel = await this.ensured.fetch(signedChannel, { forceRefresh: fresh });
+    let channel: string | undefined;
+    if (fresh) {
+      // Read again now: a fetch already in flight may have started before the move was written (lru-cache
+      // joins it even with forceRefresh).
+      channel = await this.resolve(signedChannel);
+      this.ensured.set(signedChannel, channel);
+    } else channel = await this.ensured.fetch(signedChannel);
     if (channel === undefined) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [signedChannel]); // not reached: resolve returns or throws
     if (channelParam !== '' && channelParam !== signedChannel && channelParam !== channel)
       throw new CrowdplayError('CP_ERR_INITDATA_WRONG_CHAT', [channelParam]);

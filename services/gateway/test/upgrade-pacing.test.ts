@@ -61,6 +61,32 @@ describe('gateway - upgrade pacing (WS_UPGRADE_TURN_BUDGET_MS)', () => {
     });
   }
 
+  it('waiting upgrades count towards WS_MAX_CONNECTIONS: one past the limit is refused 503 at once, none jumps the queue', async () => {
+    let clock = 0;
+    // Every read of the clock is a full budget later: one upgrade a turn, the others wait.
+    const h = await startHarness({
+      store: unusedStore(),
+      gateway: { upgradeTurnBudgetMs: 20, maxConnections: 5 },
+      now: () => (clock += 1_000),
+    });
+    try {
+      const socks = await rawUpgrades(h.port, 12);
+      await waitUntil(() => socks.every((s) => status(s.response()) !== 0), 'every upgrade answered');
+      const codes = socks.map((s) => status(s.response()));
+      const ok = codes.filter((c) => c === 101).length;
+      assert.ok(ok >= 1 && ok <= 5, `101s: ${ok} (limit 5): ${codes.join(',')}`);
+      assert.equal(codes.filter((c) => c === 503).length, 12 - ok, `the rest 503: ${codes.join(',')}`);
+      // In arrival order (written in one go over loopback): the first ones in, the later ones refused.
+      assert.deepEqual(codes, [...Array.from({ length: ok }, () => 101), ...Array.from({ length: 12 - ok }, () => 503)]);
+      const text = await h.metricsText();
+      assert.equal(metricValue(text, 'crowdplay_connections_refused_total', { reason: 'CP_ERR_LIMIT_MAX_CONNECTIONS' }), 12 - ok);
+      assert.ok(metricValue(text, 'crowdplay_upgrades_deferred_total') >= 1);
+      for (const s of socks) s.socket.destroy();
+    } finally {
+      await h.close();
+    }
+  });
+
   it('close() answers the upgrades still waiting (503 draining) instead of leaving them hanging', async () => {
     let clock = 0;
     // Every read of the clock is a full budget later: one upgrade a turn.
