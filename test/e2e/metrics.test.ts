@@ -214,9 +214,10 @@ describe('metrics: each one changes when its event happens', () => {
     for (const c of held) c.release();
     await waiting;
 
-    // The event loop blocked for 100 ms.
+    // The event loop blocked for 120 ms: monitorEventLoopDelay records a late tick's delay less its 10 ms resolution,
+    // and a 100 ms block measured with Date.now() could show as 89.x ms (a flake seen in CI).
     const t0 = Date.now();
-    while (Date.now() - t0 < 100);
+    while (Date.now() - t0 < 120);
     await sleep(50);
     clearInterval(sampling);
     await sleep(20);
@@ -251,7 +252,7 @@ describe('metrics: each one changes when its event happens', () => {
     moved('crowdplay_event_loop_lag_ms', { quantile: 'max' });
     assert.ok(
       all.some((x) => value(x, 'crowdplay_event_loop_lag_ms', { quantile: 'max' }) >= 90),
-      'the 100 ms block shows',
+      'the 120 ms block shows (≥ 90 ms)',
     );
     // Process memory: the heap in use changes between scrapes (every intent allocates); the kinds add up as memoryUsage() says.
     moved('crowdplay_process_memory_bytes', { kind: 'heap_used' });
