@@ -32,6 +32,12 @@ export class Conn {
   lastEventId: number | undefined;
   /** Game resuming: live `ch.<C>.game` messages held while the missed ones are read from the event log. */
   resumeBuffer: Uint8Array[] | null = null;
+  /**
+   * Game resumed: the newest batch `ev` sent from the event log (or the resume point). A shard logs a batch
+   * before it publishes it, so the live copy of a replayed batch can arrive after the replay: live batches
+   * with `ev` ≤ this are not sent again. Null once a newer live batch went out (later ones are newer still).
+   */
+  replayedUpTo: number | null = null;
   /** Frames received before the welcome, or null once they were replayed. */
   early: EarlyFrame[] | null = [];
   /** Bytes held in `early`. */

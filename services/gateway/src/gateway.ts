@@ -776,7 +776,10 @@ class GatewayImpl implements Gateway {
    * from the event log (at most EVENT_LOG_RESUME_MAX_EVENTS), then the live
    * ones held meanwhile (without those already replayed). When the log cannot
    * serve it (pruned, too far behind, unreadable): a `resync` frame, the
-   * channel's current update (the snapshot), then the live batches.
+   * channel's current update (the snapshot), then the live batches. A shard
+   * logs a batch before it publishes it, so a batch the replay read can reach
+   * this gateway live after the replay: `conn.replayedUpTo` keeps sendToGame
+   * from sending it twice.
    */
   private async resumeGame(conn: Conn): Promise<void> {
     const from = conn.lastEventId ?? 0;
@@ -805,11 +808,8 @@ class GatewayImpl implements Gateway {
     }
     const held = conn.resumeBuffer ?? [];
     conn.resumeBuffer = null;
-    for (const data of held) {
-      const ev = frameEv(data);
-      if (ev !== undefined && ev <= replayedUpTo) continue;
-      this.sendToGameNow(conn, data);
-    }
+    conn.replayedUpTo = replayedUpTo;
+    for (const data of held) this.sendLiveToGame(conn, data);
   }
 
   private snapshot(channel: string): Promise<Buffer | undefined> {
@@ -1100,6 +1100,27 @@ class GatewayImpl implements Gateway {
       conn.resumeBuffer.push(data);
       if (conn.resumeBuffer.length > this.config.eventLog.resumeMaxEvents) this.slowConsumer(conn);
       return;
+    }
+    this.sendLiveToGame(conn, data);
+  }
+
+  /**
+   * One live `ch.<C>.game` message after a resume's replay: a batch whose `ev`
+   * is at most `conn.replayedUpTo` was sent from the event log already and is
+   * skipped (counted); the first newer batch ends the check (a shard publishes
+   * a channel's batches in `ev` order, and a new owner's ids are above the
+   * old one's), so only the batches right after a resume are parsed.
+   */
+  private sendLiveToGame(conn: Conn, data: Uint8Array): void {
+    if (conn.replayedUpTo !== null) {
+      const ev = frameEv(data);
+      if (ev !== undefined) {
+        if (ev <= conn.replayedUpTo) {
+          this.metrics.replayedLiveSkipped.add(1);
+          return;
+        }
+        conn.replayedUpTo = null;
+      }
     }
     this.sendToGameNow(conn, data);
   }

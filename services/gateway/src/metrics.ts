@@ -32,6 +32,8 @@ export interface GatewayMetrics {
   resumes: Counter;
   /** Logged events replayed to reconnecting game sockets. */
   eventsReplayed: Counter;
+  /** Live batches a resuming game socket had already been sent from the event log (not sent twice). */
+  replayedLiveSkipped: Counter;
 }
 
 /**
@@ -98,6 +100,10 @@ export function createGatewayMetrics(
       'Reconnects with lastEventId, by role and outcome: replayed (game: missed batches from the event log), current (crowd: nothing missed or the newest update), resync_pruned / resync_behind / resync_ahead / resync_unavailable (a resync frame, then a snapshot)',
     ),
     eventsReplayed: metrics.counter('crowdplay_events_replayed_total', 'Logged events (batches) replayed to reconnecting game sockets'),
+    replayedLiveSkipped: metrics.counter(
+      'crowdplay_replayed_live_skipped_total',
+      'Live batches not sent to a resuming game socket because the event log replay had sent them already (held during the replay, or published after it)',
+    ),
     slowConsumerCloses: metrics.counter(
       'crowdplay_slow_consumer_closes_total',
       'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES',

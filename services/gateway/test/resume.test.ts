@@ -126,6 +126,25 @@ describe('gateway resume', () => {
     );
   });
 
+  it('game - a batch logged before the resume read but published after the replay is not sent twice', async () => {
+    // The shard's order: log (committed, so the replay reads it), then publish (reaching this gateway after the replay).
+    const skipped = async (): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_replayed_live_skipped_total');
+    const skippedBefore = await skipped();
+    const b = batch(80);
+    await suite.store.events.append([{ channel: suite.channel, eventId: 80, epoch, kind: 'batch', body: JSON.stringify(b) }]);
+    const g = await game(50);
+    await g.frame((f) => f.t === 'batch' && f.ev === 80, 'batch 80 replayed');
+    const round = { t: 'round', round: { id: 'r1', state: 'locked' } };
+    h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(round)); // not a batch: sent, and the check goes on
+    h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(b)); // the live copy of the replayed 80
+    await logAndPublish(90);
+    await g.frame((f) => f.t === 'batch' && f.ev === 90, 'batch 90');
+    assert.deepEqual(evs(g.frames), [80, 90]);
+    assert.ok(g.frames.some((f) => f.t === 'round'));
+    assert.equal((await skipped()) - skippedBefore, 1);
+    await g.close();
+  });
+
   it('crowd - a viewer ahead of the channel (changes it saw were lost) gets resync (ahead) then the update; others no resync', async () => {
     const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'ahead' });
     const ahead = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, lastEventId: 1000 }));
