@@ -5,11 +5,16 @@
  * ~25,000 round trips, 6,074 open handles, ~13 s of latency tail):
  *
  * - collapsed per user: concurrent requests for one user share one promise;
- * - capped: at most `concurrency` (TELEGRAM_AVATAR_CONCURRENCY) avatar HTTP
- *   requests in flight, bot-wide in this process (the Bot API transformer
- *   applies the same gate to getUserProfilePhotos/getFile made elsewhere); a
- *   download keeps its slot until its `shrink` has answered, so at most that
- *   many photos wait for a render thread;
+ * - capped: at most `concurrency` (TELEGRAM_AVATAR_CONCURRENCY) reads run at
+ *   once; the others wait in a FIFO as a user id and a resolver (~100 bytes),
+ *   not as a started Bot API call (measured: 10,000 players appearing at a
+ *   rollover held ~14,000 suspended grammY calls and gate slots, promoted to
+ *   the old generation and collected there; docs/benchmarks.md, session 10).
+ *   The gate (the same cap) still bounds avatar HTTP requests bot-wide in
+ *   this process (the Bot API transformer applies it to
+ *   getUserProfilePhotos/getFile made elsewhere); a download keeps its slot
+ *   until its `shrink` has answered, so at most that many photos wait for a
+ *   render thread;
  * - cached: a least-recently-used cache bounded in bytes (`cacheBytes`,
  *   TELEGRAM_AVATAR_CACHE_BYTES; lru-cache `maxSize` + `sizeCalculation`),
  *   entries live `ttlMs` (TELEGRAM_AVATAR_TTL_MS, a day: avatars are
@@ -107,8 +112,12 @@ export interface AvatarStats {
   reads: number;
   /** Reads that failed (answered null, cached for errorTtlMs). */
   failures: number;
-  /** Avatar HTTP requests (a download with its shrink counts as one) that waited for a gate slot (the cap biting). */
+  /** Avatar HTTP requests (a download with its shrink counts as one) that waited for a gate slot (the cap biting on calls made outside {@link Avatars.get}). */
   gateWaits: number;
+  /** Reads that waited in the FIFO for one of the `concurrency` read slots (the cap biting). */
+  queued: number;
+  /** Reads waiting in the FIFO now. */
+  waiting: number;
   /** Most avatar HTTP requests (or downloads waiting for their shrink) in flight at once. */
   peakInFlight: number;
   /** Bytes held by the cache now. */
@@ -121,13 +130,24 @@ interface Entry {
   bytes: Uint8Array | null;
 }
 
+/** A read waiting for a slot: the user and what settles its (collapsed) promise. */
+interface Waiting {
+  userId: number;
+  settle: (bytes: Uint8Array | null) => void;
+}
+
 /** Avatars by Telegram user id (see the module doc). */
 export class Avatars {
   private readonly cache: LRUCache<number, Entry> | undefined;
   private readonly inflight = new Map<number, Promise<Uint8Array | null>>();
   private readonly errorTtlMs: number;
   private readonly sizePx: number;
-  private readonly s = { requests: 0, cacheHits: 0, collapsed: 0, reads: 0, failures: 0 };
+  private readonly s = { requests: 0, cacheHits: 0, collapsed: 0, reads: 0, failures: 0, queued: 0 };
+  /** Reads waiting for a slot, oldest first from `head` (compacted when half is spent). */
+  private fifo: Waiting[] = [];
+  private head = 0;
+  /** Reads running now (≤ the gate's limit). */
+  private running = 0;
 
   constructor(private readonly o: AvatarOptions) {
     this.errorTtlMs = o.errorTtlMs ?? 60_000;
@@ -161,20 +181,43 @@ export class Avatars {
       return running;
     }
     this.s.reads++;
-    const p = this.read(userId).then(
+    const p = new Promise<Uint8Array | null>((settle) => {
+      if (this.running < this.o.gate.limit) this.start({ userId, settle });
+      else {
+        this.s.queued++;
+        this.fifo.push({ userId, settle });
+      }
+    });
+    this.inflight.set(userId, p);
+    return p;
+  }
+
+  /** Runs one read in a slot; when it settles, caches and answers it, then starts the oldest waiting read. */
+  private start(w: Waiting): void {
+    this.running++;
+    this.read(w.userId).then(
       (bytes) => {
-        this.cache?.set(userId, { bytes });
-        return bytes;
+        this.cache?.set(w.userId, { bytes });
+        this.finish(w, bytes);
       },
       () => {
         this.s.failures++;
-        this.cache?.set(userId, { bytes: null }, { ttl: this.errorTtlMs });
-        return null;
+        this.cache?.set(w.userId, { bytes: null }, { ttl: this.errorTtlMs });
+        this.finish(w, null);
       },
     );
-    const tracked = p.finally(() => this.inflight.delete(userId));
-    this.inflight.set(userId, tracked);
-    return tracked;
+  }
+
+  private finish(w: Waiting, bytes: Uint8Array | null): void {
+    this.inflight.delete(w.userId);
+    this.running--;
+    w.settle(bytes);
+    const next = this.head < this.fifo.length ? this.fifo[this.head++]! : undefined;
+    if (this.head > 1024 && this.head * 2 > this.fifo.length) {
+      this.fifo = this.fifo.slice(this.head);
+      this.head = 0;
+    }
+    if (next) this.start(next);
   }
 
   private async read(userId: number): Promise<Uint8Array | null> {
@@ -197,7 +240,7 @@ export class Avatars {
     });
   }
 
-  /** Reads in flight now (one per user). */
+  /** Reads running or waiting for a slot now (one per user). */
   get pending(): number {
     return this.inflight.size;
   }
@@ -205,6 +248,7 @@ export class Avatars {
   stats(): AvatarStats {
     return {
       ...this.s,
+      waiting: this.fifo.length - this.head,
       gateWaits: this.o.gate.waited,
       peakInFlight: this.o.gate.peak,
       cacheBytes: this.cache?.calculatedSize ?? 0,

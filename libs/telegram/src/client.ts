@@ -413,7 +413,7 @@ export class TelegramClient {
    * Exports the counters as gauges read at scrape time (libs/telemetry
    * `Metrics.gauge`): `crowdplay_telegram_boards{action}`,
    * `crowdplay_telegram_errors{class}`, `crowdplay_telegram_avatar{stat}`
-   * (gateWaits: the avatar cap biting; peakInFlight; cacheBytes; …).
+   * (queued: the avatar cap biting on reads; gateWaits: on other avatar calls; peakInFlight; cacheBytes; …).
    */
   exportMetrics(metrics: { gauge(name: string, description: string, read: () => Array<[number, Record<string, string>]>): unknown }): void {
     metrics.gauge(
@@ -426,7 +426,7 @@ export class TelegramClient {
     );
     metrics.gauge(
       'crowdplay_telegram_avatar',
-      'Avatar reads: requests, cacheHits, collapsed, reads, failures, gateWaits, peakInFlight, cacheBytes, cacheEntries',
+      'Avatar reads: requests, cacheHits, collapsed, reads, failures, queued (waited for a read slot), waiting (now), gateWaits, peakInFlight, cacheBytes, cacheEntries',
       () => Object.entries(this.avatars.stats()).map(([stat, n]) => [n, { stat }]),
     );
   }

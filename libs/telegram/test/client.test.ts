@@ -16,6 +16,7 @@ import {
   type StubOptions,
 } from '../../../loadtest/src/telegram-stub/index.ts';
 import { TelegramClient, MemoryBoardStore, BOT_LEVEL_CHAT_ID, type BoardDelivery, type BotCall } from '../src/index.ts';
+import { Avatars, Gate, type AvatarApi } from '../src/index.ts';
 
 const TOKEN = '4242:test-token';
 const A = -1001000000001;
@@ -455,7 +456,8 @@ void test('avatars: collapsed per user, capped in concurrency, cached by bytes w
     await Promise.all(userIds.slice(1).map((u) => c.avatars.get(u)));
     const s = r.stub.stats();
     assert.ok((s.peakInFlight.getUserProfilePhotos ?? 0) <= 2, `peak ${s.peakInFlight.getUserProfilePhotos}`);
-    assert.ok(c.avatars.stats().gateWaits > 0);
+    assert.equal(c.avatars.stats().queued, 2, 'users 4 and 5 waited for a read slot');
+    assert.equal(c.avatars.stats().waiting, 0);
     assert.ok(c.avatars.stats().peakInFlight <= 2);
     // The byte budget holds 3 avatars of 2,048 bytes: user 1 (least recently used) was evicted.
     assert.equal(c.avatars.stats().cacheEntries, 3);
@@ -475,6 +477,61 @@ void test('avatars: collapsed per user, capped in concurrency, cached by bytes w
   } finally {
     await r.close();
   }
+});
+
+void test('avatars: reads waiting for a slot have made no Bot API call, and start oldest first as slots free', async () => {
+  // A fake Bot API whose getUserProfilePhotos answers only when the test says so.
+  const started: number[] = [];
+  const answer = new Map<number, () => void>();
+  const api: AvatarApi = {
+    getUserProfilePhotos: (userId) =>
+      new Promise((res) => {
+        started.push(userId);
+        answer.set(userId, () => res({ total_count: 1, photos: [[{ file_id: `f${userId}`, width: 160, height: 160 }]] }));
+      }),
+    getFile: (fileId) => Promise.resolve({ file_id: fileId, file_path: `p/${fileId}` }),
+  };
+  const gate = new Gate(2);
+  const avatars = new Avatars({ api, gate, cacheBytes: 1 << 20, ttlMs: 60_000, download: () => Promise.resolve(new Uint8Array(10)) });
+  const all = Array.from({ length: 50 }, (_, i) => avatars.get(100 + i));
+  await new Promise((res) => setImmediate(res));
+  assert.deepEqual(started, [100, 101], 'two reads started; the 48 others are entries in the FIFO, not calls waiting in the gate');
+  assert.equal(avatars.stats().waiting, 48);
+  assert.equal(avatars.pending, 50);
+  // Answer in the order 101, 100: the freed slots go to 102, then 103 (oldest first), one per read finished.
+  answer.get(101)!();
+  await new Promise((res) => setTimeout(res, 5));
+  assert.deepEqual(started, [100, 101, 102]);
+  answer.get(100)!();
+  await new Promise((res) => setTimeout(res, 5));
+  assert.deepEqual(started, [100, 101, 102, 103]);
+  for (let i = 102; i < 150; i++) {
+    answer.get(i)!();
+    await new Promise((res) => setTimeout(res, 1));
+  }
+  const bytes = await Promise.all(all);
+  assert.ok(bytes.every((b) => b?.length === 10));
+  assert.deepEqual(
+    started,
+    Array.from({ length: 50 }, (_, i) => 100 + i),
+  );
+  assert.deepEqual(
+    { queued: avatars.stats().queued, waiting: avatars.stats().waiting, gateWaits: avatars.stats().gateWaits, pending: avatars.pending },
+    { queued: 48, waiting: 0, gateWaits: 0, pending: 0 },
+  );
+  // Collapsed while waiting: a second request for a queued user joins its read.
+  const gate1 = new Avatars({ api, gate: new Gate(1), cacheBytes: 0, ttlMs: 1, download: () => Promise.resolve(new Uint8Array(3)) });
+  const first = gate1.get(500);
+  const queuedTwice = [gate1.get(501), gate1.get(501)];
+  await new Promise((res) => setImmediate(res));
+  assert.equal(gate1.stats().collapsed, 1);
+  assert.equal(gate1.stats().waiting, 1);
+  answer.get(500)!();
+  await first;
+  await new Promise((res) => setTimeout(res, 5));
+  answer.get(501)!();
+  const [x, y] = await Promise.all(queuedTwice);
+  assert.equal(x, y);
 });
 
 /** Avatar options of the shrink tests: 2 slots, a cache that holds everything. */
