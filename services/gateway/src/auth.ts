@@ -113,7 +113,8 @@ export class Authenticator {
     const ttl = opts.cacheTtlMs ?? AUTH_CACHE_TTL_MS;
     this.clockSkewS = opts.clockSkewS;
     this.tenants = new LRUCache<string, TenantEntry>({
-      max: AUTH_CACHE_MAX_ENTRIES,
+      maxSize: AUTH_CACHE_MAX_ENTRIES, // a count bound (lru-cache preallocates `max` slots)
+      sizeCalculation: () => 1,
       ttl,
       fetchMethod: async (id) => {
         const tenant = await this.store.tenants.get(id);
@@ -121,7 +122,8 @@ export class Authenticator {
       },
     });
     this.channels = new LRUCache<string, ChannelEntry>({
-      max: AUTH_CACHE_MAX_ENTRIES,
+      maxSize: AUTH_CACHE_MAX_ENTRIES, // a count bound (lru-cache preallocates `max` slots)
+      sizeCalculation: () => 1,
       ttl,
       fetchMethod: async (id, _stale, { options }) => {
         const row = await this.store.channels.get(id);
