@@ -38,11 +38,11 @@ export const schema = {
   runtime: {
     heapGrowingPercent: int({
       env: 'HEAP_GROWING_PERCENT',
-      default: 100,
+      default: 50,
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 8\"): 100 (the default) peaked at 492 MB in two runs against 512–602 MB with 0, at the same guess p99 (101–111 ms) and utilisation (0.82–0.84); 50 reached 417 MB but a guess p99 of 166 ms; 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured at 100); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
+      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 50 (the default) peaked at 369–371 MB with a guess p99 of 66–81 ms and utilisation 0.83, against 422 MB, 58 ms and 0.84 at 100 (session 8, before the helper threads were niced, 50 had cost a p99 of 166 ms); 0 reached 512–602 MB (session 8); 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured at 50); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
     }),
     helperThreadNice: int({
       env: 'HELPER_THREAD_NICE',
@@ -701,7 +701,7 @@ export const schema = {
       default: 8,
       min: 1,
       unit: 'count',
-      doc: 'Avatar downloads in flight at once, each holding its slot until the render thread has shrunk the photo (reads are exempt from the send bucket, so they get their own cap; the seed saw 6,074 open handles without one; without the shrink inside it, 4,000 photos queued at one render thread, ahead of the boards).',
+      doc: 'Avatar reads running at once (the others wait as user ids in a FIFO, not as started calls: 10,000 players at a rollover held ~14,000 suspended calls otherwise), and avatar HTTP requests in flight, a download holding its slot until the render thread has shrunk the photo (reads are exempt from the send bucket, so they get their own cap; the seed saw 6,074 open handles without one; without the shrink inside it, 4,000 photos queued at one render thread, ahead of the boards).',
     }),
     avatarCacheBytes: int({
       env: 'TELEGRAM_AVATAR_CACHE_BYTES',
