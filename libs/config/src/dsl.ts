@@ -4,7 +4,8 @@
  * `.env.example` and (later) the k8s ConfigMap are generated from it.
  */
 
-export type Unit = 'ms' | 'bytes' | 'count' | 'points' | 'shares' | 'per second' | 'per minute' | 'connections' | 's' | 'percent' | '';
+export type Unit =
+  'ms' | 'bytes' | 'MiB' | 'count' | 'points' | 'shares' | 'per second' | 'per minute' | 'connections' | 's' | 'percent' | '';
 
 export interface Setting<T> {
   readonly env: string;

@@ -52,6 +52,22 @@ export const schema = {
       unit: 'count',
       doc: "Nice value `crowdplay start` and `crowdplay service` give, at start-up, every thread the process has then but the event loop's (Linux; 0 leaves them): V8's platform workers, which run concurrent and parallel garbage collection, and libuv's pool. On a busy core those threads otherwise take the CPU from the event loop while it waits: in the 1,000-chat rollover pinned to one core, 100–160 ms event-loop stalls in which the loop's thread ran 10–40 ms, during concurrent marking; with them at 10, guess p99 64 ms and no stall over 100 ms after the rollover (docs/benchmarks.md, Session 9). The same threads help in a collection's stop-the-world phases, so one preempted there stretches that pause; libuv's pool (fs, dns.lookup) also yields to the loop. Render threads take BOARD_RENDER_NICE. Exported as crowdplay_helper_threads_niced.",
     }),
+    semiSpaceMb: int({
+      env: 'SEMI_SPACE_MB',
+      default: 8,
+      min: 1,
+      max: 1_024,
+      unit: 'MiB',
+      doc: "V8's young generation semi-space, applied when the process starts (node's --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node's default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges. Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 8 with MALLOC_ARENA_MAX=2 peaked at 310 MB against 350–352 MB with Node's defaults, guess p99 66 ms, utilisation 0.82; 8 alone −17 MB (one run). Not measured in cluster mode.",
+    }),
+    mallocArenaMax: int({
+      env: 'MALLOC_ARENA_MAX',
+      default: 2,
+      min: 0,
+      max: 1_024,
+      unit: 'count',
+      doc: "glibc's malloc arenas (its own variable, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default (8 per core). Every thread that allocates (V8's helpers, libuv's pool, the render threads) otherwise gets an arena of its own, and freed memory stays resident in each: measured on the rollover rig, thread arenas 23 MB + 22 MB of smaller heaps → 8 MB at 2 (docs/benchmarks.md \"Session 10\", with SEMI_SPACE_MB). Not measured in cluster mode; the k8s manifests do not set it.",
+    }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
       default: false,

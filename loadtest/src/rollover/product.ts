@@ -1,8 +1,9 @@
 /**
  * The product as its own child process for the rollover scenario, as
  * `npm start` runs it (the bundle scripts/build.mjs writes, built for the
- * run into `.crowdplay/loadtest-build-<pid>/`; `node crowdplay.js start`, pinned with
- * `taskset -c` when available), its samplers (RSS from /proc, event-loop lag
+ * run into `.crowdplay/loadtest-build-<pid>/`, started by scripts/start.sh
+ * with its process-start settings, SEMI_SPACE_MB and MALLOC_ARENA_MAX, as
+ * `crowdplay start`, pinned with `taskset -c` when available), its samplers (RSS from /proc, event-loop lag
  * and board interval from /metrics), its error-log count, and the run's
  * isolation (a fresh PostgreSQL schema, dropped after; the send queue's Redis
  * keys removed after).
@@ -88,18 +89,28 @@ function outputCollector(): { onData: (d: Buffer | string) => void; out: () => s
 }
 
 /**
- * Starts `crowdplay start` with `env` added to this process's environment,
+ * Starts `crowdplay start` through scripts/start.sh (as `npm start` does) with `env` added to this process's environment,
  * on 127.0.0.1 and a free port; resolves once it logs `listening on`.
  * @param cpus taskset CPU list, or null to run unpinned
  * @throws Error when it exits or does not listen within 90 s
  */
 export async function startProduct(env: Record<string, string>, cpus: string | null): Promise<Product> {
   const ts = cpus === null ? null : tasksetPath();
-  const node = [process.execPath, await buildProductBundle(), 'start'];
+  // npm start's way (scripts/start.sh execs node: the pid is node's), with this run's bundle and this node.
+  const bundle = await buildProductBundle();
+  const node = ['sh', join(ROOT, 'scripts', 'start.sh'), 'start'];
   const [cmd, ...args] = ts ? [ts, '-c', cpus!, ...node] : node;
   const child = spawn(cmd!, args, {
     cwd: ROOT,
-    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: {
+      ...process.env,
+      CROWDPLAY_BUNDLE: bundle,
+      CROWDPLAY_NODE: process.execPath,
+      HOST: '127.0.0.1',
+      PORT: '0',
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const col = outputCollector();

@@ -39,3 +39,38 @@ export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
   env[HUGE_PAGES.env] = next;
   return [HUGE_PAGES.env];
 }
+
+/** What this process was started with of the settings scripts/start.sh applies (SEMI_SPACE_MB, MALLOC_ARENA_MAX). */
+export interface ProcessStartSettings {
+  /** node's --max-semi-space-size, MiB; null: not given (Node's default, 16 MiB on Node 20). */
+  semiSpaceMb: number | null;
+  /** MALLOC_ARENA_MAX; null: unset (glibc's default, 8 arenas per core). */
+  mallocArenaMax: number | null;
+}
+
+/**
+ * The process-start settings as this process got them: both take effect only
+ * when a process starts (V8 sizes its young generation, glibc reads its
+ * tunables), so they are read back here for the start-up log and a gauge,
+ * not applied. A --max-semi-space-size on the command line (`execArgv`) wins
+ * over one in NODE_OPTIONS, as in node; the last one given counts.
+ * @param execArgv process.execArgv
+ * @param env process.env
+ */
+export function processStartSettings(execArgv: readonly string[], env: NodeJS.ProcessEnv): ProcessStartSettings {
+  const semi = (args: readonly string[]): number | null => {
+    let v: number | null = null;
+    for (let i = 0; i < args.length; i++) {
+      const m = /^--max[-_]semi[-_]space[-_]size(?:=(.*))?$/.exec(args[i]!);
+      if (!m) continue;
+      const n = Number(m[1] ?? args[i + 1]);
+      if (Number.isFinite(n) && n > 0) v = n;
+    }
+    return v;
+  };
+  const arena = env.MALLOC_ARENA_MAX !== undefined && /^\d+$/.test(env.MALLOC_ARENA_MAX.trim()) ? Number(env.MALLOC_ARENA_MAX) : null;
+  return {
+    semiSpaceMb: semi(execArgv) ?? semi((env.NODE_OPTIONS ?? '').split(/\s+/).filter(Boolean)),
+    mallocArenaMax: arena === 0 ? null : arena,
+  };
+}

@@ -24,6 +24,7 @@ import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { runUntilSignal, startHealthServer } from './health.ts';
 import { niceHelperThreads } from './threads.ts';
+import { processStartSettings } from './allocator.ts';
 
 const USAGE = `usage:
   crowdplay start
@@ -179,6 +180,8 @@ async function main(): Promise<void> {
   if (config.runtime.heapGrowingPercent > 0 && !ownFlag) setFlagsFromString(`--heap-growing-percent=${config.runtime.heapGrowingPercent}`);
   // Before any service starts: the helper threads that exist now (V8's, libuv's) yield the core to the event loop.
   const helperThreads = cmd === 'start' || cmd === 'service' ? niceHelperThreads(config.runtime.helperThreadNice) : undefined;
+  // Read back, not applied: they take effect only when a process starts (npm start → scripts/start.sh).
+  const startSettings = processStartSettings(process.execArgv, process.env);
   process.on('unhandledRejection', (err) => {
     process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   });
@@ -186,7 +189,7 @@ async function main(): Promise<void> {
     case 'start':
       if (config.mode === 'cluster')
         fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
-      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true, helperThreads }));
+      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true, helperThreads, startSettings }));
       break;
     case 'service': {
       const name = rest[0] as ServiceName | undefined;
@@ -198,7 +201,11 @@ async function main(): Promise<void> {
         name !== 'gateway' && config.http.healthPort > 0
           ? await startHealthServer({ host: config.http.host, port: config.http.healthPort })
           : undefined;
-      await runUntilSignal(config, () => startServices(config, [name], { standalone: false, helperThreads }), health ? { health } : {});
+      await runUntilSignal(
+        config,
+        () => startServices(config, [name], { standalone: false, helperThreads, startSettings }),
+        health ? { health } : {},
+      );
       break;
     }
     case 'tenant':

@@ -7,6 +7,7 @@
 import { hostname } from 'node:os';
 import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import type { HelperThreads } from './threads.ts';
+import type { ProcessStartSettings } from './allocator.ts';
 import type { Config } from '@crowdplay/config';
 import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
@@ -97,13 +98,15 @@ async function base(config: Config, service: string): Promise<{ telemetry: Telem
 /**
  * Starts the given services in this process. `standalone` passes all four
  * and gets the demo and the dev tenant. `helperThreads`: what the command did
- * with HELPER_THREAD_NICE at start-up (threads.ts), logged and exported.
+ * with HELPER_THREAD_NICE at start-up (threads.ts), logged and exported;
+ * `startSettings`: SEMI_SPACE_MB and MALLOC_ARENA_MAX as the process got them
+ * (allocator.ts), logged and exported.
  * @throws on a store or bus that cannot be reached, or a port in use
  */
 export async function startServices(
   config: Config,
   names: readonly ServiceName[],
-  opts: { standalone: boolean; helperThreads?: HelperThreads },
+  opts: { standalone: boolean; helperThreads?: HelperThreads; startSettings?: ProcessStartSettings },
 ): Promise<Running> {
   const label = opts.standalone ? 'standalone' : names.join('+');
   const { telemetry, store, bus, subjects } = await base(config, label);
@@ -115,6 +118,26 @@ export async function startServices(
       'crowdplay_helper_threads_niced',
       'Helper threads (V8 platform workers, libuv pool) set to HELPER_THREAD_NICE at start-up',
       () => niced.length,
+    );
+  }
+  const start = opts.startSettings;
+  if (start) {
+    logger.info(
+      {
+        ...start,
+        ...(start.semiSpaceMb === null || start.mallocArenaMax === null
+          ? { note: 'Node or glibc defaults: npm start (scripts/start.sh) sets SEMI_SPACE_MB and MALLOC_ARENA_MAX (docs/operations.md)' }
+          : {}),
+      },
+      'process-start settings',
+    );
+    telemetry.metrics.gauge(
+      'crowdplay_process_start_setting',
+      'Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX); 0 = the runtime default',
+      () => [
+        [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
+        [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
+      ],
     );
   }
   const parts: Parts = {};

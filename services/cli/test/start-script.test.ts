@@ -1,0 +1,126 @@
+/**
+ * scripts/start.sh (`npm start`): applies SEMI_SPACE_MB and MALLOC_ARENA_MAX
+ * when node starts, execs node (same pid), refuses bad values before node
+ * runs; its defaults and ranges are the settings' (libs/config). And
+ * processStartSettings reads them back as node does.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { schema } from '@crowdplay/config';
+import { processStartSettings } from '../src/allocator.ts';
+
+const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
+const SCRIPT = join(ROOT, 'scripts', 'start.sh');
+
+interface Seen {
+  pid: number;
+  execArgv: string[];
+  args: string[];
+  arena: string | null;
+  semi: string | null;
+}
+
+/** Runs start.sh with a stand-in bundle that reports what node got. */
+async function run(
+  env: Record<string, string | undefined>,
+): Promise<{ code: number | null; stderr: string; pid: number; seen: Seen | null }> {
+  const dir = mkdtempSync(join(tmpdir(), 'crowdplay-start-'));
+  try {
+    const marker = join(dir, 'ran.json');
+    const bundle = join(dir, 'bundle.mjs');
+    writeFileSync(
+      bundle,
+      `import { writeFileSync } from 'node:fs';
+writeFileSync(${JSON.stringify(marker)}, JSON.stringify({ pid: process.pid, execArgv: process.execArgv, args: process.argv.slice(2),
+  arena: process.env.MALLOC_ARENA_MAX ?? null, semi: process.env.SEMI_SPACE_MB ?? null }));\n`,
+    );
+    const base: Record<string, string | undefined> = { ...process.env, CROWDPLAY_BUNDLE: bundle, CROWDPLAY_NODE: process.execPath };
+    delete base.SEMI_SPACE_MB;
+    delete base.MALLOC_ARENA_MAX;
+    const child = spawn('sh', [SCRIPT, 'start'], { env: { ...base, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((res) => child.once('exit', (c) => res(c)));
+    const seen = existsSync(marker) ? (JSON.parse(readFileSync(marker, 'utf8')) as Seen) : null;
+    return { code, stderr, pid: child.pid!, seen };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('cli - scripts/start.sh (npm start)', () => {
+  it('starts node itself (same pid) with --max-semi-space-size=8 and MALLOC_ARENA_MAX=2 by default, passing the arguments on', async () => {
+    const r = await run({});
+    assert.equal(r.code, 0, r.stderr);
+    assert.ok(r.seen);
+    assert.equal(r.seen.pid, r.pid, 'exec: the started process is node');
+    assert.deepEqual(r.seen.execArgv, ['--max-semi-space-size=8']);
+    assert.deepEqual(r.seen.args, ['start']);
+    assert.equal(r.seen.arena, '2');
+    assert.equal(r.seen.semi, '8');
+  });
+
+  it('takes SEMI_SPACE_MB and MALLOC_ARENA_MAX from the environment (empty: the default); MALLOC_ARENA_MAX=0 leaves glibc its default', async () => {
+    const r = await run({ SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4' });
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.seen?.execArgv, ['--max-semi-space-size=16']);
+    assert.equal(r.seen?.arena, '4');
+    const zero = await run({ MALLOC_ARENA_MAX: '0' });
+    assert.equal(zero.code, 0, zero.stderr);
+    assert.equal(zero.seen?.arena, null);
+    const empty = await run({ SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' });
+    assert.equal(empty.code, 0, empty.stderr);
+    assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=8'], '2'], 'empty: the default, as unset');
+  });
+
+  it('refuses a bad value by name with exit code 2, and node never runs', async () => {
+    for (const [name, value] of [
+      ['SEMI_SPACE_MB', 'abc'],
+      ['SEMI_SPACE_MB', '0'],
+      ['SEMI_SPACE_MB', '2048'],
+      ['SEMI_SPACE_MB', '99999999999999999999'],
+      ['SEMI_SPACE_MB', '8 --inspect'],
+      ['MALLOC_ARENA_MAX', '-1'],
+      ['MALLOC_ARENA_MAX', '1e3'],
+    ] as const) {
+      const r = await run({ [name]: value });
+      assert.equal(r.code, 2, `${name}=${value}`);
+      assert.match(r.stderr, new RegExp(`${name} must be a whole number`), `${name}=${value}`);
+      assert.equal(r.seen, null, `${name}=${value}: node did not run`);
+    }
+  });
+
+  it('has the settings’ defaults and ranges (libs/config), and is what npm start runs', () => {
+    const text = readFileSync(SCRIPT, 'utf8');
+    const semi = schema.runtime.semiSpaceMb;
+    const arena = schema.runtime.mallocArenaMax;
+    assert.ok(text.includes(`semi="\${SEMI_SPACE_MB:-${semi.default}}"`), 'SEMI_SPACE_MB default');
+    assert.ok(text.includes(`arena="\${MALLOC_ARENA_MAX:-${arena.default}}"`), 'MALLOC_ARENA_MAX default');
+    const range = (type: string): string => /^integer (\d+)–(\d+)$/.exec(type)!.slice(1).join(' ');
+    assert.ok(text.includes(`check SEMI_SPACE_MB "$semi" ${range(semi.type)}`), 'SEMI_SPACE_MB range');
+    assert.ok(text.includes(`check MALLOC_ARENA_MAX "$arena" ${range(arena.type)}`), 'MALLOC_ARENA_MAX range');
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    assert.equal(pkg.scripts.start, 'exec sh scripts/start.sh start');
+  });
+});
+
+describe('cli - processStartSettings', () => {
+  it('reads --max-semi-space-size from the command line over NODE_OPTIONS (last one given), MALLOC_ARENA_MAX from the environment', () => {
+    assert.deepEqual(processStartSettings([], {}), { semiSpaceMb: null, mallocArenaMax: null });
+    assert.deepEqual(processStartSettings(['--max-semi-space-size=8'], { MALLOC_ARENA_MAX: '2' }), { semiSpaceMb: 8, mallocArenaMax: 2 });
+    assert.deepEqual(
+      processStartSettings(['--max_semi_space_size', '12'], { NODE_OPTIONS: '--max-semi-space-size=4', MALLOC_ARENA_MAX: '0' }),
+      { semiSpaceMb: 12, mallocArenaMax: null },
+    );
+    assert.deepEqual(processStartSettings([], { NODE_OPTIONS: '--max-semi-space-size=4 --max-semi-space-size=6' }).semiSpaceMb, 6);
+    assert.deepEqual(processStartSettings(['--max-semi-space-size=x'], { MALLOC_ARENA_MAX: 'two' }), {
+      semiSpaceMb: null,
+      mallocArenaMax: null,
+    });
+  });
+});
