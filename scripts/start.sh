@@ -3,7 +3,8 @@
 # effect when a process starts (libs/config, docs/benchmarks.md "Session 10"):
 #   SEMI_SPACE_MB     V8's young generation semi-space (node --max-semi-space-size), default 8
 #   MALLOC_ARENA_MAX  glibc's malloc arenas, default 2 (0: glibc's own default)
-# Each can be set in the environment; a value that is not a whole number in range is refused here, before node starts.
+# Each can be set in the environment; a value that is not a whole number in range (plain digits, no leading zero) is
+# refused here, before node starts.
 # `exec` keeps the process id: what is started (and signalled, pinned, measured) is node itself.
 # CROWDPLAY_BUNDLE (default dist/crowdplay.js beside this script) and CROWDPLAY_NODE (default node) are for the load
 # scenarios, which build the bundle elsewhere and run under a given node.
@@ -12,7 +13,8 @@ set -eu
 semi="${SEMI_SPACE_MB:-8}"
 arena="${MALLOC_ARENA_MAX:-2}"
 check() { # name value min max
-  case "$2" in '' | *[!0-9]*) echo "crowdplay: $1 must be a whole number $3–$4, got \"$2\"" >&2; exit 2 ;; esac
+  # Digits only, no leading zero (glibc reads MALLOC_ARENA_MAX=010 as octal 8, and 08 as invalid).
+  case "$2" in '' | *[!0-9]* | 0?*) echo "crowdplay: $1 must be a whole number $3–$4 (digits, no leading zero), got \"$2\"" >&2; exit 2 ;; esac
   if [ "${#2}" -gt 5 ] || [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then echo "crowdplay: $1 must be a whole number $3–$4, got \"$2\"" >&2; exit 2; fi
 }
 check SEMI_SPACE_MB "$semi" 1 1024

@@ -58,7 +58,7 @@ export const schema = {
       min: 1,
       max: 1_024,
       unit: 'MiB',
-      doc: "V8's young generation semi-space, applied when the process starts (node's --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node's default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges. Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 8 with MALLOC_ARENA_MAX=2 peaked at 310 MB against 350–352 MB with Node's defaults, guess p99 66 ms, utilisation 0.82; 8 alone −17 MB (one run). Not measured in cluster mode.",
+      doc: "V8's young generation semi-space, applied when the process starts (node's --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node's default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges; the render threads keep their own limit (4 MB young generation: the flag is reset once the main isolate runs, as an explicit one overrides worker resourceLimits). scripts/start.sh takes plain digits (no `_`, no leading zero). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 8 with MALLOC_ARENA_MAX=2 peaked at 307–310 MB in three runs against 335 MB with MALLOC_ARENA_MAX=2 alone and 350–352 MB with neither; guess p99 63–89 ms, utilisation 0.77–0.82 against 61–75 ms and 0.82–0.85. Not measured in cluster mode.",
     }),
     mallocArenaMax: int({
       env: 'MALLOC_ARENA_MAX',
@@ -66,7 +66,7 @@ export const schema = {
       min: 0,
       max: 1_024,
       unit: 'count',
-      doc: "glibc's malloc arenas (its own variable, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default (8 per core). Every thread that allocates (V8's helpers, libuv's pool, the render threads) otherwise gets an arena of its own, and freed memory stays resident in each: measured on the rollover rig, thread arenas 23 MB + 22 MB of smaller heaps → 8 MB at 2 (docs/benchmarks.md \"Session 10\", with SEMI_SPACE_MB). Not measured in cluster mode; the k8s manifests do not set it.",
+      doc: "glibc's malloc arenas (its own variable, read when the process starts): `npm start` sets it unless set (scripts/start.sh, plain digits: glibc would read 010 as octal); 0 = glibc's default (8 per core). Every thread that allocates (V8's helpers, libuv's pool, the render threads) otherwise gets an arena of its own, and freed memory stays resident in each: measured on the rollover rig, thread arenas 23 MB + 22 MB of smaller heaps → 8 MB at 2 (docs/benchmarks.md \"Session 10\", with SEMI_SPACE_MB). Not measured in cluster mode; the k8s manifests do not set it.",
     }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',

@@ -144,7 +144,7 @@ export class Avatars {
   private readonly sizePx: number;
   private readonly s = { requests: 0, cacheHits: 0, collapsed: 0, reads: 0, failures: 0, queued: 0 };
   /** Reads waiting for a slot, oldest first from `head` (compacted when half is spent). */
-  private fifo: Waiting[] = [];
+  private fifo: Array<Waiting | undefined> = [];
   private head = 0;
   /** Reads running now (≤ the gate's limit). */
   private running = 0;
@@ -212,8 +212,15 @@ export class Avatars {
     this.inflight.delete(w.userId);
     this.running--;
     w.settle(bytes);
-    const next = this.head < this.fifo.length ? this.fifo[this.head++]! : undefined;
-    if (this.head > 1024 && this.head * 2 > this.fifo.length) {
+    let next: Waiting | undefined;
+    if (this.head < this.fifo.length) {
+      next = this.fifo[this.head];
+      this.fifo[this.head++] = undefined; // a taken slot must not keep its resolver (and through it the bytes) alive
+    }
+    if (this.head === this.fifo.length) {
+      this.fifo = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.fifo.length) {
       this.fifo = this.fifo.slice(this.head);
       this.head = 0;
     }

@@ -4,6 +4,8 @@
  * each outcome of docs/telegram.md, end to end over HTTP.
  */
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import assert from 'node:assert/strict';
 import { GrammyError } from 'grammy';
 import { isCrowdplayError } from '@crowdplay/protocol';
@@ -532,6 +534,30 @@ void test('avatars: reads waiting for a slot have made no Bot API call, and star
   answer.get(501)!();
   const [x, y] = await Promise.all(queuedTwice);
   assert.equal(x, y);
+});
+
+void test('avatars: a read that finished is not kept alive by the FIFO (its bytes are collectable once the caller drops them)', async () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const refs: Array<WeakRef<Uint8Array>> = [];
+  const api: AvatarApi = {
+    getUserProfilePhotos: () => Promise.resolve({ total_count: 1, photos: [[{ file_id: 'f', width: 160, height: 160 }]] }),
+    getFile: (fileId) => Promise.resolve({ file_id: fileId, file_path: `p/${fileId}` }),
+  };
+  const download = (): Promise<Uint8Array> => {
+    const bytes = new Uint8Array(100_000);
+    refs.push(new WeakRef(bytes));
+    return Promise.resolve(bytes);
+  };
+  const avatars = new Avatars({ api, gate: new Gate(1), cacheBytes: 0, ttlMs: 1, download });
+  let got = 0;
+  await Promise.all(Array.from({ length: 20 }, (_, i) => avatars.get(1_000 + i).then((b) => void (got += b ? 1 : 0))));
+  assert.equal(got, 20);
+  assert.equal(avatars.stats().queued, 19, '19 reads waited in the FIFO');
+  await new Promise((res) => setImmediate(res));
+  gc();
+  await new Promise((res) => setImmediate(res));
+  assert.equal(refs.filter((r) => r.deref() !== undefined).length, 0, 'no finished read is held');
 });
 
 /** Avatar options of the shrink tests: 2 slots, a cache that holds everything. */

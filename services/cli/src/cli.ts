@@ -24,7 +24,7 @@ import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { runUntilSignal, startHealthServer } from './health.ts';
 import { niceHelperThreads } from './threads.ts';
-import { processStartSettings } from './allocator.ts';
+import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 
 const USAGE = `usage:
   crowdplay start
@@ -182,6 +182,8 @@ async function main(): Promise<void> {
   const helperThreads = cmd === 'start' || cmd === 'service' ? niceHelperThreads(config.runtime.helperThreadNice) : undefined;
   // Read back, not applied: they take effect only when a process starts (npm start → scripts/start.sh).
   const startSettings = processStartSettings(process.execArgv, process.env);
+  // Before any worker thread exists: the render threads get their own (small) young generation, not SEMI_SPACE_MB.
+  releaseSemiSpaceFlag(startSettings, setFlagsFromString);
   process.on('unhandledRejection', (err) => {
     process.stderr.write(`unhandled rejection: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   });

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { schema } from '@crowdplay/config';
-import { processStartSettings } from '../src/allocator.ts';
+import { processStartSettings, releaseSemiSpaceFlag } from '../src/allocator.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const SCRIPT = join(ROOT, 'scripts', 'start.sh');
@@ -87,6 +87,8 @@ describe('cli - scripts/start.sh (npm start)', () => {
       ['SEMI_SPACE_MB', '8 --inspect'],
       ['MALLOC_ARENA_MAX', '-1'],
       ['MALLOC_ARENA_MAX', '1e3'],
+      ['MALLOC_ARENA_MAX', '010'],
+      ['SEMI_SPACE_MB', '08'],
     ] as const) {
       const r = await run({ [name]: value });
       assert.equal(r.code, 2, `${name}=${value}`);
@@ -122,5 +124,46 @@ describe('cli - processStartSettings', () => {
       semiSpaceMb: null,
       mallocArenaMax: null,
     });
+  });
+});
+
+describe('cli - releaseSemiSpaceFlag', () => {
+  /** A node started with --max-semi-space-size=8 (as by start.sh): the young generation a worker with a 4 MB limit gets, MB. */
+  async function workerNewSpaceMb(release: boolean): Promise<number> {
+    const allocator = fileURLToPath(new URL('../src/allocator.ts', import.meta.url));
+    const code = `
+      import { setFlagsFromString, getHeapSpaceStatistics } from 'node:v8';
+      import { Worker } from 'node:worker_threads';
+      const { processStartSettings, releaseSemiSpaceFlag } = await import(${JSON.stringify(allocator)});
+      if (${release}) releaseSemiSpaceFlag(processStartSettings(process.execArgv, process.env), setFlagsFromString);
+      const src = "Promise.all([import('node:v8'), import('node:worker_threads')]).then(([v8, wt]) => {" +
+        " const keep = []; for (let i = 0; i < 2e6; i++) { const o = { i }; if (i % 100 === 0) keep.push(o); }" +
+        " wt.parentPort.postMessage(v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size); });";
+      const w = new Worker(src, { eval: true, resourceLimits: { maxYoungGenerationSizeMb: 4 } });
+      w.once('message', (n) => { process.stdout.write(String(n / 1048576)); void w.terminate(); });`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--max-semi-space-size=8', '--input-type=module', '-e', code], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await new Promise((res) => child.once('exit', res));
+    return Number(out);
+  }
+
+  it('resets the flag only when the process started with one; then a worker gets the young generation its resourceLimits ask for', async () => {
+    const calls: string[] = [];
+    assert.equal(
+      releaseSemiSpaceFlag({ semiSpaceMb: null, mallocArenaMax: 2 }, (f) => calls.push(f)),
+      false,
+    );
+    assert.equal(calls.length, 0);
+    assert.equal(
+      releaseSemiSpaceFlag({ semiSpaceMb: 8, mallocArenaMax: 2 }, (f) => calls.push(f)),
+      true,
+    );
+    assert.deepEqual(calls, ['--max-semi-space-size=0']);
+    const [kept, released] = await Promise.all([workerNewSpaceMb(false), workerNewSpaceMb(true)]);
+    assert.ok(kept > 4, `without the reset the flag wins over resourceLimits: ${kept} MB`);
+    assert.ok(released > 0 && released <= 4, `with it, the worker's own limit: ${released} MB`);
   });
 });

@@ -808,8 +808,14 @@ class GatewayImpl implements Gateway {
     }
     const held = conn.resumeBuffer ?? [];
     conn.resumeBuffer = null;
-    conn.replayedUpTo = replayedUpTo;
-    for (const data of held) this.sendLiveToGame(conn, data);
+    // Only batches the replay sent can come live afterwards: with nothing replayed (a game ahead of the log, e.g. a
+    // fresh database), live batches are not held back against its lastEventId.
+    if (replayedUpTo > from) conn.replayedUpTo = replayedUpTo;
+    for (const data of held) {
+      const ev = frameEv(data);
+      if (ev !== undefined && ev <= replayedUpTo) this.metrics.replayedLiveSkipped.add(1);
+      else this.sendLiveToGame(conn, data);
+    }
   }
 
   private snapshot(channel: string): Promise<Buffer | undefined> {

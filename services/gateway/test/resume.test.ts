@@ -145,6 +145,17 @@ describe('gateway resume', () => {
     await g.close();
   });
 
+  it('game - a game ahead of the log (nothing replayed, e.g. a fresh database) gets live batches below its lastEventId', async () => {
+    const resumes = async (): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' });
+    const before = await resumes();
+    const g = await game(5000);
+    await waitUntil(async () => (await resumes()) === before + 1, 'the resume done');
+    h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(batch(100)));
+    await g.frame((f) => f.t === 'batch' && f.ev === 100, 'live batch 100');
+    assert.deepEqual(evs(g.frames), [100]);
+    await g.close();
+  });
+
   it('crowd - a viewer ahead of the channel (changes it saw were lost) gets resync (ahead) then the update; others no resync', async () => {
     const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'ahead' });
     const ahead = await connected(h.wsUrl({ role: 'crowd', channel: suite.channel, token, lastEventId: 1000 }));
