@@ -1,8 +1,9 @@
 #!/bin/sh
-# `npm start`: runs the product's bundle with the two settings that only take
+# `npm start`: runs the product's bundle with the three settings that only take
 # effect when a process starts (libs/config, docs/benchmarks.md "Session 10"):
 #   SEMI_SPACE_MB     V8's young generation semi-space (node --max-semi-space-size), default 8
 #   MALLOC_ARENA_MAX  glibc's malloc arenas, default 2 (0: glibc's own default)
+#   MALLOC_MMAP_THRESHOLD_  glibc's mmap threshold, bytes, default 1048576 (0: glibc's own, dynamic, default)
 # Each can be set in the environment; a value that is not a whole number in range (plain digits, no leading zero) is
 # refused here, before node starts.
 # `exec` keeps the process id: what is started (and signalled, pinned, measured) is node itself.
@@ -12,14 +13,17 @@ set -eu
 
 semi="${SEMI_SPACE_MB:-8}"
 arena="${MALLOC_ARENA_MAX:-2}"
+mmap="${MALLOC_MMAP_THRESHOLD_:-1048576}"
 check() { # name value min max
   # Digits only, no leading zero (glibc reads MALLOC_ARENA_MAX=010 as octal 8, and 08 as invalid).
   case "$2" in '' | *[!0-9]* | 0?*) echo "crowdplay: $1 must be a whole number $3–$4 (digits, no leading zero), got \"$2\"" >&2; exit 2 ;; esac
-  if [ "${#2}" -gt 5 ] || [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then echo "crowdplay: $1 must be a whole number $3–$4, got \"$2\"" >&2; exit 2; fi
+  if [ "${#2}" -gt "${#4}" ] || [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then echo "crowdplay: $1 must be a whole number $3–$4, got \"$2\"" >&2; exit 2; fi
 }
 check SEMI_SPACE_MB "$semi" 1 1024
 check MALLOC_ARENA_MAX "$arena" 0 1024
+check MALLOC_MMAP_THRESHOLD_ "$mmap" 0 33554432
 if [ "$arena" -eq 0 ]; then unset MALLOC_ARENA_MAX; else export MALLOC_ARENA_MAX="$arena"; fi
+if [ "$mmap" -eq 0 ]; then unset MALLOC_MMAP_THRESHOLD_; else export MALLOC_MMAP_THRESHOLD_="$mmap"; fi
 export SEMI_SPACE_MB="$semi"
 
 bundle="${CROWDPLAY_BUNDLE:-$(dirname "$0")/../dist/crowdplay.js}"

@@ -68,6 +68,14 @@ export const schema = {
       unit: 'count',
       doc: "glibc's malloc arenas (its own variable, read when the process starts): `npm start` sets it unless set (scripts/start.sh, plain digits: glibc would read 010 as octal); 0 = glibc's default (8 per core). Every thread that allocates (V8's helpers, libuv's pool, the render threads) otherwise gets an arena of its own, and freed memory stays resident in each: measured on the rollover rig, thread arenas 23 MB + 22 MB of smaller heaps → 8 MB at 2 (docs/benchmarks.md \"Session 10\", with SEMI_SPACE_MB). Not measured in cluster mode; the k8s manifests do not set it.",
     }),
+    mallocMmapThreshold: int({
+      env: 'MALLOC_MMAP_THRESHOLD_',
+      default: 1_048_576,
+      min: 0,
+      max: 33_554_432,
+      unit: 'bytes',
+      doc: "glibc's mmap threshold (its own variable, trailing underscore included, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default, a threshold that rises to the largest block freed (up to 32 MiB). Fixed, every allocation this large gets its own mapping and goes back to the system when freed; otherwise a freed board canvas (~1–6 MB of pixels) raises the threshold and the next ones are carved from an arena that keeps the memory: measured on the rollover rig (docs/benchmarks.md \"Session 10\"), the threads' shared arena held 6–31 MB at the peak without it and 1.5 MB with 1 MiB. Not measured in cluster mode.",
+    }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
       default: false,

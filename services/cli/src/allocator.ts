@@ -40,12 +40,14 @@ export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
   return [HUGE_PAGES.env];
 }
 
-/** What this process was started with of the settings scripts/start.sh applies (SEMI_SPACE_MB, MALLOC_ARENA_MAX). */
+/** What this process was started with of the settings scripts/start.sh applies (SEMI_SPACE_MB, MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_). */
 export interface ProcessStartSettings {
   /** node's --max-semi-space-size, MiB; null: not given (Node's default, 16 MiB on Node 20). */
   semiSpaceMb: number | null;
   /** MALLOC_ARENA_MAX as glibc reads it; null: unset, 0 or unreadable (glibc's default, 8 arenas per core). */
   mallocArenaMax: number | null;
+  /** MALLOC_MMAP_THRESHOLD_ as glibc reads it, bytes; null: unset or unreadable (glibc's dynamic threshold). */
+  mallocMmapThreshold: number | null;
 }
 
 /**
@@ -68,19 +70,20 @@ export function processStartSettings(execArgv: readonly string[], env: NodeJS.Pr
     }
     return v;
   };
-  // As glibc reads it (C's base prefixes, measured: 010 → 8 arenas, 08 → invalid, its default).
-  const raw = (env.MALLOC_ARENA_MAX ?? '').trim();
-  const arena = /^0x[0-9a-f]+$/i.test(raw)
-    ? parseInt(raw.slice(2), 16)
-    : /^0[0-7]*$/.test(raw)
-      ? parseInt(raw, 8)
-      : /^[1-9]\d*$/.test(raw)
-        ? Number(raw)
-        : null;
   return {
     semiSpaceMb: semi(execArgv) ?? semi((env.NODE_OPTIONS ?? '').split(/\s+/).filter(Boolean)),
-    mallocArenaMax: arena === 0 ? null : arena,
+    mallocArenaMax: glibcNumber(env.MALLOC_ARENA_MAX) || null,
+    mallocMmapThreshold: glibcNumber(env.MALLOC_MMAP_THRESHOLD_),
   };
+}
+
+/** A glibc tunable's value as glibc reads it (C's base prefixes, measured: MALLOC_ARENA_MAX=010 → 8 arenas, 08 → invalid, its default), or null. */
+function glibcNumber(value: string | undefined): number | null {
+  const raw = (value ?? '').trim();
+  if (/^0x[0-9a-f]+$/i.test(raw)) return parseInt(raw.slice(2), 16);
+  if (/^0[0-7]*$/.test(raw)) return parseInt(raw, 8);
+  if (/^[1-9]\d*$/.test(raw)) return Number(raw);
+  return null;
 }
 
 /**

@@ -125,18 +125,21 @@ export async function startServices(
     logger.info(
       {
         ...start,
-        ...(start.semiSpaceMb === null || start.mallocArenaMax === null
-          ? { note: 'Node or glibc defaults: npm start (scripts/start.sh) sets SEMI_SPACE_MB and MALLOC_ARENA_MAX (docs/operations.md)' }
+        ...(start.semiSpaceMb === null || start.mallocArenaMax === null || start.mallocMmapThreshold === null
+          ? {
+              note: 'Node or glibc defaults: npm start (scripts/start.sh) sets SEMI_SPACE_MB, MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ (docs/operations.md)',
+            }
           : {}),
       },
       'process-start settings',
     );
     telemetry.metrics.gauge(
       'crowdplay_process_start_setting',
-      'Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX); 0 = the runtime default',
+      'Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX), malloc_mmap_threshold (MALLOC_MMAP_THRESHOLD_, bytes); 0 = the runtime default',
       () => [
         [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
         [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
+        [start.mallocMmapThreshold ?? 0, { setting: 'malloc_mmap_threshold' }],
       ],
     );
   }

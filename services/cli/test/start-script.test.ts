@@ -22,6 +22,7 @@ interface Seen {
   execArgv: string[];
   args: string[];
   arena: string | null;
+  mmap: string | null;
   semi: string | null;
 }
 
@@ -37,11 +38,12 @@ async function run(
       bundle,
       `import { writeFileSync } from 'node:fs';
 writeFileSync(${JSON.stringify(marker)}, JSON.stringify({ pid: process.pid, execArgv: process.execArgv, args: process.argv.slice(2),
-  arena: process.env.MALLOC_ARENA_MAX ?? null, semi: process.env.SEMI_SPACE_MB ?? null }));\n`,
+  arena: process.env.MALLOC_ARENA_MAX ?? null, mmap: process.env.MALLOC_MMAP_THRESHOLD_ ?? null, semi: process.env.SEMI_SPACE_MB ?? null }));\n`,
     );
     const base: Record<string, string | undefined> = { ...process.env, CROWDPLAY_BUNDLE: bundle, CROWDPLAY_NODE: process.execPath };
     delete base.SEMI_SPACE_MB;
     delete base.MALLOC_ARENA_MAX;
+    delete base.MALLOC_MMAP_THRESHOLD_;
     const child = spawn('sh', [SCRIPT, 'start'], { env: { ...base, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -62,17 +64,19 @@ describe('cli - scripts/start.sh (npm start)', () => {
     assert.deepEqual(r.seen.execArgv, ['--max-semi-space-size=8']);
     assert.deepEqual(r.seen.args, ['start']);
     assert.equal(r.seen.arena, '2');
+    assert.equal(r.seen.mmap, '1048576');
     assert.equal(r.seen.semi, '8');
   });
 
   it('takes SEMI_SPACE_MB and MALLOC_ARENA_MAX from the environment (empty: the default); MALLOC_ARENA_MAX=0 leaves glibc its default', async () => {
-    const r = await run({ SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4' });
+    const r = await run({ SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '262144' });
     assert.equal(r.code, 0, r.stderr);
     assert.deepEqual(r.seen?.execArgv, ['--max-semi-space-size=16']);
     assert.equal(r.seen?.arena, '4');
-    const zero = await run({ MALLOC_ARENA_MAX: '0' });
+    assert.equal(r.seen?.mmap, '262144');
+    const zero = await run({ MALLOC_ARENA_MAX: '0', MALLOC_MMAP_THRESHOLD_: '0' });
     assert.equal(zero.code, 0, zero.stderr);
-    assert.equal(zero.seen?.arena, null);
+    assert.deepEqual([zero.seen?.arena, zero.seen?.mmap], [null, null]);
     const empty = await run({ SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' });
     assert.equal(empty.code, 0, empty.stderr);
     assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=8'], '2'], 'empty: the default, as unset');
@@ -89,6 +93,8 @@ describe('cli - scripts/start.sh (npm start)', () => {
       ['MALLOC_ARENA_MAX', '1e3'],
       ['MALLOC_ARENA_MAX', '010'],
       ['SEMI_SPACE_MB', '08'],
+      ['MALLOC_MMAP_THRESHOLD_', '33554433'],
+      ['MALLOC_MMAP_THRESHOLD_', '1M'],
     ] as const) {
       const r = await run({ [name]: value });
       assert.equal(r.code, 2, `${name}=${value}`);
@@ -106,6 +112,9 @@ describe('cli - scripts/start.sh (npm start)', () => {
     const range = (type: string): string => /^integer (\d+)–(\d+)$/.exec(type)!.slice(1).join(' ');
     assert.ok(text.includes(`check SEMI_SPACE_MB "$semi" ${range(semi.type)}`), 'SEMI_SPACE_MB range');
     assert.ok(text.includes(`check MALLOC_ARENA_MAX "$arena" ${range(arena.type)}`), 'MALLOC_ARENA_MAX range');
+    const mmap = schema.runtime.mallocMmapThreshold;
+    assert.ok(text.includes(`mmap="\${MALLOC_MMAP_THRESHOLD_:-${mmap.default}}"`), 'MALLOC_MMAP_THRESHOLD_ default');
+    assert.ok(text.includes(`check MALLOC_MMAP_THRESHOLD_ "$mmap" ${range(mmap.type)}`), 'MALLOC_MMAP_THRESHOLD_ range');
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     assert.equal(pkg.scripts.start, 'exec sh scripts/start.sh start');
   });
@@ -113,16 +122,21 @@ describe('cli - scripts/start.sh (npm start)', () => {
 
 describe('cli - processStartSettings', () => {
   it('reads --max-semi-space-size from the command line over NODE_OPTIONS (last one given), MALLOC_ARENA_MAX from the environment', () => {
-    assert.deepEqual(processStartSettings([], {}), { semiSpaceMb: null, mallocArenaMax: null });
-    assert.deepEqual(processStartSettings(['--max-semi-space-size=8'], { MALLOC_ARENA_MAX: '2' }), { semiSpaceMb: 8, mallocArenaMax: 2 });
+    assert.deepEqual(processStartSettings([], {}), { semiSpaceMb: null, mallocArenaMax: null, mallocMmapThreshold: null });
+    assert.deepEqual(processStartSettings(['--max-semi-space-size=8'], { MALLOC_ARENA_MAX: '2', MALLOC_MMAP_THRESHOLD_: '1048576' }), {
+      semiSpaceMb: 8,
+      mallocArenaMax: 2,
+      mallocMmapThreshold: 1_048_576,
+    });
     assert.deepEqual(
       processStartSettings(['--max_semi_space_size', '12'], { NODE_OPTIONS: '--max-semi-space-size=4', MALLOC_ARENA_MAX: '0' }),
-      { semiSpaceMb: 12, mallocArenaMax: null },
+      { semiSpaceMb: 12, mallocArenaMax: null, mallocMmapThreshold: null },
     );
     assert.deepEqual(processStartSettings([], { NODE_OPTIONS: '--max-semi-space-size=4 --max-semi-space-size=6' }).semiSpaceMb, 6);
-    assert.deepEqual(processStartSettings(['--max-semi-space-size=x'], { MALLOC_ARENA_MAX: 'two' }), {
+    assert.deepEqual(processStartSettings(['--max-semi-space-size=x'], { MALLOC_ARENA_MAX: 'two', MALLOC_MMAP_THRESHOLD_: '1M' }), {
       semiSpaceMb: null,
       mallocArenaMax: null,
+      mallocMmapThreshold: null,
     });
   });
 });
@@ -153,12 +167,12 @@ describe('cli - releaseSemiSpaceFlag', () => {
   it('resets the flag only when the process started with one; then a worker gets the young generation its resourceLimits ask for', async () => {
     const calls: string[] = [];
     assert.equal(
-      releaseSemiSpaceFlag({ semiSpaceMb: null, mallocArenaMax: 2 }, (f) => calls.push(f)),
+      releaseSemiSpaceFlag({ semiSpaceMb: null, mallocArenaMax: 2, mallocMmapThreshold: null }, (f) => calls.push(f)),
       false,
     );
     assert.equal(calls.length, 0);
     assert.equal(
-      releaseSemiSpaceFlag({ semiSpaceMb: 8, mallocArenaMax: 2 }, (f) => calls.push(f)),
+      releaseSemiSpaceFlag({ semiSpaceMb: 8, mallocArenaMax: 2, mallocMmapThreshold: null }, (f) => calls.push(f)),
       true,
     );
     assert.deepEqual(calls, ['--max-semi-space-size=0']);
