@@ -74,7 +74,7 @@ export const schema = {
       min: 0,
       max: 33_554_432,
       unit: 'bytes',
-      doc: "glibc's mmap threshold (its own variable, trailing underscore included, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default, a threshold that rises to the largest block freed (up to 32 MiB). Fixed, every allocation this large gets its own mapping and goes back to the system when freed; otherwise a freed board canvas (~1–6 MB of pixels) raises the threshold and the next ones are carved from an arena that keeps the memory: measured on the rollover rig (docs/benchmarks.md \"Session 10\"), the threads' shared arena held 6–31 MB at the peak without it and 1.5 MB with 1 MiB. Not measured in cluster mode.",
+      doc: "glibc's mmap threshold (its own variable, trailing underscore included, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default, a threshold that rises to the largest block freed (up to 32 MiB). Fixed, every allocation this large gets its own mapping and goes back to the system when freed; otherwise a freed board canvas (~1–6 MB of pixels) raises the threshold and the next ones are carved from an arena that keeps the memory: measured on the rollover rig (docs/benchmarks.md \"Session 10\"), the threads' shared arena held 6–31 MB at the peak in three runs without it and 0–15 MB in four with 1 MiB (peak RSS 307–332 → 298–313 MB). Not measured in cluster mode.",
     }),
     allocatorHugePages: bool({
       env: 'MIMALLOC_ALLOW_THP',
