@@ -15,7 +15,31 @@ function captureLogger(): { logger: pino.Logger; lines: Array<Record<string, unk
   return { logger: pino({ level: 'info' }, stream), lines };
 }
 
+/** `crowdplay_event_loop_lag_ms{quantile="max"}` in one scrape, or null. */
+async function lagMax(m: Metrics): Promise<number | null> {
+  const line = (await m.prometheusText())
+    .split('\n')
+    .find((l) => l.startsWith('crowdplay_event_loop_lag_ms{') && l.includes('quantile="max"'));
+  return line ? Number(line.split(' ').at(-1)) : null;
+}
+
 describe('telemetry', () => {
+  it('event-loop lag - a stall a scrape follows at once still shows in the max (the histogram reset forgets its last tick)', async () => {
+    const m = new Metrics({ service: 'test' });
+    try {
+      await new Promise((res) => setTimeout(res, 50));
+      await lagMax(m); // a scrape: the window starts
+      const t0 = Date.now();
+      while (Date.now() - t0 < 120); // a 120 ms stall
+      const right = await lagMax(m); // read right after it, before any timer of the loop ran
+      await new Promise((res) => setTimeout(res, 40));
+      const next = await lagMax(m);
+      assert.ok(Math.max(right ?? 0, next ?? 0) >= 90, `the stall: ${right} then ${next} ms`);
+    } finally {
+      await m.close();
+    }
+  });
+
   it('refusals - counted every time, logged once per interval with the count', async () => {
     const metrics = new Metrics({ service: 'test' });
     const { logger, lines } = captureLogger();
