@@ -30,6 +30,7 @@ export interface EventsSince {
 export const EVENT_SQL = {
   since: 'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
   floor: 'SELECT events_floor FROM channels WHERE id = $1',
+  latest: 'SELECT event_id, epoch, body FROM channel_events WHERE channel_id = $1 AND kind = $2 ORDER BY event_id DESC LIMIT 1',
   pruneVictims: 'SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2',
 } as const;
 
@@ -61,6 +62,16 @@ export class EventLogRepository {
         events.map((e) => e.body),
       ],
     );
+  }
+
+  /**
+   * The newest logged event of `channel` of kind `kind` (index scan on the
+   * primary key, backwards), or null when it has none.
+   */
+  async latest(channel: string, kind: string): Promise<{ eventId: number; epoch: number; body: string } | null> {
+    const { rows } = await this.db.query<{ event_id: string; epoch: string; body: string }>(EVENT_SQL.latest, [channel, kind]);
+    const r = rows[0];
+    return r ? { eventId: Number(r.event_id), epoch: Number(r.epoch), body: r.body } : null;
   }
 
   /**

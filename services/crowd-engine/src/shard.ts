@@ -90,6 +90,13 @@ interface Owned {
   moving: boolean;
 }
 
+/**
+ * Bus header on a batch a new owner publishes again (the previous owner's last logged one, see `acquire`): the same
+ * bytes as when it was first logged; gateways need no header (they skip batches a game socket has by `ev`), tests and
+ * tools that check ids on the bus tell repeats from new batches by it.
+ */
+export const REPEAT_HEADER = 'crowdplay-repeat';
+
 /** A tick's batches for external games, logged then published (publishBatches). */
 type Outbox = Array<{ o: Owned; ev: number; text: string }>;
 
@@ -102,6 +109,7 @@ interface EngineMetrics {
   updates: Counter;
   updatesDeferred: Counter;
   tickYields: Counter;
+  lastBatchRepeats: Counter;
   updateBytes: Histogram;
   snapshotErrors: Counter;
   absorbed: Counter;
@@ -175,6 +183,10 @@ export class Shard {
         'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), moved (not published: the channel moved away while its tick was in flight), gap (published, floor raised), gap_unmarked (published, floor not raised)',
       ),
       updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
+      lastBatchRepeats: mx.counter(
+        'crowdplay_last_batch_repeats_total',
+        "Channels acquired whose previous owner's last logged batch was published again (a shard that died between logging and publishing it left it unseen; gateways drop it for game sockets that have it)",
+      ),
       tickYields: mx.counter(
         'crowdplay_tick_yields_total',
         'Times a tick over many channels yielded the event loop to I/O after SHARD_TURN_BUDGET_MS of work, then went on',
@@ -372,6 +384,10 @@ export class Shard {
     // A channel whose chat became another one never runs again (its state moved; see the router's migrate).
     if (row.migratedTo !== null) throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
     const rt = new ChannelRuntime(channel);
+    // A shard logs a batch before it publishes it: one that died in between left a batch in the log that no game got
+    // live. The previous owner's last logged batch goes out again before this owner's first (gateways never send a
+    // game socket a batch at or below one it was sent, so a game that has it does not get it twice).
+    const lastBatch = await store.events.latest(channel, 'batch');
     const snap = await store.channels.loadSnapshot(channel);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
     // Ids used from now on must exceed every id the previous owner used.
@@ -420,6 +436,10 @@ export class Shard {
       rt.setGameState(game.init(restoredGame), await this.nextEventId(), now);
     }
     if (this.owned.has(channel)) return; // a concurrent acquire won
+    if (lastBatch && lastBatch.epoch < epoch) {
+      bus.publish(subjects.channelGame(channel), Buffer.from(lastBatch.body, 'utf8'), { headers: { [REPEAT_HEADER]: '1' } });
+      this.m.lastBatchRepeats.add(1);
+    }
     this.owned.set(channel, o);
     // One queue group: while a move hands the channel over, each message reaches either the old owner (which refuses it,
     // retryable) or the new one, never both.

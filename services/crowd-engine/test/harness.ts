@@ -9,7 +9,7 @@ import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { assertRefusalsLoggedOnce, testSchema, type TestSchema } from '@crowdplay/testing';
 import { Router } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
-import { Shard, type ChargeFn, type GameModule } from '../src/index.ts';
+import { REPEAT_HEADER, Shard, type ChargeFn, type GameModule } from '../src/index.ts';
 
 export interface Harness {
   config: Config;
@@ -30,6 +30,8 @@ export interface Harness {
   /** The shard's ledger (when started with `ledger: true`). */
   ledger: Ledger | undefined;
   batches: Batch[];
+  /** Batches a new owner published again on acquire (REPEAT_HEADER), not in `batches`. */
+  repeats: Batch[];
   updates: ChannelUpdate[];
   /** Warn-and-above log lines (refusals log once per 60 s per reason here). */
   logs: Array<Record<string, unknown>>;
@@ -107,6 +109,7 @@ export async function startHarness(
   const wallets: WalletBatch['entries'] = [];
   const roundFrames: RoundFrame[] = [];
   const batches: Batch[] = [];
+  const repeats: Batch[] = [];
   const updates: ChannelUpdate[] = [];
   bus.subscribe(subjects.gatewayAcks('gw-t'), (m) => {
     const b = decodeJson<AckBatch>(m.data);
@@ -117,6 +120,7 @@ export async function startHarness(
   bus.subscribe(`${subjects.prefix}.ch.*.game`, (m) => {
     const f = decodeJson<Batch | RoundFrame>(m.data);
     if (f.t === 'round') roundFrames.push(f);
+    else if (m.headers?.[REPEAT_HEADER]) repeats.push(f);
     else batches.push(f);
   });
   bus.subscribe(`${subjects.prefix}.ch.*.out`, (m) => updates.push(decodeJson<ChannelUpdate>(m.data)));
@@ -137,6 +141,7 @@ export async function startHarness(
     roundFrames,
     ledger,
     batches,
+    repeats,
     updates,
     logs,
     send(channel, intents) {

@@ -134,6 +134,12 @@ describe('a tick in flight while its channel leaves the shard', () => {
     await sleep(100); // a publish from the held tick would land now
     assert.ok(!evs(ch).includes(heldEv), `the old owner's batch ${heldEv} is not published after the move (${evs(ch).join(', ')})`);
     assertRising(ch);
+    // ...but it is in the log, and the new owner sent the last logged batch again on acquire (REPEAT_HEADER), before its
+    // own: no game is left without a logged batch (gateways skip it for a game socket that has it).
+    assert.deepEqual(
+      h.repeats.filter((b) => b.channel === ch).map((b) => b.ev),
+      [heldEv],
+    );
     await s2.release(ch);
   });
 });

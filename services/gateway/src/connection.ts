@@ -33,11 +33,12 @@ export class Conn {
   /** Game resuming: live `ch.<C>.game` messages held while the missed ones are read from the event log. */
   resumeBuffer: Uint8Array[] | null = null;
   /**
-   * Game resumed: the newest batch `ev` sent from the event log (or the resume point). A shard logs a batch
-   * before it publishes it, so the live copy of a replayed batch can arrive after the replay: live batches
-   * with `ev` ≤ this are not sent again. Null once a newer live batch went out (later ones are newer still).
+   * Game: the newest batch `ev` this socket was sent (from the event log or live), null before the first. A channel's
+   * batch ids only rise (a new owner's ids are above the old one's), so a live batch at or below it is one the game
+   * has: the live copy of a batch a resume replayed (a shard logs a batch before it publishes it), or the previous
+   * owner's last batch a new owner sends again (it may have died between the two). Not sent twice.
    */
-  replayedUpTo: number | null = null;
+  lastBatchEv: number | null = null;
   /** Frames received before the welcome, or null once they were replayed. */
   early: EarlyFrame[] | null = [];
   /** Bytes held in `early`. */

@@ -778,7 +778,7 @@ class GatewayImpl implements Gateway {
    * serve it (pruned, too far behind, unreadable): a `resync` frame, the
    * channel's current update (the snapshot), then the live batches. A shard
    * logs a batch before it publishes it, so a batch the replay read can reach
-   * this gateway live after the replay: `conn.replayedUpTo` keeps sendToGame
+   * this gateway live after the replay: `conn.lastBatchEv` keeps sendToGame
    * from sending it twice.
    */
   private async resumeGame(conn: Conn): Promise<void> {
@@ -810,7 +810,7 @@ class GatewayImpl implements Gateway {
     conn.resumeBuffer = null;
     // Only batches the replay sent can come live afterwards: with nothing replayed (a game ahead of the log, e.g. a
     // fresh database), live batches are not held back against its lastEventId.
-    if (replayedUpTo > from) conn.replayedUpTo = replayedUpTo;
+    if (replayedUpTo > from) conn.lastBatchEv = replayedUpTo;
     for (const data of held) {
       const ev = frameEv(data);
       if (ev !== undefined && ev <= replayedUpTo) this.metrics.replayedLiveSkipped.add(1);
@@ -1111,22 +1111,19 @@ class GatewayImpl implements Gateway {
   }
 
   /**
-   * One live `ch.<C>.game` message after a resume's replay: a batch whose `ev`
-   * is at most `conn.replayedUpTo` was sent from the event log already and is
-   * skipped (counted); the first newer batch ends the check (a shard publishes
-   * a channel's batches in `ev` order, and a new owner's ids are above the
-   * old one's), so only the batches right after a resume are parsed.
+   * One live `ch.<C>.game` message: a batch whose `ev` is at most the newest
+   * this socket was sent (`conn.lastBatchEv`) is one the game has and is
+   * skipped (counted); round frames (no `ev`) always go. Parses each batch
+   * frame once per game socket.
    */
   private sendLiveToGame(conn: Conn, data: Uint8Array): void {
-    if (conn.replayedUpTo !== null) {
-      const ev = frameEv(data);
-      if (ev !== undefined) {
-        if (ev <= conn.replayedUpTo) {
-          this.metrics.replayedLiveSkipped.add(1);
-          return;
-        }
-        conn.replayedUpTo = null;
+    const ev = frameEv(data);
+    if (ev !== undefined) {
+      if (conn.lastBatchEv !== null && ev <= conn.lastBatchEv) {
+        this.metrics.replayedLiveSkipped.add(1);
+        return;
       }
+      conn.lastBatchEv = ev;
     }
     this.sendToGameNow(conn, data);
   }

@@ -32,7 +32,7 @@ export interface GatewayMetrics {
   resumes: Counter;
   /** Logged events replayed to reconnecting game sockets. */
   eventsReplayed: Counter;
-  /** Live batches a resuming game socket had already been sent from the event log (not sent twice). */
+  /** Live batches a game socket had already been sent (a resume's replay, a new owner repeating the last logged batch): not sent twice. */
   replayedLiveSkipped: Counter;
 }
 
@@ -102,7 +102,7 @@ export function createGatewayMetrics(
     eventsReplayed: metrics.counter('crowdplay_events_replayed_total', 'Logged events (batches) replayed to reconnecting game sockets'),
     replayedLiveSkipped: metrics.counter(
       'crowdplay_replayed_live_skipped_total',
-      'Live batches not sent to a resuming game socket because the event log replay had sent them already (held during the replay, or published after it)',
+      "Live batches not sent to a game socket because it had them already: sent by a resume's event log replay (held during it, or published after it), or a new owner sending the previous owner's last logged batch again",
     ),
     slowConsumerCloses: metrics.counter(
       'crowdplay_slow_consumer_closes_total',

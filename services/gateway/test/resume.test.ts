@@ -146,13 +146,29 @@ describe('gateway resume', () => {
   });
 
   it('game - a game ahead of the log (nothing replayed, e.g. a fresh database) gets live batches below its lastEventId', async () => {
-    const resumes = async (): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' });
+    const resumes = async (): Promise<number> =>
+      metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' });
     const before = await resumes();
     const g = await game(5000);
     await waitUntil(async () => (await resumes()) === before + 1, 'the resume done');
     h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(batch(100)));
     await g.frame((f) => f.t === 'batch' && f.ev === 100, 'live batch 100');
     assert.deepEqual(evs(g.frames), [100]);
+    await g.close();
+  });
+
+  it('game - a live batch at or below one the socket was sent is not sent again (a new owner repeating the last logged batch)', async () => {
+    const skipped = async (): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_replayed_live_skipped_total');
+    const resumes = async (): Promise<number> =>
+      metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' });
+    const before = await resumes();
+    const g = await game(6000);
+    await waitUntil(async () => (await resumes()) === before + 1, 'the resume done');
+    const skippedBefore = await skipped();
+    for (const ev of [300, 300, 250, 310]) h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(batch(ev)));
+    await g.frame((f) => f.t === 'batch' && f.ev === 310, 'batch 310');
+    assert.deepEqual(evs(g.frames), [300, 310]);
+    assert.equal((await skipped()) - skippedBefore, 2);
     await g.close();
   });
 
