@@ -1,5 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import { checkBucketParams, fullBucket, takeToken, type BucketState } from './token-bucket.ts';
+import { lruCountBound } from './lru-bound.ts';
 
 /**
  * Default bound on remembered keys. A bucket costs about 215 bytes of heap
@@ -60,9 +61,7 @@ export class KeyedLimiter {
     this.maxKeys = maxKeys;
     this.clock = opts.nowMs ?? (() => performance.now());
     this.buckets = new LRUCache<string, BucketState>({
-      // a count bound through maxSize: with `max`, lru-cache preallocates every slot (~2.7 MB per 100,000, measured)
-      maxSize: maxKeys,
-      sizeCalculation: () => 1,
+      ...lruCountBound(maxKeys),
       dispose: (_value, _key, reason) => {
         if (reason === 'evict') this.evicted++;
       },

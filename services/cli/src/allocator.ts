@@ -51,7 +51,7 @@ export interface ProcessStartSettings {
 }
 
 /**
- * The process-start settings as this process got them: both take effect only
+ * The process-start settings as this process got them: they take effect only
  * when a process starts (V8 sizes its young generation, glibc reads its
  * tunables), so they are read back here for the start-up log and a gauge,
  * not applied. A --max-semi-space-size on the command line (`execArgv`) wins

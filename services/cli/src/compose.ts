@@ -99,7 +99,7 @@ async function base(config: Config, service: string): Promise<{ telemetry: Telem
  * Starts the given services in this process. `standalone` passes all four
  * and gets the demo and the dev tenant. `helperThreads`: what the command did
  * with HELPER_THREAD_NICE at start-up (threads.ts), logged and exported;
- * `startSettings`: SEMI_SPACE_MB and MALLOC_ARENA_MAX as the process got them
+ * `startSettings`: SEMI_SPACE_MB, MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ as the process got them
  * (allocator.ts), logged and exported.
  * @throws on a store or bus that cannot be reached, or a port in use
  */

@@ -387,8 +387,7 @@ export class Shard {
     // A shard logs a batch before it publishes it: one that died in between left a batch in the log that no game got
     // live. The previous owner's last logged batch goes out again before this owner's first (gateways never send a
     // game socket a batch at or below one it was sent, so a game that has it does not get it twice).
-    const lastBatch = await store.events.latest(channel, 'batch');
-    const snap = await store.channels.loadSnapshot(channel);
+    const [lastBatch, snap] = await Promise.all([store.events.latest(channel, 'batch'), store.channels.loadSnapshot(channel)]);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
     // Ids used from now on must exceed every id the previous owner used.
     await this.ids.renew();

@@ -18,6 +18,7 @@ import { LRUCache } from 'lru-cache';
 import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { ChannelRow, Store, Tenant } from '@crowdplay/store';
+import { lruCountBound } from '@crowdplay/ratelimit';
 
 /** How long tenants and known channels are cached, ms (a rotated secret takes effect within this). */
 export const AUTH_CACHE_TTL_MS = 5_000;
@@ -113,8 +114,7 @@ export class Authenticator {
     const ttl = opts.cacheTtlMs ?? AUTH_CACHE_TTL_MS;
     this.clockSkewS = opts.clockSkewS;
     this.tenants = new LRUCache<string, TenantEntry>({
-      maxSize: AUTH_CACHE_MAX_ENTRIES, // a count bound (lru-cache preallocates `max` slots)
-      sizeCalculation: () => 1,
+      ...lruCountBound(AUTH_CACHE_MAX_ENTRIES),
       ttl,
       fetchMethod: async (id) => {
         const tenant = await this.store.tenants.get(id);
@@ -122,8 +122,7 @@ export class Authenticator {
       },
     });
     this.channels = new LRUCache<string, ChannelEntry>({
-      maxSize: AUTH_CACHE_MAX_ENTRIES, // a count bound (lru-cache preallocates `max` slots)
-      sizeCalculation: () => 1,
+      ...lruCountBound(AUTH_CACHE_MAX_ENTRIES),
       ttl,
       fetchMethod: async (id, _stale, { options }) => {
         const row = await this.store.channels.get(id);

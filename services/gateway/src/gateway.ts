@@ -207,8 +207,17 @@ function parseLastEventId(query: URLSearchParams): number | undefined {
   return n;
 }
 
-/** The `ev` of a batch frame's bytes, undefined for other frames (round frames carry none). */
-function frameEv(data: Uint8Array): number | undefined {
+/** The start of a batch frame as the shard encodes it (`{t, channel, ev, …}`: crowd-engine channel.ts). */
+const BATCH_HEAD = /^\{"t":"batch","channel":"[A-Za-z0-9_-]{1,64}","ev":(\d{1,16})[,}]/;
+
+/**
+ * The `ev` of a batch frame's bytes, undefined for other frames (round frames carry none). Every live batch to a
+ * game socket passes here: the shard's own encoding is read from the frame's first bytes (channel ids are
+ * `CHANNEL_ID_PATTERN`, so no quote precedes `ev`); anything else is parsed in full.
+ */
+export function frameEv(data: Uint8Array): number | undefined {
+  const head = BATCH_HEAD.exec(Buffer.from(data.buffer, data.byteOffset, Math.min(data.byteLength, 128)).toString('latin1'));
+  if (head) return Number(head[1]);
   try {
     const f = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8')) as { t?: unknown; ev?: unknown };
     return f.t === 'batch' && typeof f.ev === 'number' ? f.ev : undefined;
@@ -814,7 +823,7 @@ class GatewayImpl implements Gateway {
     for (const data of held) {
       const ev = frameEv(data);
       if (ev !== undefined && ev <= replayedUpTo) this.metrics.replayedLiveSkipped.add(1);
-      else this.sendLiveToGame(conn, data);
+      else this.sendLiveToGame(conn, data, ev);
     }
   }
 
@@ -1107,17 +1116,16 @@ class GatewayImpl implements Gateway {
       if (conn.resumeBuffer.length > this.config.eventLog.resumeMaxEvents) this.slowConsumer(conn);
       return;
     }
-    this.sendLiveToGame(conn, data);
+    this.sendLiveToGame(conn, data, frameEv(data));
   }
 
   /**
    * One live `ch.<C>.game` message: a batch whose `ev` is at most the newest
    * this socket was sent (`conn.lastBatchEv`) is one the game has and is
-   * skipped (counted); round frames (no `ev`) always go. Parses each batch
-   * frame once per game socket.
+   * skipped (counted); round frames (no `ev`) always go.
+   * @param ev the frame's `ev` ({@link frameEv}: read once by the caller)
    */
-  private sendLiveToGame(conn: Conn, data: Uint8Array): void {
-    const ev = frameEv(data);
+  private sendLiveToGame(conn: Conn, data: Uint8Array, ev: number | undefined): void {
     if (ev !== undefined) {
       if (conn.lastBatchEv !== null && ev <= conn.lastBatchEv) {
         this.metrics.replayedLiveSkipped.add(1);

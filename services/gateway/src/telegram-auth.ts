@@ -17,6 +17,7 @@ import type { Config } from '@crowdplay/config';
 import type { Store } from '@crowdplay/store';
 import { LRUCache } from 'lru-cache';
 import { miniAppSession, startParamSecret, telegramChannelId } from '@crowdplay/telegram';
+import { lruCountBound } from '@crowdplay/ratelimit';
 
 /** Chats whose channel is known to exist for the bot's tenant (a channel never changes tenant, so no expiry). */
 const ENSURED_MAX = 100_000;
@@ -48,12 +49,7 @@ export class TelegramAuth {
    * Fetched through lru-cache's `fetch`, which shares one resolve among the connects that ask while it
    * is in flight: a chat's players all opening the app at a rollover cost one `channels.ensure`, not one each.
    */
-  // a count bound through maxSize: with `max`, lru-cache preallocates every slot (~2.7 MB per 100,000, measured)
-  private readonly ensured = new LRUCache<string, string>({
-    maxSize: ENSURED_MAX,
-    sizeCalculation: () => 1,
-    fetchMethod: (signed) => this.resolve(signed),
-  });
+  private readonly ensured = new LRUCache<string, string>({ ...lruCountBound(ENSURED_MAX), fetchMethod: (signed) => this.resolve(signed) });
 
   constructor(
     private readonly cfg: Config['telegram'],

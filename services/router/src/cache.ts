@@ -8,6 +8,7 @@
 import { decodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import { LRUCache } from 'lru-cache';
 import type { Assignment, AssignmentChange, Migration, RouterApi, ShardInfo } from './api.ts';
+import { lruCountBound } from '@crowdplay/ratelimit';
 
 export class CachingRouter implements RouterApi {
   private readonly cache: LRUCache<string, Assignment>;
@@ -28,9 +29,7 @@ export class CachingRouter implements RouterApi {
     max: number,
   ) {
     this.cache = new LRUCache({
-      // a count bound through maxSize: with `max`, lru-cache preallocates every slot (~2.7 MB per 100,000, measured)
-      maxSize: max,
-      sizeCalculation: () => 1,
+      ...lruCountBound(max),
       dispose: (_v, _k, reason) => {
         if (reason === 'evict') this.evictions++;
       },
