@@ -10,9 +10,13 @@
  *   the job is JSON) and answers with the job's result.
  * - The queue's worker runs {@link TelegramClient.sender}'s function once the
  *   bucket granted a token; it makes the HTTP call through the same `Api`
- *   inside a grant (AsyncLocalStorage), where the transformer passes exactly
- *   one call through. A second call in the same grant throws
- *   CP_ERR_TELEGRAM_GRANT_REUSED: one token, one call.
+ *   with a grant: an AbortSignal the client made for that one call (grammY
+ *   hands a call's signal to every transformer), which the transformer passes
+ *   through once. A second call with the same grant throws
+ *   CP_ERR_TELEGRAM_GRANT_REUSED: one token, one call. (Not an
+ *   AsyncLocalStorage: running one turns on Node's promise hook for the whole
+ *   process, and every await pays for it: 2,000,000 awaits 65 → 200 ms,
+ *   docs/benchmarks.md "Side measurements".)
  * - Avatar reads (getUserProfilePhotos, getFile) are exempt from the send
  *   bucket but pass the avatar gate (TELEGRAM_AVATAR_CONCURRENCY); see
  *   avatars.ts for collapsing and the byte-budgeted cache.
@@ -24,7 +28,6 @@
  * repost once, or probe after an ambiguous post. The outcome table is in
  * docs/telegram.md.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes } from 'node:crypto';
 import { Api, InputFile, type Transformer } from 'grammy';
 import type { ApiMethods } from 'grammy/types';
@@ -62,7 +65,7 @@ export type BotCall =
 /**
  * The queue chat id of calls that address no chat (setWebhook, setMyCommands,
  * answerCallbackQuery, getMe…): they share this pseudo chat's 1/s limit
- * unless the caller names a chat with {@link TelegramClient.withCall}.
+ * unless the caller queues it with {@link TelegramClient.enqueueCall} and names a chat.
  */
 export const BOT_LEVEL_CHAT_ID = Number.MAX_SAFE_INTEGER;
 
@@ -148,7 +151,8 @@ export interface TelegramClientStats {
   migrated: number;
 }
 
-type RawCall = (params: unknown) => Promise<unknown>;
+/** A method of grammY's `api.raw`: `(payload, signal)`, or `(signal)` for a method without parameters (its `{}` is bound). */
+type RawCall = (paramsOrSignal?: unknown, signal?: AbortSignal) => Promise<unknown>;
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   if (typeof v !== 'object' || v === null) return false;
@@ -221,8 +225,8 @@ export class TelegramClient {
   /** The gate of avatar HTTP requests. */
   readonly avatarGate: Gate;
   private readonly queue: SendQueue<BotCall>;
-  private readonly grants = new AsyncLocalStorage<{ used: boolean }>();
-  private readonly callCtx = new AsyncLocalStorage<CallOptions>();
+  /** Grants of the send side, by the signal of the call they allow: whether its one call was made. */
+  private readonly grants = new WeakMap<object, { used: boolean }>();
   private readonly resultTimeoutMs: number;
   private readonly postClaimTtlMs: number;
   private readonly now: () => number;
@@ -276,7 +280,7 @@ export class TelegramClient {
 
   /** The API transformer (see the module doc). */
   private readonly transformer = (async (prev, method, payload, signal) => {
-    const grant = this.grants.getStore();
+    const grant = signal ? this.grants.get(signal) : undefined;
     if (grant) {
       if (grant.used) throw new CrowdplayError('CP_ERR_TELEGRAM_GRANT_REUSED', [method]);
       grant.used = true;
@@ -284,10 +288,9 @@ export class TelegramClient {
       return this.timed(method, () => prev(method, payload, signal));
     }
     if (AVATAR_READ_METHODS.has(method)) return this.avatarGate.run(() => this.timed(method, () => prev(method, payload, signal)));
-    const ctx = this.callCtx.getStore() ?? {};
     const params = (await encodeParams(payload ?? {})) as Record<string, unknown>;
-    const r = await this.enqueueEncoded(method, params, ctx);
-    const chatId = ctx.chatId ?? chatIdOf(params) ?? BOT_LEVEL_CHAT_ID;
+    const r = await this.enqueueEncoded(method, params, {});
+    const chatId = chatIdOf(params) ?? BOT_LEVEL_CHAT_ID;
     if (r.status === 'refused') throw new CrowdplayError('CP_ERR_TELEGRAM_REFUSED', [method, chatId, r.reason]);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
@@ -351,15 +354,6 @@ export class TelegramClient {
       ...(chatId === BOT_LEVEL_CHAT_ID ? { isGroup: false } : {}),
       payload: { kind: 'call', method, params, chatId },
     });
-  }
-
-  /**
-   * Runs `fn` with `opts` applied to every `api` call it makes (lane,
-   * supersession key, queue chat id), e.g.
-   * `client.withCall({ chatId: from.id }, () => client.api.answerCallbackQuery(id))`.
-   */
-  withCall<T>(opts: CallOptions, fn: () => Promise<T>): Promise<T> {
-    return this.callCtx.run(opts, fn);
   }
 
   /**
@@ -433,11 +427,14 @@ export class TelegramClient {
 
   // ---- the send side ----
 
-  /** One HTTP call through `api`, inside a grant. */
+  /** One HTTP call through `api` with a grant (a signal of its own that the transformer lets through once). */
   private granted(method: string, params: unknown): Promise<unknown> {
     const fn = (this.api.raw as unknown as Record<string, RawCall>)[method];
     if (typeof fn !== 'function') return Promise.reject(new Error(`unknown Bot API method ${method}`));
-    return this.grants.run({ used: false }, () => fn(params));
+    const signal = new AbortController().signal;
+    this.grants.set(signal, { used: false });
+    // grammY binds an empty payload to its methods without parameters (getMe, close, …): the signal is their one argument.
+    return fn.length <= 1 ? fn(signal) : fn(params, signal);
   }
 
   private async noteResult(chatId: number, result: unknown): Promise<void> {

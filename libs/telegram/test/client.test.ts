@@ -4,6 +4,8 @@
  * each outcome of docs/telegram.md, end to end over HTTP.
  */
 import { test } from 'node:test';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import assert from 'node:assert/strict';
@@ -107,12 +109,13 @@ void test('every api call passes the send queue; avatar reads do not', async () 
   try {
     const sent = r.client.api.sendMessage(A, 'hello');
     const hook = r.client.api.setWebhook('https://example.org/hook');
-    // Nothing reached Telegram: both wait in the queue.
+    const me = r.client.api.getMe(); // a method without parameters: grammY binds its payload
+    // Nothing reached Telegram: all three wait in the queue.
     await new Promise((res) => setTimeout(res, 50));
     assert.equal(r.stub.stats().calls, 0);
-    assert.deepEqual(await r.queue.depth(), { tx: 2, board: 0 });
+    assert.deepEqual(await r.queue.depth(), { tx: 3, board: 0 });
     assert.equal(await r.queue.chatDepth(A), 1);
-    assert.equal(await r.queue.chatDepth(BOT_LEVEL_CHAT_ID), 1);
+    assert.equal(await r.queue.chatDepth(BOT_LEVEL_CHAT_ID), 2);
     // Avatar reads are exempt: answered while the queue is stopped.
     const photos = await r.client.api.getUserProfilePhotos(7);
     assert.equal(photos.total_count, 1);
@@ -121,18 +124,49 @@ void test('every api call passes the send queue; avatar reads do not', async () 
     assert.equal(msg.text, 'hello');
     assert.equal(msg.chat.id, A);
     assert.equal(await hook, true);
+    assert.equal((await me).is_bot, true);
     assert.equal(r.stub.calls()[0]!.method, 'getUserProfilePhotos');
     assert.deepEqual(
       r.stub
         .calls()
         .map((c) => c.method)
         .sort(),
-      ['getUserProfilePhotos', 'sendMessage', 'setWebhook'],
+      ['getMe', 'getUserProfilePhotos', 'sendMessage', 'setWebhook'],
     );
-    assert.deepEqual(r.queue.stats().sends.tx.ok, 2);
+    assert.deepEqual(r.queue.stats().sends.tx.ok, 3);
     const s = r.client.stats();
-    assert.deepEqual(s.enqueued, { sendMessage: 1, setWebhook: 1 });
-    assert.deepEqual(s.sent, { sendMessage: 1, setWebhook: 1 });
+    assert.deepEqual(s.enqueued, { getMe: 1, sendMessage: 1, setWebhook: 1 });
+    assert.deepEqual(s.sent, { getMe: 1, sendMessage: 1, setWebhook: 1 });
+  } finally {
+    await r.close();
+  }
+});
+
+void test("sending does not turn on Node's promise hook (an AsyncLocalStorage run would: every await in the process pays)", async () => {
+  // Its own process: the test runner turns the hook on in this one.
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['--import', 'tsx', new URL('fixtures/promise-hook.ts', import.meta.url).pathname],
+    {
+      timeout: 30_000,
+    },
+  );
+  const out = JSON.parse(stdout) as { asyncId: number; sent: Record<string, number> };
+  assert.deepEqual(out.sent, { sendMessage: 1, getMe: 1, sendPhoto: 1 });
+  assert.equal(out.asyncId, 0);
+});
+
+void test("a caller's own AbortSignal is no grant: its call is queued like any other", async () => {
+  const r = await rig({ start: false });
+  try {
+    const own = new AbortController();
+    const sent = r.client.api.sendMessage(A, 'mine', undefined, own.signal as unknown as Parameters<typeof r.client.api.sendMessage>[3]);
+    await new Promise((res) => setTimeout(res, 50));
+    assert.equal(r.stub.stats().calls, 0);
+    assert.equal(await r.queue.chatDepth(A), 1);
+    r.queue.start(r.client.sender());
+    assert.equal((await sent).text, 'mine');
+    assert.deepEqual(r.client.stats().sent, { sendMessage: 1 });
   } finally {
     await r.close();
   }
