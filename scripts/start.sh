@@ -1,7 +1,7 @@
 #!/bin/sh
 # `npm start`: runs the product's bundle with the three settings that only take
 # effect when a process starts (libs/config, docs/benchmarks.md "Session 10"):
-#   SEMI_SPACE_MB     V8's young generation semi-space (node --max-semi-space-size), default 8
+#   SEMI_SPACE_MB     V8's young generation semi-space (node --max-semi-space-size), default 4
 #   MALLOC_ARENA_MAX  glibc's malloc arenas, default 2 (0: glibc's own default)
 #   MALLOC_MMAP_THRESHOLD_  glibc's mmap threshold, bytes, default 1048576 (0: glibc's own, dynamic, default)
 # Each can be set in the environment; a value that is not a whole number in range (plain digits, no leading zero) is
@@ -11,7 +11,7 @@
 # scenarios, which build the bundle elsewhere and run under a given node.
 set -eu
 
-semi="${SEMI_SPACE_MB:-8}"
+semi="${SEMI_SPACE_MB:-4}"
 arena="${MALLOC_ARENA_MAX:-2}"
 mmap="${MALLOC_MMAP_THRESHOLD_:-1048576}"
 check() { # name value min max

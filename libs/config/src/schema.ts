@@ -38,11 +38,11 @@ export const schema = {
   runtime: {
     heapGrowingPercent: int({
       env: 'HEAP_GROWING_PERCENT',
-      default: 50,
+      default: 40,
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 50 (the default) peaked at 369–371 MB with a guess p99 of 66–81 ms and utilisation 0.83, against 422 MB, 58 ms and 0.84 at 100 (session 8, before the helper threads were niced, 50 had cost a p99 of 166 ms); 0 reached 512–602 MB (session 8); 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured at 50); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
+      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 11\"): 40 (the default) with SEMI_SPACE_MB=4 and MIMALLOC_PURGE_DELAY=0 peaked at 275 MB (main heap 126 MB) with a guess p99 of 61 ms and utilisation 0.90, against 300 MB (137 MB) at 50; session 10 at 50 and an 8 MiB semi-space: 301–306 MB, 40 there: 298 and 313 MB; 0 reached 512–602 MB (session 8); 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured since); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
     }),
     helperThreadNice: int({
       env: 'HELPER_THREAD_NICE',
@@ -54,11 +54,11 @@ export const schema = {
     }),
     semiSpaceMb: int({
       env: 'SEMI_SPACE_MB',
-      default: 8,
+      default: 4,
       min: 1,
       max: 1_024,
       unit: 'MiB',
-      doc: "V8's young generation semi-space, applied when the process starts (node's --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node's default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges; the render threads keep their own limit (4 MB young generation: the flag is reset once the main isolate runs, as an explicit one overrides worker resourceLimits). scripts/start.sh takes plain digits (no `_`, no leading zero). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 10\"): 8 with MALLOC_ARENA_MAX=2 peaked at 307–310 MB in three runs against 335 MB with MALLOC_ARENA_MAX=2 alone and 350–352 MB with neither; guess p99 63–89 ms, utilisation 0.77–0.82 against 61–75 ms and 0.82–0.85. Not measured in cluster mode.",
+      doc: 'V8\'s young generation semi-space, applied when the process starts (node\'s --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node\'s default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges; the render threads keep their own limit (4 MB young generation: the flag is reset once the main isolate runs, as an explicit one overrides worker resourceLimits). scripts/start.sh takes plain digits (no `_`, no leading zero). Measured on the issue\'s pinned rollover rig (docs/benchmarks.md "Session 10" and "Session 11"): 8 with MALLOC_ARENA_MAX=2 peaked at 301–310 MB, 16 at 335 MB, 4 at 300–304 MB with the same tails (guess p99 55–61 ms, utilisation 0.90), and 4 with HEAP_GROWING_PERCENT=40 (the defaults) at 275 MB. Not measured in cluster mode.',
     }),
     mallocArenaMax: int({
       env: 'MALLOC_ARENA_MAX',
@@ -80,6 +80,14 @@ export const schema = {
       env: 'MIMALLOC_ALLOW_THP',
       default: false,
       doc: 'Transparent huge pages for the allocator of @napi-rs/canvas (mimalloc, which reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set). On, Linux backs its 1 GiB arena with 2 MiB pages and every partly used one counts in full: measured in the 1,000-chat rollover, the arena held 298 MB resident at the peak (280 MB of it huge pages) against 205 MB off (docs/benchmarks.md "Session 8").',
+    }),
+    allocatorPurgeDelayMs: int({
+      env: 'MIMALLOC_PURGE_DELAY',
+      default: 0,
+      min: 0,
+      max: 60_000,
+      unit: 'ms',
+      doc: "How long the allocator of @napi-rs/canvas (mimalloc) keeps memory it freed before returning it to the system (mimalloc reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set; mimalloc's own default is 10, and it purges only when it next allocates or frees, so a render thread that goes idle keeps what it freed). A board's canvas and PNG encoding come and go in each render: measured in the 1,000-chat rollover on one core (docs/benchmarks.md \"Session 11\"), mimalloc's arena held 19–31 MB at the peak at 10 and 17–19 MB at 0, board throughput and guess p99 unchanged. Exported in crowdplay_process_start_setting.",
     }),
   },
   log: {

@@ -3,41 +3,64 @@
  * native module reads them (main.ts applies them first).
  *
  * @napi-rs/canvas 1.1 links mimalloc 2.5 (its Rust allocator: `MIMALLOC_VERBOSE=1`
- * prints its options at load). Its `allow_thp` option defaults to on, and Linux
- * then backs the 1 GiB arena it reserves with 2 MiB transparent huge pages, so
- * every partly used 2 MiB counts in full towards the resident memory. Measured
- * in the 1,000-chat rollover on one core (docs/benchmarks.md "Session 8"):
- * the arena held 298 MB resident at the peak, 280 MB of it huge pages; with
- * `MIMALLOC_ALLOW_THP=0`, 205 MB and none. An operator who wants huge pages
- * sets `MIMALLOC_ALLOW_THP=1` (the setting of the same name, libs/config).
+ * prints its options at load), which reads two of our settings itself:
+ * - `allow_thp` (MIMALLOC_ALLOW_THP) defaults to on, and Linux then backs the
+ *   1 GiB arena it reserves with 2 MiB transparent huge pages, so every partly
+ *   used 2 MiB counts in full towards the resident memory. Measured in the
+ *   1,000-chat rollover on one core (docs/benchmarks.md "Session 8"): the arena
+ *   held 298 MB resident at the peak, 280 MB of it huge pages; with
+ *   `MIMALLOC_ALLOW_THP=0`, 205 MB and none.
+ * - `purge_delay` (MIMALLOC_PURGE_DELAY, ms) defaults to 10, and mimalloc
+ *   purges only when it next allocates or frees: memory a render freed stays
+ *   resident while its thread waits for the next job. At 0 it is returned at
+ *   once (docs/benchmarks.md "Session 11": the arena 19–31 MB → 17–19 MB at
+ *   the rollover's peak).
  */
 
 import { schema } from '@crowdplay/config';
 
-/** The setting that documents and validates it (libs/config): its name and how its values are read. */
+/** The settings that document and validate them (libs/config): their names and how their values are read. */
 const HUGE_PAGES = schema.runtime.allocatorHugePages;
+const PURGE_DELAY = schema.runtime.allocatorPurgeDelayMs;
 
 /** Environment variables set when absent, and their values. */
-export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({ [HUGE_PAGES.env]: HUGE_PAGES.default ? '1' : '0' });
+export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
+  [HUGE_PAGES.env]: HUGE_PAGES.default ? '1' : '0',
+  [PURGE_DELAY.env]: String(PURGE_DELAY.default),
+});
+
+/** A setting's value as mimalloc reads it (it takes digits only: `1_000` would read as 1, `on` as nothing), or null when libs/config refuses it. */
+function forMimalloc(name: string, raw: string | undefined): string | null {
+  const blank = raw === undefined || raw.trim() === '';
+  if (name === HUGE_PAGES.env) {
+    const parsed = blank ? { ok: true as const, value: HUGE_PAGES.default } : HUGE_PAGES.parse(raw);
+    return parsed.ok ? (parsed.value ? '1' : '0') : null;
+  }
+  const parsed = blank ? { ok: true as const, value: PURGE_DELAY.default } : PURGE_DELAY.parse(raw);
+  return parsed.ok ? String(parsed.value) : null;
+}
 
 /**
- * Sets MIMALLOC_ALLOW_THP when `env` does not have it, or has it empty, and
- * rewrites a value the setting accepts (`" false "`, `On`: libs/config's
- * boolean parser) to the `0` / `1` mimalloc reads the same way (mimalloc
- * ignores what it cannot parse, and reads an empty value as on). Anything else
- * is left for loadConfig to refuse by name. Call it before any native module
- * is loaded: mimalloc reads its options once, at load.
+ * Sets each of MIMALLOC_ALLOW_THP and MIMALLOC_PURGE_DELAY when `env` does not
+ * have it, or has it empty (mimalloc reads an empty value as its own
+ * default), and rewrites a value the setting accepts (`" false "`, `On`,
+ * `1_000`: libs/config's parsers) to the digits mimalloc reads the same way
+ * (it ignores what it cannot parse). Anything else is left for loadConfig to
+ * refuse by name. Call it before any native module is loaded: mimalloc reads
+ * its options once, at load.
  * @param env the environment to complete (process.env: Node passes each assignment to setenv(3))
  * @returns the names set or rewritten, in order
  */
 export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
-  const raw = env[HUGE_PAGES.env];
-  const parsed = raw === undefined || raw.trim() === '' ? { ok: true as const, value: HUGE_PAGES.default } : HUGE_PAGES.parse(raw);
-  if (!parsed.ok) return [];
-  const next = parsed.value ? '1' : '0';
-  if (next === raw) return [];
-  env[HUGE_PAGES.env] = next;
-  return [HUGE_PAGES.env];
+  const changed: string[] = [];
+  for (const name of Object.keys(ALLOCATOR_DEFAULTS)) {
+    const raw = env[name];
+    const next = forMimalloc(name, raw);
+    if (next === null || next === raw) continue;
+    env[name] = next;
+    changed.push(name);
+  }
+  return changed;
 }
 
 /** What this process was started with of the settings scripts/start.sh applies (SEMI_SPACE_MB, MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_). */

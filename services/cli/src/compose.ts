@@ -135,11 +135,13 @@ export async function startServices(
     );
     telemetry.metrics.gauge(
       'crowdplay_process_start_setting',
-      'Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX), malloc_mmap_threshold (MALLOC_MMAP_THRESHOLD_, bytes); 0 = the runtime default',
+      "Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX), malloc_mmap_threshold (MALLOC_MMAP_THRESHOLD_, bytes), 0 = the runtime default; mimalloc_allow_thp (MIMALLOC_ALLOW_THP, 0/1) and mimalloc_purge_delay_ms (MIMALLOC_PURGE_DELAY), which the board renderer's allocator read at load",
       () => [
         [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
         [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
         [start.mallocMmapThreshold ?? 0, { setting: 'malloc_mmap_threshold' }],
+        [config.runtime.allocatorHugePages ? 1 : 0, { setting: 'mimalloc_allow_thp' }],
+        [config.runtime.allocatorPurgeDelayMs, { setting: 'mimalloc_purge_delay_ms' }],
       ],
     );
   }

@@ -56,16 +56,16 @@ writeFileSync(${JSON.stringify(marker)}, JSON.stringify({ pid: process.pid, exec
 }
 
 describe('cli - scripts/start.sh (npm start)', () => {
-  it('starts node itself (same pid) with --max-semi-space-size=8 and MALLOC_ARENA_MAX=2 by default, passing the arguments on', async () => {
+  it('starts node itself (same pid) with --max-semi-space-size=4 and MALLOC_ARENA_MAX=2 by default, passing the arguments on', async () => {
     const r = await run({});
     assert.equal(r.code, 0, r.stderr);
     assert.ok(r.seen);
     assert.equal(r.seen.pid, r.pid, 'exec: the started process is node');
-    assert.deepEqual(r.seen.execArgv, ['--max-semi-space-size=8']);
+    assert.deepEqual(r.seen.execArgv, ['--max-semi-space-size=4']);
     assert.deepEqual(r.seen.args, ['start']);
     assert.equal(r.seen.arena, '2');
     assert.equal(r.seen.mmap, '1048576');
-    assert.equal(r.seen.semi, '8');
+    assert.equal(r.seen.semi, '4');
   });
 
   it('takes SEMI_SPACE_MB and MALLOC_ARENA_MAX from the environment (empty: the default); MALLOC_ARENA_MAX=0 leaves glibc its default', async () => {
@@ -79,7 +79,7 @@ describe('cli - scripts/start.sh (npm start)', () => {
     assert.deepEqual([zero.seen?.arena, zero.seen?.mmap], [null, null]);
     const empty = await run({ SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' });
     assert.equal(empty.code, 0, empty.stderr);
-    assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=8'], '2'], 'empty: the default, as unset');
+    assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=4'], '2'], 'empty: the default, as unset');
   });
 
   it('refuses a bad value by name with exit code 2, and node never runs', async () => {
