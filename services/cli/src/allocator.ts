@@ -13,7 +13,7 @@
  * - `purge_delay` (MIMALLOC_PURGE_DELAY, ms) defaults to 10, and mimalloc
  *   purges only when it next allocates or frees: memory a render freed stays
  *   resident while its thread waits for the next job. At 0 it is returned at
- *   once (docs/benchmarks.md "Session 11": the arena 19–31 MB → 17–19 MB at
+ *   once (docs/benchmarks.md "Session 11": the arena 19–31 MB → 11–19 MB at
  *   the rollover's peak).
  */
 
