@@ -87,7 +87,7 @@ export const schema = {
       min: 0,
       max: 60_000,
       unit: 'ms',
-      doc: "How long the allocator of @napi-rs/canvas (mimalloc) keeps memory it freed before returning it to the system (mimalloc reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set; mimalloc's own default is 10, and it purges only when it next allocates or frees, so a render thread that goes idle keeps what it freed). A board's canvas and PNG encoding come and go in each render: measured in the 1,000-chat rollover on one core (docs/benchmarks.md \"Session 11\"), mimalloc's arena held 19–31 MB at the peak at 10 and 11–19 MB at 0, board throughput and guess p99 unchanged; `npm run bench -- render` not slower (40 cards 12.5 ms against 22.1 ms at 10). Exported in crowdplay_process_start_setting.",
+      doc: "How long the allocator of @napi-rs/canvas (mimalloc) keeps memory it freed before returning it to the system (mimalloc reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set; mimalloc's own default is 10, and it purges only when it next allocates or frees, so a render thread that goes idle keeps what it freed; mimalloc's older name MIMALLOC_RESET_DELAY is not read, as this one is always set). A board's canvas and PNG encoding come and go in each render: measured in the 1,000-chat rollover on one core (docs/benchmarks.md \"Session 11\"), mimalloc's arena held 19–31 MB at the peak at 10 and 11–19 MB at 0, board throughput and guess p99 unchanged; `npm run bench -- render` not slower (40 cards 12.5 ms against 22.1 ms at 10). Exported in crowdplay_process_start_setting.",
     }),
   },
   log: {

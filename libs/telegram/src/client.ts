@@ -12,8 +12,9 @@
  *   bucket granted a token; it makes the HTTP call through the same `Api`
  *   with a grant: an AbortSignal the client made for that one call (grammY
  *   hands a call's signal to every transformer), which the transformer passes
- *   through once. A second call with the same grant throws
- *   CP_ERR_TELEGRAM_GRANT_REUSED: one token, one call. (Not an
+ *   through once; the signal never leaves the client, so one token is one
+ *   call (a second call with the same grant would throw
+ *   CP_ERR_TELEGRAM_GRANT_REUSED: kept as a guard, unreachable today). (Not an
  *   AsyncLocalStorage: running one turns on Node's promise hook for the whole
  *   process, and every await pays for it: 2,000,000 awaits 65 → 200 ms,
  *   docs/benchmarks.md "Side measurements".)
@@ -72,7 +73,7 @@ export const BOT_LEVEL_CHAT_ID = Number.MAX_SAFE_INTEGER;
 /** Avatar reads: exempt from the send bucket, gated by TELEGRAM_AVATAR_CONCURRENCY. */
 export const AVATAR_READ_METHODS: ReadonlySet<string> = new Set(['getUserProfilePhotos', 'getFile']);
 
-/** How a queued call made through `api` is filed. */
+/** How a call queued with {@link TelegramClient.enqueueCall} is filed (a call made through `api` gets the defaults: lane `tx`, no key, its `chat_id`). */
 export interface CallOptions {
   /** Default `tx` (transactional: command replies). */
   lane?: Lane;

@@ -37,7 +37,7 @@ describe('allocator defaults', () => {
     const own: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: '1', MIMALLOC_PURGE_DELAY: '25' };
     assert.deepEqual(applyAllocatorDefaults(own), []);
     assert.deepEqual(own, { MIMALLOC_ALLOW_THP: '1', MIMALLOC_PURGE_DELAY: '25' });
-    // mimalloc reads an empty value as its own default (huge pages on, a 10 ms delay): empty is absent here.
+    // mimalloc reads an empty value as 1 (huge pages on, a 1 ms delay): empty is absent here.
     const empty: NodeJS.ProcessEnv = { MIMALLOC_ALLOW_THP: '', MIMALLOC_PURGE_DELAY: ' ' };
     assert.deepEqual(applyAllocatorDefaults(empty), ['MIMALLOC_ALLOW_THP', 'MIMALLOC_PURGE_DELAY']);
     assert.deepEqual(empty, { MIMALLOC_ALLOW_THP: '0', MIMALLOC_PURGE_DELAY: '0' });
@@ -61,7 +61,7 @@ describe('allocator defaults', () => {
     assert.deepEqual(bad, { MIMALLOC_ALLOW_THP: 'maybe', MIMALLOC_PURGE_DELAY: '10' });
   });
 
-  it('rewrites a purge delay libs/config accepts to the digits mimalloc reads (it would read 1_000 as 1), and leaves bad ones for loadConfig', () => {
+  it('rewrites a purge delay libs/config accepts to the digits mimalloc reads (it would take 1_000 as invalid and keep 10), and leaves bad ones for loadConfig', () => {
     for (const [given, want] of [
       ['1_000', '1000'],
       [' 20 ', '20'],
