@@ -125,6 +125,8 @@ export async function startServices(
     logger.info(
       {
         ...start,
+        mimallocAllowThp: config.runtime.allocatorHugePages,
+        mimallocPurgeDelayMs: config.runtime.allocatorPurgeDelayMs,
         ...(start.semiSpaceMb === null || start.mallocArenaMax === null || start.mallocMmapThreshold === null
           ? {
               note: 'Node or glibc defaults: npm start (scripts/start.sh) sets SEMI_SPACE_MB, MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ (docs/operations.md)',
