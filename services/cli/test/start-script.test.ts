@@ -82,6 +82,17 @@ describe('cli - scripts/start.sh (npm start)', () => {
     assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=4'], '2'], 'empty: the default, as unset');
   });
 
+  it('reads the forms libs/config reads (spaces around, `_`) and passes plain decimal digits on: glibc would read 010 as octal 8', async () => {
+    const r = await run({ SEMI_SPACE_MB: ' 0_8 ', MALLOC_ARENA_MAX: '010', MALLOC_MMAP_THRESHOLD_: '1_048_576' });
+    assert.equal(r.code, 0, r.stderr);
+    assert.deepEqual(r.seen?.execArgv, ['--max-semi-space-size=8']);
+    assert.equal(r.seen?.semi, '8');
+    assert.equal(r.seen?.arena, '10');
+    assert.equal(r.seen?.mmap, '1048576');
+    // What the process reads back is what libs/config reads from the same variables.
+    assert.deepEqual(schema.runtime.mallocArenaMax.parse('010'), { ok: true, value: 10 });
+  });
+
   it('refuses a bad value by name with exit code 2, and node never runs', async () => {
     for (const [name, value] of [
       ['SEMI_SPACE_MB', 'abc'],
@@ -91,8 +102,10 @@ describe('cli - scripts/start.sh (npm start)', () => {
       ['SEMI_SPACE_MB', '8 --inspect'],
       ['MALLOC_ARENA_MAX', '-1'],
       ['MALLOC_ARENA_MAX', '1e3'],
-      ['MALLOC_ARENA_MAX', '010'],
-      ['SEMI_SPACE_MB', '08'],
+      ['SEMI_SPACE_MB', '1 0'],
+      ['SEMI_SPACE_MB', '__'],
+      ['SEMI_SPACE_MB', ' '],
+      ['SEMI_SPACE_MB', '0_000'],
       ['MALLOC_MMAP_THRESHOLD_', '33554433'],
       ['MALLOC_MMAP_THRESHOLD_', '1M'],
     ] as const) {
