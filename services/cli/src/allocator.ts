@@ -20,25 +20,18 @@
 import { schema } from '@crowdplay/config';
 
 /** The settings that document and validate them (libs/config): their names and how their values are read. */
-const HUGE_PAGES = schema.runtime.allocatorHugePages;
-const PURGE_DELAY = schema.runtime.allocatorPurgeDelayMs;
+const MIMALLOC_SETTINGS = [schema.runtime.allocatorHugePages, schema.runtime.allocatorPurgeDelayMs] as const;
+
+/**
+ * A value as the digits mimalloc reads (a boolean as 0 / 1; measured with MIMALLOC_VERBOSE=1: it reads `1_000` and
+ * ` 20 ` as invalid, so its default 10, and an empty value as 1).
+ */
+const forMimalloc = (value: boolean | number): string => String(Number(value));
 
 /** Environment variables set when absent, and their values. */
-export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
-  [HUGE_PAGES.env]: HUGE_PAGES.default ? '1' : '0',
-  [PURGE_DELAY.env]: String(PURGE_DELAY.default),
-});
-
-/** A setting's value in the digits mimalloc reads (measured with MIMALLOC_VERBOSE=1: it reads `1_000` and ` 20 ` as invalid, so its default 10, and an empty value as 1), or null when libs/config refuses it. */
-function forMimalloc(name: string, raw: string | undefined): string | null {
-  const blank = raw === undefined || raw.trim() === '';
-  if (name === HUGE_PAGES.env) {
-    const parsed = blank ? { ok: true as const, value: HUGE_PAGES.default } : HUGE_PAGES.parse(raw);
-    return parsed.ok ? (parsed.value ? '1' : '0') : null;
-  }
-  const parsed = blank ? { ok: true as const, value: PURGE_DELAY.default } : PURGE_DELAY.parse(raw);
-  return parsed.ok ? String(parsed.value) : null;
-}
+export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze(
+  Object.fromEntries(MIMALLOC_SETTINGS.map((s) => [s.env, forMimalloc(s.default)])),
+);
 
 /**
  * Sets each of MIMALLOC_ALLOW_THP and MIMALLOC_PURGE_DELAY when `env` does not
@@ -53,12 +46,14 @@ function forMimalloc(name: string, raw: string | undefined): string | null {
  */
 export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
   const changed: string[] = [];
-  for (const name of Object.keys(ALLOCATOR_DEFAULTS)) {
-    const raw = env[name];
-    const next = forMimalloc(name, raw);
-    if (next === null || next === raw) continue;
-    env[name] = next;
-    changed.push(name);
+  for (const setting of MIMALLOC_SETTINGS) {
+    const raw = env[setting.env];
+    const parsed = raw === undefined || raw.trim() === '' ? { ok: true as const, value: setting.default } : setting.parse(raw);
+    if (!parsed.ok) continue;
+    const next = forMimalloc(parsed.value);
+    if (next === raw) continue;
+    env[setting.env] = next;
+    changed.push(setting.env);
   }
   return changed;
 }

@@ -69,28 +69,30 @@ describe('cli - scripts/start.sh (npm start)', () => {
   });
 
   it('takes SEMI_SPACE_MB and MALLOC_ARENA_MAX from the environment (empty: the default); MALLOC_ARENA_MAX=0 leaves glibc its default', async () => {
-    const r = await run({ SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '262144' });
-    assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(r.seen?.execArgv, ['--max-semi-space-size=16']);
-    assert.equal(r.seen?.arena, '4');
-    assert.equal(r.seen?.mmap, '262144');
+    // Also in the forms libs/config reads (spaces around, `_`), passed on as plain decimal digits: glibc would read 010 as octal 8.
+    for (const [env, want] of [
+      [
+        { SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '262144' },
+        { semi: '16', arena: '4', mmap: '262144' },
+      ],
+      [
+        { SEMI_SPACE_MB: ' 0_8 ', MALLOC_ARENA_MAX: '010', MALLOC_MMAP_THRESHOLD_: '1_048_576' },
+        { semi: '8', arena: '10', mmap: '1048576' },
+      ],
+    ] as const) {
+      const r = await run(env);
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(r.seen?.execArgv, [`--max-semi-space-size=${want.semi}`], JSON.stringify(env));
+      assert.deepEqual([r.seen?.semi, r.seen?.arena, r.seen?.mmap], [want.semi, want.arena, want.mmap], JSON.stringify(env));
+    }
+    // What the process reads back is what libs/config reads from the same variables.
+    assert.deepEqual(schema.runtime.mallocArenaMax.parse('010'), { ok: true, value: 10 });
     const zero = await run({ MALLOC_ARENA_MAX: '0', MALLOC_MMAP_THRESHOLD_: '0' });
     assert.equal(zero.code, 0, zero.stderr);
     assert.deepEqual([zero.seen?.arena, zero.seen?.mmap], [null, null]);
     const empty = await run({ SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' });
     assert.equal(empty.code, 0, empty.stderr);
     assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=4'], '2'], 'empty: the default, as unset');
-  });
-
-  it('reads the forms libs/config reads (spaces around, `_`) and passes plain decimal digits on: glibc would read 010 as octal 8', async () => {
-    const r = await run({ SEMI_SPACE_MB: ' 0_8 ', MALLOC_ARENA_MAX: '010', MALLOC_MMAP_THRESHOLD_: '1_048_576' });
-    assert.equal(r.code, 0, r.stderr);
-    assert.deepEqual(r.seen?.execArgv, ['--max-semi-space-size=8']);
-    assert.equal(r.seen?.semi, '8');
-    assert.equal(r.seen?.arena, '10');
-    assert.equal(r.seen?.mmap, '1048576');
-    // What the process reads back is what libs/config reads from the same variables.
-    assert.deepEqual(schema.runtime.mallocArenaMax.parse('010'), { ok: true, value: 10 });
   });
 
   it('refuses a bad value by name with exit code 2, and node never runs', async () => {
