@@ -50,6 +50,7 @@ export const ERRORS = {
   CP_ERR_PROTO_MALFORMED: { message: 'frame is not a JSON object', httpStatus: 400 },
   CP_ERR_PROTO_INVALID: { message: 'message does not match the v1 schema: %s', httpStatus: 400 },
   CP_ERR_PROTO_UNKNOWN_TYPE: { message: 'unknown message type "%s" for role %s', httpStatus: 400 },
+  CP_ERR_PROTO_VERSION: { message: 'control message version %s is not spoken here (accepted: %s)', httpStatus: 400 },
   CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
   CP_ERR_HTTP_NOT_FOUND: { message: 'no such route', httpStatus: 404 },
   CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
@@ -71,6 +72,10 @@ export const ERRORS = {
     closeCode: CloseCode.unknownChannel,
   },
   CP_ERR_CHANNEL_UNAVAILABLE: { message: 'no shard serves channel %s right now', httpStatus: 503 },
+  CP_ERR_CHANNEL_PLACEMENT_OVERLOADED: {
+    message: 'the router holds its maximum of %s channels waiting for placement; retry with backoff',
+    httpStatus: 503,
+  },
   CP_ERR_CHANNEL_GAME_CONNECTED: {
     message: 'channel %s already has a game connection',
     httpStatus: 409,
