@@ -46,7 +46,62 @@ const COLUMNS = 'id, tenant_id, epoch, owner, migrated_to, migrated_at';
 export const CHANNEL_SQL = {
   byId: `SELECT ${COLUMNS} FROM channels WHERE id = $1`,
   byOwner: `SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`,
+  byIds: `SELECT ${COLUMNS} FROM channels WHERE id = ANY($1::text[])`,
+  /**
+   * The bulk acquire ($1 channel ids, $2 their new owners): locks the rows in id order (as the set-fenced writes lock
+   * them FOR SHARE), bumps each epoch and sets its owner; a migrated or unknown channel is left out.
+   */
+  acquireMany: `WITH p AS (
+      SELECT * FROM unnest($1::text[], $2::text[]) AS p(id, owner)
+    ), locked AS (
+      SELECT c.id FROM channels c JOIN p ON p.id = c.id WHERE c.migrated_to IS NULL ORDER BY c.id FOR UPDATE OF c
+    )
+    UPDATE channels c SET epoch = c.epoch + 1, owner = p.owner, acquired_at = now()
+    FROM p WHERE c.id = p.id AND c.id IN (SELECT id FROM locked)
+    RETURNING c.id, c.owner, c.epoch`,
+  /** The bulk release ($1 ids, $2 owners, $3 epochs): clears each owner that still holds its channel at that epoch. */
+  releaseMany: `UPDATE channels c SET owner = NULL
+    FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(id, owner, epoch)
+    WHERE c.id = r.id AND c.owner = r.owner AND c.epoch = r.epoch
+    RETURNING c.id`,
+  snapshots: 'SELECT channel_id, epoch, event_id, state, saved_at FROM channel_snapshots WHERE channel_id = ANY($1::text[])',
+  /**
+   * The set-fenced snapshot write ($1 ids, $2 epochs, $3 event ids, $4 states as JSON text): writes the snapshots at
+   * their channel's current epoch (rows locked FOR SHARE in id order), returns the other channels.
+   */
+  saveSnapshots: `WITH r AS (
+      SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS r(channel_id, epoch, event_id, state)
+    ), cur AS (
+      SELECT id, epoch FROM channels WHERE id IN (SELECT channel_id FROM r) ORDER BY id FOR SHARE
+    ), ins AS (
+      INSERT INTO channel_snapshots (channel_id, epoch, event_id, state, saved_at)
+      SELECT r.channel_id, r.epoch, r.event_id, r.state::jsonb, now() FROM r JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch
+      ON CONFLICT (channel_id) DO UPDATE SET epoch = EXCLUDED.epoch, event_id = EXCLUDED.event_id, state = EXCLUDED.state, saved_at = now()
+      RETURNING 1
+    )
+    SELECT r.channel_id FROM r LEFT JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch WHERE cur.id IS NULL ORDER BY 1`,
 } as const;
+
+/** One channel of a bulk acquire: the shard that becomes its owner. */
+export interface Placement {
+  channel: string;
+  shard: string;
+}
+
+/** One channel of a bulk release: cleared only if `shard` still owns it at `epoch`. */
+export interface Holding {
+  channel: string;
+  shard: string;
+  epoch: number;
+}
+
+/** One snapshot of a bulk write, fenced by `epoch`. */
+export interface SnapshotWrite {
+  channel: string;
+  epoch: number;
+  eventId: number;
+  state: unknown;
+}
 
 function toChannel(r: Row): ChannelRow {
   return { id: r.id, tenantId: r.tenant_id, epoch: Number(r.epoch), owner: r.owner, migratedTo: r.migrated_to, migratedAt: r.migrated_at };
@@ -78,6 +133,51 @@ export class ChannelRepository {
     if (!CHANNEL_ID_RE.test(id)) return null;
     const { rows } = await this.db.query<Row>(CHANNEL_SQL.byId, [id]);
     return rows[0] ? toChannel(rows[0]) : null;
+  }
+
+  /** The channels of `ids` that exist, by id (one query). Invalid ids are left out. */
+  async getMany(ids: readonly string[]): Promise<Map<string, ChannelRow>> {
+    const valid = ids.filter((id) => CHANNEL_ID_RE.test(id));
+    const out = new Map<string, ChannelRow>();
+    if (valid.length === 0) return out;
+    const { rows } = await this.db.query<Row>(CHANNEL_SQL.byIds, [valid]);
+    for (const r of rows) out.set(r.id, toChannel(r));
+    return out;
+  }
+
+  /**
+   * Bulk acquire, one statement: each channel gets its placement's shard as
+   * owner at a new epoch (`epoch + 1`), whoever owned it before (every write
+   * a previous owner makes from then on is refused). Channels that are
+   * unknown or migrated are left out of the result (nothing written for them).
+   * @param placements at most one per channel
+   * @returns the new epoch of each channel acquired, by id
+   * @throws the pg error (nothing is written)
+   */
+  async acquireMany(placements: readonly Placement[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    const valid = placements.filter((p) => CHANNEL_ID_RE.test(p.channel));
+    if (valid.length === 0) return out;
+    const { rows } = await this.db.query<{ id: string; epoch: string }>(CHANNEL_SQL.acquireMany, [
+      valid.map((p) => p.channel),
+      valid.map((p) => p.shard),
+    ]);
+    for (const r of rows) out.set(r.id, Number(r.epoch));
+    return out;
+  }
+
+  /**
+   * Bulk release, one statement: clears each owner that still owns its channel at the given epoch.
+   * @returns the channels released (the others moved on: nothing changed for them)
+   */
+  async releaseMany(items: readonly Holding[]): Promise<Set<string>> {
+    if (items.length === 0) return new Set();
+    const { rows } = await this.db.query<{ id: string }>(CHANNEL_SQL.releaseMany, [
+      items.map((i) => i.channel),
+      items.map((i) => i.shard),
+      items.map((i) => i.epoch),
+    ]);
+    return new Set(rows.map((r) => r.id));
   }
 
   /**
@@ -197,11 +297,39 @@ export class ChannelRepository {
    * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH
    */
   async saveSnapshot(id: string, epoch: number, eventId: number, state: unknown): Promise<void> {
-    await this.db.query(
-      `INSERT INTO channel_snapshots (channel_id, epoch, event_id, state, saved_at) VALUES ($1, $2, $3, $4, now())
-       ON CONFLICT (channel_id) DO UPDATE SET epoch = EXCLUDED.epoch, event_id = EXCLUDED.event_id, state = EXCLUDED.state, saved_at = now()`,
-      [id, epoch, eventId, JSON.stringify(state)],
+    const stale = await this.saveSnapshots([{ channel: id, epoch, eventId, state }]);
+    if (stale.length > 0) throw new CrowdplayError('CP_ERR_CHANNEL_STALE_EPOCH', [id, epoch]);
+  }
+
+  /**
+   * Saves many channels' states in one statement, fenced as a set: a
+   * snapshot whose epoch is not its channel's current one is not written and
+   * its channel is named in the result; the others are written.
+   * @returns the channels refused (stale epoch or unknown), sorted
+   * @throws the pg error (nothing is written)
+   */
+  async saveSnapshots(items: readonly SnapshotWrite[]): Promise<string[]> {
+    if (items.length === 0) return [];
+    const { rows } = await this.db.query<{ channel_id: string }>(CHANNEL_SQL.saveSnapshots, [
+      items.map((i) => i.channel),
+      items.map((i) => i.epoch),
+      items.map((i) => i.eventId),
+      items.map((i) => JSON.stringify(i.state)),
+    ]);
+    return rows.map((r) => r.channel_id);
+  }
+
+  /** The last snapshot of each channel that has one, by id (one query). */
+  async loadSnapshots(ids: readonly string[]): Promise<Map<string, Snapshot>> {
+    const out = new Map<string, Snapshot>();
+    if (ids.length === 0) return out;
+    const { rows } = await this.db.query<{ channel_id: string; epoch: string; event_id: string; state: unknown; saved_at: Date }>(
+      CHANNEL_SQL.snapshots,
+      [[...ids]],
     );
+    for (const r of rows)
+      out.set(r.channel_id, { channelId: r.channel_id, epoch: Number(r.epoch), eventId: Number(r.event_id), state: r.state, savedAt: r.saved_at });
+    return out;
   }
 
   /** The channel's last snapshot, or null. */

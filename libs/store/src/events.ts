@@ -31,6 +31,22 @@ export const EVENT_SQL = {
   since: 'SELECT event_id, kind, body FROM channel_events WHERE channel_id = $1 AND event_id > $2 ORDER BY event_id LIMIT $3',
   floor: 'SELECT events_floor FROM channels WHERE id = $1',
   latest: 'SELECT event_id, epoch, body FROM channel_events WHERE channel_id = $1 AND kind = $2 ORDER BY event_id DESC LIMIT 1',
+  latestMany: `SELECT c.id AS channel_id, l.event_id, l.epoch, l.body FROM unnest($1::text[]) AS c(id)
+    CROSS JOIN LATERAL (SELECT event_id, epoch, body FROM channel_events
+      WHERE channel_id = c.id AND kind = $2 ORDER BY event_id DESC LIMIT 1) l`,
+  /** The set-fenced append ($1–$5: channel, event id, epoch, kind, body arrays): writes the rows at their channel's current epoch, returns the other channels. */
+  append: `WITH r AS (
+      SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]) AS r(channel_id, event_id, epoch, kind, body)
+    ), cur AS (
+      SELECT id, epoch FROM channels WHERE id IN (SELECT DISTINCT channel_id FROM r) ORDER BY id FOR SHARE
+    ), ins AS (
+      INSERT INTO channel_events (channel_id, event_id, epoch, kind, body)
+      SELECT r.channel_id, r.event_id, r.epoch, r.kind, r.body FROM r JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch
+      ON CONFLICT (channel_id, event_id) DO NOTHING
+      RETURNING 1
+    )
+    SELECT DISTINCT r.channel_id FROM r LEFT JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch
+    WHERE cur.id IS NULL ORDER BY 1`,
   pruneVictims: 'SELECT channel_id, event_id FROM channel_events WHERE created_at < $1 ORDER BY created_at LIMIT $2',
 } as const;
 
@@ -43,25 +59,42 @@ export class EventLogRepository {
   constructor(private readonly db: Db) {}
 
   /**
-   * Appends events in one statement (one transaction). A re-sent event (same
-   * channel and id) is ignored.
-   * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH when any event's epoch is
-   *   not its channel's current one (nothing is written); the pg error otherwise
+   * Appends events in one statement (one transaction), fenced as a set: the
+   * rows of a channel whose current epoch is not the row's are dropped and the
+   * channel is named in the result; every other row is written. The check
+   * locks each named channel row FOR SHARE (in id order, as the bulk acquire
+   * locks them), so an epoch bump waits for this statement and no row at an
+   * old epoch is written once the bump commits. A re-sent event (same channel
+   * and id) is ignored.
+   * @param events at most a tick's batches: one row per (channel, event id)
+   * @returns the channels whose rows were refused (stale epoch, or an unknown channel), sorted; empty when all were written
+   * @throws the pg error (nothing is written)
    */
-  async append(events: readonly LoggedEvent[]): Promise<void> {
-    if (events.length === 0) return;
-    await this.db.query(
-      `INSERT INTO channel_events (channel_id, event_id, epoch, kind, body)
-       SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[])
-       ON CONFLICT (channel_id, event_id) DO NOTHING`,
-      [
-        events.map((e) => e.channel),
-        events.map((e) => e.eventId),
-        events.map((e) => e.epoch),
-        events.map((e) => e.kind),
-        events.map((e) => e.body),
-      ],
-    );
+  async append(events: readonly LoggedEvent[]): Promise<string[]> {
+    if (events.length === 0) return [];
+    const { rows } = await this.db.query<{ channel_id: string }>(EVENT_SQL.append, [
+      events.map((e) => e.channel),
+      events.map((e) => e.eventId),
+      events.map((e) => e.epoch),
+      events.map((e) => e.kind),
+      events.map((e) => e.body),
+    ]);
+    return rows.map((r) => r.channel_id);
+  }
+
+  /**
+   * The newest logged event of kind `kind` of each channel (one query; an
+   * index scan per channel), for a bulk acquire. Channels with none are absent.
+   */
+  async latestMany(channels: readonly string[], kind: string): Promise<Map<string, { eventId: number; epoch: number; body: string }>> {
+    const out = new Map<string, { eventId: number; epoch: number; body: string }>();
+    if (channels.length === 0) return out;
+    const { rows } = await this.db.query<{ channel_id: string; event_id: string; epoch: string; body: string }>(EVENT_SQL.latestMany, [
+      [...channels],
+      kind,
+    ]);
+    for (const r of rows) out.set(r.channel_id, { eventId: Number(r.event_id), epoch: Number(r.epoch), body: r.body });
+    return out;
   }
 
   /**

@@ -120,6 +120,22 @@ export class RoundRepository {
     return rows.map(toRound);
   }
 
+  /** The unfinished rounds of each channel that has one (one query, for a bulk acquire), each list as {@link listUnfinished} orders it. */
+  async listUnfinishedMany(channelIds: readonly string[]): Promise<Map<string, RoundRow[]>> {
+    const out = new Map<string, RoundRow[]>();
+    if (channelIds.length === 0) return out;
+    const { rows } = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM rounds WHERE channel_id = ANY($1::text[]) AND NOT paid ORDER BY channel_id, opened_at, id`,
+      [[...channelIds]],
+    );
+    for (const r of rows.map(toRound)) {
+      const list = out.get(r.channelId);
+      if (list) list.push(r);
+      else out.set(r.channelId, [r]);
+    }
+    return out;
+  }
+
   /** Channels that hold an unfinished round (recovery at start-up). */
   async channelsWithUnfinished(): Promise<string[]> {
     const { rows } = await this.db.query<{ channel_id: string }>('SELECT DISTINCT channel_id FROM rounds WHERE NOT paid ORDER BY 1');

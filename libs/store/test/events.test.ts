@@ -37,19 +37,31 @@ describe('event log (Postgres)', () => {
     await assert.rejects(store.events.since('room', 0, 0), RangeError);
   });
 
-  it('fencing - an append at a stale epoch is refused and writes nothing (of any channel in the statement)', async () => {
+  it('fencing - an append drops the rows of a channel at a stale epoch, names it, and writes the others', async () => {
     const old = (await store.channels.get('room'))!.epoch;
     const hallEpoch = await store.channels.acquire('hall', 's1');
     await store.channels.acquire('room', 's2');
-    await assert.rejects(
-      store.events.append([
-        { channel: 'hall', eventId: 50, epoch: hallEpoch, kind: 'batch', body: 'h' },
-        { channel: 'room', eventId: 50, epoch: old, kind: 'batch', body: 'stale' },
-      ]),
-      (e) => isCrowdplayError(e, 'CP_ERR_CHANNEL_STALE_EPOCH'),
+    const stale = await store.events.append([
+      { channel: 'hall', eventId: 50, epoch: hallEpoch, kind: 'batch', body: 'h' },
+      { channel: 'room', eventId: 50, epoch: old, kind: 'batch', body: 'stale' },
+      { channel: 'room', eventId: 51, epoch: old, kind: 'batch', body: 'stale' },
+      { channel: 'nowhere', eventId: 50, epoch: 1, kind: 'batch', body: 'unknown' },
+    ]);
+    assert.deepEqual(stale, ['nowhere', 'room']);
+    assert.deepEqual((await store.events.since('room', 40, 5)).events, [], 'nothing of the stale channel');
+    assert.deepEqual(
+      (await store.events.since('hall', 0, 5)).events.map((e) => [e.eventId, e.body]),
+      [[50, 'h']],
     );
-    assert.deepEqual((await store.events.since('room', 40, 5)).events, []);
-    assert.deepEqual((await store.events.since('hall', 0, 5)).events, []);
+    assert.deepEqual((await store.events.since('nowhere', 0, 5)).events, []);
+  });
+
+  it('latestMany - the newest event of a kind per channel, one query', async () => {
+    const m = await store.events.latestMany(['room', 'hall', 'nowhere'], 'batch');
+    assert.equal(m.get('room')?.eventId, 40);
+    assert.equal(m.get('hall')?.eventId, 50);
+    assert.equal(m.has('nowhere'), false);
+    assert.equal((await store.events.latestMany([], 'batch')).size, 0);
   });
 
   it('prune - deletes the oldest past the cutoff, at most maxRows per pass, and raises the floors', async () => {
@@ -58,16 +70,16 @@ describe('event log (Postgres)', () => {
     await assert.rejects(store.events.prune(new Date(), 0), RangeError);
     assert.equal(await store.events.prune(new Date(Date.now() - 60_000), 100), 0, 'nothing older than a minute');
     const cutoff = new Date(Date.now() + 1_000);
-    assert.equal(await store.events.prune(cutoff, 3), 3, 'bounded: 3 of 7');
-    assert.equal(await store.events.prune(cutoff, 100), 4);
+    assert.equal(await store.events.prune(cutoff, 3), 3, 'bounded: 3 of 8');
+    assert.equal(await store.events.prune(cutoff, 100), 5);
     assert.equal(await store.events.floor('room'), 40);
-    assert.equal(await store.events.floor('hall'), 3);
+    assert.equal(await store.events.floor('hall'), 50);
     assert.equal(await store.events.floor('nobody'), 0);
   });
 
   it('raiseFloor - only ever raises', async () => {
     await store.events.raiseFloor('hall', 2);
-    assert.equal(await store.events.floor('hall'), 3);
+    assert.equal(await store.events.floor('hall'), 50);
     await store.events.raiseFloor('hall', 99);
     assert.equal(await store.events.floor('hall'), 99);
   });

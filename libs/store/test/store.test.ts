@@ -94,6 +94,61 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       assert.equal((await store.channels.get('room-2'))?.owner, null);
     });
 
+    it('channels - bulk acquire, snapshots and release: one statement each, fenced per channel', async () => {
+      const ids = ['bulk-1', 'bulk-2', 'bulk-3'];
+      for (const id of ids) await store.channels.ensure(id, 'acme');
+      await store.channels.ensure('bulk-moved', 'acme');
+      assert.equal(await store.channels.beginMigration('bulk-moved', 'bulk-moved-2'), 'started');
+      const epochs = await store.channels.acquireMany([
+        { channel: 'bulk-1', shard: 'shard-a' },
+        { channel: 'bulk-2', shard: 'shard-b' },
+        { channel: 'bulk-3', shard: 'shard-a' },
+        { channel: 'bulk-moved', shard: 'shard-a' },
+        { channel: 'nope', shard: 'shard-a' },
+        { channel: 'no.dots', shard: 'shard-a' },
+      ]);
+      assert.deepEqual([...epochs.keys()].sort(), ids, 'migrated, unknown and invalid channels are left out');
+      const rows = await store.channels.getMany([...ids, 'bulk-moved', 'nope', 'no.dots']);
+      assert.deepEqual(
+        ids.map((id) => [rows.get(id)?.owner, rows.get(id)?.epoch]),
+        [
+          ['shard-a', epochs.get('bulk-1')],
+          ['shard-b', epochs.get('bulk-2')],
+          ['shard-a', epochs.get('bulk-3')],
+        ],
+      );
+      assert.equal(rows.get('bulk-moved')?.owner, null, 'the migrated channel got no owner');
+      assert.equal(rows.has('nope'), false);
+      // bulk-3 moves on: its snapshot at the old epoch is refused, the others written.
+      const e3 = await store.channels.acquire('bulk-3', 'shard-b');
+      const stale = await store.channels.saveSnapshots(
+        ids.map((id) => ({ channel: id, epoch: epochs.get(id)!, eventId: 7, state: { id } })),
+      );
+      assert.deepEqual(stale, ['bulk-3']);
+      const snaps = await store.channels.loadSnapshots([...ids, 'nope']);
+      assert.deepEqual(
+        [...snaps.values()].map((x) => [x.channelId, x.state]).sort(),
+        [
+          ['bulk-1', { id: 'bulk-1' }],
+          ['bulk-2', { id: 'bulk-2' }],
+        ],
+      );
+      const released = await store.channels.releaseMany([
+        { channel: 'bulk-1', shard: 'shard-a', epoch: epochs.get('bulk-1')! },
+        { channel: 'bulk-2', shard: 'shard-a', epoch: epochs.get('bulk-2')! },
+        { channel: 'bulk-3', shard: 'shard-a', epoch: epochs.get('bulk-3')! },
+      ]);
+      assert.deepEqual([...released], ['bulk-1'], 'only an owner at its epoch releases');
+      const after = await store.channels.getMany(ids);
+      assert.deepEqual(
+        ids.map((id) => after.get(id)?.owner),
+        [null, 'shard-b', 'shard-b'],
+      );
+      assert.equal(after.get('bulk-3')?.epoch, e3);
+      assert.equal((await store.channels.acquireMany([])).size, 0);
+      assert.deepEqual(await store.channels.saveSnapshots([]), []);
+    });
+
     it('channels - a move (group → supergroup) is recorded once, resumed until finished, then a no-op', async () => {
       await store.channels.ensure('tgn100', 'acme');
       assert.equal(await store.channels.beginMigration('tgn999', 'tgn998'), 'none', 'a chat that never played');
