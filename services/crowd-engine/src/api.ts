@@ -50,18 +50,5 @@ export interface AbsorbCounts {
 export type ChannelCtlReply =
   { ok: true; update?: string; round?: RoundView; absorbed?: AbsorbCounts } | { ok: false; code: ErrorCode; message: string };
 
-export type ShardCtlRequest =
-  /** Take ownership of `channel` at `epoch` (already written to Postgres by the router). */
-  | { op: 'acquire'; channel: string; epoch: number }
-  /**
-   * Snapshot and stop serving `channel`. With `handoff` (a move: the router's
-   * `move`), every open round's live book is written first and the channel's
-   * subjects stay subscribed, refusing with CP_ERR_CHANNEL_UNAVAILABLE
-   * (retryable), until `forget`. With `ifIdle` (a rebalance move) refused
-   * CP_ERR_CHANNEL_UNAVAILABLE while it has unfinished rounds.
-   */
-  | { op: 'release'; channel: string; handoff?: boolean; ifIdle?: boolean }
-  /** The move of a handed-off `channel` finished (its new owner serves it): drop its subscriptions. */
-  | { op: 'forget'; channel: string };
-
-export type ShardCtlReply = { ok: true; channels: number } | { ok: false; code: ErrorCode; message: string };
+/** `shard.<id>.ctl`'s requests and replies: ShardControl and ShardControlReply in @crowdplay/protocol (control.ts). */
+export type { ShardControl as ShardCtlRequest, ShardControlReply as ShardCtlReply } from '@crowdplay/protocol';

@@ -999,8 +999,8 @@ export class ChannelRounds {
    * comment) and finishes what a crash interrupted. Resolves when the rounds
    * that must be paid or refunded are.
    */
-  async recover(): Promise<void> {
-    const rows = await this.d.store.rounds.listUnfinished(this.d.channel);
+  async recover(preloaded?: readonly RoundRow[]): Promise<void> {
+    const rows = preloaded ?? (await this.d.store.rounds.listUnfinished(this.d.channel));
     const jobs: Array<Promise<unknown>> = [];
     for (const row of rows) {
       const r = new Round(row);

@@ -9,9 +9,18 @@
 import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type Subscription } from '@crowdplay/bus';
 import type { Config } from '@crowdplay/config';
 import {
+  CONTROL_BATCH_MAX,
+  CONTROL_VERSION,
   CrowdplayError,
+  decodeAssignments,
+  decodeControl,
   isCrowdplayError,
   formatMessage,
+  ShardControl,
+  type AssignmentChange,
+  type ChannelResult,
+  type ShardControlReply,
+  type Heartbeat,
   type AckBatch,
   type Batch,
   type ErrorCode,
@@ -26,11 +35,11 @@ import {
 } from '@crowdplay/protocol';
 import type { Ledger } from '@crowdplay/ledger';
 import { TurnBudget } from '@crowdplay/ratelimit';
-import type { Store } from '@crowdplay/store';
+import type { RoundRow, Snapshot, Store } from '@crowdplay/store';
 import { tracer, tracingOn, type Telemetry } from '@crowdplay/telemetry';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import type { Counter, Histogram } from '@opentelemetry/api';
-import type { AbsorbCounts, ChannelCtlReply, ChannelCtlRequest, ShardCtlReply, ShardCtlRequest } from './api.ts';
+import type { AbsorbCounts, ChannelCtlReply, ChannelCtlRequest } from './api.ts';
 import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
 import type { GameModule } from './games/game-module.ts';
 import { IdAllocator, type IdBlock } from './ids.ts';
@@ -96,6 +105,9 @@ interface Owned {
  * tools that check ids on the bus tell repeats from new batches by it.
  */
 export const REPEAT_HEADER = 'crowdplay-repeat';
+
+/** One channel's answer to a batch control request (acquire, release, handoff, forget). */
+export type AcquireResult = ChannelResult & ({ ok: true } | { ok: false; code: ErrorCode; message: string });
 
 /** A tick's batches for external games, logged then published (publishBatches). */
 type Outbox = Array<{ o: Owned; ev: number; text: string }>;
@@ -252,14 +264,15 @@ export class Shard {
     // The router moved a channel this shard still serves (it was cut off, or paused): stop at once; the epoch fences its writes anyway.
     this.assignmentsSub = bus.subscribe(subjects.routerAssignments(), (msg) => {
       try {
-        const c = decodeJson<{ channel: string; shard: string | null; epoch: number }>(msg.data);
-        const o = this.owned.get(c.channel);
-        if (o && c.shard !== null && c.shard !== this.id && c.epoch > o.epoch) {
-          this.deps.telemetry.logger.warn(
-            { channel: c.channel, epoch: o.epoch, owner: c.shard, ownerEpoch: c.epoch },
-            'channel moved away: dropping it',
-          );
-          this.stopServing(o, true);
+        for (const c of decodeAssignments(msg.data)) {
+          const o = this.owned.get(c.channel);
+          if (o && c.shard !== null && c.shard !== this.id && c.epoch > o.epoch) {
+            this.deps.telemetry.logger.warn(
+              { channel: c.channel, epoch: o.epoch, owner: c.shard, ownerEpoch: c.epoch },
+              'channel moved away: dropping it',
+            );
+            this.stopServing(o, true);
+          }
         }
       } catch {
         this.deps.telemetry.refusals.refuse('engine', 'CP_ERR_PROTO_MALFORMED', { subject: 'router.assignments' });
@@ -294,7 +307,15 @@ export class Shard {
     this.lastBeatMs = now;
     bus.publish(
       subjects.shardHeartbeat(),
-      encodeJson({ id: this.id, instance: this.instance, channels: this.owned.size, intentsPerS, draining: this.draining, atMs: now }),
+      encodeJson({
+        v: CONTROL_VERSION,
+        id: this.id,
+        instance: this.instance,
+        channels: this.owned.size,
+        intentsPerS,
+        draining: this.draining,
+        atMs: now,
+      } satisfies Heartbeat),
     );
   }
 
@@ -337,20 +358,42 @@ export class Shard {
     }
   }
 
+  /**
+   * Answers `shard.<id>.ctl`: a v2 batch (acquire, release, forget, owned) with one result per channel, or a v1
+   * single-channel request as before. A message that does not decode (malformed, oversized, unknown version) is
+   * refused with its code, counted, and changes nothing.
+   */
   private async onShardCtl(msg: BusMessage): Promise<void> {
-    let reply: ShardCtlReply;
+    let reply: ShardControlReply;
+    let req: ShardControl;
     try {
-      const req = decodeJson<ShardCtlRequest>(msg.data);
-      if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
-      else if (req.op === 'release' && req.handoff) await this.handOff(req.channel);
-      else if (req.op === 'release') {
-        // A rebalance move leaves a channel with unfinished rounds where it is (moving it would cancel them).
-        if (req.ifIdle && (this.owned.get(req.channel)?.rounds?.unfinished ?? 0) > 0)
-          throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [req.channel]);
-        await this.release(req.channel);
-      } else if (req.op === 'forget') this.forget(req.channel);
-      else throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown shard op']);
-      reply = { ok: true, channels: this.owned.size };
+      req = decodeControl(ShardControl, msg.data);
+    } catch (err) {
+      const r = toErrorReply(err);
+      this.deps.telemetry.refusals.refuse('engine', r.code, { subject: 'shard.ctl' });
+      msg.respond(encodeJson({ v: CONTROL_VERSION, ...r } satisfies ShardControlReply));
+      return;
+    }
+    try {
+      if ('channels' in req || req.op === 'owned') {
+        let results: AcquireResult[] | undefined;
+        if (req.op === 'acquire') results = await this.acquireMany(req.channels);
+        else if (req.op === 'release' && req.handoff) results = await this.handOffMany(req.channels);
+        else if (req.op === 'release') results = await this.releaseMany(req.channels, req.ifIdle === true);
+        else if (req.op === 'forget') results = req.channels.map((channel) => (this.forget(channel), { channel, ok: true }));
+        reply =
+          req.op === 'owned'
+            ? { v: CONTROL_VERSION, ok: true, channels: this.owned.size, owned: [...this.owned.keys()] }
+            : { v: CONTROL_VERSION, ok: true, channels: this.owned.size, results: results! };
+      } else {
+        if (req.op === 'acquire') await this.acquire(req.channel, req.epoch);
+        else if (req.op === 'release' && req.handoff) await this.handOff(req.channel);
+        else if (req.op === 'release') {
+          const [r] = await this.releaseMany([req.channel], req.ifIdle === true);
+          if (r && !r.ok) throw new CrowdplayError(r.code, [req.channel]);
+        } else this.forget(req.channel);
+        reply = { ok: true, channels: this.owned.size };
+      }
     } catch (err) {
       reply = toErrorReply(err);
       if (reply.code === 'CP_ERR_INTERNAL') this.deps.telemetry.logger.error({ err }, 'shard control request failed');
@@ -359,38 +402,149 @@ export class Shard {
   }
 
   /**
-   * Takes ownership of `channel` at `epoch` (the router bumped it in Postgres):
-   * restores the last snapshot, leases a fresh block of event ids, then starts
-   * serving the channel's subjects. Acquiring an owned channel at a newer epoch
-   * just adopts the epoch.
-   * @throws CrowdplayError CP_ERR_CHANNEL_UNAVAILABLE when draining or full;
-   *   the sequencer/store error when they are unreachable
+   * Takes ownership of `channel` at `epoch` (the router bumped it in Postgres); {@link acquireMany} of one.
+   * @throws CrowdplayError the channel's refusal code (CP_ERR_CHANNEL_UNAVAILABLE when draining or full,
+   *   CP_ERR_CHANNEL_STALE_EPOCH, CP_ERR_CHANNEL_UNKNOWN, CP_ERR_CHANNEL_MIGRATED); the sequencer/store error
+   *   when they are unreachable
    */
   async acquire(channel: string, epoch: number): Promise<void> {
+    const [r] = await this.acquireMany([{ channel, epoch }]);
+    if (r && !r.ok) throw new CrowdplayError(r.code, [channel, epoch], { cause: r.message });
+  }
+
+  /**
+   * Takes ownership of a batch of channels, each at the epoch the router
+   * wrote for this shard in Postgres, in one go: the rows, the snapshots, the
+   * previous owners' last logged batches and the unfinished rounds are read
+   * in one query each; one block of event ids is leased after those reads
+   * (every id this shard uses for them from then on is above any id a
+   * previous owner used); then every channel is started (rounds recovered,
+   * built-in games initialised, subjects subscribed) and one bus flush makes
+   * the subscriptions live. Answers per channel: a channel is refused, with
+   * the rest going ahead, when this shard is draining or at SHARD_MAX_CHANNELS
+   * (CP_ERR_CHANNEL_UNAVAILABLE, retryable elsewhere), when the row's epoch
+   * or owner is not the one asked (CP_ERR_CHANNEL_STALE_EPOCH: another
+   * placement superseded it), or when it is unknown or migrated. Acquiring an
+   * owned channel at a newer epoch adopts the epoch.
+   * @param items at most one per channel (a duplicate is refused as CP_ERR_PROTO_INVALID)
+   * @returns one result per item, in order
+   * @throws the sequencer's or the store's error when they are unreachable (nothing acquired)
+   */
+  async acquireMany(items: ReadonlyArray<{ channel: string; epoch: number }>): Promise<AcquireResult[]> {
+    const { config, store, bus, telemetry } = this.deps;
+    const results = new Map<number, AcquireResult>();
+    const refuse = (i: number, code: ErrorCode, message: string): void => {
+      results.set(i, { channel: items[i]!.channel, ok: false, code, message });
+      telemetry.refusals.refuse('engine', code, { channel: items[i]!.channel, op: 'acquire', reason: message });
+    };
+    const seen = new Set<string>();
+    const todo: number[] = [];
+    let room = config.engine.maxChannels - this.owned.size;
+    for (let i = 0; i < items.length; i++) {
+      const { channel, epoch } = items[i]!;
+      if (seen.has(channel)) {
+        refuse(i, 'CP_ERR_PROTO_INVALID', 'duplicate channel in an acquire batch');
+        continue;
+      }
+      seen.add(channel);
+      if (this.draining || this.closed) {
+        refuse(i, 'CP_ERR_CHANNEL_UNAVAILABLE', 'draining');
+        continue;
+      }
+      this.forget(channel); // handed off from here before: it comes back from its durable state
+      const existing = this.owned.get(channel);
+      if (existing) {
+        existing.epoch = Math.max(existing.epoch, epoch);
+        results.set(i, { channel, ok: true });
+        continue;
+      }
+      if (room <= 0) {
+        refuse(i, 'CP_ERR_CHANNEL_UNAVAILABLE', 'SHARD_MAX_CHANNELS');
+        continue;
+      }
+      room--;
+      todo.push(i);
+    }
+    if (todo.length > 0) {
+      const ids = todo.map((i) => items[i]!.channel);
+      const [rows, snaps, lastBatches, rounds] = await Promise.all([
+        store.channels.getMany(ids),
+        store.channels.loadSnapshots(ids),
+        store.events.latestMany(ids, 'batch'),
+        this.deps.ledger ? store.rounds.listUnfinishedMany(ids) : Promise.resolve(new Map<string, RoundRow[]>()),
+      ]);
+      const ready: number[] = [];
+      for (const i of todo) {
+        const { channel, epoch } = items[i]!;
+        const row = rows.get(channel);
+        if (!row) refuse(i, 'CP_ERR_CHANNEL_UNKNOWN', 'no such channel');
+        // A channel whose chat became another one never runs again (its state moved; see the router's migrate).
+        else if (row.migratedTo !== null) refuse(i, 'CP_ERR_CHANNEL_MIGRATED', `moved to ${row.migratedTo}`);
+        else if (row.epoch !== epoch || row.owner !== this.id)
+          refuse(i, 'CP_ERR_CHANNEL_STALE_EPOCH', `the row is at epoch ${row.epoch} owned by ${row.owner ?? 'nobody'}`);
+        else ready.push(i);
+      }
+      if (ready.length > 0) {
+        // Ids used from now on must exceed every id the previous owners used: one lease after the reads covers the batch.
+        await this.ids.renew();
+        const started = await Promise.all(
+          ready.map(async (i) => {
+            const { channel, epoch } = items[i]!;
+            try {
+              const o = await this.start1(channel, epoch, rows.get(channel)!.tenantId, snaps.get(channel), rounds.get(channel) ?? []);
+              return { i, o, last: lastBatches.get(channel) };
+            } catch (err) {
+              refuse(i, isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE', String(err));
+              return null;
+            }
+          }),
+        );
+        const live: Owned[] = [];
+        for (const s of started) {
+          if (!s) continue;
+          const { i, o, last } = s;
+          const channel = o.rt.id;
+          if (this.owned.has(channel) || this.draining || this.closed) {
+            // A concurrent acquire won, or a drain began meanwhile.
+            o.rounds?.close();
+            if (this.owned.has(channel)) results.set(i, { channel, ok: true });
+            else refuse(i, 'CP_ERR_CHANNEL_UNAVAILABLE', 'draining');
+            continue;
+          }
+          // A shard logs a batch before it publishes it: one that died in between left a batch in the log that no game
+          // got live. The previous owner's last logged batch goes out again before this owner's first (gateways never
+          // send a game socket a batch at or below one it was sent, so a game that has it does not get it twice).
+          if (last && last.epoch < o.epoch) {
+            bus.publish(this.deps.subjects.channelGame(channel), Buffer.from(last.body, 'utf8'), { headers: { [REPEAT_HEADER]: '1' } });
+            this.m.lastBatchRepeats.add(1);
+          }
+          this.serve(o);
+          live.push(o);
+          results.set(i, { channel, ok: true });
+        }
+        await bus.flush();
+        for (const o of live) this.scheduleUpdate(o);
+        if (live.length > 0)
+          telemetry.logger.info(
+            live.length === 1
+              ? { channel: live[0]!.rt.id, epoch: live[0]!.epoch, shard: this.id, game: live[0]!.game?.name }
+              : { channels: live.length, shard: this.id },
+            live.length === 1 ? 'channel acquired' : 'channels acquired',
+          );
+      }
+    }
+    return items.map((it, i) => results.get(i) ?? { channel: it.channel, ok: false, code: 'CP_ERR_INTERNAL', message: 'not answered' });
+  }
+
+  /**
+   * Builds a channel's runtime from what the bulk acquire read: its snapshot restored, its unfinished rounds
+   * recovered (paid, refunded or resumed), its built-in game initialised. Does not serve it yet.
+   * @throws the sequencer's error (no event id for a built-in game's state), the ledger's from the recovery
+   */
+  private async start1(channel: string, epoch: number, tenant: string, snap: Snapshot | undefined, rounds: RoundRow[]): Promise<Owned> {
     const { config, store, bus, subjects, telemetry } = this.deps;
-    if (this.draining || this.closed) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
-    this.forget(channel); // handed off from here before: it comes back from its durable state
-    const existing = this.owned.get(channel);
-    if (existing) {
-      existing.epoch = Math.max(existing.epoch, epoch);
-      return;
-    }
-    if (this.owned.size >= config.engine.maxChannels) {
-      telemetry.refusals.refuse('engine', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel, limit: 'SHARD_MAX_CHANNELS' });
-      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
-    }
-    const row = await store.channels.get(channel);
-    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
-    // A channel whose chat became another one never runs again (its state moved; see the router's migrate).
-    if (row.migratedTo !== null) throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
     const rt = new ChannelRuntime(channel);
-    // A shard logs a batch before it publishes it: one that died in between left a batch in the log that no game got
-    // live. The previous owner's last logged batch goes out again before this owner's first (gateways never send a
-    // game socket a batch at or below one it was sent, so a game that has it does not get it twice).
-    const [lastBatch, snap] = await Promise.all([store.events.latest(channel, 'batch'), store.channels.loadSnapshot(channel)]);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
-    // Ids used from now on must exceed every id the previous owner used.
-    await this.ids.renew();
     const game = this.deps.gameFor?.(channel);
     const o: Owned = {
       rt,
@@ -399,7 +553,7 @@ export class Shard {
       subs: [],
       updateTimer: null,
       lastUpdateMs: 0,
-      tenant: row.tenantId,
+      tenant,
       rounds: null,
       roundsDirty: false,
       pendingState: undefined,
@@ -414,7 +568,7 @@ export class Shard {
         wallets: this.wallets,
         metrics: this.rm,
         channel,
-        tenant: row.tenantId,
+        tenant,
         epoch: () => o.epoch,
         now: this.now,
         sendAcks: (gw, acks, balances) => this.sendAcks(gw, acks, balances),
@@ -426,7 +580,7 @@ export class Shard {
       });
       // A built-in game's grant, else the one the game declared to a previous owner (the snapshot carries it across moves).
       o.rounds.welcomeGrant = game?.welcomeGrant ?? rt.welcomeGrant;
-      await o.rounds.recover();
+      await o.rounds.recover(rounds);
     }
     if (game) {
       const now = this.now();
@@ -434,37 +588,75 @@ export class Shard {
       if (!rt.declared || !sameActions(rt.snapshot().actions, game.actions())) rt.declare(game.actions(), await this.nextEventId(), now);
       rt.setGameState(game.init(restoredGame), await this.nextEventId(), now);
     }
-    if (this.owned.has(channel)) return; // a concurrent acquire won
-    if (lastBatch && lastBatch.epoch < epoch) {
-      bus.publish(subjects.channelGame(channel), Buffer.from(lastBatch.body, 'utf8'), { headers: { [REPEAT_HEADER]: '1' } });
-      this.m.lastBatchRepeats.add(1);
-    }
+    return o;
+  }
+
+  /** Starts serving an acquired channel: owned, and its intake and control subjects subscribed (live after a bus flush). */
+  private serve(o: Owned): void {
+    const { bus, subjects } = this.deps;
+    const channel = o.rt.id;
     this.owned.set(channel, o);
     // One queue group: while a move hands the channel over, each message reaches either the old owner (which refuses it,
     // retryable) or the new one, never both.
     o.subs.push(bus.subscribe(subjects.channelIn(channel), (msg) => this.onIntents(o, msg), { queue: 'owner' }));
     o.subs.push(bus.subscribe(subjects.channelCtl(channel), (msg) => void this.onChannelCtl(o, msg), { queue: 'owner' }));
-    await bus.flush();
-    telemetry.logger.info({ channel, epoch, shard: this.id, game: game?.name }, 'channel acquired');
-    this.scheduleUpdate(o);
   }
 
   /**
    * Snapshots `channel` (with its built-in game's latest state), stops serving it and clears its owner in Postgres
-   * (only if this shard still owns it at its epoch). No-op for a channel not owned.
+   * (only if this shard still owns it at its epoch). No-op for a channel not owned. {@link releaseMany} of one.
+   * @throws the store's error
    */
   async release(channel: string): Promise<void> {
-    // A tick in flight may still log and publish a batch of the channel: it goes out before the release, never after the next owner's.
+    await this.releaseMany([channel], false);
+  }
+
+  /**
+   * Releases a batch of channels: each stops being served here, its built-in game's latest state is set, and
+   * the final snapshots are written in one statement and the owners cleared in another (each only if this
+   * shard still owns the channel at its epoch); one `router.assignments` message tells the caches. A channel
+   * not owned answers ok (nothing to do). With `ifIdle` (a rebalance) a channel with unfinished rounds is
+   * refused CP_ERR_CHANNEL_UNAVAILABLE and stays.
+   * @returns one result per channel, in order
+   * @throws the store's error (the channels are not served here any more; their owner rows stay, and the
+   *   router's reconciler places them again)
+   */
+  async releaseMany(channels: readonly string[], ifIdle: boolean): Promise<AcquireResult[]> {
+    // A tick in flight may still log and publish a batch of the channels: it goes out before the release, never after the next owner's.
     await this.tickSettled();
-    const o = this.owned.get(channel);
-    if (!o) return;
-    this.stopServing(o);
-    await this.settleGameState(o);
-    await this.saveSnapshot(o);
-    await this.deps.store.channels.release(channel, this.id, o.epoch);
-    // Caches (the router's, gateways') drop the assignment: the next use assigns the channel again.
-    this.deps.bus.publish(this.deps.subjects.routerAssignments(), encodeJson({ channel, shard: null, epoch: o.epoch }));
-    this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel released');
+    const results: AcquireResult[] = [];
+    const leaving: Owned[] = [];
+    for (const channel of channels) {
+      const o = this.owned.get(channel);
+      if (o && ifIdle && (o.rounds?.unfinished ?? 0) > 0) {
+        results.push({ channel, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'unfinished rounds' });
+        continue;
+      }
+      results.push({ channel, ok: true });
+      if (!o || leaving.includes(o)) continue;
+      this.stopServing(o);
+      leaving.push(o);
+    }
+    if (leaving.length === 0) return results;
+    await Promise.all(leaving.map((o) => this.settleGameState(o).catch(() => undefined)));
+    await this.saveSnapshotsOf(leaving);
+    await this.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.id, epoch: o.epoch })));
+    // Caches (the router's, gateways') drop the assignments: the next use assigns the channels again.
+    this.announce(leaving.map((o) => ({ channel: o.rt.id, shard: null, epoch: o.epoch })));
+    this.deps.telemetry.logger.info(
+      leaving.length === 1 ? { channel: leaving[0]!.rt.id, epoch: leaving[0]!.epoch } : { channels: leaving.length },
+      leaving.length === 1 ? 'channel released' : 'channels released',
+    );
+    return results;
+  }
+
+  /** Publishes assignment changes on `router.assignments`, in v2 batches of at most CONTROL_BATCH_MAX. */
+  private announce(changes: AssignmentChange[]): void {
+    for (let i = 0; i < changes.length; i += CONTROL_BATCH_MAX)
+      this.deps.bus.publish(
+        this.deps.subjects.routerAssignments(),
+        encodeJson({ v: CONTROL_VERSION, changes: changes.slice(i, i + CONTROL_BATCH_MAX) }),
+      );
   }
 
   /**
@@ -480,52 +672,94 @@ export class Shard {
   }
 
   /**
-   * Hands `channel` off for a move (the router's `move`): its new intents
-   * and game requests are refused with CP_ERR_CHANNEL_UNAVAILABLE
-   * (retryable), its rounds' in-flight stakes and trades commit and every
-   * open round's live book is written at the channel's epoch
-   * (ChannelRounds.handoff), the open tick is closed (its batch reaches the
-   * game), the channel is snapshotted and its owner cleared in Postgres. Its
-   * subjects stay subscribed, still refusing, until `forget` (the new owner
-   * subscribes in the same queue group, so nothing published meanwhile
-   * falls between the two). No-op for a channel not owned.
-   * @throws the store's error: the handoff failed, the channel is served here as before
+   * Hands `channel` off for a move; {@link handOffMany} of one.
+   * @throws CrowdplayError the channel's refusal; the store's error: the handoff failed, the channel is served here as before
    */
   async handOff(channel: string): Promise<void> {
-    const o = this.owned.get(channel);
-    if (!o) return;
-    o.moving = true;
-    // The next tick skips the channel; one in flight publishes its batch before the handoff closes the open tick.
-    await this.tickSettled();
-    if (this.owned.get(channel) !== o) return; // dropped meanwhile (moved away at a newer epoch): nothing left to hand off
-    try {
-      const rounds = await o.rounds?.handoff();
-      this.deps.telemetry.logger.info({ channel, epoch: o.epoch, rounds }, 'channel handing off');
-    } catch (err) {
-      o.moving = false;
-      o.rounds?.resumeServing();
-      throw err;
+    const [r] = await this.handOffMany([channel]);
+    if (r && !r.ok) throw new CrowdplayError(r.code, [channel], { cause: r.message });
+  }
+
+  /**
+   * Hands a batch of channels off for a move (the router's `move`, a drain):
+   * their new intents and game requests are refused with
+   * CP_ERR_CHANNEL_UNAVAILABLE (retryable), their rounds' in-flight stakes
+   * and trades commit and every open round's live book is written at the
+   * channel's epoch (ChannelRounds.handoff), the open ticks are closed and
+   * their batches logged in one statement and published, the final snapshots
+   * are written in one statement and the owners cleared in another. Their
+   * subjects stay subscribed, still refusing, until `forget` (the new owner
+   * subscribes in the same queue group, so nothing published meanwhile falls
+   * between the two). A channel not owned answers ok.
+   * @returns one result per channel: a channel whose rounds could not be handed off is refused with the
+   *   store's code and served here as before; the others go ahead
+   * @throws the store's error writing the snapshots or the owners (those channels stay handed off and
+   *   refusing; the router's reconciler places them)
+   */
+  async handOffMany(channels: readonly string[]): Promise<AcquireResult[]> {
+    const mine: Owned[] = [];
+    for (const ch of channels) {
+      const o = this.owned.get(ch);
+      if (o && !mine.includes(o)) {
+        o.moving = true;
+        mine.push(o);
+      }
     }
-    // The open tick's intents reach the game before the channel leaves.
-    const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
-    const pending = o.rt.pendingIntents;
-    const now = this.now();
-    const batch = o.rt.closeTick(ev, now);
-    this.pendingIntents -= pending;
-    // Logged (at this epoch, before the release) and published like any tick's batch.
+    // The next tick skips them; one in flight publishes its batches before the handoff closes the open ticks.
+    await this.tickSettled();
+    const failed = new Map<string, AcquireResult>();
+    const going: Owned[] = [];
+    await Promise.all(
+      mine.map(async (o) => {
+        if (this.owned.get(o.rt.id) !== o) return; // dropped meanwhile (moved away at a newer epoch): nothing left to hand off
+        try {
+          await o.rounds?.handoff();
+          going.push(o);
+        } catch (err) {
+          o.moving = false;
+          o.rounds?.resumeServing();
+          failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
+        }
+      }),
+    );
+    // The open ticks' intents reach their games before the channels leave: logged (at their epochs, before the release) and published like any tick's batches.
     const outbox: Outbox = [];
-    if (batch) this.deliverBatch(o, batch, now, outbox);
+    const now = this.now();
+    for (const o of going) {
+      try {
+        const ev = o.rt.hasOpenIntents ? await this.eventIdFor(o) : 0;
+        const pending = o.rt.pendingIntents;
+        const batch = o.rt.closeTick(ev, now);
+        this.pendingIntents -= pending;
+        if (batch) this.deliverBatch(o, batch, now, outbox);
+      } catch (err) {
+        // No event id (sequencer unreachable): the channel stays here, serving.
+        o.moving = false;
+        o.rounds?.resumeServing();
+        failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
+      }
+    }
+    const leaving = going.filter((o) => !failed.has(o.rt.id));
     await this.publishBatches(outbox);
-    await this.settleGameState(o);
-    if (o.rt.dirty) this.sendUpdate(o);
-    const subs = o.subs;
-    o.subs = [];
-    this.stopServing(o);
-    o.subs = subs;
-    this.moved.set(channel, o);
-    await this.saveSnapshot(o);
-    await this.deps.store.channels.release(channel, this.id, o.epoch);
-    this.deps.telemetry.logger.info({ channel, epoch: o.epoch }, 'channel handed off');
+    await Promise.all(leaving.map((o) => this.settleGameState(o).catch(() => undefined)));
+    for (const o of leaving) {
+      if (this.owned.get(o.rt.id) !== o) continue;
+      if (o.rt.dirty) this.sendUpdate(o);
+      const subs = o.subs;
+      o.subs = [];
+      this.stopServing(o);
+      o.subs = subs;
+      this.moved.set(o.rt.id, o);
+    }
+    if (leaving.length > 0) {
+      await this.saveSnapshotsOf(leaving);
+      await this.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.id, epoch: o.epoch })));
+      this.deps.telemetry.logger.info(
+        leaving.length === 1 ? { channel: leaving[0]!.rt.id, epoch: leaving[0]!.epoch } : { channels: leaving.length },
+        leaving.length === 1 ? 'channel handed off' : 'channels handed off',
+      );
+    }
+    return channels.map((channel) => failed.get(channel) ?? { channel, ok: true });
   }
 
   /** Drops the subscriptions of a channel handed off from here (its move finished). No-op otherwise. */
@@ -867,34 +1101,41 @@ export class Shard {
     outbox = this.stillOwned(outbox);
     if (outbox.length === 0) return;
     const { store, bus, subjects, telemetry } = this.deps;
+    let stale: Set<string>;
     try {
-      await store.events.append(outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text })));
-      const live = this.stillOwned(outbox);
-      this.m.logWrites.add(live.length, { outcome: 'ok' });
-      for (const b of live) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
-      return;
+      stale = new Set(
+        await store.events.append(outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text }))),
+      );
     } catch (err) {
-      if (outbox.length > 1) {
-        // Find the channel(s) at fault: one statement each.
-        for (const b of outbox) await this.publishBatches([b]);
-        return;
-      }
-      const b = outbox[0]!;
-      if (isCrowdplayError(err, 'CP_ERR_CHANNEL_STALE_EPOCH')) {
-        this.m.logWrites.add(1, { outcome: 'stale_epoch' });
-        telemetry.logger.warn({ channel: b.o.rt.id, epoch: b.o.epoch }, 'event log refused: stale epoch, dropping channel');
-        if (this.owned.get(b.o.rt.id) === b.o) this.stopServing(b.o, true);
-        return;
-      }
-      telemetry.logger.error({ err, channel: b.o.rt.id }, 'event log write failed; publishing with a floor');
-      try {
-        await store.events.raiseFloor(b.o.rt.id, b.ev);
-        this.m.logWrites.add(1, { outcome: 'gap' });
-      } catch {
-        this.m.logWrites.add(1, { outcome: 'gap_unmarked' });
-      }
-      if (this.stillOwned([b]).length > 0) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
+      // Postgres refused the statement as a whole: publish anyway with a floor per channel (a resume from before it resyncs).
+      telemetry.logger.error({ err, channels: outbox.length }, 'event log write failed; publishing with a floor');
+      await Promise.all(
+        outbox.map(async (b) => {
+          try {
+            await store.events.raiseFloor(b.o.rt.id, b.ev);
+            this.m.logWrites.add(1, { outcome: 'gap' });
+          } catch {
+            this.m.logWrites.add(1, { outcome: 'gap_unmarked' });
+          }
+        }),
+      );
+      for (const b of this.stillOwned(outbox)) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
+      return;
     }
+    if (stale.size > 0) {
+      // The channels at fault moved: their rows were dropped by the statement, the others written.
+      const dropped = new Set<Owned>();
+      for (const b of outbox) if (stale.has(b.o.rt.id)) dropped.add(b.o);
+      this.m.logWrites.add(outbox.filter((b) => stale.has(b.o.rt.id)).length, { outcome: 'stale_epoch' });
+      for (const o of dropped) {
+        telemetry.logger.warn({ channel: o.rt.id, epoch: o.epoch }, 'event log refused: stale epoch, dropping channel');
+        if (this.owned.get(o.rt.id) === o) this.stopServing(o, true);
+      }
+      outbox = outbox.filter((b) => !stale.has(b.o.rt.id));
+    }
+    const live = this.stillOwned(outbox);
+    this.m.logWrites.add(live.length, { outcome: 'ok' });
+    for (const b of live) bus.publish(subjects.channelGame(b.o.rt.id), Buffer.from(b.text));
   }
 
   /** The batches whose channel this shard still serves as the same Owned; the others are counted (outcome moved) and left out. */
@@ -1076,28 +1317,53 @@ export class Shard {
   // ------------------------------------------------------------------ durability
 
   private async saveSnapshot(o: Owned): Promise<boolean> {
-    if (!o.rt.unsaved) return true;
-    o.rt.unsaved = false;
-    try {
-      await this.deps.store.channels.saveSnapshot(o.rt.id, o.epoch, o.rt.ev, o.rt.snapshot());
-      return true;
-    } catch (err) {
-      if (isCrowdplayError(err, 'CP_ERR_CHANNEL_STALE_EPOCH')) {
+    return (await this.saveSnapshotsOf([o])).has(o);
+  }
+
+  /**
+   * Writes the snapshots of the channels that changed since their last one, in statements of at most
+   * CONTROL_BATCH_MAX channels. A channel whose epoch is stale (it moved) is dropped here; one whose write
+   * failed stays unsaved (the next pass retries).
+   * @returns the channels whose state is saved (written now, or unchanged)
+   */
+  private async saveSnapshotsOf(os: readonly Owned[]): Promise<Set<Owned>> {
+    const saved = new Set<Owned>();
+    const dirty: Owned[] = [];
+    for (const o of os) {
+      if (o.rt.unsaved) dirty.push(o);
+      else saved.add(o);
+    }
+    for (let i = 0; i < dirty.length; i += CONTROL_BATCH_MAX) {
+      const chunk = dirty.slice(i, i + CONTROL_BATCH_MAX);
+      for (const o of chunk) o.rt.unsaved = false;
+      let stale: string[];
+      try {
+        stale = await this.deps.store.channels.saveSnapshots(
+          chunk.map((o) => ({ channel: o.rt.id, epoch: o.epoch, eventId: o.rt.ev, state: o.rt.snapshot() })),
+        );
+      } catch (err) {
+        for (const o of chunk) o.rt.unsaved = true;
+        this.m.snapshotErrors.add(chunk.length, { reason: 'error' });
+        this.deps.telemetry.logger.error({ err, channels: chunk.length }, 'snapshot failed');
+        continue;
+      }
+      const refused = new Set(stale);
+      for (const o of chunk) {
+        if (!refused.has(o.rt.id)) {
+          saved.add(o);
+          continue;
+        }
         // The channel moved: the new owner is authoritative; stop acting for it.
         this.m.snapshotErrors.add(1, { reason: 'stale_epoch' });
         this.deps.telemetry.logger.warn({ channel: o.rt.id, epoch: o.epoch }, 'snapshot refused: stale epoch, dropping channel');
         if (this.owned.get(o.rt.id) === o) this.stopServing(o, true);
-        return false;
       }
-      o.rt.unsaved = true;
-      this.m.snapshotErrors.add(1, { reason: 'error' });
-      this.deps.telemetry.logger.error({ err, channel: o.rt.id }, 'snapshot failed');
-      return false;
     }
+    return saved;
   }
 
   private async snapshotAll(): Promise<void> {
-    for (const o of [...this.owned.values()]) await this.saveSnapshot(o);
+    await this.saveSnapshotsOf([...this.owned.values()]);
   }
 
   /**
@@ -1109,8 +1375,9 @@ export class Shard {
     if (this.draining) return;
     this.draining = true;
     this.heartbeat();
-    // Move every channel, open rounds included, to another shard; what no shard can take is refunded below.
-    await Promise.all([...this.owned.keys()].map((ch) => this.moveAway(ch)));
+    // Move every channel, open rounds included, to another shard (one request: the router moves them in batches);
+    // what no shard can take is refunded below.
+    await this.moveAllAway();
     // Refund every open round left through the ledger before the channels are released (the ledger drains after the shard).
     await Promise.all([...this.owned.values()].map((o) => o.rounds?.drain()));
     await this.tickSettled(); // a tick in flight would make this one a no-op
@@ -1122,23 +1389,54 @@ export class Shard {
   }
 
   /**
-   * Asks the router to move `channel` to another live shard (`move`: it
-   * makes this shard hand the channel off, then another acquire it). Never
-   * rejects: when no shard can take it (or the router does not answer) the
-   * channel stays here and drain refunds its rounds.
+   * Asks the router to move every channel of this shard to other live shards (`drain`: it has this shard hand
+   * them off in batches, then others acquire them). A router that speaks only v1 is asked channel by channel
+   * (`move`). Never rejects: what did not move (no other shard, no answer) stays here and drain refunds its rounds.
+   */
+  private async moveAllAway(): Promise<void> {
+    const { bus, subjects, config, telemetry } = this.deps;
+    if (this.owned.size === 0) return;
+    let r: { ok: boolean; moves?: Array<{ channel: string; moved: boolean; shard: string | null }>; code?: string; message?: string };
+    try {
+      // The router waits for this shard's handoffs and the new owners' acquires: batch requests with their own timeouts.
+      const msg = await bus.request(subjects.routerCtl(), encodeJson({ v: CONTROL_VERSION, op: 'drain', shard: this.id }), {
+        timeoutMs: 3 * config.router.batchTimeoutMs,
+      });
+      r = decodeJson(msg.data);
+    } catch (err) {
+      telemetry.logger.warn({ err, channels: this.owned.size }, 'drain: no answer from the router to move the channels');
+      return;
+    }
+    if (!r.ok && r.code === 'CP_ERR_PROTO_INVALID') {
+      await Promise.all([...this.owned.keys()].map((ch) => this.moveAway(ch)));
+      return;
+    }
+    if (!r.ok) {
+      telemetry.logger.warn({ code: r.code, message: r.message }, 'drain: the router could not move the channels');
+      return;
+    }
+    let moved = 0;
+    for (const m of r.moves ?? []) {
+      if (!m.moved) continue;
+      moved++;
+      this.forget(m.channel);
+    }
+    telemetry.logger.info({ moved, left: this.owned.size }, 'drain: channels moved');
+  }
+
+  /**
+   * Asks a v1 router to move `channel` to another live shard (`move`). Never rejects.
    * @returns true when the channel moved
    */
   private async moveAway(channel: string): Promise<boolean> {
     const { bus, subjects, config, telemetry } = this.deps;
     try {
-      // The router waits for this shard's handoff and the new owner's acquire: two of its requests.
       const msg = await bus.request(subjects.routerCtl(), encodeJson({ op: 'move', channel, from: this.id }), {
         timeoutMs: 3 * config.bus.requestTimeoutMs,
       });
       const r = decodeJson<{ ok: boolean; move?: { moved: boolean; shard: string | null }; code?: string; message?: string }>(msg.data);
       if (r.ok && r.move?.moved) {
         this.forget(channel);
-        telemetry.logger.info({ channel, to: r.move.shard }, 'drain: channel moved');
         return true;
       }
       if (!r.ok) telemetry.logger.warn({ channel, code: r.code, message: r.message }, 'drain: the router could not move the channel');

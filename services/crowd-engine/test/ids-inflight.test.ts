@@ -51,15 +51,16 @@ describe('a tick in flight while its channel leaves the shard', () => {
     const held = new Promise<number>((r) => (onHeld = r));
     let onReleased!: () => void;
     const released = new Promise<void>((r) => (onReleased = r));
-    events.append = async (list: readonly LoggedEvent[]): Promise<void> => {
-      await real(list);
+    events.append = async (list: readonly LoggedEvent[]): Promise<string[]> => {
+      const stale = await real(list);
       const e = list.find((x) => x.channel === ch);
-      if (!e) return;
+      if (!e) return stale;
       events.append = real;
       onHeld(e.eventId);
       const deadline = Date.now() + HOLD_MS;
       while (Date.now() < deadline && !h.batches.some((b) => b.channel === ch && b.ev !== e.eventId)) await sleep(5);
       onReleased();
+      return stale;
     };
     return { held, released };
   }

@@ -66,10 +66,11 @@ export type RouterRequest =
   | { op: 'release'; channel: string }
   | { op: 'membership' }
   | { op: 'migrate'; from: string; to: string }
-  | { op: 'move'; channel: string; from?: string };
+  | { op: 'move'; channel: string; from?: string }
+  | { v: 2; op: 'drain'; shard: string };
 
 export type RouterReply =
-  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration; move?: Move }
+  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration; move?: Move; moves?: Move[] }
   | { ok: false; code: ErrorCode; message: string };
 
 /** The router's operations, as a service or through the bus. */
@@ -114,7 +115,7 @@ export class RouterClient implements RouterApi {
       const msg = await this.bus.request(this.subjects.routerCtl(), encodeJson(req), { timeoutMs: this.timeoutMs });
       reply = decodeJson<RouterReply>(msg.data);
     } catch (err) {
-      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : 'from' in req ? req.from : '*'], {
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : 'from' in req ? req.from : 'shard' in req ? req.shard : '*'], {
         cause: err,
       });
     }

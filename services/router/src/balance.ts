@@ -66,6 +66,26 @@ export function pickLeastLoaded(live: readonly MemberLoad[], intentsPerChannel: 
   return best;
 }
 
+/**
+ * Spreads `n` new channels over `live` shards at once (a burst of first
+ * joins, a dead shard's channels, a drain): each goes, in turn, to the shard
+ * of least load counting the channels planned before it (water-filling), so
+ * a batch lands as evenly as one-by-one picks would, without a heartbeat in
+ * between. Updates nothing.
+ * @returns the shard id of each of the n channels, in order ([] when `live` is empty)
+ */
+export function planPlacement(live: readonly MemberLoad[], n: number, intentsPerChannel: number): string[] {
+  if (live.length === 0 || n <= 0) return [];
+  const planned = live.map((m) => ({ ...m }));
+  const out: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const best = pickLeastLoaded(planned, intentsPerChannel)!;
+    best.channels++;
+    out.push(best.id);
+  }
+  return out;
+}
+
 /** One planned move of a channel from one live shard to another. */
 export interface PlannedMove {
   channel: string;

@@ -5,7 +5,8 @@
  * one dropped), so a channel that changes shard needs no call. Bounded
  * (ROUTER_ASSIGNMENT_CACHE_MAX, least recently used dropped first).
  */
-import { decodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
+import { type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
+import { decodeAssignments } from '@crowdplay/protocol';
 import { LRUCache } from 'lru-cache';
 import type { Assignment, AssignmentChange, Migration, RouterApi, ShardInfo } from './api.ts';
 import { lruCountBound } from '@crowdplay/ratelimit';
@@ -41,7 +42,7 @@ export class CachingRouter implements RouterApi {
     const { bus, subjects } = this.deps;
     this.sub = bus.subscribe(subjects.routerAssignments(), (msg) => {
       try {
-        this.apply(decodeJson<AssignmentChange>(msg.data));
+        for (const c of decodeAssignments(msg.data)) this.apply(c);
       } catch {
         // A malformed change: drop nothing; the next assign asks the router.
       }

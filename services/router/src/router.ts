@@ -1,75 +1,138 @@
 /**
  * The router: pins channels to shards. It keeps membership from shard
- * heartbeats (with their load), assigns an unowned channel to the least
- * loaded live shard, and makes ownership durable by bumping the channel's
- * epoch in Postgres before telling the shard to acquire it.
+ * heartbeats (with their load) and places channels on the least loaded live
+ * shards, in batches: a burst of first joins is coalesced
+ * (ROUTER_PLACEMENT_COALESCE_MS) into one placement; a dead shard's channels,
+ * a drain and a rebalance move as batches too. A placement is one Postgres
+ * statement (every channel's epoch bumped and owner set, `acquireMany`), one
+ * `acquire` control message per target shard (at most CONTROL_BATCH_MAX
+ * channels each) answered per channel, and one `router.assignments` message
+ * for the caches. What a shard refuses is released at its epoch and tried on
+ * another; what no shard takes is retried by the next check.
  *
- * Every `checkMs` it moves the channels of a shard that missed its
- * heartbeats to live shards (failover, without waiting for a gateway to ask)
- * and moves a bounded number of channels per second from the fullest to the
- * emptiest live shard (a new shard takes its fair share). It keeps no state
- * of its own: on start it rebuilds its assignments from the channels table
- * (owner + epoch), so it can restart without losing them. Every change is
- * published on `router.assignments` for the caches of gateways and shards.
+ * Every `checkMs` it declares dead the shards that missed their heartbeats
+ * (logged with the shard and counted, whatever else is in flight) and starts
+ * moving their channels without waiting for an earlier move; every
+ * ROUTER_RECONCILE_MS it compares Postgres with what each live shard holds
+ * and places any channel whose recorded owner is dead or does not hold it.
+ * It keeps no state of its own: on start it rebuilds its assignments from the
+ * channels table (owner + epoch), so it can restart without losing them.
  *
- * With one shard (standalone) this is trivial, but the operations are the
- * ones the cluster uses.
+ * Control messages are the schemas of @crowdplay/protocol's control.ts: a
+ * shard that beats with `v` ≥ 2 gets batches, an older one single-channel
+ * messages, so a rolling upgrade keeps talking.
  */
 import { decodeJson, encodeJson, type Bus, type BusMessage, type Subjects, type Subscription } from '@crowdplay/bus';
-import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import {
+  CONTROL_BATCH_MAX,
+  CONTROL_VERSION,
+  CrowdplayError,
+  decodeAssignments,
+  decodeControl,
+  Heartbeat,
+  isCrowdplayError,
+  RouterControl,
+  ShardControlReply,
+  type ChannelResult,
+  type ErrorCode,
+} from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { Assignment, AssignmentChange, Migration, Move, RouterApi, RouterReply, RouterRequest, ShardInfo } from './api.ts';
-import { MoveBudget, pickLeastLoaded, planMoves, shardState, type MemberLoad, type PlannedMove, type ShardState } from './balance.ts';
+import type { Assignment, AssignmentChange, Migration, Move, RouterApi, RouterReply, ShardInfo } from './api.ts';
+import { MoveBudget, planMoves, planPlacement, shardState, type MemberLoad, type PlannedMove, type ShardState } from './balance.ts';
 
 export interface RouterOptions {
-  /** A shard not heard from for this long is not assigned new channels, ms. */
+  /** A shard not heard from for this long is dead: it gets no new channel and its channels move, ms. */
   shardTimeoutMs: number;
-  /** How long `assign` waits for a first live shard, ms. */
+  /** How long a placement waits for a first live shard, ms. */
   waitForShardMs: number;
-  /** Timeout of the acquire request to a shard, ms. */
+  /** Timeout of a single-channel control request to a shard (v1, forget), ms. */
   requestTimeoutMs: number;
+  /** Timeout of one batch control request to a shard (acquire, handoff of up to CONTROL_BATCH_MAX channels), ms (ROUTER_BATCH_TIMEOUT_MS); default 10,000. */
+  batchTimeoutMs?: number;
   /** Period of the failover and rebalance check, ms (ROUTER_CHECK_MS); unset: no background check (call `check()`). */
   checkMs?: number;
+  /** Period of the reconciler, ms (ROUTER_RECONCILE_MS); unset or 0: none in the background (call `reconcile()`). */
+  reconcileMs?: number;
   /** Channels moved per second to even out the spread (ROUTER_REBALANCE_MOVES_PER_S); 0 or unset: never. */
   rebalanceMovesPerS?: number;
-  /** Channels of a dead shard reassigned at once (ROUTER_FAILOVER_CONCURRENCY); default 8. */
-  failoverConcurrency?: number;
   /** Intents/s that weigh as much as one channel in a shard's load (ROUTER_INTENTS_PER_CHANNEL); default 200. */
   intentsPerChannel?: number;
-  /** Acquires a move tries after the hand-off (ROUTER_MOVE_ACQUIRE_ATTEMPTS); default 3. */
+  /** Placements a channel gets (another shard each time it can) before it is left to the next check (ROUTER_MOVE_ACQUIRE_ATTEMPTS); default 3. */
   moveAcquireAttempts?: number;
+  /** How long first joins are gathered into one placement, ms (ROUTER_PLACEMENT_COALESCE_MS); default 5; 0: the next turn. */
+  placementCoalesceMs?: number;
+  /** Most channels waiting for a placement; more are refused CP_ERR_CHANNEL_PLACEMENT_OVERLOADED (ROUTER_PLACEMENT_QUEUE_MAX); default 50,000. */
+  placementQueueMax?: number;
+  /** Longest an `assign` waits for its placement before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable), ms; default requestTimeoutMs. */
+  assignDeadlineMs?: number;
   now?: () => number;
 }
 
 type Counter = ReturnType<Telemetry['metrics']['counter']>;
+type Histogram = ReturnType<Telemetry['metrics']['latencyMs']>;
 
-type Member = MemberLoad;
+interface Member extends MemberLoad {
+  /** Control protocol version from its heartbeats (1 when it names none). */
+  v: number;
+}
+
+/** Why channels are placed: the `reason` of crowdplay_router_moves_total. */
+type Reason = 'assign' | 'failover' | 'drain' | 'rebalance' | 'reconcile' | 'restart';
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
 const BUSY_CHECKS = 20;
-/** Acquires a move tries (100 ms × attempt apart) after the owner handed the channel off, unless set (ROUTER_MOVE_ACQUIRE_ATTEMPTS). */
 const MOVE_ACQUIRE_ATTEMPTS = 3;
+const BATCH_TIMEOUT_MS = 10_000;
+const PLACEMENT_COALESCE_MS = 5;
+const PLACEMENT_QUEUE_MAX = 50_000;
+
+interface Waiter {
+  resolve: (a: Assignment) => void;
+  reject: (err: unknown) => void;
+}
 
 export class Router implements RouterApi {
   private readonly members = new Map<string, Member>();
   private readonly assignments = new Map<string, Assignment>();
+  /** Channels being placed or moved now, with their outcome: concurrent callers share it. */
   private readonly inflight = new Map<string, Promise<Assignment>>();
   private readonly migrating = new Map<string, Promise<Migration>>();
-  private readonly migrations: Counter;
+  /** First joins gathered for the next placement, with their callers. */
+  private queued = new Map<string, Waiter[]>();
+  private flushTimer: NodeJS.Timeout | null = null;
+  /** Channels a failover, drain or reconcile could not place: every check tries them again. */
+  private readonly unplaced = new Set<string>();
+  /** When each dead shard was declared dead (router clock, ms), until it beats again. */
+  private readonly deadSince = new Map<string, number>();
+  /** Background moves (failovers, reconciles) in flight. */
+  private readonly tasks = new Set<Promise<unknown>>();
+  /** Channels a reconcile pass found not held by their recorded owner, placed if the next pass finds the same. */
+  private suspects = new Set<string>();
   private readonly subs: Subscription[] = [];
   private readonly now: () => number;
   private memberWaiters: Array<() => void> = [];
   private startedAtMs = 0;
   private checkTimer: NodeJS.Timeout | null = null;
+  private reconcileTimer: NodeJS.Timeout | null = null;
   private checking: Promise<void> | null = null;
+  private reconciling: Promise<void> | null = null;
   private readonly budget: MoveBudget;
   /** Channels whose owner refused a rebalance release, until ms. */
   private readonly busy = new Map<string, number>();
-  private readonly moved: Counter;
   /** The process behind each shard id, from its heartbeats. */
   private readonly instances = new Map<string, string>();
-  private readonly moveRetries: Counter;
+  private closed = false;
+  private readonly m: {
+    moved: Counter;
+    moveRetries: Counter;
+    migrations: Counter;
+    deaths: Counter;
+    placements: Counter;
+    placeMs: Histogram;
+    failoverMs: Histogram;
+    reconciled: Counter;
+  };
 
   constructor(
     private readonly deps: { bus: Bus; subjects: Subjects; store: Store; telemetry: Telemetry },
@@ -77,25 +140,42 @@ export class Router implements RouterApi {
   ) {
     this.now = opts.now ?? Date.now;
     this.budget = new MoveBudget(opts.rebalanceMovesPerS ?? 0, this.now());
-    this.moved = deps.telemetry.metrics.counter(
-      'crowdplay_router_moves_total',
-      'Channels the router moved between shards, by reason: failover (the owner missed its heartbeats), rebalance (ROUTER_REBALANCE_MOVES_PER_S), refused (the owner could not hand the channel off), failed',
-    );
-    this.moveRetries = deps.telemetry.metrics.counter(
-      'crowdplay_router_move_acquire_retries_total',
-      'Acquires a move tried again after the new owner refused or did not answer (ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds them per move)',
-    );
-    this.migrations = deps.telemetry.metrics.counter(
-      'crowdplay_channel_migrations_total',
-      'Channel moves (a Telegram group upgraded to a supergroup) asked of the router, by outcome: moved, done (finished before: a re-delivered update), none (the old chat never played), refused (bad request), failed (resumed by the next request)',
-    );
-    deps.telemetry.metrics.gauge('crowdplay_router_live_shards', 'Shards heard from within the shard timeout', () => this.live().length);
+    const mx = deps.telemetry.metrics;
+    this.m = {
+      moved: mx.counter(
+        'crowdplay_router_moves_total',
+        'Channels the router placed on another shard, by reason: failover, drain, rebalance, reconcile, restart; refused (the owner could not hand the channel off), failed',
+      ),
+      moveRetries: mx.counter(
+        'crowdplay_router_move_acquire_retries_total',
+        'Channels a placement tried again on another shard after a shard refused or did not answer (ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds them)',
+      ),
+      migrations: mx.counter(
+        'crowdplay_channel_migrations_total',
+        'Channel moves (a Telegram group upgraded to a supergroup) asked of the router, by outcome: moved, done (finished before: a re-delivered update), none (the old chat never played), refused (bad request), failed (resumed by the next request)',
+      ),
+      deaths: mx.counter('crowdplay_router_shard_deaths_total', 'Shards the router declared dead (missed ROUTER_SHARD_TIMEOUT_MS of heartbeats)'),
+      placements: mx.counter('crowdplay_router_placements_total', 'Placement batches (one Postgres statement, one acquire per target shard), by reason'),
+      placeMs: mx.latencyMs('crowdplay_router_placement_ms', 'One placement batch: the epoch bump, the acquires and the announcement, ms'),
+      failoverMs: mx.latencyMs(
+        'crowdplay_router_failover_move_ms',
+        "A dead shard declared dead → its channels acquired by live shards (the move, after detection), ms",
+      ),
+      reconciled: mx.counter(
+        'crowdplay_router_reconciled_total',
+        'Channels the reconciler placed again: their recorded owner was dead or did not hold them, by reason',
+      ),
+    };
+    mx.gauge('crowdplay_router_live_shards', 'Shards heard from within the shard timeout', () => this.live().length);
+    mx.gauge('crowdplay_router_placement_queue', 'Channels waiting for a placement (limit ROUTER_PLACEMENT_QUEUE_MAX)', () => this.queuedCount());
+    mx.gauge('crowdplay_router_unplaced_channels', 'Channels a move could not place, retried every ROUTER_CHECK_MS', () => this.unplaced.size);
   }
 
   /**
    * Rebuilds the assignments from the channels table (owner + epoch), then
-   * starts taking heartbeats, answering `router.ctl` and (with `checkMs`)
-   * checking for dead shards and imbalance. Owners not heard from get one
+   * starts taking heartbeats, answering `router.ctl` and (with `checkMs`,
+   * `reconcileMs`) checking for dead shards, imbalance and channels their
+   * recorded owner does not hold. Owners not heard from get one
    * ROUTER_SHARD_TIMEOUT_MS to send a heartbeat before their channels move.
    * @throws the store's error when Postgres is unreachable
    */
@@ -109,47 +189,54 @@ export class Router implements RouterApi {
     if (this.assignments.size > 0) telemetry.logger.info({ channels: this.assignments.size }, 'router: assignments rebuilt from Postgres');
     this.subs.push(bus.subscribe(subjects.shardHeartbeat(), (msg) => this.onHeartbeat(msg)));
     this.subs.push(bus.subscribe(subjects.routerCtl(), (msg) => void this.onCtl(msg), { queue: 'router' }));
-    // A shard that releases a channel on its own (drain) says so here: the channel has no owner until assigned again.
+    // A shard that releases channels on its own (drain, release) says so here: they have no owner until assigned again.
     this.subs.push(
       bus.subscribe(subjects.routerAssignments(), (msg) => {
+        let changes: AssignmentChange[];
         try {
-          const c = decodeJson<AssignmentChange>(msg.data);
+          changes = decodeAssignments(msg.data);
+        } catch (err) {
+          telemetry.refusals.refuse('router', isCrowdplayError(err) ? err.code : 'CP_ERR_PROTO_MALFORMED', { subject: msg.subject });
+          return;
+        }
+        for (const c of changes) {
           const known = this.assignments.get(c.channel);
           if (c.shard === null && known && known.epoch <= c.epoch && !this.inflight.has(c.channel)) this.assignments.delete(c.channel);
-        } catch {
-          telemetry.refusals.refuse('router', 'CP_ERR_PROTO_MALFORMED', { subject: msg.subject });
         }
       }),
     );
     await bus.flush();
     if (this.opts.checkMs) this.checkTimer = setInterval(() => void this.check(), this.opts.checkMs);
+    if (this.opts.reconcileMs) this.reconcileTimer = setInterval(() => void this.reconcile(), this.opts.reconcileMs);
   }
 
   private onHeartbeat(msg: BusMessage): void {
+    let hb: Heartbeat;
     try {
-      const hb = decodeJson<{ id: string; instance?: string; channels: number; intentsPerS?: number; draining?: boolean }>(msg.data);
-      if (typeof hb.id !== 'string' || typeof hb.channels !== 'number') throw new TypeError('bad heartbeat');
-      const prev = this.instances.get(hb.id);
-      if (typeof hb.instance === 'string' && prev !== hb.instance) {
-        this.instances.set(hb.id, hb.instance);
-        // A new process behind this shard id (a restart, or the first beat this router hears): what Postgres no longer
-        // records as its own was its predecessor's and is assigned again.
-        void this.reconcile(hb.id);
-      }
-      // Updated in place: an acquire in flight holds this object and sets its channel count from the shard's reply
-      // (NATS keeps one connection's messages in order, so a beat sent before that reply is also read before it).
-      const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false };
-      m.channels = hb.channels;
-      m.intentsPerS = typeof hb.intentsPerS === 'number' && hb.intentsPerS >= 0 ? hb.intentsPerS : 0;
-      m.lastSeenMs = this.now();
-      m.draining = hb.draining === true;
-      this.members.set(hb.id, m);
-      const w = this.memberWaiters;
-      this.memberWaiters = [];
-      for (const f of w) f();
-    } catch {
-      this.deps.telemetry.refusals.refuse('router', 'CP_ERR_PROTO_MALFORMED', { subject: msg.subject });
+      hb = decodeControl(Heartbeat, msg.data);
+    } catch (err) {
+      this.deps.telemetry.refusals.refuse('router', isCrowdplayError(err) ? err.code : 'CP_ERR_PROTO_MALFORMED', { subject: msg.subject });
+      return;
     }
+    const prev = this.instances.get(hb.id);
+    if (typeof hb.instance === 'string' && prev !== hb.instance) {
+      this.instances.set(hb.id, hb.instance);
+      // A new process behind this shard id (a restart, or the first beat this router hears): what Postgres no longer
+      // records as its own was its predecessor's and is assigned again.
+      this.track(this.reconcileRestart(hb.id));
+    }
+    // Updated in place: a placement in flight holds this object and counts its channels in it.
+    const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false, v: 1 };
+    m.channels = hb.channels;
+    m.intentsPerS = hb.intentsPerS ?? 0;
+    m.lastSeenMs = this.now();
+    m.draining = hb.draining === true;
+    m.v = hb.v ?? 1;
+    this.members.set(hb.id, m);
+    if (this.deadSince.delete(hb.id)) this.deps.telemetry.logger.info({ shard: hb.id }, 'router: a shard declared dead beats again');
+    const w = this.memberWaiters;
+    this.memberWaiters = [];
+    for (const f of w) f();
   }
 
   private live(): Member[] {
@@ -160,141 +247,386 @@ export class Router implements RouterApi {
     return shardState(this.members.get(shard), this.now(), this.opts.shardTimeoutMs, this.startedAtMs);
   }
 
-  /**
-   * The least-loaded live shard (channels and intents/s, not a hash), other
-   * than `exclude`; waits up to waitForShardMs for one when `wait`.
-   */
-  private async pickShard(wait = true, exclude?: string): Promise<Member> {
-    const deadline = this.now() + (wait ? this.opts.waitForShardMs : 0);
-    for (;;) {
-      const best = pickLeastLoaded(
-        this.live().filter((m) => m.id !== exclude),
-        this.opts.intentsPerChannel ?? 200,
-      );
-      if (best) {
-        // Counted at once, before its acquire answers: assigns in flight together (a burst of new channels) would
-        // otherwise all pick the same shard until its next heartbeat. acquireOn gives it back when the acquire fails.
-        best.channels++;
-        return best;
-      }
-      const left = deadline - this.now();
-      if (left <= 0) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['*']);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.memberWaiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-  }
-
   /** A known owner that keeps its channels: live, or not heard from yet since this router started. */
   private keeps(shard: string): boolean {
     const st = this.stateOf(shard);
     return st === 'live' || st === 'unknown';
   }
 
-  assign(channel: string): Promise<Assignment> {
-    // One acquire or move per channel at a time; concurrent callers share it.
-    const p = this.inflight.get(channel);
-    if (p) return p;
-    const known = this.assignments.get(channel);
-    if (known && this.keeps(known.shard)) return Promise.resolve(known);
-    return this.exclusive(channel, () => this.doAssign(channel, true));
+  private queuedCount(): number {
+    return this.queued.size;
   }
 
-  private exclusive(channel: string, f: () => Promise<Assignment>): Promise<Assignment> {
-    const p = f().finally(() => this.inflight.delete(channel));
-    this.inflight.set(channel, p);
-    return p;
+  /** Runs a background move, tracked so `check()` callers and `close()` can wait for it. Never rejects. */
+  private track(p: Promise<unknown>): void {
+    const t = p.catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router: background move failed'));
+    this.tasks.add(t);
+    void t.finally(() => this.tasks.delete(t));
   }
 
-  /** Records an assignment and tells the caches (gateways, shards) on `router.assignments`. */
-  private announce(change: AssignmentChange): void {
-    if (change.shard === null) this.assignments.delete(change.channel);
-    else this.assignments.set(change.channel, { channel: change.channel, shard: change.shard, epoch: change.epoch });
-    const { bus, subjects } = this.deps;
-    bus.publish(subjects.routerAssignments(), encodeJson(change));
-  }
-
-  private async doAssign(channel: string, wait: boolean, exclude?: string): Promise<Assignment> {
-    const { store, telemetry } = this.deps;
-    const row = await store.channels.get(channel);
-    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
-    if (row.migratedTo !== null) {
-      telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel });
-      throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [channel, row.migratedTo]);
-    }
-    // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch.
-    if (row.owner !== null && row.owner !== exclude && this.keeps(row.owner)) {
-      const a: Assignment = { channel, shard: row.owner, epoch: row.epoch };
-      this.assignments.set(channel, a);
-      return a;
-    }
-    const shard = await this.pickShard(wait, exclude);
-    return this.acquireOn(channel, shard);
+  /** Resolves once the background moves started so far have finished. */
+  async settled(): Promise<void> {
+    while (this.tasks.size > 0) await Promise.all([...this.tasks]);
   }
 
   /**
-   * Bumps the epoch for `shard` in Postgres and makes it acquire the channel.
-   * The caller has already counted the channel in `shard.channels`; a failed acquire takes it back.
-   * @throws CrowdplayError when the shard refuses or does not answer; the store's error
+   * The channel's owner; a channel without a live one is placed first, in the
+   * next placement batch (first joins arriving within
+   * ROUTER_PLACEMENT_COALESCE_MS share one). Idempotent.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN, CP_ERR_CHANNEL_MIGRATED,
+   *   CP_ERR_CHANNEL_UNAVAILABLE (no shard took it, or not within the deadline: retryable),
+   *   CP_ERR_CHANNEL_PLACEMENT_OVERLOADED (ROUTER_PLACEMENT_QUEUE_MAX channels wait already: retryable)
    */
-  private async acquireOn(channel: string, shard: Member): Promise<Assignment> {
-    const { store, bus, subjects, telemetry } = this.deps;
-    const unreserve = (): void => void (shard.channels = Math.max(0, shard.channels - 1));
-    let epoch: number;
-    try {
-      epoch = await store.channels.acquire(channel, shard.id);
-    } catch (err) {
-      unreserve();
-      throw err;
+  assign(channel: string): Promise<Assignment> {
+    const p = this.inflight.get(channel);
+    if (p) return this.withDeadline(channel, p);
+    const known = this.assignments.get(channel);
+    if (known && this.keeps(known.shard)) return Promise.resolve(known);
+    const waiting = this.queued.get(channel);
+    const mine = new Promise<Assignment>((resolve, reject) => {
+      if (waiting) {
+        waiting.push({ resolve, reject });
+        return;
+      }
+      const max = this.opts.placementQueueMax ?? PLACEMENT_QUEUE_MAX;
+      if (this.queued.size >= max) {
+        this.deps.telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_PLACEMENT_OVERLOADED', { limit: 'ROUTER_PLACEMENT_QUEUE_MAX', value: max });
+        reject(new CrowdplayError('CP_ERR_CHANNEL_PLACEMENT_OVERLOADED', [max]));
+        return;
+      }
+      this.queued.set(channel, [{ resolve, reject }]);
+      this.scheduleFlush();
+    });
+    return this.withDeadline(channel, mine);
+  }
+
+  /** `p`, or CP_ERR_CHANNEL_UNAVAILABLE once ROUTER assignDeadlineMs passed (the placement goes on). */
+  private withDeadline(channel: string, p: Promise<Assignment>): Promise<Assignment> {
+    const ms = this.opts.assignDeadlineMs ?? this.opts.requestTimeoutMs;
+    if (!(ms > 0)) return p;
+    return new Promise<Assignment>((resolve, reject) => {
+      const t = setTimeout(() => {
+        this.deps.telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_UNAVAILABLE', { channel, reason: 'placement deadline' });
+        reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: 'placement deadline' }));
+      }, ms);
+      p.then(
+        (a) => {
+          clearTimeout(t);
+          resolve(a);
+        },
+        (err: unknown) => {
+          clearTimeout(t);
+          reject(err);
+        },
+      );
+    });
+  }
+
+  private scheduleFlush(): void {
+    if (this.queued.size >= CONTROL_BATCH_MAX) {
+      if (this.flushTimer) clearTimeout(this.flushTimer);
+      this.flushTimer = null;
+      this.flushQueued();
+      return;
     }
-    let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
-    try {
-      const msg = await bus.request(subjects.shardCtl(shard.id), encodeJson({ op: 'acquire', channel, epoch }), {
-        timeoutMs: this.opts.requestTimeoutMs,
+    this.flushTimer ??= setTimeout(() => {
+      this.flushTimer = null;
+      this.flushQueued();
+    }, this.opts.placementCoalesceMs ?? PLACEMENT_COALESCE_MS);
+  }
+
+  /** Places the first joins gathered so far, as one batch; their callers get their channel's outcome. */
+  private flushQueued(): void {
+    const batch = this.queued;
+    this.queued = new Map();
+    if (batch.size === 0) return;
+    const outcome = this.placeExclusive([...batch.keys()], { wait: true, reason: 'assign' });
+    for (const [channel, waiters] of batch) {
+      const p = outcome.get(channel)!;
+      for (const w of waiters) p.then(w.resolve, w.reject);
+    }
+  }
+
+  /**
+   * {@link place} for channels not in flight, each marked in flight until its outcome is known (a channel in
+   * flight already shares that one).
+   */
+  private placeExclusive(
+    channels: readonly string[],
+    opts: { wait: boolean; reason: Reason; exclude?: string },
+  ): Map<string, Promise<Assignment>> {
+    const out = new Map<string, Promise<Assignment>>();
+    const todo: string[] = [];
+    for (const ch of channels) {
+      const p = this.inflight.get(ch);
+      if (p) out.set(ch, p);
+      else if (!out.has(ch)) todo.push(ch);
+    }
+    if (todo.length === 0) return out;
+    const run = this.place(todo, opts);
+    for (const ch of todo) {
+      const p = run.then((r) => {
+        const a = r.get(ch);
+        if (!a) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]);
+        if (a instanceof Error) throw a;
+        return a;
       });
-      reply = decodeJson(msg.data);
+      const tracked = p.finally(() => this.inflight.get(ch) === tracked && this.inflight.delete(ch));
+      void tracked.catch(() => undefined);
+      this.inflight.set(ch, tracked);
+      out.set(ch, tracked);
+    }
+    return out;
+  }
+
+  /**
+   * Places channels on live shards, in batches: channels whose recorded owner
+   * is live (and not `exclude`) stay with it; the others are spread over the
+   * live shards by load (planPlacement), their epochs bumped and owners set in
+   * one statement, then each target shard is asked to acquire its share (one
+   * message per CONTROL_BATCH_MAX channels). A channel a shard refuses or does
+   * not answer for is released at its epoch and placed again on another shard
+   * where one exists, up to ROUTER_MOVE_ACQUIRE_ATTEMPTS placements. The
+   * assignments are announced in one message per batch.
+   * @param opts.wait wait up to waitForShardMs for a first live shard
+   * @returns per channel its assignment, or the CrowdplayError that refused it (UNKNOWN, MIGRATED, UNAVAILABLE)
+   * @throws the store's error (Postgres unreachable: nothing was placed)
+   */
+  private async place(
+    channels: readonly string[],
+    opts: { wait: boolean; reason: Reason; exclude?: string },
+  ): Promise<Map<string, Assignment | CrowdplayError>> {
+    const { store, telemetry } = this.deps;
+    const t0 = performance.now();
+    const out = new Map<string, Assignment | CrowdplayError>();
+    const rows = await store.channels.getMany(channels);
+    let todo: string[] = [];
+    for (const ch of channels) {
+      const row = rows.get(ch);
+      if (!row) out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [ch]));
+      else if (row.migratedTo !== null) {
+        telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel: ch });
+        out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [ch, row.migratedTo]));
+      } else if (row.owner !== null && row.owner !== opts.exclude && this.keeps(row.owner)) {
+        // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch.
+        const a: Assignment = { channel: ch, shard: row.owner, epoch: row.epoch };
+        this.assignments.set(ch, a);
+        out.set(ch, a);
+      } else todo.push(ch);
+    }
+    const attempts = this.opts.moveAcquireAttempts ?? MOVE_ACQUIRE_ATTEMPTS;
+    const refusedBy = new Map<string, Set<string>>();
+    const placedChanges: AssignmentChange[] = [];
+    const ipc = this.opts.intentsPerChannel ?? 200;
+    for (let attempt = 1; todo.length > 0 && attempt <= attempts && !this.closed; attempt++) {
+      if (attempt > 1) {
+        this.m.moveRetries.add(todo.length);
+        await new Promise((r) => setTimeout(r, 100 * (attempt - 1)));
+      }
+      let live = this.live().filter((m) => m.id !== opts.exclude);
+      if (live.length === 0 && opts.wait) {
+        await this.waitForMember();
+        live = this.live().filter((m) => m.id !== opts.exclude);
+      }
+      if (live.length === 0) break;
+      // A shard that refused a channel gets it again only if no other shard is left.
+      const plan = new Map<string, string[]>();
+      const groups = new Map<string, string[]>();
+      for (const ch of todo) {
+        const avoid = refusedBy.get(ch);
+        const key = avoid ? [...avoid].sort().join(',') : '';
+        const list = groups.get(key);
+        if (list) list.push(ch);
+        else groups.set(key, [ch]);
+      }
+      for (const [key, chs] of groups) {
+        const avoid = new Set(key === '' ? [] : key.split(','));
+        const candidates = live.filter((m) => !avoid.has(m.id));
+        const picks = planPlacement(candidates.length > 0 ? candidates : live, chs.length, ipc);
+        chs.forEach((ch, i) => {
+          const shard = picks[i]!;
+          const list = plan.get(shard);
+          if (list) list.push(ch);
+          else plan.set(shard, [ch]);
+        });
+      }
+      // Counted at once, before the acquires answer: placements in flight together would otherwise pick the same shards.
+      for (const [shard, chs] of plan) this.members.get(shard)!.channels += chs.length;
+      const epochs = await store.channels.acquireMany([...plan].flatMap(([shard, chs]) => chs.map((channel) => ({ channel, shard }))));
+      const next: string[] = [];
+      const released: Array<{ channel: string; shard: string; epoch: number }> = [];
+      await Promise.all(
+        [...plan].map(async ([shard, chs]) => {
+          const member = this.members.get(shard)!;
+          const items: Array<{ channel: string; epoch: number }> = [];
+          for (const ch of chs) {
+            const epoch = epochs.get(ch);
+            if (epoch === undefined) {
+              // Unknown or migrated since it was read: nothing was written for it.
+              member.channels = Math.max(0, member.channels - 1);
+              out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch], { cause: 'unknown or migrated meanwhile' }));
+            } else items.push({ channel: ch, epoch });
+          }
+          const results = await this.acquireOn(member, items);
+          for (let i = 0; i < items.length; i++) {
+            const { channel, epoch } = items[i]!;
+            const r = results[i]!;
+            if (r.ok) {
+              const a: Assignment = { channel, shard, epoch };
+              this.assignments.set(channel, a);
+              placedChanges.push(a);
+              out.set(channel, a);
+              continue;
+            }
+            member.channels = Math.max(0, member.channels - 1);
+            released.push({ channel, shard, epoch });
+            if (r.code === 'CP_ERR_CHANNEL_UNKNOWN' || r.code === 'CP_ERR_CHANNEL_MIGRATED') {
+              out.set(channel, new CrowdplayError(r.code as ErrorCode, [channel], { cause: r.message }));
+              continue;
+            }
+            const avoid = refusedBy.get(channel) ?? new Set<string>();
+            avoid.add(shard);
+            refusedBy.set(channel, avoid);
+            out.set(channel, new CrowdplayError((r.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: r.message }));
+            next.push(channel);
+          }
+        }),
+      );
+      // The shard did not take them: clear the owners (at their epochs only) so nobody believes they are served.
+      if (released.length > 0) await store.channels.releaseMany(released).catch((err: unknown) => telemetry.logger.warn({ err }, 'router: release of refused acquires failed'));
+      todo = next;
+    }
+    for (const ch of todo) if (!out.has(ch)) out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
+    if (placedChanges.length > 0) {
+      this.announce(placedChanges);
+      this.m.placements.add(1, { reason: opts.reason });
+      this.m.placeMs.record(performance.now() - t0);
+      telemetry.logger.info(
+        placedChanges.length === 1 ? { ...placedChanges[0], reason: opts.reason } : { channels: placedChanges.length, reason: opts.reason },
+        placedChanges.length === 1 ? 'channel assigned' : 'channels assigned',
+      );
+    }
+    return out;
+  }
+
+  private waitForMember(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, this.opts.waitForShardMs);
+      this.memberWaiters.push(() => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+  }
+
+  /**
+   * Asks `member` to acquire channels at their epochs: v2 batches of at most CONTROL_BATCH_MAX (one message
+   * each, ROUTER_BATCH_TIMEOUT_MS), or one v1 request per channel to a shard that speaks only v1.
+   * @returns one result per item, in order (a timeout or a refusal of the whole request fails each channel)
+   */
+  private async acquireOn(member: Member, items: ReadonlyArray<{ channel: string; epoch: number }>): Promise<ChannelResult[]> {
+    if (items.length === 0) return [];
+    if (member.v < 2)
+      return Promise.all(
+        items.map(async ({ channel, epoch }) => {
+          const r = await this.request(member.id, { op: 'acquire', channel, epoch }, this.opts.requestTimeoutMs);
+          return r.ok ? { channel, ok: true } : { channel, ok: false, code: r.code, message: r.message };
+        }),
+      );
+    const chunks: Array<Array<{ channel: string; epoch: number }>> = [];
+    for (let i = 0; i < items.length; i += CONTROL_BATCH_MAX) chunks.push(items.slice(i, i + CONTROL_BATCH_MAX));
+    const answers = await Promise.all(
+      chunks.map(async (chunk) => {
+        const r = await this.request(member.id, { v: CONTROL_VERSION, op: 'acquire', channels: chunk }, this.batchTimeoutMs());
+        if (r.ok && r.results && r.results.length === chunk.length) return r.results;
+        const code = r.ok ? 'CP_ERR_PROTO_INVALID' : r.code;
+        const message = r.ok ? 'a reply without one result per channel' : r.message;
+        return chunk.map(({ channel }) => ({ channel, ok: false, code, message }));
+      }),
+    );
+    return answers.flat();
+  }
+
+  private batchTimeoutMs(): number {
+    return this.opts.batchTimeoutMs ?? BATCH_TIMEOUT_MS;
+  }
+
+  /** One control request to a shard, its reply validated; no answer in time is a CP_ERR_CHANNEL_UNAVAILABLE reply. */
+  private async request(shard: string, body: object, timeoutMs: number): Promise<ShardControlReply> {
+    const { bus, subjects, telemetry } = this.deps;
+    let msg;
+    try {
+      msg = await bus.request(subjects.shardCtl(shard), encodeJson(body), { timeoutMs });
     } catch (err) {
-      reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+      return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
     }
-    if (!reply.ok) {
-      unreserve();
-      // The shard did not take it: clear the owner (at this epoch only) so nobody believes it is served.
-      await store.channels.release(channel, shard.id, epoch);
-      throw new CrowdplayError(reply.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: reply.message });
+    try {
+      return decodeControl(ShardControlReply, msg.data);
+    } catch (err) {
+      const code = isCrowdplayError(err) ? err.code : 'CP_ERR_PROTO_MALFORMED';
+      telemetry.refusals.refuse('router', code, { subject: 'shard.ctl reply', shard });
+      return { ok: false, code, message: String(err) };
     }
-    const a: Assignment = { channel, shard: shard.id, epoch };
-    this.announce(a);
-    telemetry.logger.info(a, 'channel assigned');
-    return a;
+  }
+
+  /** Records assignments and tells the caches (gateways, shards) on `router.assignments`, in v2 batches. */
+  private announce(changes: readonly AssignmentChange[]): void {
+    const { bus, subjects } = this.deps;
+    for (const c of changes) {
+      if (c.shard === null) this.assignments.delete(c.channel);
+      else this.assignments.set(c.channel, { channel: c.channel, shard: c.shard, epoch: c.epoch });
+    }
+    for (let i = 0; i < changes.length; i += CONTROL_BATCH_MAX)
+      bus.publish(subjects.routerAssignments(), encodeJson({ v: CONTROL_VERSION, changes: changes.slice(i, i + CONTROL_BATCH_MAX) }));
   }
 
   /**
    * One pass of the background work (every `checkMs`; tests call it with a
-   * fake clock): every channel of a dead shard is reassigned to live shards
-   * (ROUTER_FAILOVER_CONCURRENCY at a time); then, if no shard is dead, up
-   * to the rebalance budget of channels move from the fullest to the
-   * emptiest live shard. Passes never overlap (a call during one returns it).
+   * fake clock): shards that missed their heartbeats are declared dead (a log
+   * line naming each, crowdplay_router_shard_deaths_total) and their channels
+   * start moving to live shards in a background batch, as do channels an
+   * earlier move could not place; then, if nothing is dead or unplaced, up to
+   * the rebalance budget of channels move from the fullest to the emptiest
+   * live shard. Detection never waits for a move in flight: a second death is
+   * declared while the first one's channels still move. Passes never overlap.
+   * The returned promise also waits for the moves the pass started (tests).
    */
-  check(): Promise<void> {
+  async check(): Promise<void> {
     this.checking ??= this.doCheck()
       .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router check failed'))
       .finally(() => (this.checking = null));
-    return this.checking;
+    await this.checking;
+    await this.settled();
   }
 
   private async doCheck(): Promise<void> {
     const now = this.now();
     for (const [ch, until] of this.busy) if (until <= now) this.busy.delete(ch);
-    const orphans: string[] = [];
-    for (const a of this.assignments.values())
-      if (this.stateOf(a.shard) === 'dead' && !this.inflight.has(a.channel)) orphans.push(a.channel);
-    if (orphans.length > 0) {
+    const dead = new Map<string, string[]>();
+    for (const a of this.assignments.values()) {
+      if (this.inflight.has(a.channel) || this.stateOf(a.shard) !== 'dead') continue;
+      const list = dead.get(a.shard);
+      if (list) list.push(a.channel);
+      else dead.set(a.shard, [a.channel]);
+    }
+    for (const m of this.members.values()) if (this.stateOf(m.id) === 'dead' && !dead.has(m.id) && !this.deadSince.has(m.id)) dead.set(m.id, []);
+    for (const [shard, chs] of dead) {
+      if (this.deadSince.has(shard)) continue;
+      this.deadSince.set(shard, now);
+      this.m.deaths.add(1);
+      this.deps.telemetry.logger.warn(
+        { shard, channels: chs.length, lastSeenMs: this.members.get(shard)?.lastSeenMs ?? null, declaredDeadAtMs: now },
+        'router: shard declared dead (missed its heartbeats); moving its channels',
+      );
+    }
+    const retry = [...this.unplaced].filter((ch) => !this.inflight.has(ch));
+    if (dead.size > 0 || retry.length > 0) {
       if (this.live().length === 0) return; // nobody to take them; the next pass tries again
-      await this.failover(orphans);
+      for (const [shard, chs] of dead) if (chs.length > 0) this.track(this.failover(chs, shard));
+      if (retry.length > 0) {
+        for (const ch of retry) this.unplaced.delete(ch);
+        this.track(this.failover(retry, undefined));
+      }
       return;
     }
     const rate = this.opts.rebalanceMovesPerS ?? 0;
@@ -317,102 +649,129 @@ export class Router implements RouterApi {
     }
   }
 
+  private exclusive(channel: string, f: () => Promise<Assignment>): Promise<Assignment> {
+    const p = f().finally(() => this.inflight.get(channel) === p && this.inflight.delete(channel));
+    this.inflight.set(channel, p);
+    return p;
+  }
+
+  /**
+   * Places the channels of a dead shard (or ones an earlier move left unplaced: `shard` undefined) on live
+   * shards, in one batch; what no shard takes is retried by the next check.
+   */
+  private async failover(channels: string[], shard: string | undefined, reason: Reason = 'failover'): Promise<void> {
+    const { telemetry } = this.deps;
+    let outcome: Map<string, Promise<Assignment>>;
+    try {
+      outcome = this.placeExclusive(channels, { wait: false, reason, exclude: shard });
+    } catch (err) {
+      for (const ch of channels) this.unplaced.add(ch);
+      throw err;
+    }
+    let moved = 0;
+    let failed = 0;
+    await Promise.all(
+      [...outcome].map(async ([ch, p]) => {
+        try {
+          const a = await p;
+          if (a.shard !== shard) moved++;
+        } catch (err) {
+          failed++;
+          if (isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') || isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')) {
+            this.announce([{ channel: ch, shard: null, epoch: 0 }]);
+          } else this.unplaced.add(ch);
+        }
+      }),
+    );
+    if (moved > 0) this.m.moved.add(moved, { reason });
+    if (failed > 0) this.m.moved.add(failed, { reason: 'failed' });
+    const since = shard === undefined ? undefined : this.deadSince.get(shard);
+    const moveMs = since === undefined ? undefined : this.now() - since;
+    if (moveMs !== undefined && moved > 0) this.m.failoverMs.record(moveMs);
+    telemetry.logger.info({ shard: shard ?? null, reason, moved, failed, moveMs }, 'router: channels moved');
+  }
+
   /**
    * After a shard process (re)starts: channels the router believes it owns but
    * whose Postgres row says otherwise (the new process disowned them) are
-   * reassigned now, like a failover.
+   * placed again now, like a failover.
    */
-  private async reconcile(shard: string): Promise<void> {
-    try {
-      const mine = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
-      const lost = [...this.assignments.values()]
-        .filter((a) => a.shard === shard && !mine.has(a.channel) && !this.inflight.has(a.channel))
-        .map((a) => a.channel);
-      if (lost.length === 0) return;
-      this.deps.telemetry.logger.warn({ shard, channels: lost.length }, 'router: a shard restarted; assigning its channels again');
-      for (const ch of lost) this.assignments.delete(ch);
-      await this.failover(lost);
-    } catch (err) {
-      this.deps.telemetry.logger.error({ err, shard }, 'router: reconcile after a shard restart failed');
-    }
-  }
-
-  /** Reassigns the channels of dead shards, a bounded number at once. */
-  private async failover(channels: string[]): Promise<void> {
-    const { telemetry } = this.deps;
-    telemetry.logger.warn({ channels: channels.length }, 'router: shard(s) missed their heartbeats; moving their channels');
-    const queue = [...channels];
-    const worker = async (): Promise<void> => {
-      for (let ch = queue.shift(); ch !== undefined; ch = queue.shift()) {
-        if (this.inflight.has(ch)) continue;
-        const from = this.assignments.get(ch)?.shard;
-        try {
-          const a = await this.exclusive(ch, () => this.doAssign(ch, false));
-          if (a.shard !== from) this.moved.add(1, { reason: 'failover' });
-        } catch (err) {
-          this.moved.add(1, { reason: 'failed' });
-          if (isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') || isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')) {
-            this.announce({ channel: ch, shard: null, epoch: 0 });
-          }
-          telemetry.logger.warn({ err, channel: ch }, 'failover of a channel failed (the next check retries)');
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(queue.length, this.opts.failoverConcurrency ?? 8) }, worker));
+  private async reconcileRestart(shard: string): Promise<void> {
+    const mine = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
+    const lost = [...this.assignments.values()]
+      .filter((a) => a.shard === shard && !mine.has(a.channel) && !this.inflight.has(a.channel))
+      .map((a) => a.channel);
+    if (lost.length === 0) return;
+    this.deps.telemetry.logger.warn({ shard, channels: lost.length }, 'router: a shard restarted; assigning its channels again');
+    for (const ch of lost) this.assignments.delete(ch);
+    await this.failover(lost, undefined, 'restart');
   }
 
   /**
-   * Moves a channel between two live shards like a drain's `move`, open
-   * rounds included: the owner hands it off (release with `handoff`: in-flight
-   * stakes commit, open rounds' books written at its epoch), the new shard
-   * acquires it at a new epoch and resumes the rounds, then the old owner drops
-   * its subscriptions (`forget`). A failed handoff leaves the channel where it
-   * is (left alone for BUSY_CHECKS checks). If the new shard fails, the
-   * channel goes to whichever live shard takes it.
+   * One reconciler pass (every ROUTER_RECONCILE_MS): reads every owned
+   * channel from Postgres and asks each live shard that speaks v2 which
+   * channels it holds. A channel whose recorded owner is dead, or is live but
+   * does not hold it in two passes in a row (so an acquire in flight is not
+   * mistaken for a lost one), is placed again at a new epoch; the router's own
+   * assignments follow Postgres. Passes never overlap.
+   */
+  reconcile(): Promise<void> {
+    this.reconciling ??= this.doReconcile()
+      .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router reconcile failed'))
+      .finally(() => (this.reconciling = null));
+    return this.reconciling.then(() => this.settled());
+  }
+
+  private async doReconcile(): Promise<void> {
+    const rows = await this.deps.store.channels.listAssigned();
+    const byOwner = new Map<string, string[]>();
+    for (const r of rows) {
+      if (r.owner === null || r.migratedTo !== null) continue;
+      const known = this.assignments.get(r.id);
+      if (!this.inflight.has(r.id) && (!known || known.epoch < r.epoch)) this.assignments.set(r.id, { channel: r.id, shard: r.owner, epoch: r.epoch });
+      const list = byOwner.get(r.owner);
+      if (list) list.push(r.id);
+      else byOwner.set(r.owner, [r.id]);
+    }
+    const missing = new Set<string>();
+    await Promise.all(
+      [...byOwner].map(async ([owner, chs]) => {
+        const m = this.members.get(owner);
+        if (!m || this.stateOf(owner) !== 'live' || m.v < 2) return; // dead owners: the check moves them
+        const r = await this.request(owner, { v: CONTROL_VERSION, op: 'owned' }, this.opts.requestTimeoutMs);
+        if (!r.ok || !r.owned) return;
+        const held = new Set(r.owned);
+        for (const ch of chs) if (!held.has(ch) && !this.inflight.has(ch)) missing.add(ch);
+      }),
+    );
+    const lost = [...missing].filter((ch) => this.suspects.has(ch));
+    this.suspects = new Set([...missing].filter((ch) => !this.suspects.has(ch)));
+    if (lost.length === 0) return;
+    this.m.reconciled.add(lost.length, { reason: 'not_held' });
+    this.deps.telemetry.logger.warn({ channels: lost.length }, 'router: channels their recorded owner does not hold; placing them again');
+    for (const ch of lost) this.assignments.delete(ch);
+    await this.failover(lost, undefined, 'reconcile');
+  }
+
+  /**
+   * Moves a channel between two live shards like a drain's move, open
+   * rounds included (see {@link moveMany}). A failed handoff leaves the
+   * channel where it is (left alone for BUSY_CHECKS checks).
    */
   private async rebalanceMove(mv: PlannedMove): Promise<Assignment> {
-    const { bus, subjects, telemetry } = this.deps;
     const known = this.assignments.get(mv.channel);
-    if (!known || known.shard !== mv.from) return known ?? this.doAssign(mv.channel, false);
-    const to = this.members.get(mv.to);
-    if (!to || this.stateOf(mv.to) !== 'live') return known;
-    let reply: { ok: boolean; code?: ErrorCode; message?: string; channels?: number };
-    try {
-      const msg = await bus.request(subjects.shardCtl(mv.from), encodeJson({ op: 'release', channel: mv.channel, handoff: true }), {
-        timeoutMs: this.opts.requestTimeoutMs,
-      });
-      reply = decodeJson(msg.data);
-    } catch (err) {
-      reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+    if (!known || known.shard !== mv.from) return known ?? Promise.reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]));
+    if (this.stateOf(mv.to) !== 'live') return known;
+    const [m] = await this.moveMany([mv.channel], mv.from, 'rebalance');
+    if (!m || !m.moved) {
+      if (m?.handoffRefused) {
+        this.m.moved.add(1, { reason: 'refused' });
+        this.busy.set(mv.channel, this.now() + BUSY_CHECKS * (this.opts.checkMs ?? 500));
+        this.deps.telemetry.logger.info({ ...mv, code: m.code }, 'rebalance: the owner could not hand the channel off');
+      }
+      return this.assignments.get(mv.channel) ?? known;
     }
-    if (!reply.ok) {
-      this.moved.add(1, { reason: 'refused' });
-      this.busy.set(mv.channel, this.now() + BUSY_CHECKS * (this.opts.checkMs ?? 500));
-      telemetry.logger.info({ ...mv, code: reply.code }, 'rebalance: the owner could not hand the channel off');
-      return known;
-    }
-    const from = this.members.get(mv.from);
-    if (from) from.channels = Math.max(0, from.channels - 1);
-    let a: Assignment | null = null;
-    try {
-      to.channels++;
-      a = await this.acquireOn(mv.channel, to);
-      this.moved.add(1, { reason: 'rebalance' });
-      telemetry.logger.info({ ...mv, epoch: a.epoch }, 'rebalance: channel moved');
-    } catch (err) {
-      telemetry.logger.warn({ err, ...mv }, 'rebalance: the new shard did not take the channel; assigning it anew');
-      this.assignments.delete(mv.channel);
-      a = await this.doAssign(mv.channel, true).catch(() => null);
-    } finally {
-      // The old owner stops refusing (unless it took the channel back): its queue-group subscriptions would otherwise keep
-      // a share of the channel's messages from the new owner.
-      if (a?.shard !== mv.from)
-        await bus
-          .request(subjects.shardCtl(mv.from), encodeJson({ op: 'forget', channel: mv.channel }), { timeoutMs: this.opts.requestTimeoutMs })
-          .catch((err: unknown) => telemetry.logger.warn({ err, ...mv }, 'rebalance: the old owner did not answer forget'));
-    }
-    if (!a) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]);
-    return a;
+    return { channel: mv.channel, shard: m.shard!, epoch: m.epoch };
   }
 
   async lookup(channel: string): Promise<Assignment | null> {
@@ -427,7 +786,7 @@ export class Router implements RouterApi {
     if (!a) return;
     const { bus, subjects } = this.deps;
     await bus.request(subjects.shardCtl(a.shard), encodeJson({ op: 'release', channel }), { timeoutMs: this.opts.requestTimeoutMs });
-    this.announce({ channel, shard: null, epoch: a.epoch });
+    this.announce([{ channel, shard: null, epoch: a.epoch }]);
   }
 
   migrate(from: string, to: string): Promise<Migration> {
@@ -447,18 +806,18 @@ export class Router implements RouterApi {
       begun = await store.channels.beginMigration(from, to);
     } catch (err) {
       if (isCrowdplayError(err)) {
-        this.migrations.add(1, { outcome: 'refused' });
+        this.m.migrations.add(1, { outcome: 'refused' });
         telemetry.refusals.refuse('router', err.code, { from, to });
       }
       throw err;
     }
     if (begun === 'none' || begun === 'done') {
-      this.migrations.add(1, { outcome: begun });
+      this.m.migrations.add(1, { outcome: begun });
       return { from, to, outcome: begun, absorbed: null };
     }
     try {
       // 1. The old channel's owner stops serving it and writes its final snapshot at its epoch.
-      if (this.assignments.has(from)) this.announce({ channel: from, shard: null, epoch: this.assignments.get(from)!.epoch });
+      if (this.assignments.has(from)) this.announce([{ channel: from, shard: null, epoch: this.assignments.get(from)!.epoch }]);
       const row = await store.channels.get(from);
       if (row?.owner) {
         await bus
@@ -485,84 +844,186 @@ export class Router implements RouterApi {
       }
       // 4. Finished: a re-delivered request is a no-op from now on.
       await store.channels.finishMigration(from);
-      this.migrations.add(1, { outcome: 'moved' });
+      this.m.migrations.add(1, { outcome: 'moved' });
       return { from, to, outcome: 'moved', absorbed };
     } catch (err) {
       // The move stays recorded (the old channel is not served); the next request resumes it.
-      this.migrations.add(1, { outcome: 'failed' });
+      this.m.migrations.add(1, { outcome: 'failed' });
       throw err;
     }
   }
 
   /**
-   * Moves `channel` from its owner (which must be `from` when given) to the
-   * live shard with the fewest channels among the others, open rounds
-   * included: the owner hands it off (release with `handoff`: in-flight
-   * stakes commit, open rounds' books written at its epoch), the new owner
-   * acquires it at a new epoch and resumes the rounds, then the old owner
-   * drops its subscriptions (`forget`). Not moved (nothing changes) when no
-   * other live shard exists or `from` is not the owner.
-   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN; CP_ERR_CHANNEL_UNAVAILABLE
-   *   or the owner's code when the handoff failed (the owner still serves
-   *   it) or the new owner's acquire failed (the channel is then unowned, its
-   *   rounds durable: the next assign resumes them)
+   * Moves channels off shard `from` (a drain, a rebalance), open rounds
+   * included: `from` hands them off in batches (release with `handoff`:
+   * in-flight stakes commit, open rounds' books written at its epoch), the
+   * handed-off ones are placed on other live shards in one placement and resume their rounds at a new epoch, then `from`
+   * drops their subscriptions (`forget`, batched). A channel `from` could not
+   * hand off stays where it is; one that no shard took stays unowned, its
+   * rounds durable, and every check tries it again.
+   * @returns one Move per channel (moved or not, with the owner it has)
    */
-  move(channel: string, from?: string): Promise<Move> {
-    // After any assign of the channel in progress; assigns that arrive meanwhile wait for the move.
-    const before = this.inflight.get(channel) ?? Promise.resolve(null);
-    const p = before.catch(() => null).then(() => this.doMove(channel, from));
-    const asAssign = p.then((m) => {
-      if (m.shard === null) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
-      return { channel, shard: m.shard, epoch: m.epoch };
-    });
-    void asAssign.catch(() => undefined).finally(() => this.inflight.get(channel) === asAssign && this.inflight.delete(channel));
-    this.inflight.set(channel, asAssign);
-    return p;
+  private async moveMany(
+    channels: readonly string[],
+    from: string,
+    reason: Reason,
+  ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
+    // Assigns of these channels wait for the move (a rebalance holds them in flight already).
+    const done: Array<() => void> = [];
+    for (const ch of channels) {
+      if (this.inflight.has(ch)) continue;
+      const p = new Promise<Assignment>((resolve, reject) => done.push(() => {
+        const a = this.assignments.get(ch);
+        if (a) resolve(a);
+        else reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
+      }));
+      void p.catch(() => undefined);
+      this.inflight.set(ch, p);
+      void p.finally(() => this.inflight.get(ch) === p && this.inflight.delete(ch)).catch(() => undefined);
+    }
+    try {
+      return await this.doMoveMany(channels, from, reason);
+    } finally {
+      for (const f of done) f();
+    }
   }
 
-  private async doMove(channel: string, from?: string): Promise<Move> {
-    const { store, bus, subjects, telemetry } = this.deps;
-    const row = await store.channels.get(channel);
-    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
-    const source = row.owner;
-    const stay: Move = { channel, moved: false, shard: source, epoch: row.epoch };
-    if (source === null || (from !== undefined && source !== from)) return stay;
-    if (!this.live().some((m) => m.id !== source)) {
-      telemetry.logger.warn({ channel, shard: source }, 'move: no other live shard');
-      return stay;
+  private async doMoveMany(
+    channels: readonly string[],
+    from: string,
+    reason: Reason,
+  ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
+    const { store, telemetry } = this.deps;
+    const rows = await store.channels.getMany(channels);
+    const result = new Map<string, Move & { handoffRefused?: boolean; code?: string }>();
+    const mine: string[] = [];
+    for (const ch of channels) {
+      const row = rows.get(ch);
+      if (!row) result.set(ch, { channel: ch, moved: false, shard: null, epoch: 0 });
+      else if (row.owner !== from) result.set(ch, { channel: ch, moved: false, shard: row.owner, epoch: row.epoch });
+      else mine.push(ch);
     }
-    // 1. The owner hands the channel off: open rounds' books written at its epoch, owner cleared.
-    const msg = await bus.request(subjects.shardCtl(source), encodeJson({ op: 'release', channel, handoff: true }), {
-      timeoutMs: this.opts.requestTimeoutMs,
-    });
-    const rel = decodeJson<{ ok: boolean; code?: ErrorCode; message?: string }>(msg.data);
-    if (!rel.ok) throw new CrowdplayError(rel.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: rel.message });
-    this.assignments.delete(channel);
-    // 2. Another shard acquires it at a new epoch and resumes the rounds. Retried: an acquire can fail on its own (the new
-    // owner's sequencer lease timed out, say), and once handed off the channel has no owner until someone assigns it again.
-    let a: Assignment;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        a = await this.doAssign(channel, true, source);
-        break;
-      } catch (err) {
-        if (
-          attempt >= (this.opts.moveAcquireAttempts ?? MOVE_ACQUIRE_ATTEMPTS) ||
-          isCrowdplayError(err, 'CP_ERR_CHANNEL_UNKNOWN') ||
-          isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')
-        )
-          throw err;
-        this.moveRetries.add(1);
-        telemetry.logger.warn({ err, channel, attempt }, 'move: the new owner did not acquire the channel; trying again');
-        await new Promise((r) => setTimeout(r, 100 * attempt));
+    const others = this.live().filter((m) => m.id !== from);
+    if (mine.length > 0 && others.length === 0) {
+      telemetry.logger.warn({ shard: from, channels: mine.length }, 'move: no other live shard');
+      for (const ch of mine) result.set(ch, { channel: ch, moved: false, shard: from, epoch: rows.get(ch)!.epoch });
+      return channels.map((ch) => result.get(ch)!);
+    }
+    // 1. The owner hands the channels off: open rounds' books written at its epoch, owners cleared.
+    const member = this.members.get(from);
+    const handed: string[] = [];
+    const handoffs =
+      member && member.v >= 2
+        ? await this.batched(mine, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'release', channels: chunk, handoff: true }, this.batchTimeoutMs()))
+        : await Promise.all(
+            mine.map(async (channel) => {
+              const r = await this.request(from, { op: 'release', channel, handoff: true }, this.opts.requestTimeoutMs);
+              return r.ok ? { channel, ok: true } : { channel, ok: false, code: r.code, message: r.message };
+            }),
+          );
+    for (const r of handoffs) {
+      if (r.ok) handed.push(r.channel);
+      else result.set(r.channel, { channel: r.channel, moved: false, shard: from, epoch: rows.get(r.channel)!.epoch, handoffRefused: true, code: r.code });
+    }
+    if (member) member.channels = Math.max(0, member.channels - handed.length);
+    for (const ch of handed) this.assignments.delete(ch);
+    // 2. Other shards acquire them at new epochs and resume the rounds; `to` first when it is named (a rebalance).
+    const placed = handed.length === 0 ? new Map<string, Assignment | CrowdplayError>() : await this.placeMoved(handed, from, reason);
+    const forget: string[] = [];
+    for (const ch of handed) {
+      const a = placed.get(ch);
+      if (a && !(a instanceof Error)) {
+        result.set(ch, { channel: ch, moved: true, shard: a.shard, epoch: a.epoch });
+        forget.push(ch);
+      } else {
+        this.unplaced.add(ch);
+        result.set(ch, { channel: ch, moved: false, shard: null, epoch: rows.get(ch)!.epoch, code: a?.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE' });
       }
     }
+    const moved = forget.length;
+    if (moved > 0) this.m.moved.add(moved, { reason });
+    if (handed.length > moved) this.m.moved.add(handed.length - moved, { reason: 'failed' });
     // 3. The old owner stops refusing (its subscriptions go).
-    await bus
-      .request(subjects.shardCtl(source), encodeJson({ op: 'forget', channel }), { timeoutMs: this.opts.requestTimeoutMs })
-      .catch((err: unknown) => telemetry.logger.warn({ err, channel, shard: source }, 'move: the old owner did not answer forget'));
-    telemetry.logger.info({ channel, from: source, to: a.shard, epoch: a.epoch }, 'channel moved');
-    return { channel, moved: true, shard: a.shard, epoch: a.epoch };
+    if (forget.length > 0) {
+      const answers =
+        member && member.v >= 2
+          ? await this.batched(forget, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'forget', channels: chunk }, this.opts.requestTimeoutMs))
+          : await Promise.all(forget.map(async (channel) => ({ channel, ok: (await this.request(from, { op: 'forget', channel }, this.opts.requestTimeoutMs)).ok })));
+      const unanswered = answers.filter((r) => !r.ok).length;
+      if (unanswered > 0) telemetry.logger.warn({ shard: from, channels: unanswered }, 'move: the old owner did not answer forget');
+    }
+    if (mine.length > 0)
+      telemetry.logger.info(
+        mine.length === 1 ? { channel: mine[0], from, to: result.get(mine[0]!)?.shard, reason } : { from, reason, channels: mine.length, moved },
+        mine.length === 1 ? 'channel moved' : 'channels moved',
+      );
+    return channels.map((ch) => result.get(ch)!);
+  }
+
+  /**
+   * Places handed-off channels over the live shards but `from` (the load spread picks the emptiest, which is a
+   * rebalance's `to`). The caller holds them in flight.
+   */
+  private async placeMoved(handed: string[], from: string, reason: Reason): Promise<Map<string, Assignment | CrowdplayError>> {
+    try {
+      return await this.place(handed, { wait: true, reason, exclude: from });
+    } catch (err) {
+      const e = new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['*'], { cause: err });
+      return new Map(handed.map((ch) => [ch, e]));
+    }
+  }
+
+  /** Runs a v2 batch request per CONTROL_BATCH_MAX channels; a failed request fails each of its channels. */
+  private async batched(channels: readonly string[], send: (chunk: string[]) => Promise<ShardControlReply>): Promise<ChannelResult[]> {
+    const chunks: string[][] = [];
+    for (let i = 0; i < channels.length; i += CONTROL_BATCH_MAX) chunks.push(channels.slice(i, i + CONTROL_BATCH_MAX));
+    const answers = await Promise.all(
+      chunks.map(async (chunk) => {
+        const r = await send(chunk);
+        if (r.ok && r.results && r.results.length === chunk.length) return r.results;
+        const code = r.ok ? 'CP_ERR_PROTO_INVALID' : r.code;
+        const message = r.ok ? 'a reply without one result per channel' : r.message;
+        return chunk.map((channel) => ({ channel, ok: false, code, message }));
+      }),
+    );
+    return answers.flat();
+  }
+
+  /**
+   * Moves `channel` from its owner (which must be `from` when given) to
+   * another live shard, open rounds included (see {@link moveMany}). Not
+   * moved (nothing changes) when no other live shard exists or `from` is not
+   * the owner.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNKNOWN; CP_ERR_CHANNEL_UNAVAILABLE
+   *   or the owner's code when the handoff failed (the owner still serves
+   *   it) or no shard acquired it (the channel is then unowned, its rounds
+   *   durable: every check tries to place it again)
+   */
+  async move(channel: string, from?: string): Promise<Move> {
+    const row = await this.deps.store.channels.get(channel);
+    if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    if (row.owner === null || (from !== undefined && row.owner !== from))
+      return { channel, moved: false, shard: row.owner, epoch: row.epoch };
+    // After any placement of the channel in progress.
+    await this.inflight.get(channel)?.catch(() => undefined);
+    const [m] = await this.moveMany([channel], row.owner, 'drain');
+    if (!m) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    if (m.handoffRefused) throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    if (!m.moved && m.shard === null) throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    return { channel: m.channel, moved: m.moved, shard: m.shard, epoch: m.epoch };
+  }
+
+  /**
+   * Moves every channel of `shard` (a drain: it is leaving) to other live shards, in batches (see
+   * {@link moveMany}); the shard refunds what did not move.
+   * @returns one Move per channel it owned
+   */
+  async drain(shard: string): Promise<Move[]> {
+    const owned = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
+    for (const a of this.assignments.values()) if (a.shard === shard) owned.add(a.channel);
+    await Promise.all([...owned].map((ch) => this.inflight.get(ch)?.catch(() => undefined)));
+    const moves = await this.moveMany([...owned], shard, 'drain');
+    return moves.map(({ channel, moved, shard: s, epoch }) => ({ channel, moved, shard: s, epoch }));
   }
 
   membership(): Promise<ShardInfo[]> {
@@ -572,7 +1033,7 @@ export class Router implements RouterApi {
   private async onCtl(msg: BusMessage): Promise<void> {
     let reply: RouterReply;
     try {
-      const req = decodeJson<RouterRequest>(msg.data);
+      const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {
         case 'assign':
           reply = { ok: true, assignment: await this.assign(req.channel) };
@@ -593,12 +1054,15 @@ export class Router implements RouterApi {
         case 'move':
           reply = { ok: true, move: await this.move(req.channel, req.from) };
           break;
-        default:
-          throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['unknown router op']);
+        case 'drain':
+          reply = { ok: true, moves: await this.drain(req.shard) };
+          break;
       }
     } catch (err) {
-      if (isCrowdplayError(err)) reply = { ok: false, code: err.code, message: err.message };
-      else {
+      if (isCrowdplayError(err)) {
+        reply = { ok: false, code: err.code, message: err.message };
+        if (err.code.startsWith('CP_ERR_PROTO_')) this.deps.telemetry.refusals.refuse('router', err.code, { subject: msg.subject });
+      } else {
         this.deps.telemetry.logger.error({ err }, 'router request failed');
         reply = { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router error' };
       }
@@ -606,11 +1070,20 @@ export class Router implements RouterApi {
     msg.respond(encodeJson(reply));
   }
 
-  /** Stops answering. Safe to call twice. */
+  /** Stops answering; waits for the checks and moves in flight. Safe to call twice. */
   async close(): Promise<void> {
+    this.closed = true;
     if (this.checkTimer) clearInterval(this.checkTimer);
+    if (this.reconcileTimer) clearInterval(this.reconcileTimer);
+    if (this.flushTimer) clearTimeout(this.flushTimer);
     this.checkTimer = null;
+    this.reconcileTimer = null;
+    this.flushTimer = null;
+    for (const [ch, waiters] of this.queued) for (const w of waiters) w.reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
+    this.queued = new Map();
     for (const s of this.subs.splice(0)) s.unsubscribe();
     await this.checking;
+    await this.reconciling;
+    await this.settled();
   }
 }

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { InProcessBus, decodeJson, encodeJson, subjects as makeSubjects } from '@crowdplay/bus';
 import { createTelemetry } from '@crowdplay/telemetry';
 import type { ChannelRow, Store } from '@crowdplay/store';
-import { CrowdplayError, isCrowdplayError } from '@crowdplay/protocol';
+import { CrowdplayError, decodeAssignments, isCrowdplayError } from '@crowdplay/protocol';
 import {
   CachingRouter,
   MoveBudget,
@@ -89,6 +89,29 @@ function fakeStore(ids: string[]): { store: Store; rows: Map<string, ChannelRow>
   );
   const channels = {
     get: (id: string) => Promise.resolve(rows.has(id) ? { ...rows.get(id)! } : null),
+    getMany: (ids: string[]) => Promise.resolve(new Map(ids.filter((id) => rows.has(id)).map((id) => [id, { ...rows.get(id)! }]))),
+    acquireMany: (ps: Array<{ channel: string; shard: string }>) => {
+      const out = new Map<string, number>();
+      for (const p of ps) {
+        const r = rows.get(p.channel);
+        if (!r || r.migratedTo !== null) continue;
+        r.epoch++;
+        r.owner = p.shard;
+        out.set(p.channel, r.epoch);
+      }
+      return Promise.resolve(out);
+    },
+    releaseMany: (items: Array<{ channel: string; shard: string; epoch: number }>) => {
+      const out = new Set<string>();
+      for (const i of items) {
+        const r = rows.get(i.channel);
+        if (r && r.owner === i.shard && r.epoch === i.epoch) {
+          r.owner = null;
+          out.add(i.channel);
+        }
+      }
+      return Promise.resolve(out);
+    },
     acquire: (id: string, shard: string) => {
       const r = rows.get(id);
       if (!r) return Promise.reject(new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]));
@@ -149,7 +172,7 @@ function setup(ids: string[]) {
     return { beat: () => bus.publish(subjects.shardHeartbeat(), encodeJson({ id, channels: owned.get(id)!.size, intentsPerS: 0 })) };
   };
   const changes: AssignmentChange[] = [];
-  bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(decodeJson<AssignmentChange>(msg.data)));
+  bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(...decodeAssignments(msg.data)));
   const newRouter = (opts: { moveAcquireAttempts?: number } = {}) =>
     new Router(
       { bus, subjects, store, telemetry },
