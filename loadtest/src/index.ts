@@ -1,5 +1,5 @@
 /**
- * @crowdplay/loadtest — load scenarios (`crowd` from the seeds, `market`:
+ * @crowdplay/loadtest — load scenarios (`crowd`: viewers acting in channels, `market`:
  * funded viewers trading and staking in rounds, then ledger verify;
  * `rollover`: Telegram chats at the word puzzle's rollover; `failover`: a
  * local cluster with a shard killed, one drained and a gateway restarted), the
