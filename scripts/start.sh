@@ -1,6 +1,6 @@
 #!/bin/sh
 # `npm start`: runs the product's bundle with the three settings that only take
-# effect when a process starts (libs/config, docs/benchmarks.md "Session 10"):
+# effect when a process starts (libs/config, docs/benchmarks.md):
 #   SEMI_SPACE_MB     V8's young generation semi-space (node --max-semi-space-size), default 4
 #   MALLOC_ARENA_MAX  glibc's malloc arenas, default 2 (0: glibc's own default)
 #   MALLOC_MMAP_THRESHOLD_  glibc's mmap threshold, bytes, default 1048576 (0: glibc's own, dynamic, default)

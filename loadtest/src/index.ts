@@ -1,5 +1,5 @@
 /**
- * @crowdplay/loadtest — load scenarios (`crowd` from the seeds, `market`:
+ * @crowdplay/loadtest — load scenarios (`crowd`: viewers acting in channels, `market`:
  * funded viewers trading and staking in rounds, then ledger verify;
  * `rollover`: Telegram chats at the word puzzle's rollover; `failover`: a
  * local cluster with a shard killed, one drained and a gateway restarted), the
@@ -10,7 +10,7 @@ export {
   runCrowdWithBaseline,
   machineInfo,
   DEV_TENANT,
-  SEED_FAN_IN_PER_S,
+  DEFAULT_FAN_IN_PER_S,
   MAX_SOCKETS_PER_WORKER,
   DEFAULT_VIEWERS_PER_ADDRESS,
   GENERATOR_BOUND_PCT,

@@ -1,6 +1,6 @@
 /**
  * The crowd load scenario at smoke size against the real product, with the
- * issue's thresholds, so the rig cannot rot. Full sizes are recorded in
+ * product's latency targets, so the rig cannot rot. Full sizes are recorded in
  * docs/benchmarks.md, never asserted here.
  */
 import { after, before, describe, it } from 'node:test';

@@ -1,5 +1,5 @@
 /**
- * Drain moves a channel with its open round (issue 5): two `crowdplay
+ * Drain moves a channel with its open round: two `crowdplay
  * service crowd-engine` processes, a router, a sequencer and a gateway on
  * PostgreSQL + NATS (own schema, own subject prefix). SIGTERM to the owner of
  * a channel with an open pool round: the channel moves to the other shard

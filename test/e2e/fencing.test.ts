@@ -1,5 +1,5 @@
 /**
- * Epoch fencing with SIGSTOP (issue 5): `crowdplay cluster` with two shards
+ * Epoch fencing with SIGSTOP: `crowdplay cluster` with two shards
  * (the bundle, real processes, PostgreSQL + NATS; own schema and subject
  * prefix). Viewers stake without pause in the open round of a channel; its
  * owner is paused with SIGSTOP; the router fails the channel over to the

@@ -1,5 +1,5 @@
 /**
- * Restarts during a run (issue 5): `crowdplay cluster` (the bundle; one
+ * Restarts during a run: `crowdplay cluster` (the bundle; one
  * gateway, two shards; PostgreSQL; own schema, subject and key prefixes)
  * while viewers act and stake without pause in the game's pool rounds
  * (test/cluster-run.ts). Each case restarts one thing mid-run: the

@@ -19,8 +19,7 @@
  * so each baseline is taken after a collection (the timings use it too: a
  * minor collection every 8 MiB of pixels read back, untimed, as worker.ts does).
  *
- * Targets (issue 4, this machine): ≤ 10 ms for 4 cards; ≤ 60 ms and ≤ 100 KB
- * for 40 cards. Exit code 0 either way (the table says which were met).
+ * Targets: ≤ 10 ms for 4 cards; ≤ 60 ms and ≤ 100 KB for 40 cards. Exit code 0 either way (the table says which were met).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, totalmem } from 'node:os';

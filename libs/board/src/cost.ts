@@ -16,8 +16,8 @@
 import { layout, BOARD_MAX_CARDS } from './layout.ts';
 
 /**
- * The fitted coefficients (this machine: 2 vCPU AMD EPYC, Node 20.20.2, @napi-rs/canvas 1.1.1,
- * 2026-11-30): ms = −0.002 + 24.684 × Mpx (r² 0.992), bytes = 1,967 + 1,081 × cards (r² 1.000),
+ * The fitted coefficients (2 vCPU AMD EPYC, Node 20.20.2, @napi-rs/canvas 1.1.1;
+ * docs/benchmarks/render-fit.json): ms = −0.002 + 24.684 × Mpx (r² 0.992), bytes = 1,967 + 1,081 × cards (r² 1.000),
  * over 16 board sizes from 1 to 64 cards, p50 of 20 renders each.
  */
 export const RENDER_COST_MODEL = {

@@ -5,8 +5,8 @@
  * names only these families, and `registerBoardFonts()` fails loudly when a
  * file is missing.
  *
- * What @napi-rs/canvas 1.1.1's GlobalFonts accepts (measured here): TTF, WOFF
- * and WOFF2 (OTF not tested: no OTF file on this machine). Registrations are
+ * What @napi-rs/canvas 1.1.1's GlobalFonts accepts: TTF, WOFF and WOFF2 (OTF
+ * untested). Registrations are
  * process-wide: a font registered on the main thread is seen by every worker
  * thread, so each thread calls `registerBoardFonts()` and only the first
  * registers anything.

@@ -3,8 +3,8 @@
  * job is handed to a thread. A queued job is the caller's board object, by
  * reference: its structured-cloned copy (avatars included) exists only while
  * the job holds a slot, so at most `concurrency` copies and `concurrency`
- * canvases are ever in flight, however many boards wait (the seed's 11 GB
- * came from a thousand renders at once).
+ * canvases are ever in flight, however many boards wait (a thousand renders
+ * at once hold gigabytes).
  *
  * Per chat: one queued job at most. A newer version for a chat replaces its
  * queued (not yet started) job in place (same queue position), and the

@@ -95,20 +95,18 @@ warmUpFonts();
  * `gc` through the V8 flag, for this thread. Each render reads its pixels back
  * (4.3 MB at 40 cards, render.ts `readPixels`) through @napi-rs/canvas
  * buffers that are freed by finalizers after a collection, and V8 collects
- * rarely when its own heap is small: with `canvas.data()` and no help,
- * resident memory grew 4.3 MB a render (400+ MB with three threads, measured).
- * Avatar thumbnails leave the same kind of garbage: each decoded photo
- * (~100 KB at 160 px) waits for a collection (render.ts `avatarThumbnail`).
- * A minor collection every NATIVE_GC_BYTES of such native garbage bounds it.
+ * rarely when its own heap is small: with no help, resident memory grows by
+ * one pixel buffer a render. Avatar thumbnails leave the same kind of
+ * garbage: each decoded photo (~100 KB at 160 px) waits for a collection
+ * (render.ts `avatarThumbnail`). A minor collection every NATIVE_GC_BYTES of
+ * such native garbage bounds it.
  *
  * The collection alone does not free anything: Node hands each finalizer to
  * this thread's event loop (a thread-safe immediate), and a thread that is
- * given task after task did not get there in time. Measured in the 400-chat
- * rollover on one core (docs/benchmarks.md "Session 8"): the pixel strips
- * waiting for their finalizers held 126–208 MB of @napi-rs/canvas's own heap
- * (mimalloc) while the boards were drawn; a task that collected now resolves
- * only after its thread's loop has turned twice (`settle`), and the same heap
- * stayed under 30 MB (peak RSS 628–705 → 482 MB).
+ * given task after task does not get there in time, so the buffers waiting
+ * for their finalizers pile up in @napi-rs/canvas's own heap (mimalloc). A
+ * task that collected therefore resolves only after its thread's loop has
+ * turned twice (`settle`), which bounds that heap (docs/benchmarks.md).
  */
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as (opts?: { type: 'minor' | 'major' }) => void;

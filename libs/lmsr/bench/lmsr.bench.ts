@@ -3,9 +3,8 @@
  *
  * Trades per second on one core through the Market's own path: validation,
  * idempotency (a distinct id per trade, recorded), delta-form cost, integer
- * rounding, and reservation/credit against an InMemoryWallet. The seed's shape
- * (004, "The cash-out market under load": ~480,000 trades/s, 10,000 trades
- * across 500 funded viewers in 21 ms): each iteration funds 500 viewers, opens
+ * rounding, and reservation/credit against an InMemoryWallet. The shape of a
+ * cash-out market under load: each iteration funds 500 viewers, opens
  * a market and runs 10,000 trades (60 % buy, 30 % sell = cash-out of shares
  * held, 10 % buy-for-budget), all inside the timed region; iterations repeat
  * for at least `--min-ms` after `--warmup-ms` of warm-up. Reported for n = 2

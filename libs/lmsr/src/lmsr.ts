@@ -38,7 +38,7 @@ import { CrowdplayError } from '@crowdplay/protocol';
 
 /** Fewest outcomes a market may have. */
 export const MIN_OUTCOMES = 2;
-/** Most outcomes a market may have (issue 3: rounds have 2–10 outcomes). */
+/** Most outcomes a market may have (a round has 2–10 outcomes). */
 export const MAX_OUTCOMES = 10;
 /**
  * Largest share count or point amount accepted (1e15). Below 2^53 ≈ 9.007e15,

@@ -6,10 +6,10 @@
  * Why: Node runs every timer that is due, and every I/O event one poll
  * returned, in one pass. When thousands of them fall due together (every chat
  * rolling over at once, every player opening the app at the rollover), that
- * pass is one long task and every socket waits for it: 117–136 ms measured in
- * the 1,000-chat rollover (docs/benchmarks.md, Session 9). With a budget, the
- * work past it goes to a later turn (setImmediate), and the I/O polled in
- * between (acks, other players' frames) is not held up.
+ * pass is one long task and every socket waits for it (over 100 ms at a
+ * 1,000-chat rollover: docs/benchmarks.md). With a budget, the work past it
+ * goes to a later turn (setImmediate), and the I/O polled in between (acks,
+ * other players' frames) is not held up.
  *
  * A "turn" here ends when the loop reaches its check phase (setImmediate
  * callbacks): the clock starts at the turn's first `spent()` and is cleared by

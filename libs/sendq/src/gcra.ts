@@ -26,8 +26,8 @@
  * below still holds for the departures. Without booking, workers that all
  * want the bot's next slot each get refused and come back (in the BullMQ
  * adapter every bounce is a handful of Redis round trips, and on a busy event
- * loop a cycle took longer than `T`: ~17 sends/s of 28 allowed, measured in
- * the rollover; docs/benchmarks.md). Consecutive grants on a
+ * loop a cycle takes longer than `T`, so the bot falls well short of its
+ * rate; docs/benchmarks.md). Consecutive grants on a
  * key are therefore at least `T` apart, so in any half-open window of `W` µs
  * at most `ceil(W / T)` grants happen: 30 per second for the bot (T = 33,334 µs),
  * 20 per minute per group (T = 3,000,000 µs), 1 per second per chat.

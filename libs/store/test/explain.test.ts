@@ -1,5 +1,5 @@
 /**
- * The hot queries use their indexes on large tables (issue 5, "Event log"):
+ * The hot queries use their indexes on large tables (docs/architecture.md "Event log"):
  * 100k channels, 200k logged events, 100k wallets and 200k transfers made
  * with generate_series, ANALYZEd, then EXPLAIN (FORMAT JSON) of each query
  * as the code runs it (the SQL constants the code itself uses: EVENT_SQL,

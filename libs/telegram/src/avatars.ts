@@ -1,15 +1,14 @@
 /**
  * Avatar reads (getUserProfilePhotos → getFile → file download). Exempt
- * from the send bucket (they are reads), and therefore bounded here, as the
- * seed measured what unbounded reads cost (10,000 profile photos at once:
- * ~25,000 round trips, 6,074 open handles, ~13 s of latency tail):
+ * from the send bucket (they are reads), and therefore bounded here:
+ * unbounded, 10,000 profile photos at once are ~25,000 round trips, thousands
+ * of open handles and a latency tail of seconds:
  *
  * - collapsed per user: concurrent requests for one user share one promise;
  * - capped: at most `concurrency` (TELEGRAM_AVATAR_CONCURRENCY) reads run at
  *   once; the others wait in a FIFO as a user id and a resolver (~100 bytes),
- *   not as a started Bot API call (measured: 10,000 players appearing at a
- *   rollover held ~14,000 suspended grammY calls and gate slots, promoted to
- *   the old generation and collected there; docs/benchmarks.md, session 10).
+ *   not as a started Bot API call (a suspended grammY call and its gate slot
+ *   live long enough to be promoted to the old generation: docs/benchmarks.md).
  *   The gate (the same cap) still bounds avatar HTTP requests bot-wide in
  *   this process (the Bot API transformer applies it to
  *   getUserProfilePhotos/getFile made elsewhere); a download keeps its slot

@@ -1,5 +1,5 @@
 /**
- * The `crowd` scenario (seed 004's load-tenant.js, rebuilt): N viewers as
+ * The `crowd` scenario: N viewers as
  * role=crowd over K channels, each acting about once a second, one game
  * client per channel collecting batches. The coordinator (this module) runs
  * the games, a readiness probe, the progress line and the report; viewers
@@ -41,8 +41,8 @@ export const DEV_TENANT = Object.freeze({
   key: 'cpk_dev_0123456789abcdef0123456789abcdef',
 });
 
-/** Seed 004: "2,000 interaction-only viewers connect in 1.3 s (~1,500 sockets/s fan-in)". */
-export const SEED_FAN_IN_PER_S = 1_500;
+/** Default connection ramp, sockets/s (2,000 viewers connect in 1.3 s). */
+export const DEFAULT_FAN_IN_PER_S = 1_500;
 /** One process here may hold 20,000 open files; a worker keeps headroom for its own. */
 export const MAX_SOCKETS_PER_WORKER = 18_000;
 /**
@@ -77,7 +77,7 @@ export interface CrowdOptions {
   tenantSecret?: string;
   /** Tenant API key for the game clients. @defaultValue DEV_TENANT.key */
   tenantKey?: string;
-  /** Connection ramp, s. @defaultValue viewers / SEED_FAN_IN_PER_S */
+  /** Connection ramp, s. @defaultValue viewers / DEFAULT_FAN_IN_PER_S */
   rampS?: number;
   /** Worker processes. @defaultValue max(2, ceil(viewers / 5,000)) */
   workers?: number;
@@ -129,7 +129,7 @@ function resolveOptions(o: CrowdOptions): Resolved {
   const viewers = int('viewers', o.viewers, 1);
   const channels = int('channels', o.channels, 1);
   if (!(o.durationS > 0)) throw invalid(`durationS must be > 0, got ${o.durationS}`);
-  const rampS = o.rampS ?? viewers / SEED_FAN_IN_PER_S;
+  const rampS = o.rampS ?? viewers / DEFAULT_FAN_IN_PER_S;
   if (!(rampS >= 0)) throw invalid(`rampS must be ≥ 0, got ${rampS}`);
   const workers = Math.min(viewers, int('workers', o.workers ?? Math.max(2, Math.ceil(viewers / VIEWERS_PER_WORKER)), 1));
   if (Math.ceil(viewers / workers) > MAX_SOCKETS_PER_WORKER) {

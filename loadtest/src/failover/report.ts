@@ -12,7 +12,7 @@ export interface MsFigures {
   max: number | null;
 }
 
-/** One done-when target of issue 5. `correctness` targets decide the exit code; `timing` ones are reported only. */
+/** One failover target. `correctness` targets decide the exit code; `timing` ones are reported only. */
 export interface FailoverTarget {
   value: number | string | null;
   limit: string;

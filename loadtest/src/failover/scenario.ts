@@ -1,12 +1,12 @@
 /**
- * The `failover` load scenario (issue 5): a local cluster (`startCluster`,
+ * The `failover` load scenario: a local cluster (`startCluster`,
  * the bundle `npm run cluster` runs) on the machine's NATS, Redis and
  * PostgreSQL, isolated by its own schema, subject prefix and Redis prefixes
  * (removed afterwards); one sdk-game client per channel running pool rounds
  * and receiving batches (games.ts); viewers in forked workers (worker.ts)
  * acting and staking. Mid-run it SIGKILLs the shard owning the most
  * channels, SIGTERMs (drains) the live shard owning the most, and restarts
- * the last gateway; then it checks what the issue asks (report.ts, README
+ * the last gateway; then it checks the failover targets (report.ts, README
  * "failover").
  */
 import { createHash, randomBytes } from 'node:crypto';
@@ -41,7 +41,7 @@ import type { FailoverReport, FailoverTarget, MsFigures, RecoveryFigures } from 
 /** The services the cluster uses when none are named: `crowdplay cluster`'s defaults (this machine's). */
 export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
 
-/** Issue 5's timing targets, ms. */
+/** The failover's timing targets, ms. */
 export const TARGET_KILL_RECOVERY_MS = 5_000;
 export const TARGET_DRAIN_RECOVERY_MS = 1_000;
 export const TARGET_RECONNECT_MS = 10_000;

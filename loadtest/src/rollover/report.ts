@@ -14,7 +14,7 @@ export interface MsSummary {
   max: number | null;
 }
 
-/** One "Done when" figure: the measured value, the limit, and whether it is met. */
+/** One target figure: the measured value, the limit, and whether it is met. */
 export interface RolloverTarget {
   value: number | null;
   limit: string;
@@ -131,7 +131,7 @@ export interface RolloverReport {
     samples: string[];
   };
   errorLogLines: number;
-  /** Issue 4's "Done when" figures for this run, each `{value, limit, ok}` (README); null with boards off. */
+  /** The rollover's target figures for this run, each `{value, limit, ok}` (README); null with boards off. */
   targets: Record<string, RolloverTarget> | null;
   /** Up to 10 of those lines (truncated). */
   errorLogSamples: string[];

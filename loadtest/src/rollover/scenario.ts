@@ -1,9 +1,9 @@
 /**
- * The `rollover` load scenario (issue 4, the seed's rig): the product in
+ * The `rollover` load scenario: the product in
  * standalone as its own process (pinned with taskset, on the machine's real
  * PostgreSQL and Redis), the Telegram Bot API stub in this process, N chats
  * started through the webhook, and at the puzzle rollover every player opens
- * the Mini App (signed initData) and guesses. Reports the seed's figures;
+ * the Mini App (signed initData) and guesses. Reports the rollover's figures;
  * every field is defined in loadtest/README.md ("rollover").
  */
 import { writeFileSync } from 'node:fs';

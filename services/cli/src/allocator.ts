@@ -6,15 +6,11 @@
  * prints its options at load), which reads two of our settings itself:
  * - `allow_thp` (MIMALLOC_ALLOW_THP) defaults to on, and Linux then backs the
  *   1 GiB arena it reserves with 2 MiB transparent huge pages, so every partly
- *   used 2 MiB counts in full towards the resident memory. Measured in the
- *   1,000-chat rollover on one core (docs/benchmarks.md "Session 8"): the arena
- *   held 298 MB resident at the peak, 280 MB of it huge pages; with
- *   `MIMALLOC_ALLOW_THP=0`, 205 MB and none.
+ *   used 2 MiB counts in full towards the resident memory (docs/benchmarks.md).
  * - `purge_delay` (MIMALLOC_PURGE_DELAY, ms) defaults to 10, and mimalloc
  *   purges only when it next allocates or frees: memory a render freed stays
  *   resident while its thread waits for the next job. At 0 it is returned at
- *   once (docs/benchmarks.md "Session 11": the arena 19–31 MB → 11–19 MB at
- *   the rollover's peak).
+ *   once.
  */
 
 import { schema } from '@crowdplay/config';
@@ -23,8 +19,8 @@ import { schema } from '@crowdplay/config';
 const MIMALLOC_SETTINGS = [schema.runtime.allocatorHugePages, schema.runtime.allocatorPurgeDelayMs] as const;
 
 /**
- * A value as the digits mimalloc reads (a boolean as 0 / 1; measured with MIMALLOC_VERBOSE=1: it reads `1_000` and
- * ` 20 ` as invalid, so its default 10, and an empty value as 1).
+ * A value as the digits mimalloc reads: a boolean as 0 / 1, a number as plain decimal digits (mimalloc takes `1_000`
+ * and ` 20 ` as invalid, so its default, and an empty value as 1; `MIMALLOC_VERBOSE=1` prints what it read).
  */
 const forMimalloc = (value: boolean | number): string => String(Number(value));
 

@@ -1,5 +1,5 @@
 /**
- * Event id guarantees across moves and restarts (issue 5): two shards sharing
+ * Event id guarantees across moves and restarts: two shards sharing
  * one Postgres schema and subject prefix, the sequencer closed and a new one
  * started on the same store mid-run, channels moved back and forth between
  * the shards while intents flow. Every event id seen for a channel (batches

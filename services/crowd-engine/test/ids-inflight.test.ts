@@ -1,6 +1,6 @@
 /**
  * Event ids stay strictly increasing per channel when a tick is still logging
- * and publishing a batch while the channel leaves the shard (issue 5): the
+ * and publishing a batch while the channel leaves the shard: the
  * tick's event-log write is held (committed, then the answer delayed) while
  * the shard releases the channel, hands it off, or drops it because the router
  * moved it away. Without waiting for the tick in flight, its batch (an id of

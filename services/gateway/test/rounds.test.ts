@@ -1,5 +1,5 @@
 /**
- * Gateway side of rounds (issue 3): stake/buy/sell forwarding, joins and
+ * Gateway side of rounds: stake/buy/sell forwarding, joins and
  * their balance answers, trade ack fields, wallet batches, refused trade
  * frames, and the game's round.open/settle/cancel requests.
  */

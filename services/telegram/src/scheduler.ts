@@ -1,8 +1,8 @@
 /**
  * The board refresh scheduler: which chats' boards to render and send now.
  *
- * The seed's open problem: a per-chat interval counts chats while the cost
- * scales with cards (4 cards ≈ 19 ms, 40 ≈ 171 ms there). Here boards are
+ * A per-chat interval would count chats while the cost scales with cards
+ * (a 40-card board costs many times a 4-card one). Here boards are
  * handed out from two global budgets, each board charged its own cost:
  * BOARD_SEND_BUDGET_PER_S sends and BOARD_RENDER_BUDGET_MS_PER_S render
  * milliseconds (renderMs = the measured cost model of libs/board,

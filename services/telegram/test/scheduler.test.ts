@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
-// A cost model shaped like the seed's: 4 cards ≈ 19 ms, 40 ≈ 171 ms (5 + 4.2 ms per card, rounded).
+// A cost model growing with cards: 4 cards ≈ 19 ms, 40 ≈ 171 ms (5 + 4.2 ms per card, rounded).
 const cost = (cards: number): number => 5 + 4.2 * cards;
 const make = (): RefreshScheduler =>
   new RefreshScheduler({ renderBudgetMsPerS: 100, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost });

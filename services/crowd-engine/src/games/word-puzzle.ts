@@ -1,5 +1,5 @@
 /**
- * The daily word puzzle of a Telegram group (issue 4): pure rules, no I/O.
+ * The daily word puzzle of a Telegram group: pure rules, no I/O.
  *
  * - A puzzle is one secret five-letter word per period (PUZZLE_PERIOD_MS, a
  *   day by default): puzzle number n = floor(now / period); its word is
