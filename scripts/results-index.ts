@@ -140,6 +140,12 @@ export const RESULTS: ResultsIndex = {
   rigs: [
     {
       title: 'Crowd scenario, standalone',
+      decisions: [
+        '0010-viewer-updates-coalesced-per-channel.md',
+        '0016-max-per-tick-drops-never-queues.md',
+        '0017-jwt-verification-on-node-crypto.md',
+        '0012-pglite-as-embedded-postgres.md',
+      ],
       intro: [
         'The shape of the seed’s load test: viewers connect as `role=crowd` to one channel, each presses about once a second; ' +
           'the game, an external sdk-game process, declares `vote` (3 options, `maxPerTick` 1,000); connections ramp at 1,500/s, ' +
@@ -207,6 +213,13 @@ export const RESULTS: ResultsIndex = {
           files: CROWD_10000,
         },
         {
+          figure: '10,000 viewers: bytes per broadcast (one update, serialised once)',
+          target: '—',
+          seed: '—',
+          value: '{bytesPerBroadcast:0} B',
+          files: CROWD_10000,
+        },
+        {
           figure: '10,000 viewers: intents acked per second; dropped over maxPerTick',
           target: '—',
           seed: '004: 9,124/s; 63,715 of 196,188 dropped',
@@ -232,6 +245,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Crowd scenario, gateway in cluster mode',
+      decisions: ['0011-queue-group-ownership-subscription.md'],
       intro: [
         '`node dist/crowdplay.js cluster --gateways 1 --shards 1` on NATS and PostgreSQL, the crowd scenario spread over 20 or ' +
           '100 channels, `--watch-pid` measuring the shard, router and sequencer beside the gateway; the control is the ' +
@@ -265,6 +279,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Market scenario: stakes and trades through the server',
+      decisions: ['0001-ledger-group-commit.md', '0013-lmsr-rounds-in-the-makers-favour.md'],
       intro: [
         '`DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test DATABASE_SCHEMA=bench_market DEMO_ENABLED=false PORT=8090 npm start`, ' +
           'then the scenario (with the same `DATABASE_URL` and `DATABASE_SCHEMA`) three times in a row. 500 funded viewers on one ' +
@@ -301,6 +316,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Durable ledger',
+      decisions: ['0001-ledger-group-commit.md', '0002-epoch-fencing-in-postgres.md'],
       intro: [
         'Transfers through `Ledger`’s group-commit path into PostgreSQL 15 (own schema, `synchronous_commit` and fsync on), ' +
           'idempotency, balance and epoch checks on; 8 channels each with its epoch, 15 % of transfers touching house or treasury, ' +
@@ -334,6 +350,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'LMSR market engine',
+      decisions: ['0013-lmsr-rounds-in-the-makers-favour.md'],
       intro: [
         'One core, the `Market`’s own path for every trade (validation, idempotency, delta-form LMSR cost, rounding to integer ' +
           'points in the maker’s favour, reservation against an in-memory wallet): 10,000 trades across 500 funded viewers per ' +
@@ -365,6 +382,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Board render (`libs/board`)',
+      decisions: ['0022-render-semaphore-before-the-thread.md', '0023-indexed-png-encoder.md'],
       intro: [
         'One board render on one thread, drawing and PNG encoding included, p50 of 20 after warm-up, for the deterministic ' +
           'sample boards of `libs/board/src/sample.ts` (names in eight scripts, half the cards with a 160 × 160 JPEG avatar) at the ' +
@@ -440,7 +458,7 @@ export const RESULTS: ResultsIndex = {
         {
           figure: 'one canvas in flight at 1000 × 1400 / at the 40-card size',
           target: '—',
-          seed: '000: ~17 MiB at 1000 × 1400 @2x',
+          seed: '—',
           value: '{memory.perCanvas1000x1400BoardPngMiB:1} / {memory.perCanvas40CardsBoardPngMiB:1} MiB',
           files: ['render-memory.json'],
         },
@@ -448,6 +466,16 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Rollover: 1,000 Telegram chats × 10 players',
+      decisions: [
+        '0004-send-queue-lanes-and-supersession.md',
+        '0006-bot-rate-below-telegrams-limit.md',
+        '0007-board-refresh-scheduler.md',
+        '0008-late-binding-of-renders.md',
+        '0015-turn-budgets.md',
+        '0019-helper-and-render-threads-yield.md',
+        '0021-avatar-reads-collapsed-and-gated.md',
+        '0024-npm-start-runs-the-bundle.md',
+      ],
       intro: [
         'The seed’s rig. The product as `npm start` runs it (the esbuild bundle through scripts/start.sh, standalone, on ' +
           'PostgreSQL and Redis: BullMQ send and render queues, the Redis bucket, the board budget), pinned to one core; the ' +
@@ -581,6 +609,11 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Send queue (`libs/sendq`)',
+      decisions: [
+        '0004-send-queue-lanes-and-supersession.md',
+        '0005-booking-the-bots-next-slot.md',
+        '0006-bot-rate-below-telegrams-limit.md',
+      ],
       intro: [
         'The queue every Bot API call passes (docs/sendq.md, "Measured"): one bucket take in process and on Redis (one EVALSHA); ' +
           'how much of a 30/s limit a 150-job backlog uses; and BullMQ on an event loop kept 60 % busy with 30 ms calls (300 chats), ' +
@@ -619,6 +652,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Tracing on the hot path (OpenTelemetry)',
+      decisions: ['0020-tracing-off-by-default-loaded-lazily.md', '0018-send-grant-as-abort-signal.md'],
       intro: [
         'What the OpenTelemetry wiring costs an intent: the crowd scenario at 2,000 viewers against `node dist/crowdplay.js start` ' +
           'on PostgreSQL, tracing off (no `OTEL_*` setting, the default) and on (every intent traced, `parentbased_always_on`, ' +
@@ -672,6 +706,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Per-process capacity of the cluster: `npm run bench -- cluster`',
+      decisions: ['0003-leased-event-id-blocks.md', '0011-queue-group-ownership-subscription.md'],
       intro: [
         '`services/cli/bench/cluster.bench.ts`: the bundle started by `startCluster` as separate processes (sequencer, router, ' +
           'one crowd-engine shard, one idle gateway) on the machine’s NATS 2 and PostgreSQL 15, driven over NATS by the bench ' +
@@ -769,6 +804,11 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Failover: 3 shards, 2 gateways, 3,000 viewers over 30 channels',
+      decisions: [
+        '0002-epoch-fencing-in-postgres.md',
+        '0009-resend-intents-during-a-move.md',
+        '0011-queue-group-ownership-subscription.md',
+      ],
       intro: [
         '`startCluster()` on the bundle (sequencer, router, 3 shards, 2 gateways, every setting at its default) on NATS, Redis and ' +
           'PostgreSQL; 30 game clients running 8 s pool rounds; 3,000 viewers acting once a second and staking once per round. ' +

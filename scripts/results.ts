@@ -44,6 +44,8 @@ export interface Rig {
   readonly title: string;
   /** Paragraphs: what the rig measures and its shape. */
   readonly intro: readonly string[];
+  /** Decision records in docs/decisions/ whose measurement is this rig's (file names). */
+  readonly decisions?: readonly string[];
   readonly rows: readonly ResultRow[];
 }
 
@@ -145,6 +147,9 @@ export function renderResults(index: ResultsIndex, read: ReportReader): string {
   out.push('');
   for (const rig of index.rigs) {
     out.push(`## ${rig.title}`, '', ...rig.intro.flatMap((p) => [p, '']));
+    if (rig.decisions !== undefined && rig.decisions.length > 0) {
+      out.push(`Decisions: ${rig.decisions.map((f) => `[${f.slice(0, 4)}](decisions/${f})`).join(', ')}.`, '');
+    }
     out.push(
       '| figure | target | seed | value | command | machine | date, commit | JSON |',
       '| --- | --- | --- | --- | --- | --- | --- | --- |',

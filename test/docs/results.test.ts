@@ -6,7 +6,7 @@
  * as it was.
  */
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -41,6 +41,15 @@ describe('docs/benchmarks.md', () => {
     );
   });
 
+  it('links only decision records that exist', () => {
+    const linked = RESULTS.rigs.flatMap((rig) => rig.decisions ?? []);
+    assert.ok(linked.length > 0);
+    assert.deepEqual(
+      linked.filter((f) => !existsSync(join(root, 'docs', 'decisions', f))),
+      [],
+    );
+  });
+
   it('says nothing of work periods', () => {
     const page = readFileSync(join(root, 'docs', 'benchmarks.md'), 'utf8');
     assert.doesNotMatch(page, /\bsession ?\d/i);
@@ -69,6 +78,12 @@ describe('renderResults', () => {
       page,
       /\| p95 \| ≤ 1 \| — \| 12\.3–1,234\.5 ms, ok \| `run a`; `run b` \| `m` \| 2026-01-02, abc1234; 2026-01-03, def5678 \| \[a\.json\]\(benchmarks\/a\.json\), \[b\.json\]\(benchmarks\/b\.json\) \|/,
     );
+  });
+
+  it('links the rig’s decision records', () => {
+    const idx = index('{s}', ['a.json']);
+    const withDecisions: ResultsIndex = { ...idx, rigs: [{ ...idx.rigs[0]!, decisions: ['0042-a-choice.md'] }] };
+    assert.match(renderResults(withDecisions, reportReader(tmp)), /^Decisions: \[0042\]\(decisions\/0042-a-choice\.md\)\.$/m);
   });
 
   it('shows one value when the reports agree', () => {
