@@ -1,0 +1,873 @@
+/**
+ * The index docs/benchmarks.md is rendered from (scripts/results.ts): each
+ * rig's current reports in docs/benchmarks/, the fields shown, and where a
+ * report does not carry them, its command, machine, date and commit. A rig's
+ * current figure is the newest run of the current code; older runs live in
+ * git history. Seeds are the field reports crowdplay is built from, by
+ * number: 000 (a Telegram Wordle Mini App's rollover into 1,000 chats), 003
+ * (a learning app's 10,000-sign-up day), 004 (a crowd engine's latency and
+ * scale).
+ */
+import type { ResultsIndex, RunInfo } from './results.js';
+
+const CROWD = 'npm run loadtest -- crowd --url http://127.0.0.1:8080';
+const ROLLOVER = 'npm run loadtest -- rollover --chats 1000 --players 10';
+const CLUSTER_10000 = 'npm run bench -- cluster --channels 10000 --intent-channels 10000 --batch 2 --in-flight 400';
+const CLUSTER_BATCH20 = 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 100 --batch 20 --in-flight 200';
+const OTEL = 'npm run loadtest -- crowd --url http://127.0.0.1:18090 --viewers 2000 --duration 20 --server-pid <pid>';
+const CLUSTER_CROWD = '--url http://127.0.0.1:8095 --duration 30 --tenant-id load --tenant-secret … --tenant-key … --watch-pid …';
+
+const runs: Record<string, RunInfo> = {
+  'crowd-2000-pglite.json': { command: `${CROWD} --viewers 2000 --duration 30`, machine: 'quiet', commit: '56d0218' },
+  'crowd-2000-postgres.json': { command: `${CROWD} --viewers 2000 --duration 30`, machine: 'quiet', commit: '56d0218' },
+  'crowd-10000-pglite.json': { command: `${CROWD} --viewers 10000 --duration 30 --baseline`, machine: 'quiet', commit: '56d0218' },
+  'crowd-10000-postgres.json': { command: `${CROWD} --viewers 10000 --duration 30 --baseline`, machine: 'quiet', commit: '63d9a7f' },
+  'crowd-19000-pglite.json': { command: `${CROWD} --viewers 19000 --duration 30 --baseline`, machine: 'quiet', commit: '56d0218' },
+  'crowd-19000-postgres.json': { command: `${CROWD} --viewers 19000 --duration 30 --baseline`, machine: 'quiet', commit: '56d0218' },
+  'crowd-2000-cluster.json': {
+    command: `npm run loadtest -- crowd --viewers 2000 --channels 20 --ramp-s 5 ${CLUSTER_CROWD}`,
+    machine: 'shared',
+    commit: 'a066f03',
+  },
+  'crowd-10000-cluster.json': {
+    command: `npm run loadtest -- crowd --viewers 10000 --channels 100 ${CLUSTER_CROWD}`,
+    machine: 'shared',
+    commit: 'b03fe53',
+  },
+  'crowd-10000-standalone-100ch.json': {
+    command: 'npm run loadtest -- crowd --url http://127.0.0.1:8096 --viewers 10000 --duration 30 --channels 100',
+    machine: 'shared',
+    commit: 'b03fe53',
+  },
+  'market-500-run1.json': {
+    command: 'npm run loadtest -- market --url http://127.0.0.1:8090 --viewers 500 --trades 10000',
+    machine: 'quiet',
+    commit: '4d7183f',
+  },
+  'market-500-run2.json': {
+    command: 'npm run loadtest -- market --url http://127.0.0.1:8090 --viewers 500 --trades 10000',
+    machine: 'quiet',
+    commit: '4d7183f',
+  },
+  'market-500-run3.json': {
+    command: 'npm run loadtest -- market --url http://127.0.0.1:8090 --viewers 500 --trades 10000',
+    machine: 'quiet',
+    commit: '4d7183f',
+  },
+  'ledger.json': { command: 'npm run bench -- ledger', machine: 'quiet', commit: 'fe80f92', date: '2026-11-30' },
+  'ledger-200.json': { command: 'npm run bench -- ledger --requesters 200', machine: 'quiet', commit: 'ac4611b', date: '2026-11-30' },
+  'ledger-loaded.json': { command: 'npm run bench -- ledger', machine: 'shared', commit: '91bd5b6', date: '2026-11-30' },
+  'lmsr.json': { command: 'npm run bench -- lmsr', machine: 'quiet', commit: 'fe80f92' },
+  'render.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render', machine: 'quiet', commit: '2eb3779' },
+  'render-purge-delay-10.json': {
+    command: 'MIMALLOC_PURGE_DELAY=10 NODE_OPTIONS=--expose-gc npm run bench -- render',
+    machine: 'quiet',
+    commit: '2eb3779',
+  },
+  'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
+  'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
+  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '585b283' },
+  'rollover-1000x10-repeat-1.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
+  'rollover-1000x10-repeat-2.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
+  'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
+  'rollover-1000x10-cluster.json': {
+    command: `${ROLLOVER} --no-pin --cluster --gateways 2 --shards 2`,
+    machine: 'shared',
+    commit: '2f6ce72',
+  },
+  'sendq.json': { command: 'npm run bench -- sendq', machine: 'quiet', commit: 'c8db4c9', date: '2026-12-01' },
+  'otel-crowd-2000-off-1.json': { command: OTEL, machine: 'shared', commit: '6df4579' },
+  'otel-crowd-2000-off-2.json': { command: OTEL, machine: 'shared', commit: '6df4579' },
+  'otel-crowd-2000-on-1.json': { command: `OTEL_EXPORTER_OTLP_ENDPOINT=… ${OTEL}`, machine: 'shared', commit: '6df4579' },
+  'otel-crowd-2000-on-2.json': { command: `OTEL_EXPORTER_OTLP_ENDPOINT=… ${OTEL}`, machine: 'shared', commit: '6df4579' },
+  'otel-trace-context.json': { command: 'npm run bench -- trace-context', machine: 'shared', commit: '6df4579', date: '2026-11-30' },
+  'cluster-10000ch-batch2-run1.json': { command: CLUSTER_10000, machine: 'shared', commit: 'a066f03' },
+  'cluster-10000ch-batch2-run2.json': { command: CLUSTER_10000, machine: 'shared', commit: 'a066f03' },
+  'cluster-1000ch-batch2.json': {
+    command: 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 1000 --batch 2 --in-flight 400',
+    machine: 'shared',
+    commit: '3c6fa88',
+  },
+  'cluster-100ch-batch20.json': { command: CLUSTER_BATCH20, machine: 'shared', commit: '3c6fa88' },
+  'cluster-100ch-batch20-run2.json': { command: CLUSTER_BATCH20, machine: 'shared', commit: 'b03fe53' },
+  'cluster-router-c8.json': {
+    command: 'npm run bench -- cluster --only router --channels 2000 --concurrency 8',
+    machine: 'shared',
+    commit: '3c6fa88',
+  },
+  'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
+  'failover-3000.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
+    machine: 'shared',
+    commit: '53ce07f',
+  },
+};
+
+const CROWD_2000 = ['crowd-2000-pglite.json', 'crowd-2000-postgres.json'];
+const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
+const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
+const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
+const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
+const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-repeat-1.json', 'rollover-1000x10-repeat-2.json'];
+const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch2-run2.json'];
+const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
+const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
+const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
+
+/** The page's index: see the module comment. */
+export const RESULTS: ResultsIndex = {
+  intro: [
+    'The current figures of every rig: the newest run of the current code, read from its JSON report in `docs/benchmarks/` ' +
+      'by `npm run docs:results` (scripts/results.ts, the index in scripts/results-index.ts); test/docs/results.test.ts fails ' +
+      'when this page and the reports differ. Each command takes `--json docs/benchmarks/<the JSON file>`. Where a row names ' +
+      'several reports, a figure shows as the lowest–highest of them. *seed*: the figure of the field report the target ' +
+      'answers — 000 (a Telegram Wordle Mini App drawing boards into 1,000 chats at its rollover), 004 (a crowd engine on a ' +
+      '10-core laptop, its generator on cores of its own). *commit*: the code measured, or where the run did not name it, the ' +
+      'commit that recorded the report. Load tests target loopback only and stop by themselves. Why a default is what it is, ' +
+      'with the measurement behind it: docs/decisions/.',
+  ],
+  machines: {
+    quiet:
+      'The dev machine: 2 vCPU AMD EPYC, 23.5 GiB, Linux 6.18, Node 20.20.2, PostgreSQL 15 and Redis 7 local at their defaults; ' +
+      'nothing else running. The load generator shares the two cores with the server (the reports’ `machineCpuPct`).',
+    pinned:
+      'The same machine, the rollover’s own rig: the product pinned to core 0 (`taskset`), the generator and the Bot API stub on core 1; nothing else running.',
+    shared:
+      'The same machine while other test suites ran on it (load average 4–18, in the reports as `loadAverageBefore` where the rig records it): ' +
+      'rates and latencies are lower bounds; CPU per unit of work and resident memory are the figures contention distorts least.',
+  },
+  runs,
+  rigs: [
+    {
+      title: 'Crowd scenario, standalone',
+      decisions: [
+        '0010-viewer-updates-coalesced-per-channel.md',
+        '0016-max-per-tick-drops-never-queues.md',
+        '0017-jwt-verification-on-node-crypto.md',
+        '0012-pglite-as-embedded-postgres.md',
+      ],
+      intro: [
+        'The shape of the seed’s load test: viewers connect as `role=crowd` to one channel, each presses about once a second; ' +
+          'the game, an external sdk-game process, declares `vote` (3 options, `maxPerTick` 1,000); connections ramp at 1,500/s, ' +
+          'then 30 s steady. The server is `npm start` (PGlite) or the same with `DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test`, ' +
+          'defaults throughout (`TICK_MS` 250, `CHANNEL_UPDATE_MS` 250). `--baseline` runs the same scenario against the frozen ' +
+          'bare-ws reference server (`loadtest/src/reference-server.ts`: parse, ack, broadcast the same bytes, no engine) and ' +
+          'reports our act ack p95 and CPU per intent as ratios of its. Each row names the PGlite and the PostgreSQL run. ' +
+          'Fields: loadtest/README.md.',
+      ],
+      rows: [
+        {
+          figure: '2,000 viewers: connected / failed',
+          target: '0 failed',
+          seed: '—',
+          value: '{viewers.connected} / {viewers.failed}',
+          files: CROWD_2000,
+        },
+        {
+          figure: '2,000 viewers: act ack p50 / p95 / p99',
+          target: 'p95 ≤ 50 ms',
+          seed: '004: p95 37 ms at 16,337 viewers',
+          value: '{actAckMs.p50:1} / {actAckMs.p95:1} / {actAckMs.p99:1} ms',
+          files: CROWD_2000,
+        },
+        {
+          figure: '2,000 viewers: batch lag p95',
+          target: '≤ 300 ms',
+          seed: '004: ~250 ms (one tick)',
+          value: '{batchLagMs.p95:1} ms',
+          files: CROWD_2000,
+        },
+        {
+          figure: '10,000 viewers: connected / failed',
+          target: '0 failed',
+          seed: '004: 10,000 held, none refused',
+          value: '{viewers.connected} / {viewers.failed}',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: act ack p50 / p95 / p99',
+          target: '—',
+          seed: '004: p95 37 ms at 16,337 viewers',
+          value: '{actAckMs.p50:1} / {actAckMs.p95:1} / {actAckMs.p99:1} ms',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: act ack p95 ÷ the reference’s',
+          target: '≤ 1.5',
+          seed: '—',
+          value: '{ratios.actAckP95:2}',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: server CPU per intent ÷ the reference’s',
+          target: '≤ 1.5',
+          seed: '—',
+          value: '{ratios.serverCpuPerIntent:2} ({serverCpuMsPerIntent:3} ms per intent)',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: update lag p95',
+          target: '≤ 500 ms (2 × CHANNEL_UPDATE_MS)',
+          seed: '—',
+          value: '{updateLagMs.p95:0} ms',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: bytes per broadcast (one update, serialised once)',
+          target: '—',
+          seed: '—',
+          value: '{bytesPerBroadcast:0} B',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: intents acked per second; dropped over maxPerTick',
+          target: '—',
+          seed: '004: 9,124/s; 63,715 of 196,188 dropped',
+          value: '{ackedPerSecond:0}/s; {droppedOverCap} of {intents.sent}',
+          files: CROWD_10000,
+        },
+        {
+          figure: '10,000 viewers: connect p95, ours / the reference’s',
+          target: '—',
+          seed: '004: 2,000 connected in 1.3 s',
+          value: '{connectMs.p95:0} / {baseline.connectMs.p95:0} ms',
+          files: CROWD_10000,
+        },
+        {
+          figure: '19,000 requested: viewers held, ours / the reference’s',
+          target: '—',
+          seed: '004: 16,337 of 20,000',
+          value: '{viewers.connected} / {baseline.viewers.connected}',
+          files: CROWD_19000,
+        },
+        { figure: '19,000 requested: machine CPU', target: '—', seed: '—', value: '{machineCpuPct:0} %', files: CROWD_19000 },
+      ],
+    },
+    {
+      title: 'Crowd scenario, gateway in cluster mode',
+      decisions: ['0011-queue-group-ownership-subscription.md'],
+      intro: [
+        '`node dist/crowdplay.js cluster --gateways 1 --shards 1` on NATS and PostgreSQL, the crowd scenario spread over 20 or ' +
+          '100 channels, `--watch-pid` measuring the shard, router and sequencer beside the gateway; the control is the ' +
+          'standalone product in the same conditions. The machine was saturated, so the viewers held are not a capacity: the ' +
+          'gateway’s CPU per intent (fan-out included) and its memory per connection are the figures docs/scaling.md uses.',
+      ],
+      rows: [
+        {
+          figure: 'viewers held of those requested',
+          target: '—',
+          seed: '—',
+          value: '{viewers.connected} of {viewers.requested}',
+          files: CLUSTER_CROWD_RUNS,
+        },
+        { figure: 'gateway CPU per intent', target: '—', seed: '—', value: '{serverCpuMsPerIntent:3} ms', files: CLUSTER_CROWD_RUNS },
+        {
+          figure: 'gateway RSS per connection',
+          target: '—',
+          seed: '—',
+          value: '{serverRssBytesPerViewer:kb} KB',
+          files: CLUSTER_CROWD_RUNS,
+        },
+        {
+          figure: 'control, standalone 10,000 / 100 channels: held; CPU per intent (gateway and shard)',
+          target: '—',
+          seed: '—',
+          value: '{viewers.connected}; {serverCpuMsPerIntent:3} ms',
+          files: ['crowd-10000-standalone-100ch.json'],
+        },
+      ],
+    },
+    {
+      title: 'Market scenario: stakes and trades through the server',
+      decisions: ['0001-ledger-group-commit.md', '0013-lmsr-rounds-in-the-makers-favour.md'],
+      intro: [
+        '`DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test DATABASE_SCHEMA=bench_market DEMO_ENABLED=false PORT=8090 npm start`, ' +
+          'then the scenario (with the same `DATABASE_URL` and `DATABASE_SCHEMA`) three times in a row. 500 funded viewers on one ' +
+          'channel trade closed-loop, at most 10/s each (INTENT_RATE_PER_S), in one LMSR market round and one pool round: budget ' +
+          'buys, share buys with maxCost, cash-outs, pool stakes; both rounds settled, `ledger verify` run, every ack, balance and ' +
+          'payout checked against the generator’s own book. The first run after a start pays for the JIT; the trade rate is the ' +
+          'generator’s pacing (500 × 10/s), not the server’s limit.',
+      ],
+      rows: [
+        {
+          figure: 'trade ack p50 / p95 / p99, warm server',
+          target: 'p95 ≤ 50 ms',
+          seed: '—',
+          value: '{ackMs.p50:1} / {ackMs.p95:1} / {ackMs.p99:1} ms',
+          files: MARKET_WARM,
+        },
+        {
+          figure: 'trade ack p95, first run after a start',
+          target: 'p95 ≤ 50 ms',
+          seed: '—',
+          value: '{ackMs.p95:1} ms',
+          files: ['market-500-run1.json'],
+        },
+        { figure: 'trades per second (paced)', target: '—', seed: '—', value: '{tradesPerSecond:0}', files: MARKET_ALL },
+        { figure: 'server CPU per trade', target: '—', seed: '—', value: '{serverCpuMsPerTrade:2} ms', files: MARKET_ALL },
+        {
+          figure: 'failed trades; ack and balance mismatches; ledger verify',
+          target: '0; 0; ok',
+          seed: '—',
+          value: '{trades.failed}; {checks.acks.mismatches} and {checks.balances.mismatches}; {ledgerVerify}',
+          files: MARKET_ALL,
+        },
+      ],
+    },
+    {
+      title: 'Durable ledger',
+      decisions: ['0001-ledger-group-commit.md', '0002-epoch-fencing-in-postgres.md'],
+      intro: [
+        'Transfers through `Ledger`’s group-commit path into PostgreSQL 15 (own schema, `synchronous_commit` and fsync on), ' +
+          'idempotency, balance and epoch checks on; 8 channels each with its epoch, 15 % of transfers touching house or treasury, ' +
+          '4,000 concurrent requesters, batches of up to 500 every 2 ms, LEDGER_COMMIT_CONCURRENCY 4; 2 s warm-up, 5 s measured, ' +
+          '`ledger verify` ok after. At 4,000 requesters the ack times are queueing; 200 requesters show an unsaturated ack.',
+      ],
+      rows: [
+        { figure: 'durable transfers per second', target: '≥ 20,000', seed: '—', value: '{transfersPerSecond}', files: ['ledger.json'] },
+        {
+          figure: 'batch p50; commit p50 / p95; ack p50 / p95 / p99',
+          target: '—',
+          seed: '—',
+          value: '{commitBatch.p50}; {commitMs.p50:1} / {commitMs.p95:1} ms; {ackMs.p50:1} / {ackMs.p95:1} / {ackMs.p99:1} ms',
+          files: ['ledger.json'],
+        },
+        {
+          figure: '200 requesters: transfers per second; ack p50 / p95',
+          target: '—',
+          seed: '—',
+          value: '{transfersPerSecond}; {ackMs.p50:1} / {ackMs.p95:1} ms',
+          files: ['ledger-200.json'],
+        },
+        {
+          figure: 'on a loaded machine: transfers per second; commit p50 / p95',
+          target: '—',
+          seed: '—',
+          value: '{transfersPerSecond}; {commitMs.p50:0} / {commitMs.p95:0} ms',
+          files: ['ledger-loaded.json'],
+        },
+      ],
+    },
+    {
+      title: 'LMSR market engine',
+      decisions: ['0013-lmsr-rounds-in-the-makers-favour.md'],
+      intro: [
+        'One core, the `Market`’s own path for every trade (validation, idempotency, delta-form LMSR cost, rounding to integer ' +
+          'points in the maker’s favour, reservation against an in-memory wallet): 10,000 trades across 500 funded viewers per ' +
+          'iteration (60 % buy, 30 % sell of held shares, 10 % buy-for-budget), b = 1,000, repeated for 2 s after a warm-up.',
+      ],
+      rows: [
+        {
+          figure: 'trades per second, 2 outcomes',
+          target: '≥ 1,000,000',
+          seed: '004: ~480,000 (10,000 trades in 21 ms)',
+          value: '{runs.0.tradesPerSecond}',
+          files: ['lmsr.json'],
+        },
+        {
+          figure: 'trades per second, 10 outcomes',
+          target: '≥ 1,000,000',
+          seed: '004: ~480,000',
+          value: '{runs.1.tradesPerSecond}',
+          files: ['lmsr.json'],
+        },
+        {
+          figure: 'median 10,000-trade iteration, 2 / 10 outcomes',
+          target: '—',
+          seed: '004: 21 ms',
+          value: '{runs.0.medianIterationMs:1} / {runs.1.medianIterationMs:1} ms',
+          files: ['lmsr.json'],
+        },
+      ],
+    },
+    {
+      title: 'Board render (`libs/board`)',
+      decisions: ['0022-render-semaphore-before-the-thread.md', '0023-indexed-png-encoder.md'],
+      intro: [
+        'One board render on one thread, drawing and PNG encoding included, p50 of 20 after warm-up, for the deterministic ' +
+          'sample boards of `libs/board/src/sample.ts` (names in eight scripts, half the cards with a 160 × 160 JPEG avatar) at the ' +
+          'geometry of docs/board.md, with MIMALLOC_PURGE_DELAY=0 as the product runs. `--fit` fits the cost model of ' +
+          '`libs/board/src/cost.ts`; `--memory` measures resident memory above the process before the pool.',
+      ],
+      rows: [
+        {
+          figure: '4 cards (576 × 232): ms p50, KB',
+          target: '≤ 10 ms',
+          seed: '000: 19 ms',
+          value: '{boards.0.ms:1} ms, {boards.0.bytes:kb} KB',
+          files: ['render.json'],
+        },
+        {
+          figure: '10 cards (716 × 412): ms p50, KB',
+          target: '—',
+          seed: '—',
+          value: '{boards.1.ms:1} ms, {boards.1.bytes:kb} KB',
+          files: ['render.json'],
+        },
+        {
+          figure: '40 cards (1,136 × 952): ms p50, KB',
+          target: '≤ 60 ms and ≤ 100 KB',
+          seed: '000: 171 ms, 212 KB',
+          value: '{boards.2.ms:1} ms, {boards.2.bytes:kb} KB',
+          files: ['render.json'],
+        },
+        {
+          figure: "40 cards through Skia’s own `encode('png')`",
+          target: '—',
+          seed: '—',
+          value: '{boards.2.skiaMs:1} ms, {boards.2.skiaBytes:kb} KB',
+          files: ['render.json'],
+        },
+        {
+          figure: '4 / 10 / 40 cards at mimalloc’s default purge delay (10 ms)',
+          target: '—',
+          seed: '—',
+          value: '{boards.0.ms:1} / {boards.1.ms:1} / {boards.2.ms:1} ms',
+          files: ['render-purge-delay-10.json'],
+        },
+        {
+          figure: 'cost model fitted: ms per Mpx; bytes',
+          target: '—',
+          seed: '—',
+          value:
+            '{fit.msPerMpx.b:1} (r² {fit.msPerMpx.r2:3}); {fit.bytesPerCard.a:0} + {fit.bytesPerCard.b:0} per card (r² {fit.bytesPerCard.r2:3})',
+          files: ['render-fit.json'],
+        },
+        { figure: 'fonts, once per process', target: '—', seed: '—', value: '+{memory.fontRssMb:1} MB', files: ['render-memory.json'] },
+        {
+          figure: 'a pool of 1 render thread: idle / peak rendering 40-card boards',
+          target: '—',
+          seed: '—',
+          value: '+{memory.pool1.idleRssMb:0} / +{memory.pool1.peakRssMb:0} MB ({memory.pool1.renderedPerS} boards/s)',
+          files: ['render-memory.json'],
+        },
+        {
+          figure: 'a pool of 3 render threads: idle / peak',
+          target: '—',
+          seed: '—',
+          value: '+{memory.pool3.idleRssMb:0} / +{memory.pool3.peakRssMb:0} MB ({memory.pool3.renderedPerS} boards/s)',
+          files: ['render-memory.json'],
+        },
+        {
+          figure: '3,000 avatar thumbnails on a 2-thread pool',
+          target: '—',
+          seed: '—',
+          value: '+{memory.thumbnails.grownMb:1} MB',
+          files: ['render-memory.json'],
+        },
+        {
+          figure: 'one canvas in flight at 1000 × 1400 / at the 40-card size',
+          target: '—',
+          seed: '—',
+          value: '{memory.perCanvas1000x1400BoardPngMiB:1} / {memory.perCanvas40CardsBoardPngMiB:1} MiB',
+          files: ['render-memory.json'],
+        },
+      ],
+    },
+    {
+      title: 'Rollover: 1,000 Telegram chats × 10 players',
+      decisions: [
+        '0004-send-queue-lanes-and-supersession.md',
+        '0006-bot-rate-below-telegrams-limit.md',
+        '0007-board-refresh-scheduler.md',
+        '0008-late-binding-of-renders.md',
+        '0015-turn-budgets.md',
+        '0019-helper-and-render-threads-yield.md',
+        '0021-avatar-reads-collapsed-and-gated.md',
+        '0024-npm-start-runs-the-bundle.md',
+      ],
+      intro: [
+        'The seed’s rig. The product as `npm start` runs it (the esbuild bundle through scripts/start.sh, standalone, on ' +
+          'PostgreSQL and Redis: BullMQ send and render queues, the Redis bucket, the board budget), pinned to one core; the ' +
+          'generator and the Bot API stub (Telegram’s ceilings: 30/s per bot, 20/min per group, 1/s per chat, real 429 bodies; ' +
+          'the stub on its own thread) on the other. /start in every chat through the webhook; at the rollover every player opens ' +
+          'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
+          'real avatars. Each row names the three runs of the current defaults; `--no-boards` is the A/B without boards. The ' +
+          'targets are the report’s `targets` (loadtest/README.md).',
+      ],
+      rows: [
+        {
+          figure: 'guesses served / refused / failed',
+          target: '—',
+          seed: '000: every request served',
+          value: '{requests.served} / {requests.refused} / {requests.failed}',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'refused connections',
+          target: '0',
+          seed: '000: 18 (8,285 before)',
+          value: '{targets.refusedConnections.value}',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'Telegram 429s',
+          target: '0',
+          seed: '000: 0 (2,597 before)',
+          value: '{telegram.rejected429} in {telegram.calls} calls',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'final boards right; duplicate posts',
+          target: 'all; 0',
+          seed: '—',
+          value: '{boards.finalCorrect} of {boards.chats}; {boards.duplicates}',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'board staleness p95; the largest interval exported',
+          target: 'p95 ≤ interval',
+          seed: '000: ~67 s interval at 1,000 chats',
+          value: '{boards.stalenessMs.p95:s} s; {boards.intervalMs.max:s} s',
+          files: ROLLOVER_RUNS,
+        },
+        { figure: 'Telegram utilisation', target: '≥ 0.8', seed: '—', value: '{telegram.utilisation:3}', files: ROLLOVER_RUNS },
+        {
+          figure: 'guess p50 / p99 (the generator’s)',
+          target: 'p99 ≤ 100 ms',
+          seed: '000: 7 / 14 ms without boards',
+          value: '{guessMs.p50:0} / {guessMs.p99:0} ms',
+          files: ROLLOVER_RUNS,
+        },
+        { figure: 'the product’s acks within 100 ms', target: '—', seed: '—', value: '{actAck.shareWithin:pct} %', files: ROLLOVER_RUNS },
+        {
+          figure: 'peak RSS; at the rollover',
+          target: '≤ 300 MB',
+          seed: '000: 387 MB (11 GB before)',
+          value: '{peakRssMb:0} MB; {rssAtRolloverMb:0} MB',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'main heap used / total at the peak',
+          target: '—',
+          seed: '—',
+          value: '{memoryPeakMb.heap_used} / {memoryPeakMb.heap_total} MB',
+          files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'longest event-loop stall from the rollover; during start-up and /start',
+          target: '≤ 100 ms',
+          seed: '000: 248 ms (23.7 s before)',
+          value: '{maxLoopStallMs:0} ms; {setupLoopStallMs:0} ms',
+          files: ROLLOVER_RUNS,
+        },
+        { figure: 'guessing, first open → last answer', target: '—', seed: '—', value: '{guessingS:1} s', files: ROLLOVER_RUNS },
+        { figure: 'error log lines', target: '—', seed: '000: 0 (1,547 before)', value: '{errorLogLines}', files: ROLLOVER_RUNS },
+        {
+          figure: '`--no-boards`: peak RSS; guess p50 / p99; stall',
+          target: '—',
+          seed: '000: 7 / 14 ms',
+          value: '{peakRssMb:0} MB; {guessMs.p50:0} / {guessMs.p99:0} ms; {maxLoopStallMs:0} ms',
+          files: ['rollover-1000x10-noboards.json'],
+        },
+      ],
+    },
+    {
+      title: 'Rollover against `crowdplay cluster --gateways 2 --shards 2`',
+      intro: [
+        'The same scenario against seven processes (sequencer, router, 2 shards, telegram-sender, 2 gateways that render in ' +
+          'process) on NATS, Redis and PostgreSQL, unpinned beside the generator and the stub on a shared machine. One run; ' +
+          'the process-start settings (scripts/start.sh) do not apply in this mode.',
+      ],
+      rows: [
+        {
+          figure: 'guesses served / refused / failed',
+          target: '—',
+          seed: '—',
+          value: '{requests.served} / {requests.refused} / {requests.failed}',
+          files: ['rollover-1000x10-cluster.json'],
+        },
+        {
+          figure: 'final boards right; Telegram 429s',
+          target: 'all; 0',
+          seed: '000: 0 429s',
+          value: '{boards.finalCorrect} of {boards.chats}; {telegram.rejected429}',
+          files: ['rollover-1000x10-cluster.json'],
+        },
+        {
+          figure: 'guess p50 / p99',
+          target: 'p99 ≤ 100 ms',
+          seed: '—',
+          value: '{guessMs.p50:0} / {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-cluster.json'],
+        },
+        {
+          figure: 'peak RSS summed over the processes; one gateway',
+          target: '—',
+          seed: '000: 387 MB in one process',
+          value: '{rssCluster.peakSumMb:0} MB; {rssCluster.byProcess.gw-1:0} MB',
+          files: ['rollover-1000x10-cluster.json'],
+        },
+        {
+          figure: 'utilisation; longest stall',
+          target: '≥ 0.8; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {maxLoopStallMs:0} ms',
+          files: ['rollover-1000x10-cluster.json'],
+        },
+      ],
+    },
+    {
+      title: 'Send queue (`libs/sendq`)',
+      decisions: [
+        '0004-send-queue-lanes-and-supersession.md',
+        '0005-booking-the-bots-next-slot.md',
+        '0006-bot-rate-below-telegrams-limit.md',
+      ],
+      intro: [
+        'The queue every Bot API call passes (docs/sendq.md, "Measured"): one bucket take in process and on Redis (one EVALSHA); ' +
+          'how much of a 30/s limit a 150-job backlog uses; and BullMQ on an event loop kept 60 % busy with 30 ms calls (300 chats), ' +
+          'without and with booking (TELEGRAM_SENDQ_BOOK_MS 0 and 250).',
+      ],
+      rows: [
+        {
+          figure: 'one take: in process; on Redis p50 / p99',
+          target: '—',
+          seed: '—',
+          value: '{take.memoryUs:2} µs; {take.redisP50Us} / {take.redisP99Us} µs',
+          files: ['sendq.json'],
+        },
+        {
+          figure: 'share of the 30/s allowance used, 150-job backlog: in process / BullMQ',
+          target: '—',
+          seed: '—',
+          value: '{utilisation.memory.ratio:3} / {utilisation.bullmq.ratio:3}',
+          files: ['sendq.json'],
+        },
+        {
+          figure: 'BullMQ on a busy loop, booking on: share of the allowance; refused takes; most calls in a second',
+          target: 'no more than 30 calls in any second',
+          seed: '—',
+          value: '{loadedBullmq.bookMs250.ratio:3}; {loadedBullmq.bookMs250.botWaits}; {loadedBullmq.bookMs250.maxCallsIn1s}',
+          files: ['sendq.json'],
+        },
+        {
+          figure: 'the same, booking off',
+          target: '—',
+          seed: '—',
+          value: '{loadedBullmq.bookMs0.ratio:3}; {loadedBullmq.bookMs0.botWaits}; {loadedBullmq.bookMs0.maxCallsIn1s}',
+          files: ['sendq.json'],
+        },
+      ],
+    },
+    {
+      title: 'Tracing on the hot path (OpenTelemetry)',
+      decisions: ['0020-tracing-off-by-default-loaded-lazily.md', '0018-send-grant-as-abort-signal.md'],
+      intro: [
+        'What the OpenTelemetry wiring costs an intent: the crowd scenario at 2,000 viewers against `node dist/crowdplay.js start` ' +
+          'on PostgreSQL, tracing off (no `OTEL_*` setting, the default) and on (every intent traced, `parentbased_always_on`, ' +
+          'OTLP/HTTP to a local sink answering 200), twice each, on a shared machine; and the pieces in isolation, one core, ns per ' +
+          'operation (median of 5 × 2,000,000).',
+      ],
+      rows: [
+        {
+          figure: 'server CPU per intent, tracing off',
+          target: '—',
+          seed: '—',
+          value: '{serverCpuMsPerIntent:3} ms',
+          files: ['otel-crowd-2000-off-1.json', 'otel-crowd-2000-off-2.json'],
+        },
+        {
+          figure: 'server CPU per intent, every intent traced',
+          target: '—',
+          seed: '—',
+          value: '{serverCpuMsPerIntent:3} ms',
+          files: ['otel-crowd-2000-on-1.json', 'otel-crowd-2000-on-2.json'],
+        },
+        {
+          figure: '`tracingOn()`, what every intent pays at the gateway: off / on',
+          target: '—',
+          seed: '—',
+          value: '{rows.0.offNs:1} / {rows.0.onNs:1} ns',
+          files: ['otel-trace-context.json'],
+        },
+        {
+          figure: 'bus hooks per message, no span active: off / on',
+          target: '—',
+          seed: '—',
+          value: '{rows.1.offNs:1} / {rows.1.onNs:1} ns',
+          files: ['otel-trace-context.json'],
+        },
+        {
+          figure: 'InProcessBus publish → delivery: off / on',
+          target: '—',
+          seed: '—',
+          value: '{rows.2.offNs:0} / {rows.2.onNs:0} ns',
+          files: ['otel-trace-context.json'],
+        },
+        {
+          figure: 'one intent span with one link',
+          target: '—',
+          seed: '—',
+          value: '{rows.3.onNs:0} ns',
+          files: ['otel-trace-context.json'],
+        },
+      ],
+    },
+    {
+      title: 'Per-process capacity of the cluster: `npm run bench -- cluster`',
+      decisions: ['0003-leased-event-id-blocks.md', '0011-queue-group-ownership-subscription.md'],
+      intro: [
+        '`services/cli/bench/cluster.bench.ts`: the bundle started by `startCluster` as separate processes (sequencer, router, ' +
+          'one crowd-engine shard, one idle gateway) on the machine’s NATS 2 and PostgreSQL 15, driven over NATS by the bench ' +
+          'process on the same cores; what each part does is in the module’s header. Every run was on a shared machine: the ' +
+          'rates are lower bounds, CPU per unit of work is the figure docs/scaling.md builds on. A shard’s intake ends where its ' +
+          'tick outgrows TICK_MS and SHARD_MAX_PENDING_INTENTS refuses, not at 100 % CPU.',
+      ],
+      rows: [
+        {
+          figure: 'NATS intent path: IntentBatches of 2 intents (193 B), 1 publisher → 1 subscriber',
+          target: '—',
+          seed: '—',
+          value: '{nats.intentPath.messagesPerSecond} msgs/s at {nats.natsServer.0.cpuPct:1} % of a core',
+          files: CLUSTER_MAIN,
+        },
+        {
+          figure: 'NATS intent path, batches of 20 (1,689 B)',
+          target: '—',
+          seed: '—',
+          value: '{nats.intentPath.messagesPerSecond} msgs/s at {nats.natsServer.0.cpuPct:1} % of a core',
+          files: ['cluster-nats-run3.json'],
+        },
+        {
+          figure: 'NATS update path: 182 B updates, 1 publisher → 8 subscribers',
+          target: '—',
+          seed: '—',
+          value: '{nats.updatePath.deliveriesPerSecond} deliveries/s at {nats.natsServer.1.cpuPct:1} % of a core',
+          files: [...CLUSTER_MAIN, 'cluster-nats-run3.json'],
+        },
+        {
+          figure: 'sequencer: leases of 10,000 ids per second, 64 in flight; reply p95',
+          target: '—',
+          seed: '—',
+          value: '{sequencer.leasesPerSecond}; {sequencer.replyMs.p95:1} ms',
+          files: CLUSTER_MAIN,
+        },
+        {
+          figure: 'router: assigns of new channels per second, 64 in flight; p95',
+          target: '—',
+          seed: '—',
+          value: '{router.assignsPerSecond}; {router.assignMs.p95:0} ms',
+          files: CLUSTER_MAIN,
+        },
+        {
+          figure: 'router: assigns per second, 8 in flight (ROUTER_FAILOVER_CONCURRENCY); p50 / p95',
+          target: '—',
+          seed: '—',
+          value: '{router.assignsPerSecond}; {router.assignMs.p50:0} / {router.assignMs.p95:0} ms',
+          files: ['cluster-router-c8.json'],
+        },
+        {
+          figure: 'shard RSS per idle channel',
+          target: '—',
+          seed: '—',
+          value: '{shardChannels.bytesPerChannel:kb} KB',
+          files: [...CLUSTER_MAIN, 'cluster-router-c8.json', 'cluster-1000ch-batch2.json', ...CLUSTER_SHARD_20],
+        },
+        {
+          figure: 'shard CPU per intent, batches of 2 (ticks, updates, game batches, event log included)',
+          target: '—',
+          seed: '—',
+          value: '{shard.cpuMsPerIntent:4} ms',
+          files: CLUSTER_SHARD_SMALL,
+        },
+        {
+          figure: 'shard CPU per intent, batches of 20',
+          target: '—',
+          seed: '—',
+          value: '{shard.cpuMsPerIntent:4} ms',
+          files: CLUSTER_SHARD_20,
+        },
+        {
+          figure: 'where one shard stopped: intents acked per second; refused CP_ERR_INTENT_OVERLOADED; tick interval p50',
+          target: '—',
+          seed: '004: 15,044 intents/s in one process',
+          value: '{shard.intentsAckedPerSecond}; {shard.refused}; {shard.tickIntervalMs.p50} ms',
+          files: ['cluster-100ch-batch20-run2.json'],
+        },
+        {
+          figure: 'shard RSS peak under load',
+          target: '—',
+          seed: '—',
+          value: '{shard.processes.0.rssPeakBytes:mb} MB',
+          files: [...CLUSTER_SHARD_SMALL, ...CLUSTER_SHARD_20],
+        },
+        {
+          figure: 'idle RSS: sequencer / router / shard / gateway',
+          target: '—',
+          seed: '—',
+          value:
+            '{services.0.rssIdleBytes:mb} / {services.1.rssIdleBytes:mb} / {services.2.rssIdleBytes:mb} / {services.3.rssIdleBytes:mb} MB',
+          files: CLUSTER_MAIN,
+        },
+      ],
+    },
+    {
+      title: 'Failover: 3 shards, 2 gateways, 3,000 viewers over 30 channels',
+      decisions: [
+        '0002-epoch-fencing-in-postgres.md',
+        '0009-resend-intents-during-a-move.md',
+        '0011-queue-group-ownership-subscription.md',
+      ],
+      intro: [
+        '`startCluster()` on the bundle (sequencer, router, 3 shards, 2 gateways, every setting at its default) on NATS, Redis and ' +
+          'PostgreSQL; 30 game clients running 8 s pool rounds; 3,000 viewers acting once a second and staking once per round. ' +
+          'After a 3 s ramp: at +18 s SIGKILL to the shard owning the most channels, at +33 s SIGTERM (drain) to the live one ' +
+          'owning the most, at +45 s the second gateway restarted (its viewers reconnect to the other). The timing figures are ' +
+          'those of a shared machine; the correctness figures do not depend on it. Fields: loadtest/README.md ("failover").',
+      ],
+      rows: [
+        { figure: 'stakes lost', target: '0', seed: '—', value: '{stakesLost} of {stakes.acked} acked', files: ['failover-3000.json'] },
+        {
+          figure: 'duplicate / non-monotonic event ids; ledger verify',
+          target: '0 / 0; ok',
+          seed: '—',
+          value: '{duplicateEventIds} / {nonMonotonicEventIds}; {ledgerVerify}',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'acked intents lost: drained channels / other channels / the killed shard’s open tick',
+          target: '0 / 0 / —',
+          seed: '—',
+          value: '{intentsLost.drained} / {intentsLost.other} / {intentsLost.killed}',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'recovery after SIGKILL, p50 / max (to the new owner’s first batch)',
+          target: 'max ≤ 5,000 ms',
+          seed: '—',
+          value: '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'recovery after the drain, p50 / max',
+          target: 'max ≤ 1,000 ms',
+          seed: '—',
+          value: '{recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'gateway restart: viewers reconnected / failed; reconnect p50 / max',
+          target: '0 failed; max ≤ 10,000 ms',
+          seed: '—',
+          value: '{viewersReconnected} / {viewersFailed}; {reconnectMs.p50} / {reconnectMs.max} ms',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'rounds opened; unpaid at the end',
+          target: '—; 0',
+          seed: '—',
+          value: '{rounds.opened}; {rounds.unpaidAtEnd}',
+          files: ['failover-3000.json'],
+        },
+        {
+          figure: 'act ack p50 / p99',
+          target: '—',
+          seed: '—',
+          value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms',
+          files: ['failover-3000.json'],
+        },
+      ],
+    },
+  ],
+};
