@@ -16,7 +16,7 @@
  *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
- *         [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A]
+ *         [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
  *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
  *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
@@ -47,7 +47,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
-       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A]`;
+       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -228,6 +228,7 @@ async function failoverMain(argv: string[]): Promise<number> {
       json: { type: 'string' },
       'ramp-s': { type: 'string' },
       'round-ms': { type: 'string' },
+      log: { type: 'string' },
       workers: { type: 'string' },
       'viewers-per-address': { type: 'string' },
       help: { type: 'boolean', default: false },
@@ -245,6 +246,7 @@ async function failoverMain(argv: string[]): Promise<number> {
     durationS: required('duration', num('duration', values.duration)),
     rampS: num('ramp-s', values['ramp-s']),
     roundMs: num('round-ms', values['round-ms']),
+    logFile: values.log,
     workers: num('workers', values.workers),
     viewersPerAddress: num('viewers-per-address', values['viewers-per-address']),
     natsUrl: process.env.NATS_URL || undefined,

@@ -10,6 +10,7 @@
  * "failover").
  */
 import { createHash, randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
@@ -72,6 +73,8 @@ export interface FailoverOptions {
   faultsAt?: [number, number, number];
   /** Extra environment of every cluster process. */
   clusterEnv?: Record<string, string>;
+  /** Every cluster process's log lines are also written here (prefixed by the process). */
+  logFile?: string;
   onProgress?: (line: string) => void;
   command?: string;
 }
@@ -186,7 +189,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const gateways = int('gateways', o.gateways, 2, 32);
   const shards = int('shards', o.shards, 3, 32);
   const viewers = int('viewers', o.viewers, 1);
-  const C = int('channels', o.channels, 1, 1_000);
+  const C = int('channels', o.channels, 1, 10_000);
   if (!(o.durationS >= 5)) throw invalid(`duration must be ≥ 5 s, got ${o.durationS}`);
   const rampS = o.rampS ?? Math.max(2, viewers / 1_000);
   if (!(rampS >= 0)) throw invalid(`ramp must be ≥ 0 s, got ${rampS}`);
@@ -219,6 +222,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const children: ChildProcess[] = [];
   const errorLines: string[] = [];
   let errorCount = 0;
+  const logFile = o.logFile ? createWriteStream(o.logFile) : null;
   const unexpectedExits: string[] = [];
   let report: FailoverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
@@ -247,6 +251,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       },
       entry: { execArgv: [], script: bundle },
       out: (line) => {
+        logFile?.write(`${line}\n`);
         const m = /"level":(\d+)/.exec(line);
         if (m && Number(m[1]) >= 50) {
           errorCount++;

@@ -26,6 +26,9 @@ export class IdAllocator {
   private issued = 0;
   private spare: IdBlock | null = null;
   private leasing: Promise<void> | null = null;
+  /** The renew in flight, and the one queued behind it that later callers share. */
+  private renewing: Promise<void> | null = null;
+  private queuedRenew: Promise<void> | null = null;
   /** Blocks leased but never used (out of order or superseded by a renew), for tests and metrics. */
   dropped = 0;
 
@@ -48,7 +51,32 @@ export class IdAllocator {
    * the lease is in flight come from the old block.
    * @throws the lease error (sequencer unreachable)
    */
-  async renew(): Promise<void> {
+  renew(): Promise<void> {
+    // Renews asked while one is in flight share the next one, sent once it answers: that lease is requested after
+    // each of their calls, so it satisfies all of them (a bulk acquire on every shard of a busy cluster would
+    // otherwise send the sequencer one lease per batch, all at once).
+    if (this.queuedRenew) return this.queuedRenew;
+    const prior = this.renewing;
+    let run: Promise<void>;
+    if (prior) {
+      run = prior
+        .catch(() => undefined)
+        .then(() => {
+          if (this.queuedRenew === run) this.queuedRenew = null;
+          return this.renewNow();
+        });
+      this.queuedRenew = run;
+    } else run = this.renewNow();
+    this.renewing = run;
+    void run
+      .finally(() => {
+        if (this.renewing === run) this.renewing = null;
+      })
+      .catch(() => undefined);
+    return run;
+  }
+
+  private async renewNow(): Promise<void> {
     const b = await this.lease();
     if (b.first <= this.issued) {
       // Ids above b were handed out already (a later block answered first): every next id is above b too.

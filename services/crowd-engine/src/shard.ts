@@ -466,6 +466,7 @@ export class Shard {
       todo.push(i);
     }
     if (todo.length > 0) {
+      const t0 = performance.now();
       const ids = todo.map((i) => items[i]!.channel);
       const [rows, snaps, lastBatches, rounds] = await Promise.all([
         store.channels.getMany(ids),
@@ -486,7 +487,9 @@ export class Shard {
       }
       if (ready.length > 0) {
         // Ids used from now on must exceed every id the previous owners used: one lease after the reads covers the batch.
+        const tRead = performance.now();
         await this.ids.renew();
+        const tLease = performance.now();
         const started = await Promise.all(
           ready.map(async (i) => {
             const { channel, epoch } = items[i]!;
@@ -499,6 +502,7 @@ export class Shard {
             }
           }),
         );
+        const tStart = performance.now();
         const live: Owned[] = [];
         for (const s of started) {
           if (!s) continue;
@@ -524,13 +528,20 @@ export class Shard {
         }
         await bus.flush();
         for (const o of live) this.scheduleUpdate(o);
-        if (live.length > 0)
+        if (live.length > 0) {
+          const ms = {
+            readMs: Math.round(tRead - t0),
+            leaseMs: Math.round(tLease - tRead),
+            startMs: Math.round(tStart - tLease),
+            subscribeMs: Math.round(performance.now() - tStart),
+          };
           telemetry.logger.info(
             live.length === 1
-              ? { channel: live[0]!.rt.id, epoch: live[0]!.epoch, shard: this.id, game: live[0]!.game?.name }
-              : { channels: live.length, shard: this.id },
+              ? { channel: live[0]!.rt.id, epoch: live[0]!.epoch, shard: this.id, game: live[0]!.game?.name, ...ms }
+              : { channels: live.length, shard: this.id, ...ms },
             live.length === 1 ? 'channel acquired' : 'channels acquired',
           );
+        }
       }
     }
     return items.map((it, i) => results.get(i) ?? { channel: it.channel, ok: false, code: 'CP_ERR_INTERNAL', message: 'not answered' });
@@ -706,6 +717,7 @@ export class Shard {
       }
     }
     // The next tick skips them; one in flight publishes its batches before the handoff closes the open ticks.
+    const t0 = performance.now();
     await this.tickSettled();
     const failed = new Map<string, AcquireResult>();
     const going: Owned[] = [];
@@ -740,6 +752,7 @@ export class Shard {
       }
     }
     const leaving = going.filter((o) => !failed.has(o.rt.id));
+    const tRounds = performance.now();
     await this.publishBatches(outbox);
     await Promise.all(leaving.map((o) => this.settleGameState(o).catch(() => undefined)));
     for (const o of leaving) {
@@ -752,10 +765,12 @@ export class Shard {
       this.moved.set(o.rt.id, o);
     }
     if (leaving.length > 0) {
+      const tTicks = performance.now();
       await this.saveSnapshotsOf(leaving);
       await this.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.id, epoch: o.epoch })));
+      const ms = { roundsMs: Math.round(tRounds - t0), ticksMs: Math.round(tTicks - tRounds), releaseMs: Math.round(performance.now() - tTicks) };
       this.deps.telemetry.logger.info(
-        leaving.length === 1 ? { channel: leaving[0]!.rt.id, epoch: leaving[0]!.epoch } : { channels: leaving.length },
+        leaving.length === 1 ? { channel: leaving[0]!.rt.id, epoch: leaving[0]!.epoch, ...ms } : { channels: leaving.length, ...ms },
         leaving.length === 1 ? 'channel handed off' : 'channels handed off',
       );
     }

@@ -69,18 +69,27 @@ describe('IdAllocator', () => {
     assert.ok(ids.dropped >= 1);
   });
 
-  it('two renews answered in reverse order: ids stay above both blocks first ids once both resolved', async () => {
+  it('renews asked while one is in flight share one lease, sent after it answers: ids above every block before them', async () => {
     const seq = fakeSequencer(5);
     const ids = new IdAllocator(seq.lease, 1);
     const a = ids.renew(); // 1..5
-    const b = ids.renew(); // 6..10
-    seq.pending[1]!();
-    await b;
-    seq.pending[0]!();
+    const b = ids.renew();
+    const c = ids.renew();
+    assert.equal(b, c, 'the later callers share one renew');
+    assert.equal(seq.pending.length, 1, 'and it is not sent while the first is in flight');
+    seq.pending.shift()!();
     await a;
-    seq.pending.length = 0;
+    for (let i = 0; i < 10 && seq.pending.length < 1; i++) await Promise.resolve();
+    assert.equal(seq.pending.length, 1, 'one lease for both, requested after their calls');
+    seq.pending.shift()!();
+    await b;
     const x = await drainAll(ids, seq);
-    assert.ok(x >= 6, `id ${x} is from the later block (a's block is below what b's renew promised)`);
+    assert.ok(x >= 6, `id ${x} is from the shared later block (6..10), above a's`);
+    const d = ids.renew();
+    assert.equal(seq.pending.length, 1, 'a renew with none in flight is sent at once');
+    seq.pending.shift()!();
+    await d;
+    assert.ok((await drainAll(ids, seq)) >= 11);
   });
 
   it('a lease error surfaces from renew and leaves the allocator usable', async () => {

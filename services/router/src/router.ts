@@ -101,6 +101,8 @@ export class Router implements RouterApi {
   /** First joins gathered for the next placement, with their callers. */
   private queued = new Map<string, Waiter[]>();
   private flushTimer: NodeJS.Timeout | null = null;
+  /** A placement of first joins is in flight: the next batch gathers until it ends. */
+  private assignPlacing = false;
   /** Channels a failover, drain or reconcile could not place: every check tries them again. */
   private readonly unplaced = new Set<string>();
   /** When each dead shard was declared dead (router clock, ms), until it beats again. */
@@ -335,8 +337,13 @@ export class Router implements RouterApi {
     }, this.opts.placementCoalesceMs ?? PLACEMENT_COALESCE_MS);
   }
 
-  /** Places the first joins gathered so far, as one batch; their callers get their channel's outcome. */
+  /**
+   * Places the first joins gathered so far, as one batch; their callers get their channel's outcome. While a
+   * placement of first joins is in flight the next one gathers (and starts when it ends), so batches grow with
+   * the load instead of the statements and messages.
+   */
   private flushQueued(): void {
+    if (this.assignPlacing) return;
     const batch = this.queued;
     this.queued = new Map();
     if (batch.size === 0) return;
@@ -345,6 +352,11 @@ export class Router implements RouterApi {
       const p = outcome.get(channel)!;
       for (const w of waiters) p.then(w.resolve, w.reject);
     }
+    this.assignPlacing = true;
+    void Promise.allSettled(outcome.values()).then(() => {
+      this.assignPlacing = false;
+      if (this.queued.size > 0 && !this.closed) this.flushQueued();
+    });
   }
 
   /**
@@ -500,9 +512,12 @@ export class Router implements RouterApi {
     if (placedChanges.length > 0) {
       this.announce(placedChanges);
       this.m.placements.add(1, { reason: opts.reason });
-      this.m.placeMs.record(performance.now() - t0);
+      const ms = Math.round(performance.now() - t0);
+      this.m.placeMs.record(ms);
       telemetry.logger.info(
-        placedChanges.length === 1 ? { ...placedChanges[0], reason: opts.reason } : { channels: placedChanges.length, reason: opts.reason },
+        placedChanges.length === 1
+          ? { ...placedChanges[0], reason: opts.reason, ms }
+          : { channels: placedChanges.length, reason: opts.reason, ms },
         placedChanges.length === 1 ? 'channel assigned' : 'channels assigned',
       );
     }
