@@ -133,16 +133,7 @@ describe('config', () => {
     assert.equal(groups.at(-1)!.area, 'process tuning');
     assert.deepEqual(
       groups.find((g) => g.area === 'process tuning')!.entries.map((e) => e.setting.env),
-      [
-        'HEAP_GROWING_PERCENT',
-        'SEMI_SPACE_MB',
-        'HELPER_THREAD_NICE',
-        'MALLOC_ARENA_MAX',
-        'MALLOC_MMAP_THRESHOLD_',
-        'MIMALLOC_ALLOW_THP',
-        'MIMALLOC_PURGE_DELAY',
-        'BOARD_RENDER_NICE',
-      ],
+      ['HEAP_GROWING_PERCENT', 'SEMI_SPACE_MB', 'HELPER_THREAD_NICE', 'BOARD_RENDER_NICE'],
     );
     assert.equal(groups.flatMap((g) => g.entries).length, leaves(schema).length);
     assert.ok(settingEntries().every((e) => AREAS.includes(e.area)));
