@@ -40,6 +40,12 @@ function row(s: Setting<unknown>): string {
   return `| \`${s.env}\` | ${s.type} | ${s.unit || '—'} | ${defaultCell(s)} | ${cell(s.doc)} |`;
 }
 
+/** A line shown under an area's heading, before its table. */
+const AREA_NOTES: Partial<Record<Area, string>> = {
+  'process tuning':
+    'What each knob trades, where it is applied and how to see its effect, and the allocator values fixed for every deployment: [tuning.md](tuning.md).',
+};
+
 const HEADER = ['| variable | type | unit | default | what it does |', '|---|---|---|---|---|'];
 
 /** Every setting as one Markdown table, in declaration order (`crowdplay settings`). */
@@ -60,7 +66,11 @@ export function settingsDoc(): string {
     'what it is: [decisions/0100-setting-defaults.md](decisions/0100-setting-defaults.md); the',
     'process tuning knobs and the values fixed in the start script: [tuning.md](tuning.md).',
   ];
-  for (const { area, entries } of byArea()) parts.push('', `## ${title(area)}`, '', ...HEADER, ...entries.map((e) => row(e.setting)));
+  for (const { area, entries } of byArea()) {
+    parts.push('', `## ${title(area)}`, '');
+    if (AREA_NOTES[area]) parts.push(AREA_NOTES[area], '');
+    parts.push(...HEADER, ...entries.map((e) => row(e.setting)));
+  }
   return `${parts.join('\n')}\n`;
 }
 

@@ -89,7 +89,7 @@ export const schema = {
       env: 'DATABASE_URL',
       default: '',
       protocols: ['postgres', 'postgresql'],
-      doc: 'PostgreSQL URL. Empty: embedded PGlite (standalone only; one session, ~800 MiB and ~3 s to start).',
+      doc: 'PostgreSQL URL; empty: the embedded PGlite (standalone only; one session, ~800 MiB and ~3 s to start).',
     }),
     schema: str({
       env: 'DATABASE_SCHEMA',
@@ -104,7 +104,7 @@ export const schema = {
       min: 1,
       max: 1000,
       unit: 'connections',
-      doc: 'pg Pool size per process. PGlite is always used as one connection.',
+      doc: 'pg Pool size per process (PGlite is always one connection).',
     }),
     pgliteDir: str({
       env: 'PGLITE_DIR',
@@ -117,7 +117,7 @@ export const schema = {
       env: 'NATS_URL',
       default: '',
       protocols: ['nats', 'tls', 'ws', 'wss'],
-      doc: 'NATS server(s). Empty: the in-process bus (standalone only).',
+      doc: 'NATS server(s); empty: the in-process bus (standalone only).',
     }),
     subjectPrefix: str({
       env: 'BUS_SUBJECT_PREFIX',
@@ -138,7 +138,7 @@ export const schema = {
       env: 'REDIS_URL',
       default: '',
       protocols: ['redis', 'rediss'],
-      doc: 'Redis URL. Required in cluster mode; unused in standalone.',
+      doc: 'Redis URL; required in cluster mode, unused in standalone.',
     }),
   },
   gateway: {
@@ -169,7 +169,7 @@ export const schema = {
       default: 10,
       min: 1,
       unit: 'per second',
-      doc: 'Per-viewer intent rate (token bucket refill). Over it, the intent is refused with CP_ERR_INTENT_RATE_LIMITED.',
+      doc: 'Per-viewer intent rate (token bucket refill); over it an intent is refused with CP_ERR_INTENT_RATE_LIMITED.',
     }),
     intentBurst: int({ env: 'INTENT_BURST', default: 20, min: 1, unit: 'count', doc: 'Per-viewer intent burst (token bucket size).' }),
     connRatePerS: int({
@@ -177,7 +177,8 @@ export const schema = {
       default: 200,
       min: 1,
       unit: 'per second',
-      doc: 'New WebSocket connections per client address (IPv6 keyed on its /64). Sized for a venue behind one NAT.',
+      doc: 'New WebSocket connections per second per client address (IPv6 keyed on its /64).',
+      why: 'Sized for a venue whose players share one NAT address.',
     }),
     connBurst: int({ env: 'CONN_BURST', default: 2_000, min: 1, unit: 'connections', doc: 'Connection burst per client address.' }),
     upgradeTurnBudgetMs: int({
@@ -416,7 +417,7 @@ export const schema = {
       env: 'STANDALONE_TENANT_SECRET',
       default: 'dev-secret-change-me-0123456789abcdef',
       secret: true,
-      doc: 'Signing secret of the dev tenant that standalone creates (viewer JWTs, HS256). Change it for anything public.',
+      doc: 'Signing secret (HS256) of the viewer JWTs of the dev tenant that standalone creates; change it for anything public.',
     }),
     tenantKey: str({
       env: 'STANDALONE_TENANT_KEY',
@@ -590,13 +591,13 @@ export const schema = {
       env: 'TELEGRAM_BOT_TOKEN',
       default: '',
       secret: true,
-      doc: "The bot's Bot API token (from @BotFather). Empty: the Telegram part (webhook, boards, sends) stays off, and start-up says so.",
+      doc: "The bot's Bot API token (from @BotFather); empty: the Telegram part (webhook, boards, sends) stays off, and start-up says so.",
     }),
     webhookSecret: str({
       env: 'TELEGRAM_WEBHOOK_SECRET',
       default: '',
       secret: true,
-      doc: 'secret_token given to setWebhook: the webhook refuses an update whose X-Telegram-Bot-Api-Secret-Token header differs. Required when TELEGRAM_BOT_TOKEN is set.',
+      doc: "setWebhook's secret_token: an update with another X-Telegram-Bot-Api-Secret-Token is refused; required with TELEGRAM_BOT_TOKEN.",
     }),
     botUsername: str({
       env: 'TELEGRAM_BOT_USERNAME',
@@ -842,7 +843,7 @@ export const schema = {
       default: '',
       pattern: /^[A-Za-z0-9_.:+-]{0,128}$/,
       patternDoc: 'letters, digits and _ . : + - (at most 128)',
-      doc: 'OpenTelemetry service.name of this process. Empty: `crowdplay-<service>` (`crowdplay-standalone`, `crowdplay-gateway`, …).',
+      doc: 'OpenTelemetry service.name of this process; empty: `crowdplay-<service>` (`crowdplay-standalone`, `crowdplay-gateway`, …).',
     }),
     resourceAttributes: str({
       env: 'OTEL_RESOURCE_ATTRIBUTES',
@@ -922,14 +923,16 @@ export const schema = {
       default: 2_048,
       min: 1,
       unit: 'count',
-      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped). The OpenTelemetry default.',
+      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped).',
+      why: 'The OpenTelemetry default.',
     }),
     spanExportDelayMs: int({
       env: 'OTEL_BSP_SCHEDULE_DELAY',
       default: 5_000,
       min: 0,
       unit: 'ms',
-      doc: 'Longest wait between two span exports (a batch of 512 goes at once). The OpenTelemetry default.',
+      doc: 'Longest wait between two span exports (a batch of 512 goes at once).',
+      why: 'The OpenTelemetry default.',
     }),
   },
   puzzle: {
@@ -944,7 +947,7 @@ export const schema = {
       env: 'PUZZLE_SECRET',
       default: 'dev-puzzle-secret-change-me',
       secret: true,
-      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.',
+      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]) so it cannot be read off the word list; change it for anything public.',
     }),
   },
 } as const;

@@ -112,7 +112,7 @@ describe('config', () => {
     assert.equal(c.engine.updateIntervalMs, 250);
   });
 
-  it('docs - every doc is one sentence of at most 160 characters; no doc or why cites a work period', () => {
+  it('docs - every doc is one sentence of at most 160 characters on one line; no doc or why cites a work period', () => {
     const long = leaves(schema)
       .filter(({ setting }) => setting.doc.length > DOC_MAX_CHARS)
       .map(({ setting }) => `${setting.env} (${setting.doc.length})`);
@@ -121,6 +121,7 @@ describe('config', () => {
       for (const text of [setting.doc, setting.why ?? ''])
         assert.doesNotMatch(text, /\bsession \d|\bissue\b|\bissue's rig\b/i, `${setting.env} cites a work period`);
       assert.ok(!/\n/.test(setting.doc), `${setting.env}: doc on one line`);
+      assert.ok(!/[.!?;:]\s+[A-Z][a-z]/.test(setting.doc.replace(/`[^`]*`/g, '')), `${setting.env}: one sentence, got "${setting.doc}"`);
     }
   });
 
