@@ -3,10 +3,10 @@
  * so that, on a saturated core, the event loop's thread runs first.
  *
  * Why: V8's platform workers run concurrent marking and parallel collection
- * at the event loop's priority. With the process on one core (the issue's
- * rollover rig pins it there), they took the core while the loop had work:
- * 100–160 ms event-loop stalls in which the loop's own thread ran 10–40 ms,
- * each during a concurrent mark (docs/benchmarks.md, Session 9). At nice 10
+ * at the event loop's priority. With the process on one core (the pinned
+ * 1,000-chat rollover, docs/decisions/0101-memory-settings.md), they took the
+ * core while the loop had work: 100–160 ms event-loop stalls in which the
+ * loop's own thread ran 10–40 ms, each during a concurrent mark. At nice 10
  * they get ~10 % of a core the loop also wants (CFS weights 110 : 1024) and
  * all of it when the loop is idle, so collections finish later instead of
  * the loop waiting.
