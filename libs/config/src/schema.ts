@@ -829,7 +829,7 @@ export const schema = {
       min: 0,
       unit: 'count',
       doc: 'Boards handed on and not yet sent beyond which the scheduler takes no more; the rest stay dirty and merge newer states (0: no limit).',
-      why: 'At 48 the 100-chat rollover under load delivered boards to 68 chats (4 final boards right) against 100 (95) with no limit (docs/benchmarks.md).',
+      why: 'At 48 the 100-chat rollover under load (`BOARD_MAX_BACKLOG=48 npm run loadtest -- rollover --chats 100 --players 10 --no-pin`) delivered boards to 68 chats (4 final boards right) against 100 (95) with no limit (docs/benchmarks.md).',
     }),
   },
   otel: {
