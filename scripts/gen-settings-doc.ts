@@ -1,16 +1,16 @@
 /**
- * Writes the generated settings table into README.md (between the
- * `<!-- settings:begin -->` / `<!-- settings:end -->` markers) and
- * `.env.example`, from libs/config's schema, and the error table of
- * docs/protocol.md from libs/protocol's catalogue. `npm run docs:settings`.
- * libs/config/test/config.test.ts fails when either file drifts.
+ * Writes the files generated from libs/config's schema — docs/settings.md,
+ * `.env.example` and docs/decisions/0100-setting-defaults.md — and the error
+ * table of docs/protocol.md from libs/protocol's catalogue. `npm run docs:settings`.
+ * libs/config/test/config.test.ts fails when any of them drifts.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
-import { envExample, renderReadmeSettings } from '@crowdplay/config';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { defaultsRecord, envExample, settingsDoc } from '@crowdplay/config';
 import { renderErrorTable } from '@crowdplay/protocol';
 
-const readme = readFileSync('README.md', 'utf8');
-writeFileSync('README.md', renderReadmeSettings(readme));
+mkdirSync('docs/decisions', { recursive: true });
+writeFileSync('docs/settings.md', settingsDoc());
 writeFileSync('.env.example', envExample());
+writeFileSync('docs/decisions/0100-setting-defaults.md', defaultsRecord());
 writeFileSync('docs/protocol.md', renderErrorTable(readFileSync('docs/protocol.md', 'utf8')));
-console.log('README.md settings table, .env.example and the docs/protocol.md error table regenerated');
+console.log('docs/settings.md, .env.example, docs/decisions/0100-setting-defaults.md and the docs/protocol.md error table regenerated');

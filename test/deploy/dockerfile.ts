@@ -15,6 +15,9 @@ export interface Stage {
   instructions: Instruction[];
 }
 
+/** The runtime stage's entry point: the script `npm start` runs (package.json), relative to WORKDIR. */
+export const ENTRYPOINT = ['sh', 'scripts/start.sh'] as const;
+
 /** Flags of an instruction (`--from=build` → `{ from: 'build' }`). */
 export function flags(i: Instruction): Record<string, string> {
   const out: Record<string, string> = {};
@@ -59,7 +62,8 @@ export function stages(text: string): Stage[] {
  * (empty when none):
  * - at least two stages, every base image `node:20.<minor>.<patch>-<Debian variant>` (pinned, glibc);
  * - the runtime (last) stage installs with `npm ci --omit=dev` and nothing else installs there; its last USER
- *   is a numeric non-zero uid; ENTRYPOINT is `["node", "dist/crowdplay.js"]`;
+ *   is a numeric non-zero uid; ENTRYPOINT is {@link ENTRYPOINT} (the start script `npm start` runs) and the stage
+ *   copies that script to the path it names;
  * - every COPY from the build context names paths that exist in `root` and that .dockerignore does not exclude;
  * - every COPY --from names an earlier stage.
  */
@@ -95,8 +99,11 @@ export function dockerfileProblems(text: string, root: string, ignoreText: strin
   } catch {
     entryArgs = null;
   }
-  if (JSON.stringify(entryArgs) !== '["node","dist/crowdplay.js"]')
-    problems.push('runtime: ENTRYPOINT is not ["node", "dist/crowdplay.js"]');
+  if (JSON.stringify(entryArgs) !== JSON.stringify(ENTRYPOINT))
+    problems.push(`runtime: ENTRYPOINT is not ${JSON.stringify(ENTRYPOINT)} (the start script npm start runs)`);
+  const script = ENTRYPOINT[1];
+  const copied = kw('COPY').some((i) => !flags(i).from && args(i).length === 2 && args(i)[0] === script && args(i)[1] === script);
+  if (!copied) problems.push(`runtime: ${script} is not copied to ${script} (the entry point runs it)`);
   const ig = dockerignore().add(ignoreText);
   const names = new Set(list.map((s) => s.name).filter(Boolean));
   for (const s of list) {

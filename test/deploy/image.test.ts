@@ -6,8 +6,9 @@
  * scripts/build.mjs, the manifests of infra/prod-manifests.mjs), its RUN
  * executed (npm ci --omit=dev from the local npm cache) — then the bundle run
  * from there: no dev dependency installed, the fonts load in a render thread,
- * a gateway on PostgreSQL + NATS + Redis migrates, serves /readyz, the viewer
- * page and the SDK bundle, and drains on SIGTERM.
+ * and a gateway started by the image's ENTRYPOINT and CMD (scripts/start.sh)
+ * on PostgreSQL + NATS + Redis exports the process settings npm start gives,
+ * migrates, serves /readyz, the viewer page and the SDK bundle, and drains on SIGTERM.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -20,6 +21,7 @@ import { buildProduct } from '../../scripts/build.mjs';
 import { writeProdManifests } from '../../infra/prod-manifests.mjs';
 import { ROOT } from '../helpers.ts';
 import { args, dockerfileProblems, flags, repoDockerfile, stages } from './dockerfile.ts';
+import { npmStartSettings, scrapedStartSettings, withoutProcessStartVariables } from './process-start.ts';
 
 describe('infra/Dockerfile (parsed)', () => {
   it('multi-stage on a pinned node:20 Debian image, non-root numeric USER, npm ci --omit=dev, COPY paths exist and are not ignored', () => {
@@ -32,13 +34,15 @@ describe('infra/Dockerfile (parsed)', () => {
     );
   });
 
-  it('a broken Dockerfile is reported: root user, dev dependencies, a missing path, an unpinned base, an ignored path', () => {
+  it('a broken Dockerfile is reported: root user, dev dependencies, a missing path, an unpinned base, an ignored path, node as the entry point', () => {
     const d = repoDockerfile(ROOT);
     const broken = d.text
       .replace('USER 1000:1000', 'USER 0')
       .replace('--omit=dev ', '')
       .replace('COPY libs/protocol/src/', 'COPY libs/no-such-lib/src/')
-      .replace('ARG NODE_IMAGE=node:20.20.2-bookworm-slim', 'ARG NODE_IMAGE=node:latest');
+      .replace('ARG NODE_IMAGE=node:20.20.2-bookworm-slim', 'ARG NODE_IMAGE=node:latest')
+      .replace('ENTRYPOINT ["sh", "scripts/start.sh"]', 'ENTRYPOINT ["node", "dist/crowdplay.js"]')
+      .replace('COPY scripts/start.sh scripts/start.sh\n', '');
     const problems = dockerfileProblems(broken, ROOT, `${d.ignore}\nservices/gateway/public\n`);
     for (const p of [
       /runtime: USER is root/,
@@ -47,6 +51,8 @@ describe('infra/Dockerfile (parsed)', () => {
       /libs\/no-such-lib\/src\/: no such path/,
       /base image node:latest/,
       /services\/gateway\/public\/: excluded by .dockerignore/,
+      /runtime: ENTRYPOINT is not \["sh","scripts\/start.sh"\]/,
+      /runtime: scripts\/start.sh is not copied/,
     ])
       assert.ok(
         problems.some((x) => p.test(x)),
@@ -120,13 +126,22 @@ describe('infra/Dockerfile runtime stage, reproduced in a directory', () => {
     assert.equal(r.status, 0, r.stderr);
   });
 
-  it('`service gateway` from there: migrates, /readyz 200, the page and /sdk-viewer.js, exit 0 on SIGTERM', async () => {
+  it('its ENTRYPOINT + CMD (`service gateway`) from there: the settings of npm start, migrates, /readyz 200, the page and /sdk-viewer.js, exit 0 on SIGTERM', async () => {
     const urls = await serviceUrls();
     schema = await testSchema();
-    const child = spawn(process.execPath, ['dist/crowdplay.js', 'service', 'gateway'], {
+    const runtime = stages(repoDockerfile(ROOT).text).at(-1)!;
+    const exec = (kw: string): string[] =>
+      JSON.parse(
+        runtime.instructions
+          .filter((i) => i.getKeyword() === kw)
+          .at(-1)!
+          .getArgumentsContent()!,
+      ) as string[];
+    const [command, ...argv] = [...exec('ENTRYPOINT'), ...exec('CMD')];
+    const child = spawn(command!, argv, {
       cwd: app,
       env: {
-        PATH: process.env.PATH,
+        ...withoutProcessStartVariables({ PATH: process.env.PATH }),
         CROWDPLAY_MODE: 'cluster',
         DATABASE_URL: urls.databaseUrl,
         DATABASE_SCHEMA: schema.schema,
@@ -150,6 +165,8 @@ describe('infra/Dockerfile runtime stage, reproduced in a directory', () => {
       }
       const base = m[1]!;
       assert.equal((await fetch(`${base}/readyz`)).status, 200);
+      // The process started as npm start starts it: the same values read back and exported.
+      assert.deepEqual(scrapedStartSettings(await (await fetch(`${base}/metrics`)).text()), npmStartSettings(ROOT));
       const page = await fetch(`${base}/`);
       assert.equal(page.status, 200);
       assert.match(await page.text(), /<html/i);

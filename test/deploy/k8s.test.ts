@@ -48,12 +48,14 @@ describe('broken manifests are reported', () => {
   const fresh = (): K8sObject[] => kustomize(`${ROOT}/k8s/overlays/prod`);
   const find = (objs: K8sObject[], kind: string, name: string): K8sObject => objs.find((o) => o.kind === kind && o.metadata.name === name)!;
 
-  it('a container without limits, an unknown env name, an undocumented Secret key, a secret in plain text, a short grace period', () => {
+  it('a container without limits, an unknown env name, a value the setting refuses (env or ConfigMap), an undocumented Secret key, a secret in plain text, a short grace period', () => {
     const objs = fresh();
     const gw = find(objs, 'Deployment', 'gateway').spec.template.spec;
     delete gw.containers[0].resources.limits;
     gw.containers[0].env.push({ name: 'TICK_MSS', value: '250' });
     gw.containers[0].env.push({ name: 'PUZZLE_SECRET', value: 'in-the-repo' });
+    find(objs, 'ConfigMap', objs.find((o) => o.kind === 'ConfigMap')!.metadata.name).data.LOG_LEVEL = 'loud';
+    gw.containers[0].env.push({ name: 'TICK_MS', value: 'fast' });
     const shard = find(objs, 'StatefulSet', 'crowd-engine').spec.template.spec;
     shard.containers[0].env.push({ name: 'LOG_LEVEL', valueFrom: { secretKeyRef: { name: 'crowdplay-secrets', key: 'NOT_DOCUMENTED' } } });
     shard.terminationGracePeriodSeconds = 30;
@@ -65,6 +67,8 @@ describe('broken manifests are reported', () => {
       /Deployment\/gateway container gateway: no memory limits/,
       /env TICK_MSS is not a setting of libs\/config/,
       /secret setting PUZZLE_SECRET not taken from a Secret/,
+      /container gateway: env LOG_LEVEL=loud: must be one of/,
+      /container gateway: env TICK_MS=fast: expected an integer/,
       /Secret key NOT_DOCUMENTED is not listed/,
       /StatefulSet\/crowd-engine container crowd-engine: terminationGracePeriodSeconds 30 < preStop 2 s \+ SHUTDOWN_DEADLINE_MS 60 s/,
       /crowd-engine: no readinessProbe/,

@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { leaves, schema } from '@crowdplay/config';
+import { leaves, schema, type Setting } from '@crowdplay/config';
 
 /** Where kubectl is expected (the machine's package); PATH is searched too. */
 export const KUBECTL_PATHS = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'];
@@ -64,15 +64,17 @@ export async function schemaProblems(objects: readonly K8sObject[]): Promise<str
   return problems;
 }
 
-/** Every env name libs/config reads, and those marked secret. */
-export function settingNames(): { all: Set<string>; secret: Set<string> } {
+/** Every env name libs/config reads, those marked secret, and each name's setting. */
+export function settingNames(): { all: Set<string>; secret: Set<string>; byName: Map<string, Setting<unknown>> } {
   const all = new Set<string>();
   const secret = new Set<string>();
+  const byName = new Map<string, Setting<unknown>>();
   for (const { setting } of leaves(schema)) {
     all.add(setting.env);
+    byName.set(setting.env, setting);
     if (setting.secret) secret.add(setting.env);
   }
-  return { all, secret };
+  return { all, secret, byName };
 }
 
 /**
@@ -100,7 +102,8 @@ function podSpec(o: K8sObject): any {
  * - every container: cpu and memory requests and limits, readiness and liveness probes, non-root
  *   (runAsNonRoot on the pod or container, allowPrivilegeEscalation false, readOnlyRootFilesystem true, all
  *   capabilities dropped);
- * - every env name set (env, and the keys of ConfigMaps used with envFrom) is a setting of libs/config;
+ * - every env name set (env, and the keys of ConfigMaps used with envFrom) is a setting of libs/config, and
+ *   every literal value parses as that setting (what loadConfig would refuse at start-up is refused here);
  *   a secret setting comes only from a secretKeyRef; every secretKeyRef key is in `secretKeys` (the docs' list);
  * - terminationGracePeriodSeconds ≥ the preStop sleep + SHUTDOWN_DEADLINE_MS;
  * - only Services selecting the gateway are LoadBalancer / NodePort / externalIPs, Ingresses route only to
@@ -110,7 +113,7 @@ function podSpec(o: K8sObject): any {
  */
 export function manifestProblems(objects: readonly K8sObject[], secretKeys: ReadonlySet<string>): string[] {
   const problems: string[] = [];
-  const { all, secret } = settingNames();
+  const { all, secret, byName } = settingNames();
   const configMaps = new Map(objects.filter((o) => o.kind === 'ConfigMap').map((o) => [o.metadata.name, o.data ?? {}]));
   const workloads = objects.filter((o) => WORKLOADS.has(o.kind));
   const nameOf = (o: K8sObject): string => o.spec?.selector?.matchLabels?.['app.kubernetes.io/name'] ?? o.metadata.name;
@@ -143,6 +146,8 @@ export function manifestProblems(objects: readonly K8sObject[], secretKeys: Read
       for (const e of c.env ?? []) env.set(e.name, e);
       for (const [name, e] of env) {
         if (!all.has(name)) problems.push(`${cat}: env ${name} is not a setting of libs/config`);
+        const parsed = typeof e.value === 'string' ? byName.get(name)?.parse(e.value) : undefined;
+        if (parsed && !parsed.ok) problems.push(`${cat}: env ${name}=${e.value}: ${parsed.error}`);
         const ref = e.valueFrom?.secretKeyRef;
         if (secret.has(name) && !ref) problems.push(`${cat}: secret setting ${name} not taken from a Secret`);
         if (ref && !secretKeys.has(ref.key)) problems.push(`${cat}: Secret key ${ref.key} is not listed in docs/operations.md "Secrets"`);

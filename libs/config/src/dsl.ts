@@ -1,18 +1,40 @@
 /**
  * A small typed schema for settings. Every setting names its environment
- * variable, type, default, unit and doc; the README settings table, the
- * `.env.example` and (later) the k8s ConfigMap are generated from it.
+ * variable, type, default, unit and a one-sentence doc, and may give the
+ * reason behind its default (`why`); docs/settings.md, `.env.example` and
+ * docs/decisions/0100-setting-defaults.md are generated from it.
  */
 
 export type Unit =
   'ms' | 'bytes' | 'MiB' | 'count' | 'points' | 'shares' | 'per second' | 'per minute' | 'connections' | 's' | 'percent' | '';
+
+/** The areas of docs/settings.md, in the order they are shown. */
+export const AREAS = [
+  'mode and stores',
+  'gateway',
+  'shard and rounds',
+  'ledger',
+  'router and sequencer',
+  'Telegram and boards',
+  'telemetry',
+  'process tuning',
+] as const;
+export type Area = (typeof AREAS)[number];
+
+/** Longest `doc`: one sentence that fits a table row. */
+export const DOC_MAX_CHARS = 160;
 
 export interface Setting<T> {
   readonly env: string;
   readonly type: string;
   readonly default: T;
   readonly unit: Unit;
+  /** What the setting does: one sentence of at most {@link DOC_MAX_CHARS} characters. */
   readonly doc: string;
+  /** Why the default is what it is (a measurement and its command, or a rule); not shown in the settings table. */
+  readonly why: string | undefined;
+  /** The docs/settings.md area, when not its schema section's. */
+  readonly area: Area | undefined;
   /** Never printed (logs, generated docs show `(secret)` for a set value). */
   readonly secret: boolean;
   /** Parses the raw string; returns an error message instead of throwing. */
@@ -25,6 +47,8 @@ interface Common<T> {
   env: string;
   default: T;
   doc: string;
+  why?: string;
+  area?: Area;
   unit?: Unit;
   secret?: boolean;
 }
@@ -40,6 +64,8 @@ export function int(o: Common<number> & { min?: number; max?: number }): Setting
     default: o.default,
     unit: o.unit ?? '',
     doc: o.doc,
+    why: o.why,
+    area: o.area,
     secret: false,
     defaultText: String(o.default),
     parse(raw) {
@@ -61,6 +87,8 @@ export function str(o: Common<string> & { pattern?: RegExp; patternDoc?: string 
     default: o.default,
     unit: o.unit ?? '',
     doc: o.doc,
+    why: o.why,
+    area: o.area,
     secret: o.secret ?? false,
     defaultText: o.secret && o.default ? '(dev value)' : o.default === '' ? '(empty)' : o.default,
     parse(raw) {
@@ -78,6 +106,8 @@ export function url(o: Common<string> & { protocols: readonly string[] }): Setti
     default: o.default,
     unit: '',
     doc: o.doc,
+    why: o.why,
+    area: o.area,
     secret: o.secret ?? false,
     defaultText: o.default === '' ? '(empty)' : o.default,
     parse(raw) {
@@ -107,6 +137,8 @@ export function bool(o: Common<boolean>): Setting<boolean> {
     default: o.default,
     unit: '',
     doc: o.doc,
+    why: o.why,
+    area: o.area,
     secret: false,
     defaultText: String(o.default),
     parse(raw) {
@@ -126,6 +158,8 @@ export function oneOf<const V extends string>(o: Common<V> & { values: readonly 
     default: o.default,
     unit: '',
     doc: o.doc,
+    why: o.why,
+    area: o.area,
     secret: false,
     defaultText: o.default,
     parse(raw) {

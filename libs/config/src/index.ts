@@ -1,3 +1,4 @@
 export * from './dsl.ts';
-export { schema, type Schema } from './schema.ts';
+export { schema, sectionAreas, type Schema } from './schema.ts';
 export * from './load.ts';
+export * from './docs.ts';

@@ -2,10 +2,14 @@
  * Every crowdplay setting, in one schema. Each service reads only its own
  * section of the parsed object; nothing outside libs/config reads process.env.
  *
- * Defaults come from measurement where one exists (the seeds in
- * shared/seeds and docs/benchmarks.md); the doc says where.
+ * `doc` is one sentence (at most 160 characters) saying what a setting does:
+ * docs/settings.md and .env.example show it. `why` is the reason behind a
+ * default, with its measurement: it is rendered into
+ * docs/decisions/0100-setting-defaults.md, not the table. `npm run
+ * docs:settings` writes both; libs/config/test/config.test.ts fails when they
+ * drift.
  */
-import { bool, int, oneOf, str, url } from './dsl.ts';
+import { bool, int, oneOf, str, url, type Area } from './dsl.ts';
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -14,7 +18,7 @@ export const schema = {
     env: 'CROWDPLAY_MODE',
     values: ['standalone', 'cluster'] as const,
     default: 'standalone',
-    doc: 'standalone: every service in one process, embedded adapters where a URL is unset. cluster: DATABASE_URL, NATS_URL and REDIS_URL are required and no embedded adapter is used.',
+    doc: 'standalone: every service in one process, embedded adapters where a URL is unset; cluster: DATABASE_URL, NATS_URL and REDIS_URL are required.',
   }),
   http: {
     host: str({ env: 'HOST', default: '127.0.0.1', doc: 'Address the gateway listens on.' }),
@@ -24,7 +28,7 @@ export const schema = {
       default: 0,
       min: 0,
       max: 65_535,
-      doc: 'Port of GET /healthz, /readyz and /metrics in a `crowdplay service` process that runs no gateway (router, crowd-engine, sequencer, telegram-sender, board-renderer), on HOST; /readyz turns 503 as soon as a drain starts. 0: no such server (a gateway serves them on PORT).',
+      doc: 'Port of /healthz, /readyz and /metrics in a `crowdplay service` process that runs no gateway (0: none; a gateway serves them on PORT).',
     }),
     listenBacklog: int({
       env: 'HTTP_LISTEN_BACKLOG',
@@ -32,7 +36,8 @@ export const schema = {
       min: 1,
       max: 65_535,
       unit: 'connections',
-      doc: "Accept queue length (Linux caps it at net.core.somaxconn). Node's 511 overflowed while a busy loop ramped 1,500 connections/s (14,287 SYNs dropped in one 10,000-viewer run, docs/benchmarks.md), turning connects into multi-second SYN retries.",
+      doc: "Accept queue length of the gateway's listening socket (Linux caps it at net.core.somaxconn).",
+      why: "Node's 511 overflowed while a busy event loop ramped 1,500 connections/s: 14,287 SYNs dropped in one 10,000-viewer crowd run (docs/benchmarks.md, crowd scenario), turning connects into multi-second SYN retries.",
     }),
   },
   runtime: {
@@ -42,15 +47,8 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'percent',
-      doc: "How far V8 lets the heap grow past what survived the last full GC before collecting again (V8's --heap-growing-percent, set at start-up by `crowdplay start` and `crowdplay service`; process-wide, render threads too). 0: V8's own factor (up to 4x under a high allocation rate: the 1,000-chat rollover's main heap grew to 336 MB over 98 MB live). Measured on the issue's pinned rollover rig (docs/benchmarks.md \"Session 11\"): 40 (the default) with SEMI_SPACE_MB=4 and MIMALLOC_PURGE_DELAY=0 peaked at 276–280 MB (main heap 125–126 MB) with a guess p99 of 56–61 ms, utilisation 0.88–0.89 and event-loop stalls of 47–89 ms, against 300.5 MB (137 MB) and 54 ms at 50 (more full GCs: 32 against 26 in a run); session 10 at 50 and an 8 MiB semi-space: 301–306 MB, 40 there: 298 and 313 MB; 0 reached 512–602 MB (session 8); 20 (session 6, two busy cores) cost board throughput. It replaces V8's memory-pressure factors too (1.1–1.5x), and applies to every `crowdplay service` process, whose capacities in docs/scaling.md were measured at 0 (not re-measured since); a `--heap-growing-percent` given to node (NODE_OPTIONS) wins. crowdplay_gc_ms shows the collections it costs.",
-    }),
-    helperThreadNice: int({
-      env: 'HELPER_THREAD_NICE',
-      default: 10,
-      min: 0,
-      max: 19,
-      unit: 'count',
-      doc: "Nice value `crowdplay start` and `crowdplay service` give, at start-up, every thread the process has then but the event loop's (Linux; 0 leaves them): V8's platform workers, which run concurrent and parallel garbage collection, and libuv's pool. On a busy core those threads otherwise take the CPU from the event loop while it waits: in the 1,000-chat rollover pinned to one core, 100–160 ms event-loop stalls in which the loop's thread ran 10–40 ms, during concurrent marking; with them at 10, guess p99 64 ms and no stall over 100 ms after the rollover (docs/benchmarks.md, Session 9). The same threads help in a collection's stop-the-world phases, so one preempted there stretches that pause; libuv's pool (fs, dns.lookup) also yields to the loop. Render threads take BOARD_RENDER_NICE. Exported as crowdplay_helper_threads_niced.",
+      doc: "How far V8 lets the heap grow past what the last full GC kept before it collects again (0: V8's own factor): lower is less memory, more GCs.",
+      why: "On the pinned 1,000-chat rollover rig 40 peaked at 276–280 MB with a guess p99 of 56–61 ms; 50 at 300 MB, V8's own factor at 512–602 MB (docs/decisions/0101-memory-settings.md).",
     }),
     semiSpaceMb: int({
       env: 'SEMI_SPACE_MB',
@@ -58,36 +56,17 @@ export const schema = {
       min: 1,
       max: 1_024,
       unit: 'MiB',
-      doc: 'V8\'s young generation semi-space, applied when the process starts (node\'s --max-semi-space-size; it cannot change once V8 runs): `npm start` passes it (scripts/start.sh); a process started otherwise (`node dist/crowdplay.js`, the k8s image) gets Node\'s default (16 MiB on Node 20) unless NODE_OPTIONS says so. Smaller means less resident young generation and more (smaller) scavenges; the render threads keep their own limit (4 MB young generation: the flag is reset once the main isolate runs, as an explicit one overrides worker resourceLimits). scripts/start.sh reads it as libs/config does (spaces around and `_` allowed) and passes plain decimal digits on. Measured on the issue\'s pinned rollover rig (docs/benchmarks.md "Session 10" and "Session 11"): 8 with MALLOC_ARENA_MAX=2 peaked at 301–310 MB, 16 at 335 MB, 4 at 300–304 MB with the same tails (guess p99 55–61 ms, utilisation 0.90), and 4 with HEAP_GROWING_PERCENT=40 (the defaults) at 276–280 MB, p99 56–61 ms, against 287 MB and p99 87 ms at 8. At 4 the scavenges double (1,447 against 771 in a run, 2.8 s against 2.2 s in all). Not measured in cluster mode.',
+      doc: "V8's young-generation semi-space (node --max-semi-space-size), applied by scripts/start.sh when the process starts: smaller is less memory, more scavenges.",
+      why: 'On the pinned 1,000-chat rollover rig 4 peaked at 276–280 MB (guess p99 56–61 ms) against 287 MB (p99 87 ms) at 8, with twice the scavenges (docs/decisions/0101-memory-settings.md).',
     }),
-    mallocArenaMax: int({
-      env: 'MALLOC_ARENA_MAX',
-      default: 2,
+    helperThreadNice: int({
+      env: 'HELPER_THREAD_NICE',
+      default: 10,
       min: 0,
-      max: 1_024,
+      max: 19,
       unit: 'count',
-      doc: "glibc's malloc arenas (its own variable, read when the process starts): `npm start` sets it unless set (scripts/start.sh reads it as libs/config does and passes plain decimal digits on: glibc itself would read 010 as octal 8); 0 = glibc's default (8 per core). Every thread that allocates (V8's helpers, libuv's pool, the render threads) otherwise gets an arena of its own, and freed memory stays resident in each: measured on the rollover rig, thread arenas 23 MB + 22 MB of smaller heaps → 8 MB at 2 (docs/benchmarks.md \"Session 10\", with SEMI_SPACE_MB). Not measured in cluster mode; the k8s manifests do not set it.",
-    }),
-    mallocMmapThreshold: int({
-      env: 'MALLOC_MMAP_THRESHOLD_',
-      default: 1_048_576,
-      min: 0,
-      max: 33_554_432,
-      unit: 'bytes',
-      doc: "glibc's mmap threshold (its own variable, trailing underscore included, read when the process starts): `npm start` sets it unless set (scripts/start.sh); 0 = glibc's default, a threshold that rises to the largest block freed (up to 32 MiB). Fixed, every allocation this large gets its own mapping and goes back to the system when freed; otherwise a freed board canvas (~1–6 MB of pixels) raises the threshold and the next ones are carved from an arena that keeps the memory: measured on the rollover rig (docs/benchmarks.md \"Session 10\"), the threads' shared arena held 6–31 MB at the peak in three runs without it and 0–15 MB in four with 1 MiB (peak RSS 307–332 → 298–313 MB). Not measured in cluster mode.",
-    }),
-    allocatorHugePages: bool({
-      env: 'MIMALLOC_ALLOW_THP',
-      default: false,
-      doc: 'Transparent huge pages for the allocator of @napi-rs/canvas (mimalloc, which reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set). On, Linux backs its 1 GiB arena with 2 MiB pages and every partly used one counts in full: measured in the 1,000-chat rollover, the arena held 298 MB resident at the peak (280 MB of it huge pages) against 205 MB off (docs/benchmarks.md "Session 8").',
-    }),
-    allocatorPurgeDelayMs: int({
-      env: 'MIMALLOC_PURGE_DELAY',
-      default: 0,
-      min: 0,
-      max: 60_000,
-      unit: 'ms',
-      doc: "How long the allocator of @napi-rs/canvas (mimalloc) keeps memory it freed before returning it to the system (mimalloc reads this variable itself when the board renderer loads; `crowdplay` sets it to 0 before that unless it is set; mimalloc's own default is 10, and it purges only when it next allocates or frees, so a render thread that goes idle keeps what it freed; mimalloc's older name MIMALLOC_RESET_DELAY is not read, as this one is always set). A board's canvas and PNG encoding come and go in each render: measured in the 1,000-chat rollover on one core (docs/benchmarks.md \"Session 11\"), mimalloc's arena held 19–31 MB at the peak at 10 and 11–19 MB at 0, board throughput and guess p99 unchanged; `npm run bench -- render` not slower (40 cards 12.5 ms against 22.1 ms at 10). Exported in crowdplay_process_start_setting.",
+      doc: "Nice value given at start-up to the helper threads (V8's GC workers, libuv's pool) so a busy core runs the event loop first (Linux; 0: leave).",
+      why: 'On one busy core, concurrent marking took the core from the event loop (100–160 ms stalls); at 10, guess p99 64 ms and no stall over 100 ms (docs/decisions/0101-memory-settings.md).',
     }),
   },
   log: {
@@ -102,7 +81,7 @@ export const schema = {
       default: 10_000,
       min: 100,
       unit: 'ms',
-      doc: 'Each kind of refusal (rate limit, size, auth, slow consumer, over cap) is logged at most once per interval, with the count since the last line; every refusal is counted in crowdplay_refusals_total.',
+      doc: 'Each kind of refusal is logged at most once per interval with the count since the last line; every refusal is counted in crowdplay_refusals_total.',
     }),
   },
   db: {
@@ -110,7 +89,7 @@ export const schema = {
       env: 'DATABASE_URL',
       default: '',
       protocols: ['postgres', 'postgresql'],
-      doc: 'PostgreSQL URL. Empty: embedded PGlite (standalone only; one session, ~800 MiB and ~3 s to start).',
+      doc: 'PostgreSQL URL; empty: the embedded PGlite (standalone only; one session, ~800 MiB and ~3 s to start).',
     }),
     schema: str({
       env: 'DATABASE_SCHEMA',
@@ -125,7 +104,7 @@ export const schema = {
       min: 1,
       max: 1000,
       unit: 'connections',
-      doc: 'pg Pool size per process. PGlite is always used as one connection.',
+      doc: 'pg Pool size per process (PGlite is always one connection).',
     }),
     pgliteDir: str({
       env: 'PGLITE_DIR',
@@ -138,7 +117,7 @@ export const schema = {
       env: 'NATS_URL',
       default: '',
       protocols: ['nats', 'tls', 'ws', 'wss'],
-      doc: 'NATS server(s). Empty: the in-process bus (standalone only).',
+      doc: 'NATS server(s); empty: the in-process bus (standalone only).',
     }),
     subjectPrefix: str({
       env: 'BUS_SUBJECT_PREFIX',
@@ -159,7 +138,7 @@ export const schema = {
       env: 'REDIS_URL',
       default: '',
       protocols: ['redis', 'rediss'],
-      doc: 'Redis URL. Required in cluster mode; unused in standalone.',
+      doc: 'Redis URL; required in cluster mode, unused in standalone.',
     }),
   },
   gateway: {
@@ -190,7 +169,7 @@ export const schema = {
       default: 10,
       min: 1,
       unit: 'per second',
-      doc: 'Per-viewer intent rate (token bucket refill). Over it, the intent is refused with CP_ERR_INTENT_RATE_LIMITED.',
+      doc: 'Per-viewer intent rate (token bucket refill); over it an intent is refused with CP_ERR_INTENT_RATE_LIMITED.',
     }),
     intentBurst: int({ env: 'INTENT_BURST', default: 20, min: 1, unit: 'count', doc: 'Per-viewer intent burst (token bucket size).' }),
     connRatePerS: int({
@@ -198,7 +177,8 @@ export const schema = {
       default: 200,
       min: 1,
       unit: 'per second',
-      doc: 'New WebSocket connections per client address (IPv6 keyed on its /64). Sized for a venue behind one NAT.',
+      doc: 'New WebSocket connections per second per client address (IPv6 keyed on its /64).',
+      why: 'Sized for a venue whose players share one NAT address.',
     }),
     connBurst: int({ env: 'CONN_BURST', default: 2_000, min: 1, unit: 'connections', doc: 'Connection burst per client address.' }),
     upgradeTurnBudgetMs: int({
@@ -207,7 +187,8 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'ms',
-      doc: 'Time one event-loop turn may spend taking WebSocket upgrades (handshake, authentication, initData verification); the upgrades that arrive beyond it wait for the next turns, oldest first, counted in crowdplay_upgrades_deferred_total. At a rollover every player opens the app within seconds: the upgrades one poll returned took 117 ms of the loop at once (~0.2 ms each; docs/benchmarks.md, Session 9). 0 = no limit.',
+      doc: 'Time one event-loop turn may spend taking WebSocket upgrades; later ones wait for the next turns, oldest first (0: no limit).',
+      why: 'At a rollover every player opens the app within seconds: the upgrades one poll returned took 117 ms of the event loop at once, ~0.2 ms each (pinned 1,000-chat rollover rig, docs/benchmarks.md).',
     }),
     maxConnections: int({
       env: 'WS_MAX_CONNECTIONS',
@@ -237,7 +218,8 @@ export const schema = {
       min: 0,
       max: 60_000,
       unit: 'ms',
-      doc: "An intent a shard sent back because its channel is moving is published again (backoff 20–500 ms) until this long after the gateway received it; then the viewer gets the refusal (CP_ERR_CHANNEL_UNAVAILABLE). 0 = no resend. A drain move took at most 452 ms in the failover run (docs/benchmarks.md); the SDK's ack timeout is 10 s.",
+      doc: 'An intent sent back by a moving channel is published again until this long after the gateway got it, then refused (0: no resend).',
+      why: "A drain move took at most 452 ms in the failover scenario (docs/benchmarks.md, failover); the viewer SDK's ack timeout is 10 s.",
     }),
     pingIntervalMs: int({
       env: 'WS_PING_INTERVAL_MS',
@@ -276,7 +258,8 @@ export const schema = {
       min: 10,
       max: 10_000,
       unit: 'ms',
-      doc: "Tick period: one batch per channel per tick (the seed's TICK_MS).",
+      doc: 'Tick period: one batch per channel per tick.',
+      why: "The seed prototype's TICK_MS.",
     }),
     updateIntervalMs: int({
       env: 'CHANNEL_UPDATE_MS',
@@ -291,14 +274,16 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'ms',
-      doc: "Time a shard's tick, and separately its viewer updates, may hold the event loop in one turn: a tick over many channels yields to I/O after this much work (crowdplay_tick_yields_total), and viewer updates due beyond it go out in the next turns, oldest first (crowdplay_channel_updates_deferred_total). Every chat rolling over at once otherwise ran as one task: 1,000 channels' updates to 10 viewers each took 136 ms in one pass, the rollover's tick ~80 ms (docs/benchmarks.md, Session 9). 0 = no limit.",
+      doc: "Time a shard's tick, and separately its viewer updates, may hold the event loop in one turn; the rest goes on in the next turns (0: no limit).",
+      why: "Every chat rolling over at once otherwise ran as one task: 1,000 channels' updates to 10 viewers each took 136 ms in one pass, the rollover's tick ~80 ms (pinned 1,000-chat rollover rig, docs/benchmarks.md).",
     }),
     defaultMaxPerTick: int({
       env: 'DEFAULT_MAX_PER_TICK',
       default: 1_000,
       min: 1,
       unit: 'count',
-      doc: 'maxPerTick for built-in games (the seed ran 1,000).',
+      doc: 'maxPerTick for built-in games: intents of one action listed in a batch, the rest tallied only.',
+      why: 'The seed prototype ran 1,000.',
     }),
     maxGameStateBytes: int({
       env: 'MAX_GAME_STATE_BYTES',
@@ -381,7 +366,7 @@ export const schema = {
       default: 3_000,
       min: 100,
       unit: 'ms',
-      doc: 'A shard not heard from for this long (SHARD_HEARTBEAT_MS beats) is dead: it gets no new channel and the router moves every channel it owned to live shards at a new epoch.',
+      doc: 'A shard not heard from for this long is dead: it gets no new channel and the router moves its channels to live shards at a new epoch.',
     }),
     checkMs: int({
       env: 'ROUTER_CHECK_MS',
@@ -395,7 +380,7 @@ export const schema = {
       default: 4,
       min: 0,
       unit: 'per second',
-      doc: 'Most channels the router moves per second to even out channels per live shard (a new shard takes its fair share); 0 = never rebalance. A move hands the channel off like a drain (the books of open rounds written, then resumed by the new shard at a new epoch; no refund).',
+      doc: 'Most channels the router moves per second to even out channels per live shard; a move hands the channel off like a drain (0: never rebalance).',
     }),
     batchTimeoutMs: int({
       env: 'ROUTER_BATCH_TIMEOUT_MS',
@@ -438,14 +423,15 @@ export const schema = {
       default: 3,
       min: 1,
       unit: 'count',
-      doc: 'Acquires a move (drain, rebalance) tries on another shard after the owner handed the channel off, 100 ms × attempt apart; past them the channel stays unowned (rounds durable) until it is assigned again. Default: the failover scenario saw no move need a second (docs/benchmarks.md "Failover").',
+      doc: 'Acquires a move tries on another shard after the owner handed the channel off, 100 ms × attempt apart; then the channel waits unowned.',
+      why: 'No move needed a second acquire in the failover scenario (`npm run loadtest -- failover`, docs/benchmarks.md); 3 covers a shard that is briefly busy.',
     }),
     intentsPerChannel: int({
       env: 'ROUTER_INTENTS_PER_CHANNEL',
       default: 200,
       min: 1,
       unit: 'per second',
-      doc: "Load weight: a shard's load is its channels plus its intents per second (from its heartbeat) divided by this; a new channel goes to the live shard with the least load.",
+      doc: "Load weight: a shard's load is its channels plus its intents per second divided by this; a new channel goes to the least loaded live shard.",
     }),
     cacheMax: int({
       env: 'ROUTER_ASSIGNMENT_CACHE_MAX',
@@ -460,7 +446,7 @@ export const schema = {
       env: 'STANDALONE_TENANT_SECRET',
       default: 'dev-secret-change-me-0123456789abcdef',
       secret: true,
-      doc: 'Signing secret of the dev tenant that standalone creates (viewer JWTs, HS256). Change it for anything public.',
+      doc: 'Signing secret (HS256) of the viewer JWTs of the dev tenant that standalone creates; change it for anything public.',
     }),
     tenantKey: str({
       env: 'STANDALONE_TENANT_KEY',
@@ -482,7 +468,7 @@ export const schema = {
       min: 0,
       max: 1_000,
       unit: 'ms',
-      doc: 'Group commit: queued ledger transfers are committed in one transaction at most this long after the first of them was queued (0 = next event-loop turn), independent of TICK_MS; acks go out after the COMMIT.',
+      doc: 'Group commit: queued transfers are committed in one transaction at most this long after the first was queued (0: next event-loop turn).',
     }),
     commitMaxTransfers: int({
       env: 'LEDGER_COMMIT_MAX_TRANSFERS',
@@ -505,7 +491,8 @@ export const schema = {
       min: 1,
       max: 16,
       unit: 'count',
-      doc: "Group commits one process runs at once: while one batch's COMMIT waits for its WAL flush, the next executes. Measured on the 2-core dev machine (docs/benchmarks.md): saturated (`npm run bench -- ledger`) 1 → 2 took 17,000 → 33,000 durable transfers/s and 4 the same as 2 (29,180 vs 29,400); under the market scenario's moderate load (500 viewers, ~4,900 trades/s, batches of ~25) 4 instead of 2 took the mean commit from 9.6 to 5.8 ms and the trade ack p95 from 33–59 to 21–59 ms. Batches in flight together may apply in either order: send a transfer that depends on another (a stake of granted points) after the other's ack.",
+      doc: "Group commits one process runs at once: while one batch's COMMIT waits for its WAL flush, the next executes.",
+      why: 'Saturated (`npm run bench -- ledger`) 1 → 2 took 17,000 → 33,000 durable transfers/s and 4 the same as 2; in the 500-viewer market scenario 4 took the mean commit from 9.6 to 5.8 ms (docs/benchmarks.md).',
     }),
     accountCacheMax: int({
       env: 'LEDGER_ACCOUNT_CACHE_MAX',
@@ -519,7 +506,7 @@ export const schema = {
       default: 0,
       min: 0,
       max: 10_000,
-      doc: "House take of a parimutuel pool, in basis points (1/100 %): floor(total stakes × bps ÷ 10,000) goes to the tenant's house account before winners are paid; nothing is taken when a round is refunded.",
+      doc: 'House take of a parimutuel pool in basis points: floor(stakes × bps ÷ 10,000) goes to the house account before winners are paid; none on refund.',
     }),
   },
   rounds: {
@@ -574,7 +561,7 @@ export const schema = {
       default: 1_000_000,
       min: 1,
       unit: 'count',
-      doc: 'Stakes (pool) or trades (market) one round takes; one more is refused with CP_ERR_ROUND_FULL (each is held in memory until the round ends: about 150 bytes per stake, 200 per trade).',
+      doc: 'Stakes (pool) or trades (market) one round takes, each held in memory until the round ends (~150–200 bytes); more: CP_ERR_ROUND_FULL.',
     }),
     maxPendingPerViewer: int({
       env: 'ROUND_MAX_PENDING_PER_VIEWER',
@@ -582,7 +569,7 @@ export const schema = {
       min: 1,
       max: 10_000,
       unit: 'count',
-      doc: "A viewer's stakes and trades in one round run one after another (each waits for the previous one's commit); at most this many may be in progress at once, the one committing included; more are refused with CP_ERR_ROUND_VIEWER_BUSY.",
+      doc: "A viewer's stakes and trades in one round run one after another; at most this many may be in progress, more are refused CP_ERR_ROUND_VIEWER_BUSY.",
     }),
     recentShown: int({
       env: 'ROUND_RECENT_SHOWN',
@@ -611,7 +598,7 @@ export const schema = {
       default: 1_000,
       min: 0,
       unit: 'ms',
-      doc: 'Before a stake or trade is refused for lack of points, a mirrored balance older than this is reloaded from the ledger (picks up grants made through the tenant API); counted in crowdplay_wallet_reloads_total.',
+      doc: 'Before a stake or trade is refused for lack of points, a mirrored balance older than this is reloaded from the ledger (picks up API grants).',
     }),
     demoWelcomeGrant: int({
       env: 'DEMO_WELCOME_GRANT',
@@ -633,13 +620,13 @@ export const schema = {
       env: 'TELEGRAM_BOT_TOKEN',
       default: '',
       secret: true,
-      doc: "The bot's Bot API token (from @BotFather). Empty: the Telegram part (webhook, boards, sends) stays off, and start-up says so.",
+      doc: "The bot's Bot API token (from @BotFather); empty: the Telegram part (webhook, boards, sends) stays off, and start-up says so.",
     }),
     webhookSecret: str({
       env: 'TELEGRAM_WEBHOOK_SECRET',
       default: '',
       secret: true,
-      doc: 'secret_token given to setWebhook: the webhook refuses an update whose X-Telegram-Bot-Api-Secret-Token header differs. Required when TELEGRAM_BOT_TOKEN is set.',
+      doc: "setWebhook's secret_token: an update with another X-Telegram-Bot-Api-Secret-Token is refused; required with TELEGRAM_BOT_TOKEN.",
     }),
     botUsername: str({
       env: 'TELEGRAM_BOT_USERNAME',
@@ -664,7 +651,8 @@ export const schema = {
       default: 10_000,
       min: 1,
       unit: 'count',
-      doc: 'Webhook updates waiting for the bot; one more is answered 503 (Telegram delivers it again later), counted in crowdplay_telegram_updates_total{outcome="refused"}. 10 rollovers of 1,000 chats.',
+      doc: 'Webhook updates waiting for the bot; one more is answered 503 and Telegram delivers it again later.',
+      why: '10 rollovers of 1,000 chats.',
     }),
     webhookDedupeSize: int({
       env: 'TELEGRAM_WEBHOOK_DEDUPE_SIZE',
@@ -678,14 +666,15 @@ export const schema = {
       default: 90_000_000,
       min: 1_000,
       unit: 'ms',
-      doc: 'With REDIS_URL: how long every gateway of the bot remembers an update_id (Redis `SET NX PX`, key `{<TELEGRAM_SENDQ_PREFIX>:updates}:seen:<id>`) to drop re-deliveries that reach another gateway. Telegram re-delivers for up to 24 h: 25 h. Drops counted in crowdplay_telegram_updates_total{outcome="duplicate",scope="shared"}.',
+      doc: 'With REDIS_URL: how long every gateway of the bot remembers an update_id in Redis, to drop re-deliveries that reach another gateway.',
+      why: 'Telegram re-delivers an update for up to 24 h: 25 h leaves a margin.',
     }),
     chatLeaseMs: int({
       env: 'TELEGRAM_CHAT_LEASE_MS',
       default: 60_000,
       min: 1_000,
       unit: 'ms',
-      doc: 'With REDIS_URL: lease of the gateway handling a chat\'s webhook updates (one gateway at a time, in order), renewed at every update it takes. A gateway that dies holding it delays the chat\'s waiting updates until it lapses; an update handled longer than this may overlap the next one (counted in crowdplay_telegram_updates_total{outcome="lease_lost"}).',
+      doc: "With REDIS_URL: lease of the gateway handling a chat's webhook updates, one gateway at a time and in order, renewed at every update.",
     }),
     webhookMaxBodyBytes: int({
       env: 'TELEGRAM_WEBHOOK_MAX_BODY_BYTES',
@@ -712,7 +701,8 @@ export const schema = {
       default: 25,
       min: 1,
       unit: 'per second',
-      doc: 'Bot-wide send rate of the one token bucket every Bot API call passes. Telegram documents ~30 messages/s per bot; the default keeps a margin of 5 calls (200 ms) in a strict 1 s window, because calls the bucket spaces evenly reach Telegram bunched by event-loop stalls between a call\'s start and its write (up to ~290 ms measured). Measured in the 1,000-chat rollover (docs/benchmarks.md "Session 6"): at exactly 30/s 1–17 429s a run; at 28 with the sender keeping pace (TELEGRAM_SENDQ_BOOK_MS) 1–3 a run (4 runs); at 25, 0 (1 run).',
+      doc: 'Bot-wide rate of the one token bucket every Bot API call passes (Telegram documents ~30 messages/s per bot).',
+      why: 'Calls the bucket spaces evenly reach Telegram bunched by event-loop stalls; in the 1,000-chat rollover 30/s drew 1–17 429s a run, 28 1–3, 25 none (docs/benchmarks.md).',
     }),
     groupRatePerMin: int({
       env: 'TELEGRAM_GROUP_RATE_PER_MIN',
@@ -742,27 +732,29 @@ export const schema = {
       min: 0,
       max: 10_000,
       unit: 'ms',
-      doc: "With REDIS_URL: a worker the bot rate refuses books the bot's next free slot when it is at most this far and waits for it (the pause and the chat's own limits are never booked; counted in crowdplay_sendq_booked_total). 0: it gives the job back to BullMQ and every worker races for the next slot again; measured: ~17 sends/s of the 28 allowed, the other workers' bounces costing Redis round trips (docs/benchmarks.md). Default: six to seven bot intervals (40 ms each at 25/s), most of the TELEGRAM_SENDQ_CONCURRENCY workers.",
+      doc: "With REDIS_URL: a worker the bot rate refuses books the bot's next free slot when it is at most this far and waits for it (0: give the job back).",
+      why: 'At 0 every worker raced for the next slot: ~17 sends/s of the 28 allowed (`npm run bench -- sendq`, docs/benchmarks.md); 250 ms is six to seven bot intervals at 25/s.',
     }),
     sendPrefix: str({
       env: 'TELEGRAM_SENDQ_PREFIX',
       default: 'crowdplay:sendq',
       pattern: /^[A-Za-z0-9_:.-]{1,100}$/,
-      doc: "Redis key prefix of the bot's send queue and token bucket (keys `{<prefix>}:…`, one hash slot). Every process of one bot uses the same; two bots, or two deployments on one Redis, use different ones.",
+      doc: "Redis key prefix of the bot's send queue and token bucket; every process of one bot uses the same, two bots or deployments different ones.",
     }),
     sendMaxQueued: int({
       env: 'TELEGRAM_SENDQ_MAX_QUEUED',
       default: 100_000,
       min: 1,
       unit: 'count',
-      doc: 'Jobs the send queue holds; one more is refused with CP_ERR_SENDQ_FULL (a board per chat supersedes its older one, so the bound is chats plus transactional messages).',
+      doc: "Jobs the send queue holds; one more is refused CP_ERR_SENDQ_FULL (a chat's newer board supersedes its older one).",
     }),
     avatarConcurrency: int({
       env: 'TELEGRAM_AVATAR_CONCURRENCY',
       default: 8,
       min: 1,
       unit: 'count',
-      doc: 'Avatar reads running at once (the others wait as user ids in a FIFO, not as started calls: 10,000 players at a rollover held ~14,000 suspended calls otherwise), and avatar HTTP requests in flight, a download holding its slot until the render thread has shrunk the photo (reads are exempt from the send bucket, so they get their own cap; the seed saw 6,074 open handles without one; without the shrink inside it, 4,000 photos queued at one render thread, ahead of the boards).',
+      doc: 'Avatar reads running at once, and avatar downloads in flight, each holding its slot until its render thread has shrunk the photo.',
+      why: 'Without it 10,000 players at a rollover held ~14,000 suspended calls and 6,074 open handles; without the shrink inside it, 4,000 photos queued at one render thread ahead of the boards.',
     }),
     avatarCacheBytes: int({
       env: 'TELEGRAM_AVATAR_CACHE_BYTES',
@@ -783,7 +775,7 @@ export const schema = {
     enabled: bool({
       env: 'BOARDS_ENABLED',
       default: true,
-      doc: "Live boards in the chats that play. Off: the bot, the Mini App and the puzzle work as before, but no board is rendered or sent (the seed's A/B: the same game scored without the shared picture).",
+      doc: 'Live boards in the chats that play; off, the bot, the Mini App and the puzzle work as before but no board is rendered or sent.',
     }),
     renderConcurrency: int({
       env: 'BOARD_RENDER_CONCURRENCY',
@@ -791,15 +783,17 @@ export const schema = {
       min: 0,
       max: 64,
       unit: 'count',
-      doc: 'Boards rendered at once (the semaphore taken before a job reaches a render thread). 0 = min(3, the cores this process may use). Each canvas in flight holds ~17 MiB at 1000×1400 (measured with @napi-rs/canvas 1.1.1).',
+      doc: 'Boards rendered at once (0: min(3, the cores this process may use)); each canvas in flight holds ~17 MiB at 1000×1400.',
     }),
     renderNice: int({
       env: 'BOARD_RENDER_NICE',
+      area: 'process tuning',
       default: 10,
       min: 0,
       max: 19,
       unit: 'count',
-      doc: "The render threads' nice value (Linux; 0 leaves them at the process's). Each render thread lowers its own priority, so on a busy machine the event loop's thread (guesses, webhooks, sends) runs first and renders take the CPU left over; boards wait instead of players (docs/board.md). Exported as crowdplay_board_thread_nice.",
+      doc: 'Nice value of the board render threads, so on a busy machine the event loop runs first and renders take what is left (Linux; 0: leave).',
+      why: 'In the 400-chat rollover on two cores (`npm run loadtest -- rollover --chats 400 --players 10 --no-pin`) 10 against 0: guess p99 94 against 111 ms, guessing over in 31.0 against 37.5 s (docs/benchmarks.md).',
     }),
     renderJobsInFlight: int({
       env: 'BOARD_RENDER_JOBS_IN_FLIGHT',
@@ -807,32 +801,35 @@ export const schema = {
       min: 1,
       max: 256,
       unit: 'count',
-      doc: "Render jobs one process takes from the BullMQ render queue at once (with REDIS_URL). More than the render threads so each job's Redis round trips and send-queue hand-over overlap other jobs' renders; the render semaphore (BOARD_RENDER_CONCURRENCY) still bounds the renders on threads. Measured in the 1,000-chat rollover: with 2 (one per thread) boards left at ~5/s while players guessed.",
+      doc: "Render jobs one process takes from the render queue at once (with REDIS_URL), so Redis round trips overlap other jobs' renders.",
+      why: 'With 2 (one per render thread) boards left at ~5/s while players guessed in the 1,000-chat rollover (docs/benchmarks.md).',
     }),
     renderMaxQueue: int({
       env: 'BOARD_RENDER_MAX_QUEUE',
       default: 1_024,
       min: 1,
       unit: 'count',
-      doc: 'Board renders waiting for a slot; one more is refused with CP_ERR_BOARD_QUEUE_FULL (a newer board of a chat replaces its queued one, so this is at most one per chat: 1,024 covers the 1,000-chat rollover).',
+      doc: "Board renders waiting for a slot; one more is refused CP_ERR_BOARD_QUEUE_FULL (a chat's newer board replaces its queued one).",
+      why: 'At most one queued render per chat: 1,024 covers the 1,000-chat rollover.',
     }),
     renderPrefix: str({
       env: 'BOARD_RENDER_PREFIX',
       default: 'crowdplay:render',
       pattern: /^[A-Za-z0-9_:.-]{1,100}$/,
-      doc: 'Redis key prefix of the render queue with REDIS_URL (keys `{<prefix>}:…`). Every gateway and board-renderer of one bot uses the same; two deployments on one Redis use different ones.',
+      doc: 'Redis key prefix of the render queue (with REDIS_URL); every gateway and board-renderer of one bot uses the same.',
     }),
     renderMaxJobBytes: int({
       env: 'BOARD_RENDER_MAX_JOB_BYTES',
       default: 2_097_152,
       min: 1_024,
       unit: 'bytes',
-      doc: 'Largest render job (the board as JSON, avatars base64: what a job holds in Redis with REDIS_URL; checked in process too). A larger one is refused with CP_ERR_BOARD_JOB_TOO_LARGE and counted. A 40-card board of 15 KB avatars is ~0.8 MB.',
+      doc: 'Largest render job (the board as JSON, avatars in base64); a larger one is refused CP_ERR_BOARD_JOB_TOO_LARGE and counted.',
+      why: 'A 40-card board of 15 KB avatars is ~0.8 MB.',
     }),
     renderInProcess: bool({
       env: 'BOARD_RENDER_IN_PROCESS',
       default: true,
-      doc: 'With REDIS_URL: a gateway also runs the render worker (takes the BullMQ render jobs and renders them in its own threads). false: it only enqueues renders, and `crowdplay service board-renderer` processes render them. Without REDIS_URL the render queue is in-process and always renders here.',
+      doc: 'With REDIS_URL: a gateway also renders the queued boards in its own threads; false leaves them to `crowdplay service board-renderer`.',
     }),
     maxPngBytes: int({
       env: 'BOARD_MAX_PNG_BYTES',
@@ -860,7 +857,8 @@ export const schema = {
       default: 0,
       min: 0,
       unit: 'count',
-      doc: 'Boards handed on (render queue + the send queue’s board lane) and not sent yet beyond which the scheduler takes no more (the rest stay dirty, where newer states merge into one render). 0 = no limit, the default: at 48 the 100-chat rollover under load delivered boards to 68 chats (4 final boards right) against 100 (95) with none (docs/benchmarks.md).',
+      doc: 'Boards handed on and not yet sent beyond which the scheduler takes no more; the rest stay dirty and merge newer states (0: no limit).',
+      why: 'At 48 the 100-chat rollover under load (`BOARD_MAX_BACKLOG=48 npm run loadtest -- rollover --chats 100 --players 10 --no-pin`) delivered boards to 68 chats (4 final boards right) against 100 (95) with no limit (docs/benchmarks.md).',
     }),
   },
   otel: {
@@ -874,7 +872,7 @@ export const schema = {
       default: '',
       pattern: /^[A-Za-z0-9_.:+-]{0,128}$/,
       patternDoc: 'letters, digits and _ . : + - (at most 128)',
-      doc: 'OpenTelemetry service.name of this process. Empty: `crowdplay-<service>` (`crowdplay-standalone`, `crowdplay-gateway`, …).',
+      doc: 'OpenTelemetry service.name of this process; empty: `crowdplay-<service>` (`crowdplay-standalone`, `crowdplay-gateway`, …).',
     }),
     resourceAttributes: str({
       env: 'OTEL_RESOURCE_ATTRIBUTES',
@@ -887,19 +885,19 @@ export const schema = {
       env: 'OTEL_TRACES_EXPORTER',
       values: ['', 'otlp', 'console', 'none'] as const,
       default: '',
-      doc: 'Where spans go. Empty: `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set, else `none` (no span is created, nothing is sent). `console`: printed on stdout (debugging).',
+      doc: 'Where spans go; empty: `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set, else `none` (no span is created); `console`: stdout.',
     }),
     metricsExporter: oneOf({
       env: 'OTEL_METRICS_EXPORTER',
       values: ['', 'otlp', 'prometheus', 'console', 'none'] as const,
       default: '',
-      doc: 'Push of the metrics besides GET /metrics (which always answers, in the Prometheus text format). Empty: `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none. `prometheus` and `none`: no push.',
+      doc: 'Push of the metrics besides GET /metrics; empty: `otlp` when OTEL_EXPORTER_OTLP_ENDPOINT is set, else none.',
     }),
     endpoint: url({
       env: 'OTEL_EXPORTER_OTLP_ENDPOINT',
       default: '',
       protocols: ['http', 'https'],
-      doc: 'OTLP collector base URL (`http://otel-collector:4318`; `/v1/traces` and `/v1/metrics` are appended for the HTTP protocols). Empty: nothing is exported over OTLP.',
+      doc: 'OTLP collector base URL (`http://otel-collector:4318`; `/v1/traces` and `/v1/metrics` are appended); empty: no OTLP export.',
     }),
     protocol: oneOf({
       env: 'OTEL_EXPORTER_OTLP_PROTOCOL',
@@ -933,7 +931,7 @@ export const schema = {
         'traceidratio',
       ] as const,
       default: 'parentbased_always_on',
-      doc: 'Which traces are recorded. A viewer intent starts a trace, so at high intake use `parentbased_traceidratio` with OTEL_TRACES_SAMPLER_ARG (a shard or ack span follows its parent).',
+      doc: 'Which traces are recorded; a viewer intent starts a trace, so at high intake use `parentbased_traceidratio` with OTEL_TRACES_SAMPLER_ARG.',
     }),
     samplerArg: str({
       env: 'OTEL_TRACES_SAMPLER_ARG',
@@ -954,14 +952,16 @@ export const schema = {
       default: 2_048,
       min: 1,
       unit: 'count',
-      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped). The OpenTelemetry default.',
+      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped).',
+      why: 'The OpenTelemetry default.',
     }),
     spanExportDelayMs: int({
       env: 'OTEL_BSP_SCHEDULE_DELAY',
       default: 5_000,
       min: 0,
       unit: 'ms',
-      doc: 'Longest wait between two span exports (a batch of 512 goes at once). The OpenTelemetry default.',
+      doc: 'Longest wait between two span exports (a batch of 512 goes at once).',
+      why: 'The OpenTelemetry default.',
     }),
   },
   puzzle: {
@@ -976,9 +976,35 @@ export const schema = {
       env: 'PUZZLE_SECRET',
       default: 'dev-puzzle-secret-change-me',
       secret: true,
-      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]), so it cannot be read off the public word list. Change it for anything public.',
+      doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]) so it cannot be read off the word list; change it for anything public.',
     }),
   },
 } as const;
 
 export type Schema = typeof schema;
+
+/**
+ * The area of docs/settings.md each schema section belongs to (a setting's own
+ * `area` wins). Every section must have one: a new section without it does not compile.
+ */
+export const sectionAreas: { readonly [K in keyof Schema]: Area } = {
+  mode: 'mode and stores',
+  db: 'mode and stores',
+  bus: 'mode and stores',
+  redis: 'mode and stores',
+  standalone: 'mode and stores',
+  http: 'gateway',
+  gateway: 'gateway',
+  engine: 'shard and rounds',
+  rounds: 'shard and rounds',
+  ledger: 'ledger',
+  router: 'router and sequencer',
+  sequencer: 'router and sequencer',
+  eventLog: 'router and sequencer',
+  telegram: 'Telegram and boards',
+  board: 'Telegram and boards',
+  puzzle: 'Telegram and boards',
+  log: 'telemetry',
+  otel: 'telemetry',
+  runtime: 'process tuning',
+};

@@ -3,7 +3,19 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { defaultConfig, envExample, leaves, loadConfig, renderReadmeSettings, schema } from '../src/index.ts';
+import {
+  AREAS,
+  byArea,
+  defaultConfig,
+  defaultsRecord,
+  DOC_MAX_CHARS,
+  envExample,
+  leaves,
+  loadConfig,
+  schema,
+  settingEntries,
+  settingsDoc,
+} from '../src/index.ts';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
@@ -100,9 +112,51 @@ describe('config', () => {
     assert.equal(c.engine.updateIntervalMs, 250);
   });
 
-  it('docs - README settings table and .env.example match the schema', () => {
-    const readme = readFileSync(`${root}README.md`, 'utf8');
-    assert.equal(renderReadmeSettings(readme), readme, 'README settings table drifted: run `npm run docs:settings`');
-    assert.equal(readFileSync(`${root}.env.example`, 'utf8'), envExample(), '.env.example drifted: run `npm run docs:settings`');
+  it('docs - every doc is one sentence of at most 160 characters on one line; no doc or why cites a work period', () => {
+    const long = leaves(schema)
+      .filter(({ setting }) => setting.doc.length > DOC_MAX_CHARS)
+      .map(({ setting }) => `${setting.env} (${setting.doc.length})`);
+    assert.deepEqual(long, [], `docs over ${DOC_MAX_CHARS} characters: move the reason into \`why\``);
+    for (const { setting } of leaves(schema)) {
+      for (const text of [setting.doc, setting.why ?? ''])
+        assert.doesNotMatch(text, /\bsession \d|\bissue\b|\bissue's rig\b/i, `${setting.env} cites a work period`);
+      assert.ok(!/\n/.test(setting.doc), `${setting.env}: doc on one line`);
+      assert.ok(!/[.!?;:]\s+[A-Z][a-z]/.test(setting.doc.replace(/`[^`]*`/g, '')), `${setting.env}: one sentence, got "${setting.doc}"`);
+    }
+  });
+
+  it('docs - every setting has an area; the areas come in order, process tuning last, each setting once', () => {
+    const groups = byArea();
+    assert.deepEqual(
+      groups.map((g) => g.area),
+      AREAS.filter((a) => groups.some((g) => g.area === a)),
+    );
+    assert.equal(groups.at(-1)!.area, 'process tuning');
+    assert.deepEqual(
+      groups.find((g) => g.area === 'process tuning')!.entries.map((e) => e.setting.env),
+      ['HEAP_GROWING_PERCENT', 'SEMI_SPACE_MB', 'HELPER_THREAD_NICE', 'BOARD_RENDER_NICE'],
+    );
+    assert.equal(groups.flatMap((g) => g.entries).length, leaves(schema).length);
+    assert.ok(settingEntries().every((e) => AREAS.includes(e.area)));
+  });
+
+  it('docs - the table renders doc but not why; the defaults record renders why with its default', () => {
+    const doc = settingsDoc();
+    const record = defaultsRecord();
+    const s = schema.http.listenBacklog;
+    assert.ok(doc.includes(`| \`${s.env}\` | ${s.type} | connections | \`4096\` | ${s.doc} |`), 'the row of HTTP_LISTEN_BACKLOG');
+    assert.ok(s.why && !doc.includes(s.why), 'why stays out of the table');
+    assert.ok(record.includes(`- \`${s.env}\` = \`4096\` connections: ${s.why}`), 'why in the record');
+    assert.ok(doc.indexOf('## Gateway') < doc.indexOf('## Process tuning'));
+    assert.ok(!record.includes(schema.http.host.env), 'a setting without why is not in the record');
+  });
+
+  it('docs - docs/settings.md, .env.example and docs/decisions/0100-setting-defaults.md match the schema', () => {
+    for (const [file, want] of [
+      ['docs/settings.md', settingsDoc()],
+      ['.env.example', envExample()],
+      ['docs/decisions/0100-setting-defaults.md', defaultsRecord()],
+    ] as const)
+      assert.equal(readFileSync(`${root}${file}`, 'utf8'), want, `${file} drifted: run \`npm run docs:settings\``);
   });
 });

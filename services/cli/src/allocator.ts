@@ -1,60 +1,49 @@
 /**
  * Process-wide allocator options that must be in the environment before a
- * native module reads them (main.ts applies them first).
+ * native module reads them (main.ts applies them first). They are fixed for
+ * every deployment, not settings: docs/tuning.md, and
+ * docs/decisions/0101-memory-settings.md for the measurements.
  *
  * @napi-rs/canvas 1.1 links mimalloc 2.5 (its Rust allocator: `MIMALLOC_VERBOSE=1`
- * prints its options at load), which reads two of our settings itself:
+ * prints its options at load), which reads two options itself:
  * - `allow_thp` (MIMALLOC_ALLOW_THP) defaults to on, and Linux then backs the
  *   1 GiB arena it reserves with 2 MiB transparent huge pages, so every partly
- *   used 2 MiB counts in full towards the resident memory (docs/benchmarks.md).
+ *   used 2 MiB counts in full towards the resident memory: 0.
  * - `purge_delay` (MIMALLOC_PURGE_DELAY, ms) defaults to 10, and mimalloc
  *   purges only when it next allocates or frees: memory a render freed stays
- *   resident while its thread waits for the next job. At 0 it is returned at
- *   once.
+ *   resident while its thread waits for the next job. 0 returns it at once.
  */
 
-import { schema } from '@crowdplay/config';
-
-/** The settings that document and validate them (libs/config): their names and how their values are read. */
-const MIMALLOC_SETTINGS = [schema.runtime.allocatorHugePages, schema.runtime.allocatorPurgeDelayMs] as const;
-
-/**
- * A value as the digits mimalloc reads: a boolean as 0 / 1, a number as plain decimal digits (mimalloc takes `1_000`
- * and ` 20 ` as invalid, so its default, and an empty value as 1; `MIMALLOC_VERBOSE=1` prints what it read).
- */
-const forMimalloc = (value: boolean | number): string => String(Number(value));
-
-/** Environment variables set when absent, and their values. */
-export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze(
-  Object.fromEntries(MIMALLOC_SETTINGS.map((s) => [s.env, forMimalloc(s.default)])),
-);
+/** The mimalloc options crowdplay fixes, as the digits mimalloc reads. */
+export const ALLOCATOR_DEFAULTS: Readonly<Record<string, string>> = Object.freeze({
+  MIMALLOC_ALLOW_THP: '0',
+  MIMALLOC_PURGE_DELAY: '0',
+});
 
 /**
- * Sets each of MIMALLOC_ALLOW_THP and MIMALLOC_PURGE_DELAY when `env` does not
- * have it, or has it empty (mimalloc would read an empty value as 1: huge
- * pages on, a 1 ms delay), and rewrites a value the setting accepts
- * (`" false "`, `On`, `1_000`: libs/config's parsers) to the digits mimalloc
- * reads the same way (it takes `1_000` as invalid and keeps its default). Anything else is left for loadConfig to
- * refuse by name. Call it before any native module is loaded: mimalloc reads
- * its options once, at load.
+ * Sets MIMALLOC_ALLOW_THP and MIMALLOC_PURGE_DELAY to {@link ALLOCATOR_DEFAULTS}
+ * when `env` does not have them or has them empty (mimalloc would read an
+ * empty value as 1: huge pages on, a 1 ms delay). A value already there is
+ * mimalloc's own and left as it is (mimalloc reads plain digits; anything else
+ * it ignores, keeping its own default). Call it before any native module is
+ * loaded: mimalloc reads its options once, at load.
  * @param env the environment to complete (process.env: Node passes each assignment to setenv(3))
- * @returns the names set or rewritten, in order
+ * @returns the names set, in order
  */
 export function applyAllocatorDefaults(env: NodeJS.ProcessEnv): string[] {
   const changed: string[] = [];
-  for (const setting of MIMALLOC_SETTINGS) {
-    const raw = env[setting.env];
-    const parsed = raw === undefined || raw.trim() === '' ? { ok: true as const, value: setting.default } : setting.parse(raw);
-    if (!parsed.ok) continue;
-    const next = forMimalloc(parsed.value);
-    if (next === raw) continue;
-    env[setting.env] = next;
-    changed.push(setting.env);
+  for (const [name, value] of Object.entries(ALLOCATOR_DEFAULTS)) {
+    if ((env[name] ?? '').trim() !== '') continue;
+    env[name] = value;
+    changed.push(name);
   }
   return changed;
 }
 
-/** What this process was started with of the settings scripts/start.sh applies (SEMI_SPACE_MB, MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_). */
+/**
+ * What this process was started with of the values read only at start-up: those scripts/start.sh applies
+ * (SEMI_SPACE_MB, MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_) and the mimalloc options main.ts puts in the environment.
+ */
 export interface ProcessStartSettings {
   /** node's --max-semi-space-size, MiB; null: not given (Node's default, 16 MiB on Node 20). */
   semiSpaceMb: number | null;
@@ -62,6 +51,10 @@ export interface ProcessStartSettings {
   mallocArenaMax: number | null;
   /** MALLOC_MMAP_THRESHOLD_ as glibc reads it, bytes; null: unset or unreadable (glibc's dynamic threshold). */
   mallocMmapThreshold: number | null;
+  /** MIMALLOC_ALLOW_THP (0 / 1); null: unset or not plain digits (mimalloc's own reading, or its default: on). */
+  mimallocAllowThp: number | null;
+  /** MIMALLOC_PURGE_DELAY, ms; null: unset or not plain digits (mimalloc's own reading, or its default: 10). */
+  mimallocPurgeDelayMs: number | null;
 }
 
 /**
@@ -88,7 +81,14 @@ export function processStartSettings(execArgv: readonly string[], env: NodeJS.Pr
     semiSpaceMb: semi(execArgv) ?? semi((env.NODE_OPTIONS ?? '').split(/\s+/).filter(Boolean)),
     mallocArenaMax: glibcNumber(env.MALLOC_ARENA_MAX) || null,
     mallocMmapThreshold: glibcNumber(env.MALLOC_MMAP_THRESHOLD_),
+    mimallocAllowThp: mimallocNumber(env.MIMALLOC_ALLOW_THP),
+    mimallocPurgeDelayMs: mimallocNumber(env.MIMALLOC_PURGE_DELAY),
   };
+}
+
+/** A mimalloc option given as plain decimal digits (what applyAllocatorDefaults sets), or null for anything else. */
+function mimallocNumber(value: string | undefined): number | null {
+  return value !== undefined && /^\d+$/.test(value) ? Number(value) : null;
 }
 
 /** A glibc tunable's value as glibc reads it (C's base prefixes, measured: MALLOC_ARENA_MAX=010 → 8 arenas, 08 → invalid, its default), or null. */

@@ -125,11 +125,9 @@ export async function startServices(
     logger.info(
       {
         ...start,
-        mimallocAllowThp: config.runtime.allocatorHugePages,
-        mimallocPurgeDelayMs: config.runtime.allocatorPurgeDelayMs,
         ...(start.semiSpaceMb === null || start.mallocArenaMax === null || start.mallocMmapThreshold === null
           ? {
-              note: 'Node or glibc defaults: npm start (scripts/start.sh) sets SEMI_SPACE_MB, MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ (docs/operations.md)',
+              note: 'Node or glibc defaults: scripts/start.sh (npm start, the image) sets SEMI_SPACE_MB, MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_ (docs/tuning.md)',
             }
           : {}),
       },
@@ -142,8 +140,8 @@ export async function startServices(
         [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
         [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
         [start.mallocMmapThreshold ?? 0, { setting: 'malloc_mmap_threshold' }],
-        [config.runtime.allocatorHugePages ? 1 : 0, { setting: 'mimalloc_allow_thp' }],
-        [config.runtime.allocatorPurgeDelayMs, { setting: 'mimalloc_purge_delay_ms' }],
+        [start.mimallocAllowThp ?? 0, { setting: 'mimalloc_allow_thp' }],
+        [start.mimallocPurgeDelayMs ?? 0, { setting: 'mimalloc_purge_delay_ms' }],
       ],
     );
   }

@@ -1,8 +1,8 @@
 /**
- * scripts/start.sh (`npm start`): applies SEMI_SPACE_MB and MALLOC_ARENA_MAX
- * when node starts, execs node (same pid), refuses bad values before node
- * runs; its defaults and ranges are the settings' (libs/config). And
- * processStartSettings reads them back as node does.
+ * scripts/start.sh (`npm start`, the image's entry point): applies SEMI_SPACE_MB
+ * and the fixed glibc values when node starts, execs node (same pid), refuses a
+ * bad SEMI_SPACE_MB before node runs (its default and range are the setting's,
+ * libs/config). And processStartSettings reads them back as node and glibc do.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -55,8 +55,8 @@ writeFileSync(${JSON.stringify(marker)}, JSON.stringify({ pid: process.pid, exec
   }
 }
 
-describe('cli - scripts/start.sh (npm start)', () => {
-  it('starts node itself (same pid) with --max-semi-space-size=4 and MALLOC_ARENA_MAX=2 by default, passing the arguments on', async () => {
+describe('cli - scripts/start.sh (npm start, the image)', () => {
+  it('starts node itself (same pid) with --max-semi-space-size=4, MALLOC_ARENA_MAX=2 and a 1 MiB mmap threshold, passing the arguments on', async () => {
     const r = await run({});
     assert.equal(r.code, 0, r.stderr);
     assert.ok(r.seen);
@@ -68,16 +68,17 @@ describe('cli - scripts/start.sh (npm start)', () => {
     assert.equal(r.seen.semi, '4');
   });
 
-  it('takes SEMI_SPACE_MB and MALLOC_ARENA_MAX from the environment (empty: the default); MALLOC_ARENA_MAX=0 leaves glibc its default', async () => {
-    // Also in the forms libs/config reads (spaces around, `_`), passed on as plain decimal digits: glibc would read 010 as octal 8.
+  it('takes SEMI_SPACE_MB in the forms libs/config reads (passed on as plain digits); leaves glibc its own variables when they are set', async () => {
     for (const [env, want] of [
+      [{ SEMI_SPACE_MB: '16' }, { semi: '16', arena: '2', mmap: '1048576' }],
+      [{ SEMI_SPACE_MB: ' 0_8 ' }, { semi: '8', arena: '2', mmap: '1048576' }],
       [
-        { SEMI_SPACE_MB: '16', MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '262144' },
-        { semi: '16', arena: '4', mmap: '262144' },
+        { MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '262144' },
+        { semi: '4', arena: '4', mmap: '262144' },
       ],
       [
-        { SEMI_SPACE_MB: ' 0_8 ', MALLOC_ARENA_MAX: '010', MALLOC_MMAP_THRESHOLD_: '1_048_576' },
-        { semi: '8', arena: '10', mmap: '1048576' },
+        { SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' },
+        { semi: '4', arena: '2', mmap: '1048576' },
       ],
     ] as const) {
       const r = await run(env);
@@ -85,51 +86,26 @@ describe('cli - scripts/start.sh (npm start)', () => {
       assert.deepEqual(r.seen?.execArgv, [`--max-semi-space-size=${want.semi}`], JSON.stringify(env));
       assert.deepEqual([r.seen?.semi, r.seen?.arena, r.seen?.mmap], [want.semi, want.arena, want.mmap], JSON.stringify(env));
     }
-    // What the process reads back is what libs/config reads from the same variables.
-    assert.deepEqual(schema.runtime.mallocArenaMax.parse('010'), { ok: true, value: 10 });
-    const zero = await run({ MALLOC_ARENA_MAX: '0', MALLOC_MMAP_THRESHOLD_: '0' });
-    assert.equal(zero.code, 0, zero.stderr);
-    assert.deepEqual([zero.seen?.arena, zero.seen?.mmap], [null, null]);
-    const empty = await run({ SEMI_SPACE_MB: '', MALLOC_ARENA_MAX: '' });
-    assert.equal(empty.code, 0, empty.stderr);
-    assert.deepEqual([empty.seen?.execArgv, empty.seen?.arena], [['--max-semi-space-size=4'], '2'], 'empty: the default, as unset');
+    // What the process passes on is what libs/config reads from the same variable.
+    assert.deepEqual(schema.runtime.semiSpaceMb.parse(' 0_8 '), { ok: true, value: 8 });
   });
 
-  it('refuses a bad value by name with exit code 2, and node never runs', async () => {
-    for (const [name, value] of [
-      ['SEMI_SPACE_MB', 'abc'],
-      ['SEMI_SPACE_MB', '0'],
-      ['SEMI_SPACE_MB', '2048'],
-      ['SEMI_SPACE_MB', '99999999999999999999'],
-      ['SEMI_SPACE_MB', '8 --inspect'],
-      ['MALLOC_ARENA_MAX', '-1'],
-      ['MALLOC_ARENA_MAX', '1e3'],
-      ['SEMI_SPACE_MB', '1 0'],
-      ['SEMI_SPACE_MB', '__'],
-      ['SEMI_SPACE_MB', ' '],
-      ['SEMI_SPACE_MB', '0_000'],
-      ['MALLOC_MMAP_THRESHOLD_', '33554433'],
-      ['MALLOC_MMAP_THRESHOLD_', '1M'],
-    ] as const) {
-      const r = await run({ [name]: value });
-      assert.equal(r.code, 2, `${name}=${value}`);
-      assert.match(r.stderr, new RegExp(`${name} must be a whole number`), `${name}=${value}`);
-      assert.equal(r.seen, null, `${name}=${value}: node did not run`);
+  it('refuses a bad SEMI_SPACE_MB by name with exit code 2, and node never runs', async () => {
+    for (const value of ['abc', '0', '2048', '99999999999999999999', '8 --inspect', '1 0', '__', ' ', '0_000', '1e3', '-1']) {
+      const r = await run({ SEMI_SPACE_MB: value });
+      assert.equal(r.code, 2, `SEMI_SPACE_MB=${value}`);
+      assert.match(r.stderr, /SEMI_SPACE_MB must be a whole number 1–1024/, `SEMI_SPACE_MB=${value}`);
+      assert.equal(r.seen, null, `SEMI_SPACE_MB=${value}: node did not run`);
+      assert.equal(schema.runtime.semiSpaceMb.parse(value).ok, false, `libs/config refuses ${JSON.stringify(value)} too`);
     }
   });
 
-  it('has the settings’ defaults and ranges (libs/config), and is what npm start runs', () => {
+  it('has the setting’s default and range (libs/config), and is what npm start runs', () => {
     const text = readFileSync(SCRIPT, 'utf8');
     const semi = schema.runtime.semiSpaceMb;
-    const arena = schema.runtime.mallocArenaMax;
     assert.ok(text.includes(`semi="\${SEMI_SPACE_MB:-${semi.default}}"`), 'SEMI_SPACE_MB default');
-    assert.ok(text.includes(`arena="\${MALLOC_ARENA_MAX:-${arena.default}}"`), 'MALLOC_ARENA_MAX default');
     const range = (type: string): string => /^integer (\d+)–(\d+)$/.exec(type)!.slice(1).join(' ');
     assert.ok(text.includes(`check SEMI_SPACE_MB "$semi" ${range(semi.type)}`), 'SEMI_SPACE_MB range');
-    assert.ok(text.includes(`check MALLOC_ARENA_MAX "$arena" ${range(arena.type)}`), 'MALLOC_ARENA_MAX range');
-    const mmap = schema.runtime.mallocMmapThreshold;
-    assert.ok(text.includes(`mmap="\${MALLOC_MMAP_THRESHOLD_:-${mmap.default}}"`), 'MALLOC_MMAP_THRESHOLD_ default');
-    assert.ok(text.includes(`check MALLOC_MMAP_THRESHOLD_ "$mmap" ${range(mmap.type)}`), 'MALLOC_MMAP_THRESHOLD_ range');
     const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     assert.equal(pkg.scripts.start, 'exec sh scripts/start.sh start');
   });
@@ -137,22 +113,31 @@ describe('cli - scripts/start.sh (npm start)', () => {
 
 describe('cli - processStartSettings', () => {
   it('reads --max-semi-space-size from the command line over NODE_OPTIONS (last one given), MALLOC_ARENA_MAX from the environment', () => {
-    assert.deepEqual(processStartSettings([], {}), { semiSpaceMb: null, mallocArenaMax: null, mallocMmapThreshold: null });
-    assert.deepEqual(processStartSettings(['--max-semi-space-size=8'], { MALLOC_ARENA_MAX: '2', MALLOC_MMAP_THRESHOLD_: '1048576' }), {
-      semiSpaceMb: 8,
-      mallocArenaMax: 2,
-      mallocMmapThreshold: 1_048_576,
-    });
+    const none = { semiSpaceMb: null, mallocArenaMax: null, mallocMmapThreshold: null, mimallocAllowThp: null, mimallocPurgeDelayMs: null };
+    assert.deepEqual(processStartSettings([], {}), none);
+    assert.deepEqual(
+      processStartSettings(['--max-semi-space-size=8'], {
+        MALLOC_ARENA_MAX: '2',
+        MALLOC_MMAP_THRESHOLD_: '1048576',
+        MIMALLOC_ALLOW_THP: '0',
+        MIMALLOC_PURGE_DELAY: '0',
+      }),
+      { semiSpaceMb: 8, mallocArenaMax: 2, mallocMmapThreshold: 1_048_576, mimallocAllowThp: 0, mimallocPurgeDelayMs: 0 },
+    );
     assert.deepEqual(
       processStartSettings(['--max_semi_space_size', '12'], { NODE_OPTIONS: '--max-semi-space-size=4', MALLOC_ARENA_MAX: '0' }),
-      { semiSpaceMb: 12, mallocArenaMax: null, mallocMmapThreshold: null },
+      { ...none, semiSpaceMb: 12 },
     );
     assert.deepEqual(processStartSettings([], { NODE_OPTIONS: '--max-semi-space-size=4 --max-semi-space-size=6' }).semiSpaceMb, 6);
-    assert.deepEqual(processStartSettings(['--max-semi-space-size=x'], { MALLOC_ARENA_MAX: 'two', MALLOC_MMAP_THRESHOLD_: '1M' }), {
-      semiSpaceMb: null,
-      mallocArenaMax: null,
-      mallocMmapThreshold: null,
-    });
+    assert.deepEqual(
+      processStartSettings(['--max-semi-space-size=x'], {
+        MALLOC_ARENA_MAX: 'two',
+        MALLOC_MMAP_THRESHOLD_: '1M',
+        MIMALLOC_ALLOW_THP: 'on',
+        MIMALLOC_PURGE_DELAY: ' 5',
+      }),
+      none,
+    );
   });
 });
 
@@ -181,13 +166,14 @@ describe('cli - releaseSemiSpaceFlag', () => {
 
   it('resets the flag only when the process started with one; then a worker gets the young generation its resourceLimits ask for', async () => {
     const calls: string[] = [];
+    const started = { semiSpaceMb: null, mallocArenaMax: 2, mallocMmapThreshold: null, mimallocAllowThp: 0, mimallocPurgeDelayMs: 0 };
     assert.equal(
-      releaseSemiSpaceFlag({ semiSpaceMb: null, mallocArenaMax: 2, mallocMmapThreshold: null }, (f) => calls.push(f)),
+      releaseSemiSpaceFlag({ ...started, semiSpaceMb: null }, (f) => calls.push(f)),
       false,
     );
     assert.equal(calls.length, 0);
     assert.equal(
-      releaseSemiSpaceFlag({ semiSpaceMb: 8, mallocArenaMax: 2, mallocMmapThreshold: null }, (f) => calls.push(f)),
+      releaseSemiSpaceFlag({ ...started, semiSpaceMb: 8 }, (f) => calls.push(f)),
       true,
     );
     assert.deepEqual(calls, ['--max-semi-space-size=0']);
