@@ -1,3 +1,4 @@
+export * from './catalogue.ts';
 export * from './logger.ts';
 export * from './metrics.ts';
 export * from './refusals.ts';
