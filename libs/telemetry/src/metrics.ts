@@ -57,7 +57,7 @@ function optionsOf(d: MetricDefinition): MetricOptions {
  * share one series set (OpenTelemetry merges identical registrations).
  */
 export class Metrics {
-  readonly meter: Meter;
+  private readonly meter: Meter;
   private readonly provider: MeterProvider;
   private readonly exporter: PrometheusExporter;
   private readonly serializer = new PrometheusSerializer();
