@@ -1,6 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import {
+  METRICS_BEGIN,
+  METRICS_END,
+  metricsTable,
+  renderMetricsTable,
   EXPORTER_SERIES_NAMES,
   exportedSeriesNames,
   Metrics,
@@ -12,6 +18,7 @@ import {
 } from '../src/index.ts';
 
 const catalogue: readonly MetricDefinition[] = metricCatalogue;
+const root = fileURLToPath(new URL('../../../', import.meta.url));
 
 /** `# HELP`, `# TYPE` and `# UNIT` of each family, and the series names, of a Prometheus text exposition. */
 function families(text: string): {
@@ -193,5 +200,38 @@ describe('catalogue - registration', () => {
     } finally {
       await m.close();
     }
+  });
+});
+
+describe('catalogue - docs', () => {
+  it('docs - the metric table in docs/operations.md matches the catalogue', () => {
+    const doc = readFileSync(`${root}docs/operations.md`, 'utf8');
+    assert.equal(renderMetricsTable(doc), doc, 'docs/operations.md metric table drifted: run `npm run docs:settings`');
+  });
+
+  it('docs - metricsTable: one row per metric, histograms with their series, renamed ones with their former name', () => {
+    const rows = metricsTable()
+      .split('\n')
+      .filter((l) => l.startsWith('| `crowdplay_'));
+    assert.equal(rows.length, catalogue.length);
+    assert.ok(rows.some((r) => r.startsWith('| `crowdplay_act_ack_ms` (`_bucket`, `_sum`, `_count`) | histogram | ms |')));
+    assert.ok(
+      rows.some(
+        (r) =>
+          r.startsWith('| `crowdplay_wallet_reloads_total` | counter (read at scrape) |') &&
+          r.includes('formerly `crowdplay_wallet_reloads`'),
+      ),
+    );
+    assert.ok(rows.some((r) => r.includes('`outcome`: accepted, dropped_over_cap, refused; `reason`: the error code, when refused')));
+  });
+
+  it('docs - renderMetricsTable replaces only the text between the markers; no markers throws', () => {
+    const doc = `# Ops\n\nprose before\n${METRICS_BEGIN}\nstale table\n${METRICS_END}\nprose after\n`;
+    const out = renderMetricsTable(doc);
+    assert.equal(out, `# Ops\n\nprose before\n${METRICS_BEGIN}\n${metricsTable()}\n${METRICS_END}\nprose after\n`);
+    assert.equal(renderMetricsTable(out), out, 'rendering twice changes nothing');
+    const bare = '# Ops\n\nno markers\n';
+    assert.throws(() => renderMetricsTable(bare), { message: 'no metrics markers in the document' });
+    assert.throws(() => renderMetricsTable(`${METRICS_END}\n${METRICS_BEGIN}\n`), /no metrics markers/);
   });
 });
