@@ -925,7 +925,7 @@ export const schema = {
       default: 2_048,
       min: 1,
       unit: 'count',
-      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped). The OpenTelemetry default.',
+      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped_total). The OpenTelemetry default.',
     }),
     spanExportDelayMs: int({
       env: 'OTEL_BSP_SCHEDULE_DELAY',
