@@ -6,6 +6,7 @@
  * is one crowdplay exports, every reason code is in the error catalogue, and
  * every rule names its runbook row, whose metrics include the rule's.
  */
+import { exportedSeriesNames } from '@crowdplay/telemetry';
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -25,31 +26,10 @@ const OPERATIONS = 'docs/operations.md';
 const RUNBOOK_HEADING = "How you'd notice: every limit";
 const SEVERITIES = new Set(['critical', 'warning', 'info']);
 
-// ---- TEMPORARY series names: read from the instrument calls in libs/*/src and services/*/src ----
-// Once '@crowdplay/telemetry' exports its metrics catalogue, this is the one place to change:
-// the body of `seriesNames` becomes `return exportedSeriesNames();`
-// (import { exportedSeriesNames } from '@crowdplay/telemetry'), and INSTRUMENT_CALL and
-// `seriesNamesFromSource` are deleted.
-const INSTRUMENT_CALL =
-  /\.(counter|upDown|gauge|latencyMs|sizeBytes|createCounter|createUpDownCounter|createHistogram|createGauge|createObservableGauge|createObservableCounter|createObservableUpDownCounter)\(\s*'(crowdplay_[a-z0-9_]+)'/g;
-function seriesNamesFromSource(): string[] {
-  const files = spawnSync('git', ['ls-files', '-z', 'libs/*/src/**.ts', 'services/*/src/**.ts'], { cwd: ROOT, encoding: 'utf8' })
-    .stdout.split('\0')
-    .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'));
-  const names: string[] = [];
-  for (const f of files)
-    for (const [, call, name] of readFileSync(join(ROOT, f), 'utf8').matchAll(INSTRUMENT_CALL)) {
-      // What the OpenTelemetry Prometheus exporter serves: monotonic sums get `_total`, histograms three series.
-      if (/^(counter|createCounter|createObservableCounter)$/.test(call!)) names.push(name!.endsWith('_total') ? name! : `${name}_total`);
-      else if (/^(latencyMs|sizeBytes|createHistogram)$/.test(call!)) names.push(`${name}_bucket`, `${name}_sum`, `${name}_count`);
-      else names.push(name!);
-    }
-  return names;
-}
+/** Every Prometheus series name the product exports (the metrics catalogue in libs/telemetry). */
 function seriesNames(): string[] {
-  return seriesNamesFromSource();
+  return exportedSeriesNames();
 }
-// ---- end of the temporary series names ----
 
 /** The executable of promtool. @throws Error naming the package when it is not installed */
 function promtool(): string {
@@ -331,7 +311,7 @@ describe('k8s/alerts: every rule reads real series and names its runbook row', (
       'crowdplay_router_live_shards',
       'crowdplay_ledger_commit_ms',
       'crowdplay_connections_refused_total',
-      'crowdplay_listen_overflows',
+      'crowdplay_listen_overflows_total',
     ])
       assert.ok(read.has(m), `no rule reads ${m}`);
   });

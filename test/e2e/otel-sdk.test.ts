@@ -119,7 +119,7 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
     try {
       assert.equal(t.tracing, true);
       assert.equal(tracingOn(), true);
-      t.metrics.counter('crowdplay_test_pushed_total', 'a metric the push carries').add(1);
+      t.metrics.counter('crowdplay_granted_points_total').add(1);
       const bus = new InProcessBus();
       let seenHeader: string | undefined;
       let seenTrace: string | undefined;
@@ -160,7 +160,7 @@ describe('OpenTelemetry SDK (libs/telemetry) in one process', () => {
         !stub.spans.some((s) => /SELECT 2/.test(String(s.attributes['db.statement'] ?? s.attributes['db.query.text'] ?? ''))),
         'no root pg span',
       );
-      await until(() => stub.metrics.get('crowdplay-sdk-test')?.has('crowdplay_test_pushed_total'), 'the metric push');
+      await until(() => stub.metrics.get('crowdplay-sdk-test')?.has('crowdplay_granted_points_total'), 'the metric push');
     } finally {
       await t.close();
     }

@@ -19,12 +19,14 @@ import { validateBoard, type Board } from './model.ts';
 import type { PngOptions } from './png.ts';
 import type { ReleaseTask, RenderTask, RenderTaskResult, RenderWorkerData, ThumbnailTask } from './worker.ts';
 
-/** The slice of libs/telemetry's `Metrics` the pool uses (structural: pass a `Metrics`, or nothing). */
+/**
+ * The slice of libs/telemetry's `Metrics` the pool uses (structural: pass a `Metrics`, or nothing). Names are
+ * catalogue names (libs/telemetry/src/catalogue.ts); a `Metrics` throws on one that is not catalogued.
+ */
 export interface BoardMetrics {
-  counter(name: string, description: string): { add(value: number, attributes?: Record<string, string>): void };
-  latencyMs(name: string, description: string): { record(value: number): void };
-  sizeBytes(name: string, description: string): { record(value: number): void };
-  gauge(name: string, description: string, read: () => number | Array<[number, Record<string, string>]>): unknown;
+  counter(name: string): { add(value: number, attributes?: Record<string, string>): void };
+  histogram(name: string): { record(value: number): void };
+  gauge(name: string, read: () => number | Array<[number, Record<string, string>]>): unknown;
 }
 
 /** The slice of libs/telemetry's `Refusals` the pool uses. */
@@ -226,33 +228,19 @@ export class RenderPool {
     const metrics = opts.metrics;
     if (metrics) {
       this.m = {
-        renderMs: metrics.latencyMs('crowdplay_board_render_ms', 'Board render time on a render thread, drawing and PNG encoding, ms'),
-        queuedMs: metrics.latencyMs('crowdplay_board_queued_ms', 'Time a board waited for a render slot, ms'),
-        bytes: metrics.sizeBytes('crowdplay_board_png_bytes', 'Board PNG size, bytes'),
-        superseded: metrics.counter(
-          'crowdplay_board_superseded_total',
-          'Queued board renders replaced by a newer version of the same chat',
-        ),
-        refused: metrics.counter('crowdplay_board_refused_total', 'Board renders refused, by reason (queue-full, closed)'),
-        failed: metrics.counter('crowdplay_board_failed_total', 'Board renders that threw on a render thread'),
-        overBudget: metrics.counter('crowdplay_board_png_over_budget_total', 'Board PNGs larger than BOARD_MAX_PNG_BYTES'),
-        latest: metrics.counter(
-          'crowdplay_board_latest_total',
-          'Renders that drew a newer state of their chat than was submitted (outcome="newer"), or kept the submitted one because the newer could not be had (outcome="failed")',
-        ),
+        renderMs: metrics.histogram('crowdplay_board_render_ms'),
+        queuedMs: metrics.histogram('crowdplay_board_queued_ms'),
+        bytes: metrics.histogram('crowdplay_board_png_bytes'),
+        superseded: metrics.counter('crowdplay_board_superseded_total'),
+        refused: metrics.counter('crowdplay_board_refused_total'),
+        failed: metrics.counter('crowdplay_board_failed_total'),
+        overBudget: metrics.counter('crowdplay_board_png_over_budget_total'),
+        latest: metrics.counter('crowdplay_board_latest_total'),
       };
-      metrics.gauge('crowdplay_board_queue_depth', 'Board renders waiting for a slot', () => this.queue.size);
-      metrics.gauge('crowdplay_board_in_flight', 'Board renders on a render thread', () => this.inFlight);
-      metrics.gauge(
-        'crowdplay_board_thread_heap_bytes',
-        "The render threads' V8 heaps, summed (reserved bytes, each as of its latest render): memory of the process outside the main heap",
-        () => this.threadHeapBytes,
-      );
-      metrics.gauge(
-        'crowdplay_board_thread_nice',
-        'The nice value the render threads run at (BOARD_RENDER_NICE), as read back on their latest render; absent until then or where it cannot be read',
-        () => (this.threadNice === null ? [] : [[this.threadNice, {}]]),
-      );
+      metrics.gauge('crowdplay_board_queue_depth', () => this.queue.size);
+      metrics.gauge('crowdplay_board_in_flight', () => this.inFlight);
+      metrics.gauge('crowdplay_board_thread_heap_bytes', () => this.threadHeapBytes);
+      metrics.gauge('crowdplay_board_thread_nice', () => (this.threadNice === null ? [] : [[this.threadNice, {}]]));
     }
   }
 

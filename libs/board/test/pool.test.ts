@@ -53,9 +53,8 @@ function fakeMetrics() {
   const listGauges: Record<string, () => number | Array<[number, Record<string, string>]>> = {};
   const metrics: BoardMetrics = {
     counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
-    latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
-    sizeBytes: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
-    gauge: (name, _d, read) => {
+    histogram: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    gauge: (name, read) => {
       listGauges[name] = read;
       gauges[name] = () => {
         const v = read();

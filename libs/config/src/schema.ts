@@ -952,7 +952,7 @@ export const schema = {
       default: 2_048,
       min: 1,
       unit: 'count',
-      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped).',
+      doc: 'Finished spans waiting for export; past it new spans are dropped and counted (crowdplay_otel_spans_dropped_total).',
       why: 'The OpenTelemetry default.',
     }),
     spanExportDelayMs: int({

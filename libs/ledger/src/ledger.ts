@@ -327,9 +327,6 @@ function singleError(err: unknown, req: TransferRequest): Error {
   }
 }
 
-/** Histogram boundaries for transfers per commit. */
-export const BATCH_SIZE_BUCKETS = [1, 5, 10, 50, 100, 250, 500, 1_000, 2_000, 5_000, 10_000, 20_000];
-
 interface LedgerMetrics {
   transfers: Counter;
   commitMs: Histogram;
@@ -402,15 +399,12 @@ export class Ledger {
     if (telemetry) {
       const m = telemetry.metrics;
       this.metrics = {
-        transfers: m.counter('crowdplay_ledger_transfers_total', 'Ledger transfers by result (committed, replayed, refused)'),
-        commitMs: m.latencyMs('crowdplay_ledger_commit_ms', 'Duration of one group commit (one transaction), ms'),
-        ackMs: m.latencyMs('crowdplay_ledger_ack_ms', 'Per commit: queue wait + commit of its oldest transfer (the slowest ack), ms'),
-        batchSize: m.meter.createHistogram('crowdplay_ledger_commit_transfers', {
-          description: 'Transfers per group commit',
-          advice: { explicitBucketBoundaries: BATCH_SIZE_BUCKETS },
-        }),
+        transfers: m.counter('crowdplay_ledger_transfers_total'),
+        commitMs: m.histogram('crowdplay_ledger_commit_ms'),
+        ackMs: m.histogram('crowdplay_ledger_ack_ms'),
+        batchSize: m.histogram('crowdplay_ledger_commit_transfers'),
       };
-      m.gauge('crowdplay_ledger_queued', 'Ledger transfers queued or committing (limit LEDGER_MAX_QUEUED)', () => this.pending);
+      m.gauge('crowdplay_ledger_queued', () => this.pending);
     } else this.metrics = null;
   }
 

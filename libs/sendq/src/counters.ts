@@ -28,7 +28,7 @@ function emptyStats(): SendQueueStats {
 }
 
 type Counter = ReturnType<Metrics['counter']>;
-type Histogram = ReturnType<Metrics['latencyMs']>;
+type Histogram = ReturnType<Metrics['histogram']>;
 
 interface Instruments {
   sends: Counter;
@@ -64,33 +64,21 @@ export class QueueCounters {
   ) {
     if (metrics === undefined) return;
     this.m = {
-      sends: metrics.counter('crowdplay_sendq_sends_total', 'Bot API calls made through the send queue, by lane and outcome'),
-      rateLimited: metrics.counter('crowdplay_sendq_rate_limited_total', 'Bot API 429 answers (each pauses every sender for retry_after)'),
-      pauseMs: metrics.counter('crowdplay_sendq_pause_ms_total', 'Bot-wide pause requested after 429s, ms'),
-      superseded: metrics.counter('crowdplay_sendq_superseded_total', 'Queued jobs replaced by a newer job with the same key, by lane'),
-      purged: metrics.counter('crowdplay_sendq_purged_total', 'Queued jobs purged because their chat was deactivated'),
-      failed: metrics.counter('crowdplay_sendq_failed_total', 'Jobs that exhausted their retries or requeues'),
-      refused: metrics.counter('crowdplay_sendq_refused_total', 'Enqueues refused, by reason (deactivated, full, closed)'),
-      bucketWaits: metrics.counter(
-        'crowdplay_sendq_bucket_waits_total',
-        'Bucket takes refused, by the limit that refused (pause, bot, group, chat)',
-      ),
-      booked: metrics.counter(
-        'crowdplay_sendq_booked_total',
-        "Takes granted for the bot rate's next free slot (TELEGRAM_SENDQ_BOOK_MS) instead of refused: the worker waits for it",
-      ),
-      bookedMs: metrics.counter('crowdplay_sendq_booked_wait_ms_total', 'Time workers waited for booked bot slots, ms'),
-      windowWaits: metrics.counter(
-        'crowdplay_sendq_window_waits_total',
-        "Calls held back by the process's call window (at most TELEGRAM_BOT_RATE_PER_S starts in any second: calls bunched behind a late one)",
-      ),
-      windowWaitMs: metrics.counter('crowdplay_sendq_window_wait_ms_total', 'Time calls waited in the call window, ms'),
-      jobMs: metrics.latencyMs(
-        'crowdplay_sendq_job_ms',
-        'Send job enqueued → settled (queue wait, bucket waits, 429 pauses and the Bot API call), ms, by lane and status (sent, superseded, dropped, failed, …)',
-      ),
+      sends: metrics.counter('crowdplay_sendq_sends_total'),
+      rateLimited: metrics.counter('crowdplay_sendq_rate_limited_total'),
+      pauseMs: metrics.counter('crowdplay_sendq_pause_ms_total'),
+      superseded: metrics.counter('crowdplay_sendq_superseded_total'),
+      purged: metrics.counter('crowdplay_sendq_purged_total'),
+      failed: metrics.counter('crowdplay_sendq_failed_total'),
+      refused: metrics.counter('crowdplay_sendq_refused_total'),
+      bucketWaits: metrics.counter('crowdplay_sendq_bucket_waits_total'),
+      booked: metrics.counter('crowdplay_sendq_booked_total'),
+      bookedMs: metrics.counter('crowdplay_sendq_booked_wait_ms_total'),
+      windowWaits: metrics.counter('crowdplay_sendq_window_waits_total'),
+      windowWaitMs: metrics.counter('crowdplay_sendq_window_wait_ms_total'),
+      jobMs: metrics.histogram('crowdplay_sendq_job_ms'),
     };
-    metrics.gauge('crowdplay_sendq_depth', 'Jobs queued in the send queue (not started), by lane', () => {
+    metrics.gauge('crowdplay_sendq_depth', () => {
       const d = depth();
       return [
         [d.tx, { lane: 'tx' }],

@@ -1,6 +1,5 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { isCrowdplayError } from '@crowdplay/protocol';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { openStore, type Store } from '../src/index.ts';
 

@@ -34,7 +34,7 @@ import { Api, InputFile, type Transformer } from 'grammy';
 import type { ApiMethods } from 'grammy/types';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { EnqueueResult, JobResult, Lane, SendFn, SendJob, SendOutcome, SendQueue } from '@crowdplay/sendq';
-import { AVATAR_MAX_BYTES, Avatars, Gate, type AvatarOptions } from './avatars.ts';
+import { AVATAR_MAX_BYTES, Avatars, Gate, type AvatarOptions, type AvatarStats } from './avatars.ts';
 import { BOARD_PROBE_IDS, MemoryBoardStore, type BoardStore } from './board-store.ts';
 import { classifyError, isIdempotent, type ErrorClass } from './outcome.ts';
 
@@ -218,6 +218,18 @@ function tgReason(code: number, description: string): string {
 }
 
 /** The client (see the module doc). One per process. */
+/** The avatar stats that are values now rather than running totals (exported as a gauge). */
+const AVATAR_GAUGES: ReadonlyArray<keyof AvatarStats> = ['waiting', 'peakInFlight', 'cacheBytes', 'cacheEntries'];
+
+/** What {@link TelegramClient.exportMetrics} registers on: libs/telemetry's `Metrics`, structurally. */
+export interface TelegramClientMetrics {
+  observableCounter(
+    name: 'crowdplay_telegram_boards_total' | 'crowdplay_telegram_errors_total' | 'crowdplay_telegram_avatar_total',
+    read: () => Array<[number, Record<string, string>]>,
+  ): unknown;
+  gauge(name: 'crowdplay_telegram_avatar', read: () => Array<[number, Record<string, string>]>): unknown;
+}
+
 export class TelegramClient {
   /** grammY's Api: every call passes the send queue (avatar reads: the avatar gate). */
   readonly api: Api;
@@ -405,25 +417,23 @@ export class TelegramClient {
   }
 
   /**
-   * Exports the counters as gauges read at scrape time (libs/telemetry
-   * `Metrics.gauge`): `crowdplay_telegram_boards{action}`,
-   * `crowdplay_telegram_errors{class}`, `crowdplay_telegram_avatar{stat}`
-   * (queued: the avatar cap biting on reads; gateWaits: on other avatar calls; peakInFlight; cacheBytes; …).
+   * Exports the client's counters, read at scrape time (libs/telemetry's catalogue):
+   * running totals as observable counters `crowdplay_telegram_boards_total{action}`,
+   * `crowdplay_telegram_errors_total{class}` and `crowdplay_telegram_avatar_total{stat}` (queued: the avatar
+   * cap biting on reads; gateWaits: on other avatar calls), and the avatar reads' current values as the gauge
+   * `crowdplay_telegram_avatar{stat}` (waiting, peakInFlight, cacheBytes, cacheEntries).
+   * @param metrics libs/telemetry's `Metrics` (structurally: this package does not depend on it)
    */
-  exportMetrics(metrics: { gauge(name: string, description: string, read: () => Array<[number, Record<string, string>]>): unknown }): void {
-    metrics.gauge(
-      'crowdplay_telegram_boards',
-      'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes)',
-      () => Object.entries(this.s.boards).map(([action, n]) => [n, { action }]),
-    );
-    metrics.gauge('crowdplay_telegram_errors', 'Bot API failures by class (outcome.ts)', () =>
-      Object.entries(this.s.errors).map(([k, n]) => [n, { class: k }]),
-    );
-    metrics.gauge(
-      'crowdplay_telegram_avatar',
-      'Avatar reads: requests, cacheHits, collapsed, reads, failures, queued (waited for a read slot), waiting (now), gateWaits, peakInFlight, cacheBytes, cacheEntries',
-      () => Object.entries(this.avatars.stats()).map(([stat, n]) => [n, { stat }]),
-    );
+  exportMetrics(metrics: TelegramClientMetrics): void {
+    metrics.observableCounter('crowdplay_telegram_boards_total', () => Object.entries(this.s.boards).map(([action, n]) => [n, { action }]));
+    metrics.observableCounter('crowdplay_telegram_errors_total', () => Object.entries(this.s.errors).map(([k, n]) => [n, { class: k }]));
+    const now = new Set<keyof AvatarStats>(AVATAR_GAUGES);
+    const avatars = (gauges: boolean): Array<[number, Record<string, string>]> =>
+      Object.entries(this.avatars.stats())
+        .filter(([stat]) => now.has(stat as keyof AvatarStats) === gauges)
+        .map(([stat, n]) => [n, { stat }]);
+    metrics.observableCounter('crowdplay_telegram_avatar_total', () => avatars(false));
+    metrics.gauge('crowdplay_telegram_avatar', () => avatars(true));
   }
 
   // ---- the send side ----

@@ -664,7 +664,7 @@ void test("the queue at Telegram's rates never meets the stub's ceilings (30/s b
   }
 });
 
-void test('counters exported as gauges', async () => {
+void test('metrics - running totals exported as counters, current avatar values as a gauge', async () => {
   const { Metrics } = await import('@crowdplay/telemetry');
   const r = await rig();
   const metrics = new Metrics({ service: 'telegram-test' });
@@ -673,8 +673,14 @@ void test('counters exported as gauges', async () => {
     await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
     await r.client.avatars.get(5);
     const text = await metrics.prometheusText();
-    assert.match(text, /crowdplay_telegram_boards\{action="posted"[^}]*\} 1\n/);
-    assert.match(text, /crowdplay_telegram_avatar\{stat="reads"[^}]*\} 1\n/);
+    assert.match(text, /^# TYPE crowdplay_telegram_boards_total counter$/m);
+    assert.match(text, /crowdplay_telegram_boards_total\{action="posted"[^}]*\} 1\n/);
+    assert.match(text, /^# TYPE crowdplay_telegram_avatar_total counter$/m);
+    assert.match(text, /crowdplay_telegram_avatar_total\{stat="reads"[^}]*\} 1\n/);
+    assert.match(text, /^# TYPE crowdplay_telegram_avatar gauge$/m);
+    assert.match(text, /crowdplay_telegram_avatar\{stat="cacheEntries"[^}]*\} 1\n/);
+    assert.doesNotMatch(text, /crowdplay_telegram_avatar\{stat="reads"/, 'a running total is no gauge series');
+    assert.doesNotMatch(text, /crowdplay_telegram_avatar_total\{stat="cacheEntries"/, 'a current value is no counter series');
   } finally {
     await metrics.close();
     await r.close();

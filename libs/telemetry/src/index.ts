@@ -1,3 +1,5 @@
+export * from './catalogue.ts';
+export * from './catalogue-doc.ts';
 export * from './logger.ts';
 export * from './metrics.ts';
 export * from './refusals.ts';

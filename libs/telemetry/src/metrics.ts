@@ -2,12 +2,28 @@ import { constants as perfConstants, monitorEventLoopDelay, PerformanceObserver,
 import { MeterProvider, PeriodicExportingMetricReader, type IMetricReader, type PushMetricExporter } from '@opentelemetry/sdk-metrics';
 import type { Resource } from '@opentelemetry/resources';
 import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
-import type { Attributes, Counter, Histogram, Meter, ObservableGauge, UpDownCounter } from '@opentelemetry/api';
+import type {
+  Attributes,
+  Counter,
+  Histogram,
+  Meter,
+  MetricOptions,
+  ObservableCounter,
+  ObservableGauge,
+  UpDownCounter,
+} from '@opentelemetry/api';
+import {
+  metricDefinition,
+  type CounterName,
+  type GaugeName,
+  type HistogramName,
+  type MetricDefinition,
+  type ObservableCounterName,
+  type UpDownCounterName,
+} from './catalogue.ts';
 
-/** Histogram boundaries for latencies in ms (act ack, batch lag, commit time). */
-export const LATENCY_BUCKETS_MS = [0.5, 1, 2, 5, 10, 25, 50, 100, 250, 300, 500, 1_000, 2_500, 5_000, 10_000];
-/** Histogram boundaries for sizes in bytes. */
-export const SIZE_BUCKETS_BYTES = [64, 256, 1_024, 4_096, 16_384, 65_536, 262_144, 1_048_576];
+/** What an observable instrument's `read()` returns at scrape time: one value, or one value per label set (none: no series). */
+export type MetricReading = number | Array<[number, Attributes]>;
 
 const GC_KINDS: Record<number, string> = {
   [perfConstants.NODE_PERFORMANCE_GC_MINOR]: 'minor',
@@ -19,13 +35,27 @@ const GC_KINDS: Record<number, string> = {
 /** Period of the lag timer behind `crowdplay_event_loop_lag_ms{quantile="max"}`, ms (monitorEventLoopDelay's resolution too). */
 const LAG_TICK_MS = 10;
 
+/** The OpenTelemetry options of a catalogue entry: its help, its unit (none for a plain number) and its buckets. */
+function optionsOf(d: MetricDefinition): MetricOptions {
+  return {
+    description: d.help,
+    ...(d.unit === '1' ? {} : { unit: d.unit }),
+    ...(d.buckets ? { advice: { explicitBucketBoundaries: [...d.buckets] } } : {}),
+  };
+}
+
 /**
  * Metrics through the OpenTelemetry metrics API, read by Prometheus from
  * `/metrics` (the exporter's serializer, no server of its own). One instance
  * per process (tests make their own, so they never share counters).
+ *
+ * Every metric is declared in the catalogue (catalogue.ts); a call site names
+ * it only, and gets the instrument of its catalogued type, help, unit and
+ * buckets. Registering a name twice on one instance returns instruments that
+ * share one series set (OpenTelemetry merges identical registrations).
  */
 export class Metrics {
-  readonly meter: Meter;
+  private readonly meter: Meter;
   private readonly provider: MeterProvider;
   private readonly exporter: PrometheusExporter;
   private readonly serializer = new PrometheusSerializer();
@@ -59,10 +89,10 @@ export class Metrics {
     // Event-loop lag: the first thing a saturated Node process shows.
     this.loopDelay = monitorEventLoopDelay({ resolution: 10 });
     this.loopDelay.enable();
-    const lag = this.meter.createObservableGauge('crowdplay_event_loop_lag_ms', {
-      description: 'Event-loop delay since the previous scrape (p50, p99, max), ms',
-      unit: 'ms',
-    });
+    const lag = this.meter.createObservableGauge(
+      'crowdplay_event_loop_lag_ms',
+      optionsOf(metricDefinition('crowdplay_event_loop_lag_ms', 'gauge')),
+    );
     // The max also comes from a timer of our own: resetting the histogram (each scrape) also forgets when it last ticked,
     // so its first tick after a reset records nothing, and a stall that a scrape follows before that tick (a scrape
     // arriving during the stall is read right after it) was lost from the max (measured: a 120 ms block then a reset
@@ -87,15 +117,12 @@ export class Metrics {
     });
     // Where the memory is: V8's heap (used / reserved), memory of JS objects held outside it (Buffers, canvases), and the
     // ArrayBuffers among those; RSS minus heap_total minus external is native memory of the process (threads, libraries).
-    const mem = this.meter.createObservableGauge('crowdplay_process_memory_bytes', {
-      description: 'process.memoryUsage() at scrape time, by kind: rss, heap_used, heap_total, external, array_buffers (bytes)',
-      unit: 'By',
-    });
-    // Garbage collections of the main thread's heap (HEAP_GROWING_PERCENT trades memory against these), by kind.
-    const gcMs = this.latencyMs(
-      'crowdplay_gc_ms',
-      "V8 garbage collections of the main thread's heap, by kind (minor, major, incremental, weakcb), ms",
+    const mem = this.meter.createObservableGauge(
+      'crowdplay_process_memory_bytes',
+      optionsOf(metricDefinition('crowdplay_process_memory_bytes', 'gauge')),
     );
+    // Garbage collections of the main thread's heap (HEAP_GROWING_PERCENT trades memory against these), by kind.
+    const gcMs = this.histogram('crowdplay_gc_ms');
     this.gcObserver = new PerformanceObserver((list) => {
       for (const e of list.getEntries())
         gcMs.record(e.duration, { kind: GC_KINDS[(e as PerformanceEntry & { detail?: { kind?: number } }).detail?.kind ?? 0] ?? 'other' });
@@ -111,33 +138,49 @@ export class Metrics {
     });
   }
 
-  counter(name: string, description: string): Counter {
-    return this.meter.createCounter(name, { description });
+  /**
+   * The counter `name` (added to at the event; Prometheus `<name>`, already ending in `_total`).
+   * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
+   */
+  counter(name: CounterName): Counter {
+    return this.meter.createCounter(name, optionsOf(metricDefinition(name, 'counter')));
   }
 
-  upDown(name: string, description: string): UpDownCounter {
-    return this.meter.createUpDownCounter(name, { description });
+  /**
+   * The up-down counter `name` (added to and taken from at the event; a Prometheus gauge).
+   * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
+   */
+  upDown(name: UpDownCounterName): UpDownCounter {
+    return this.meter.createUpDownCounter(name, optionsOf(metricDefinition(name, 'upDownCounter')));
   }
 
-  /** A histogram of milliseconds with LATENCY_BUCKETS_MS. */
-  latencyMs(name: string, description: string): Histogram {
-    return this.meter.createHistogram(name, { description, unit: 'ms', advice: { explicitBucketBoundaries: LATENCY_BUCKETS_MS } });
+  /**
+   * The histogram `name`, with the catalogue's unit and bucket boundaries (Prometheus `<name>_bucket`, `_sum`, `_count`).
+   * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
+   */
+  histogram(name: HistogramName): Histogram {
+    return this.meter.createHistogram(name, optionsOf(metricDefinition(name, 'histogram')));
   }
 
-  /** A histogram of bytes with SIZE_BUCKETS_BYTES. */
-  sizeBytes(name: string, description: string): Histogram {
-    return this.meter.createHistogram(name, { description, unit: 'By', advice: { explicitBucketBoundaries: SIZE_BUCKETS_BYTES } });
-  }
-
-  /** A gauge read at scrape time from `read()`. */
-  gauge(name: string, description: string, read: () => number | Array<[number, Attributes]>): ObservableGauge {
-    const g = this.meter.createObservableGauge(name, { description });
-    g.addCallback((r) => {
-      const v = read();
-      if (typeof v === 'number') r.observe(v);
-      else for (const [value, attrs] of v) r.observe(value, attrs);
-    });
+  /**
+   * The gauge `name`, read at scrape time from `read()` (one value, or one per label set).
+   * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
+   */
+  gauge(name: GaugeName, read: () => MetricReading): ObservableGauge {
+    const g = this.meter.createObservableGauge(name, optionsOf(metricDefinition(name, 'gauge')));
+    g.addCallback((r) => observeReading(r, read()));
     return g;
+  }
+
+  /**
+   * The observable counter `name`: a running total (never decreasing) read at scrape time from `read()`,
+   * one value or one per label set (a Prometheus counter).
+   * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
+   */
+  observableCounter(name: ObservableCounterName, read: () => MetricReading): ObservableCounter {
+    const c = this.meter.createObservableCounter(name, optionsOf(metricDefinition(name, 'observableCounter')));
+    c.addCallback((r) => observeReading(r, read()));
+    return c;
   }
 
   /** The Prometheus text exposition of every metric (for GET /metrics). */
@@ -155,4 +198,9 @@ export class Metrics {
     this.gcObserver.disconnect();
     await this.provider.shutdown();
   }
+}
+
+function observeReading(r: { observe(value: number, attributes?: Attributes): void }, v: MetricReading): void {
+  if (typeof v === 'number') r.observe(v);
+  else for (const [value, attrs] of v) r.observe(value, attrs);
 }

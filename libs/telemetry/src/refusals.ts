@@ -18,7 +18,7 @@ export class Refusals {
     private readonly intervalMs: number,
     private readonly now: () => number = Date.now,
   ) {
-    this.counter = metrics.counter('crowdplay_refusals_total', 'Requests refused by a limit or check, by reason (error code) and area');
+    this.counter = metrics.counter('crowdplay_refusals_total');
   }
 
   /**

@@ -50,11 +50,7 @@ export function createTelemetry(opts: {
   const refusals = new Refusals(metrics, logger, opts.refusalLogIntervalMs);
   const tracing = otel && tracesExporterOf(otel) !== 'none' ? startTracing(otel, opts.service, logger) : undefined;
   if (tracing?.enabled) {
-    metrics.gauge(
-      'crowdplay_otel_spans_dropped',
-      'Finished spans dropped because OTEL_BSP_MAX_QUEUE_SIZE spans were waiting for export (the collector is slow or down), since start',
-      () => droppedSpans(),
-    );
+    metrics.observableCounter('crowdplay_otel_spans_dropped_total', () => droppedSpans());
   }
   return {
     logger,

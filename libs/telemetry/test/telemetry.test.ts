@@ -66,7 +66,7 @@ describe('telemetry', () => {
 
   it('metrics - histograms use ms buckets and event-loop lag is exported', async () => {
     const metrics = new Metrics({ service: 'test' });
-    const h = metrics.latencyMs('crowdplay_test_ms', 'test');
+    const h = metrics.histogram('crowdplay_trade_ack_ms');
     h.record(3);
     h.record(40);
     const busyUntil = Date.now() + 30;
@@ -79,8 +79,8 @@ describe('telemetry', () => {
       }, 5),
     );
     const text = await metrics.prometheusText();
-    assert.match(text, /crowdplay_test_ms_bucket\{[^}]*le="5"\} 1/);
-    assert.match(text, /crowdplay_test_ms_bucket\{[^}]*le="50"\} 2/);
+    assert.match(text, /crowdplay_trade_ack_ms_bucket\{[^}]*le="5"\} 1/);
+    assert.match(text, /crowdplay_trade_ack_ms_bucket\{[^}]*le="50"\} 2/);
     const lag = /crowdplay_event_loop_lag_ms\{[^}]*quantile="max"[^}]*\} ([\d.]+)/.exec(text);
     assert.ok(lag, 'event-loop lag gauge exported');
     assert.ok(Number(lag[1]) > 5, `lag max ${lag[1]} ms reflects the blocked loop`);

@@ -55,20 +55,13 @@ interface Parts {
  * DATABASE_POOL_MAX (or Postgres) is the limit.
  */
 function observePool(db: PgDb, telemetry: Telemetry): void {
-  const wait = telemetry.metrics.latencyMs(
-    'crowdplay_pg_pool_wait_ms',
-    'Wait for a free pg pool connection before a query or transaction, ms',
-  );
+  const wait = telemetry.metrics.histogram('crowdplay_pg_pool_wait_ms');
   db.onWait = (ms) => wait.record(ms);
-  telemetry.metrics.gauge(
-    'crowdplay_pg_pool',
-    'pg pool connections by state: total, idle, and waiting (queries queued for a connection: DATABASE_POOL_MAX biting)',
-    () => [
-      [db.pool.waitingCount, { state: 'waiting' }],
-      [db.pool.totalCount, { state: 'total' }],
-      [db.pool.idleCount, { state: 'idle' }],
-    ],
-  );
+  telemetry.metrics.gauge('crowdplay_pg_pool', () => [
+    [db.pool.waitingCount, { state: 'waiting' }],
+    [db.pool.totalCount, { state: 'total' }],
+    [db.pool.idleCount, { state: 'idle' }],
+  ]);
 }
 
 async function base(config: Config, service: string): Promise<{ telemetry: Telemetry; store: Store; bus: Bus; subjects: Subjects }> {
@@ -114,11 +107,7 @@ export async function startServices(
   if (opts.helperThreads) {
     const { niced, failed } = opts.helperThreads;
     logger.info({ nice: config.runtime.helperThreadNice, threads: niced.length, failed: failed.length }, 'helper threads niced');
-    telemetry.metrics.gauge(
-      'crowdplay_helper_threads_niced',
-      'Helper threads (V8 platform workers, libuv pool) set to HELPER_THREAD_NICE at start-up',
-      () => niced.length,
-    );
+    telemetry.metrics.gauge('crowdplay_helper_threads_niced', () => niced.length);
   }
   const start = opts.startSettings;
   if (start) {
@@ -133,17 +122,13 @@ export async function startServices(
       },
       'process-start settings',
     );
-    telemetry.metrics.gauge(
-      'crowdplay_process_start_setting',
-      "Settings read only when the process started, as it got them: semi_space_mb (node --max-semi-space-size), malloc_arena_max (MALLOC_ARENA_MAX), malloc_mmap_threshold (MALLOC_MMAP_THRESHOLD_, bytes), 0 = the runtime default; mimalloc_allow_thp (MIMALLOC_ALLOW_THP, 0/1) and mimalloc_purge_delay_ms (MIMALLOC_PURGE_DELAY), which the board renderer's allocator read at load",
-      () => [
-        [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
-        [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
-        [start.mallocMmapThreshold ?? 0, { setting: 'malloc_mmap_threshold' }],
-        [start.mimallocAllowThp ?? 0, { setting: 'mimalloc_allow_thp' }],
-        [start.mimallocPurgeDelayMs ?? 0, { setting: 'mimalloc_purge_delay_ms' }],
-      ],
-    );
+    telemetry.metrics.gauge('crowdplay_process_start_setting', () => [
+      [start.semiSpaceMb ?? 0, { setting: 'semi_space_mb' }],
+      [start.mallocArenaMax ?? 0, { setting: 'malloc_arena_max' }],
+      [start.mallocMmapThreshold ?? 0, { setting: 'malloc_mmap_threshold' }],
+      [start.mimallocAllowThp ?? 0, { setting: 'mimalloc_allow_thp' }],
+      [start.mimallocPurgeDelayMs ?? 0, { setting: 'mimalloc_purge_delay_ms' }],
+    ]);
   }
   const parts: Parts = {};
   try {
@@ -230,16 +215,12 @@ export async function startServices(
         config.router.cacheMax,
       );
       await router.start();
-      telemetry.metrics.gauge(
-        'crowdplay_router_cache',
-        "The gateway's assignment cache: hits, changes applied, evictions (ROUTER_ASSIGNMENT_CACHE_MAX biting), entries",
-        () => [
-          [router.hits, { stat: 'hits' }],
-          [router.changes, { stat: 'changes' }],
-          [router.evictions, { stat: 'evictions' }],
-          [router.size, { stat: 'entries' }],
-        ],
-      );
+      telemetry.metrics.observableCounter('crowdplay_router_cache_total', () => [
+        [router.hits, { stat: 'hits' }],
+        [router.changes, { stat: 'changes' }],
+        [router.evictions, { stat: 'evictions' }],
+      ]);
+      telemetry.metrics.gauge('crowdplay_router_cache', () => [[router.size, { stat: 'entries' }]]);
       parts.routerCache = router;
       // The bot and its live boards run beside the gateway that receives the webhook (off without TELEGRAM_BOT_TOKEN).
       // Its chats' channels belong to TELEGRAM_TENANT_ID: created here when missing (a cluster has no standalone dev tenant).

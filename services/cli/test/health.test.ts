@@ -28,7 +28,7 @@ class FakeProcess extends EventEmitter implements ProcessLike {
 
 function fakeRunning(stop: () => Promise<void>): Running {
   const telemetry = createTelemetry({ service: 'health-test', level: 'silent', refusalLogIntervalMs: 10_000 });
-  telemetry.metrics.counter('crowdplay_health_test_total', 'a test counter').add(3);
+  telemetry.metrics.counter('crowdplay_granted_points_total').add(3);
   return { port: undefined, telemetry, store: {} as Running['store'], bus: {} as Running['bus'], stop };
 }
 
@@ -80,7 +80,7 @@ describe('runUntilSignal with a health server', () => {
     try {
       await runUntilSignal(defaultConfig(), async () => running, { health: h, proc });
       assert.equal((await get(h.port, '/readyz')).status, 200);
-      assert.match((await get(h.port, '/metrics')).body, /crowdplay_health_test_total/);
+      assert.match((await get(h.port, '/metrics')).body, /crowdplay_granted_points_total(\{[^}]*\})? 3\n/);
       proc.emit('SIGTERM', 'SIGTERM');
       assert.equal(h.state, 'draining'); // synchronously, before any await of the drain
       assert.equal(stopCalls, 1);

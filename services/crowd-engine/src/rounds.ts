@@ -104,20 +104,11 @@ export interface RoundMetrics {
 export function roundMetrics(telemetry: Telemetry): RoundMetrics {
   const m = telemetry.metrics;
   return {
-    roundEvents: m.counter(
-      'crowdplay_round_events_total',
-      'Round transitions by kind and event (opened, locked, settled, cancelled, expired, recovered, drained, handed_off, resumed: an open round taken over with its book, handoff_mismatch: a handed-off book the ledger disagrees with, refunded)',
-    ),
-    trades: m.counter('crowdplay_trades_total', 'Stakes and trades by kind (stake, buy, sell) and outcome (accepted, refused) and reason'),
-    tradeAckMs: m.latencyMs('crowdplay_trade_ack_ms', 'Gateway receipt of a stake or trade → its ack after the ledger commit, ms'),
-    ledgerRetries: m.counter(
-      'crowdplay_round_ledger_retries_total',
-      'Round transfers sent again because the ledger could not say whether they committed',
-    ),
-    unrecovered: m.counter(
-      'crowdplay_round_unrecovered_points_total',
-      "Points of a cancelled market's profitable cash-outs that the viewer had already spent (kept by the viewer, borne by the maker)",
-    ),
+    roundEvents: m.counter('crowdplay_round_events_total'),
+    trades: m.counter('crowdplay_trades_total'),
+    tradeAckMs: m.histogram('crowdplay_trade_ack_ms'),
+    ledgerRetries: m.counter('crowdplay_round_ledger_retries_total'),
+    unrecovered: m.counter('crowdplay_round_unrecovered_points_total'),
   };
 }
 

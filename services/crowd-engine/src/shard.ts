@@ -183,53 +183,27 @@ export class Shard {
     this.ids = new IdAllocator(() => this.leaseBlock(), Math.max(1, Math.floor(blockSize / 5)));
     const mx = telemetry.metrics;
     this.m = {
-      intents: mx.counter(
-        'crowdplay_intents_total',
-        'Intents taken by shards, by outcome (accepted, dropped_over_cap, refused) and reason',
-      ),
-      actAckMs: mx.latencyMs('crowdplay_act_ack_ms', 'Gateway receipt of an intent → its act ack published by the shard, ms'),
-      batchLagMs: mx.latencyMs('crowdplay_batch_lag_ms', 'Gateway receipt of an intent → the batch carrying it closed, ms'),
-      batches: mx.counter('crowdplay_batches_total', 'Batches closed (non-empty ticks)'),
-      logWrites: mx.counter(
-        'crowdplay_event_log_writes_total',
-        'Batches written to the event log before publishing, by outcome: ok, stale_epoch (not published, channel dropped), moved (not published: the channel moved away while its tick was in flight), gap (published, floor raised), gap_unmarked (published, floor not raised)',
-      ),
-      updates: mx.counter('crowdplay_channel_updates_total', 'Viewer updates published by shards'),
-      lastBatchRepeats: mx.counter(
-        'crowdplay_last_batch_repeats_total',
-        "Channels acquired whose previous owner's last logged batch was published again (a shard that died between logging and publishing it left it unseen; gateways drop it for game sockets that have it)",
-      ),
-      tickYields: mx.counter(
-        'crowdplay_tick_yields_total',
-        'Times a tick over many channels yielded the event loop to I/O after SHARD_TURN_BUDGET_MS of work, then went on',
-      ),
-      updatesDeferred: mx.counter(
-        'crowdplay_channel_updates_deferred_total',
-        'Viewer updates due in an event-loop turn that had spent SHARD_TURN_BUDGET_MS on updates, published in a later turn',
-      ),
-      updateBytes: mx.sizeBytes('crowdplay_channel_update_bytes', 'Size of one serialised viewer update, bytes'),
-      snapshotErrors: mx.counter('crowdplay_snapshot_errors_total', 'Channel snapshots that failed, by reason'),
-      absorbed: mx.counter(
-        'crowdplay_channel_absorbed_total',
-        "Entries (players) of a moved chat's state merged into its new channel, by result: added, replaced (the moved one was further along), kept (the new channel's was), stale (another period's state, nothing taken)",
-      ),
+      intents: mx.counter('crowdplay_intents_total'),
+      actAckMs: mx.histogram('crowdplay_act_ack_ms'),
+      batchLagMs: mx.histogram('crowdplay_batch_lag_ms'),
+      batches: mx.counter('crowdplay_batches_total'),
+      logWrites: mx.counter('crowdplay_event_log_writes_total'),
+      updates: mx.counter('crowdplay_channel_updates_total'),
+      lastBatchRepeats: mx.counter('crowdplay_last_batch_repeats_total'),
+      tickYields: mx.counter('crowdplay_tick_yields_total'),
+      updatesDeferred: mx.counter('crowdplay_channel_updates_deferred_total'),
+      updateBytes: mx.histogram('crowdplay_channel_update_bytes'),
+      snapshotErrors: mx.counter('crowdplay_snapshot_errors_total'),
+      absorbed: mx.counter('crowdplay_channel_absorbed_total'),
     };
-    mx.gauge('crowdplay_shard_channels', 'Channels owned by this shard', () => this.owned.size);
-    mx.gauge('crowdplay_shard_pending_intents', 'Individual intents held for the open tick', () => this.pendingIntents);
-    mx.gauge(
-      'crowdplay_channel_updates_due',
-      'Viewer updates due and deferred to a later event-loop turn (SHARD_TURN_BUDGET_MS)',
-      () => this.due.size,
-    );
+    mx.gauge('crowdplay_shard_channels', () => this.owned.size);
+    mx.gauge('crowdplay_shard_pending_intents', () => this.pendingIntents);
+    mx.gauge('crowdplay_channel_updates_due', () => this.due.size);
     if (this.wallets) {
       const w = this.wallets;
-      mx.gauge('crowdplay_wallet_mirror_size', "Viewers' balances mirrored in memory (limit WALLET_MIRROR_MAX)", () => w.size);
-      mx.gauge(
-        'crowdplay_wallet_reloads',
-        'Mirrored balances reloaded before refusing a stake or trade (WALLET_RELOAD_MS), since start',
-        () => w.reloads,
-      );
-      mx.gauge('crowdplay_rounds_unfinished', 'Open and locked rounds on this shard', () => {
+      mx.gauge('crowdplay_wallet_mirror_size', () => w.size);
+      mx.observableCounter('crowdplay_wallet_reloads_total', () => w.reloads);
+      mx.gauge('crowdplay_rounds_unfinished', () => {
         let n = 0;
         for (const o of this.owned.values()) n += o.rounds?.unfinished ?? 0;
         return n;

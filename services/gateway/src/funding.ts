@@ -66,10 +66,7 @@ async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenant> {
 /** Registers the funding routes on `app`. */
 export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext): void {
   const { store, ledger, auth, telemetry } = ctx;
-  const granted = telemetry.metrics.counter(
-    'crowdplay_granted_points_total',
-    'Points granted to viewers through POST /v1/grants (committed, not replays)',
-  );
+  const granted = telemetry.metrics.counter('crowdplay_granted_points_total');
 
   app.post<{ Body: { viewer: string; points: number; id: string } }>(
     '/v1/grants',

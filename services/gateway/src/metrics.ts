@@ -49,65 +49,29 @@ export function createGatewayMetrics(
   bufferedBytes: () => number = () => 0,
   upgradesWaiting: () => number = () => 0,
 ): GatewayMetrics {
-  metrics.gauge(
-    'crowdplay_upgrades_waiting',
-    'Upgrade requests waiting for an event-loop turn with WS_UPGRADE_TURN_BUDGET_MS left',
-    upgradesWaiting,
-  );
-  metrics.gauge('crowdplay_gateway_channels', 'Channels with at least one local viewer (each holds one ch.<C>.out subscription)', channels);
-  metrics.gauge(
-    'crowdplay_ws_buffered_bytes',
-    "Bytes written to this gateway's WebSockets and not yet taken by the kernel (ws bufferedAmount, summed over sockets; an update shared by many sockets counts once per socket): memory held for slow readers, bounded per socket by WS_SKIP_BUFFERED_BYTES and WS_MAX_BUFFERED_BYTES",
-    bufferedBytes,
-  );
-  metrics.gauge(
-    'crowdplay_listen_overflows',
-    'Kernel count of connections dropped because an accept queue was full (TcpExt ListenOverflows, this network namespace; HTTP_LISTEN_BACKLOG); absent off Linux',
-    () => {
-      const n = listenOverflows();
-      return n === undefined ? [] : n;
-    },
-  );
+  metrics.gauge('crowdplay_upgrades_waiting', upgradesWaiting);
+  metrics.gauge('crowdplay_gateway_channels', channels);
+  metrics.gauge('crowdplay_ws_buffered_bytes', bufferedBytes);
+  metrics.observableCounter('crowdplay_listen_overflows_total', () => {
+    const n = listenOverflows();
+    return n === undefined ? [] : n;
+  });
   return {
-    connections: metrics.upDown('crowdplay_connections', 'Open authenticated WebSocket connections, by role'),
-    opened: metrics.counter('crowdplay_connections_opened_total', 'WebSocket connections that completed auth (welcome sent), by role'),
-    connectionsRefused: metrics.counter(
-      'crowdplay_connections_refused_total',
-      'WebSocket connections refused before their welcome, by reason: the upgrade (CP_ERR_LIMIT_CONNECTION_RATE, CP_ERR_LIMIT_MAX_CONNECTIONS, CP_ERR_LIMIT_DRAINING) or the setup (auth, channel, router: the error code)',
-    ),
-    intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total', 'Intents forwarded to shards in IntentBatches'),
-    intentBatches: metrics.counter('crowdplay_intent_batches_total', 'IntentBatch messages carrying intents published to ch.<C>.in'),
-    intentsResent: metrics.counter(
-      'crowdplay_intents_move_resent_total',
-      'Intents and joins a moving channel sent back: outcome=resent (published again), expired (INTENT_MOVE_RESEND_MS passed: refused to the viewer)',
-    ),
-    updatesSent: metrics.counter('crowdplay_updates_sent_total', 'Channel update frames written to viewer sockets'),
-    updatesSkipped: metrics.counter(
-      'crowdplay_updates_skipped_total',
-      'Channel updates skipped by a socket over WS_SKIP_BUFFERED_BYTES (it gets the newest later)',
-    ),
-    broadcastBytes: metrics.sizeBytes('crowdplay_broadcast_bytes', 'Size of each channel update broadcast, bytes (once per broadcast)'),
-    upgradesDeferred: metrics.counter(
-      'crowdplay_upgrades_deferred_total',
-      'Upgrade requests that arrived in an event-loop turn that had spent WS_UPGRADE_TURN_BUDGET_MS on upgrades, taken in a later turn',
-    ),
-    connectSetupMs: metrics.latencyMs(
-      'crowdplay_connect_setup_ms',
-      'WebSocket upgrade completed → welcome sent (auth, tenant and channel look-up, router assign), ms, by role',
-    ),
-    resumes: metrics.counter(
-      'crowdplay_resumes_total',
-      'Reconnects with lastEventId, by role and outcome: replayed (game: missed batches from the event log), current (crowd: nothing missed or the newest update), resync_pruned / resync_behind / resync_ahead / resync_unavailable (a resync frame, then a snapshot)',
-    ),
-    eventsReplayed: metrics.counter('crowdplay_events_replayed_total', 'Logged events (batches) replayed to reconnecting game sockets'),
-    replayedLiveSkipped: metrics.counter(
-      'crowdplay_replayed_live_skipped_total',
-      "Live batches not sent to a game socket because it had them already: sent by a resume's event log replay (held during it, or published after it), or a new owner sending the previous owner's last logged batch again",
-    ),
-    slowConsumerCloses: metrics.counter(
-      'crowdplay_slow_consumer_closes_total',
-      'Sockets closed with 4008: send buffer over WS_MAX_BUFFERED_BYTES',
-    ),
+    connections: metrics.upDown('crowdplay_connections'),
+    opened: metrics.counter('crowdplay_connections_opened_total'),
+    connectionsRefused: metrics.counter('crowdplay_connections_refused_total'),
+    intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total'),
+    intentBatches: metrics.counter('crowdplay_intent_batches_total'),
+    intentsResent: metrics.counter('crowdplay_intents_move_resent_total'),
+    updatesSent: metrics.counter('crowdplay_updates_sent_total'),
+    updatesSkipped: metrics.counter('crowdplay_updates_skipped_total'),
+    broadcastBytes: metrics.histogram('crowdplay_broadcast_bytes'),
+    upgradesDeferred: metrics.counter('crowdplay_upgrades_deferred_total'),
+    connectSetupMs: metrics.histogram('crowdplay_connect_setup_ms'),
+    resumes: metrics.counter('crowdplay_resumes_total'),
+    eventsReplayed: metrics.counter('crowdplay_events_replayed_total'),
+    replayedLiveSkipped: metrics.counter('crowdplay_replayed_live_skipped_total'),
+    slowConsumerCloses: metrics.counter('crowdplay_slow_consumer_closes_total'),
   };
 }
 

@@ -75,10 +75,8 @@ export function registerTelegramWebhook(
   let running = false;
   let idle: Array<() => void> = [];
   const m = telemetry.metrics;
-  const updates = m.counter('crowdplay_telegram_updates_total', 'Webhook updates by outcome (queued, duplicate, refused, handled, failed)');
-  m.gauge('crowdplay_telegram_updates_queued', 'Webhook updates waiting to be handled (shared: chats this gateway is draining)', () =>
-    opts.shared ? draining.size : queue.length,
-  );
+  const updates = m.counter('crowdplay_telegram_updates_total');
+  m.gauge('crowdplay_telegram_updates_queued', () => (opts.shared ? draining.size : queue.length));
   /** Shared mode: chats this gateway is draining → whether an `owner` admit arrived meanwhile (look again before stopping). */
   const draining = new Map<string, { again: boolean }>();
   let stopping = false;

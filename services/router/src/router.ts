@@ -70,7 +70,7 @@ export interface RouterOptions {
 }
 
 type Counter = ReturnType<Telemetry['metrics']['counter']>;
-type Histogram = ReturnType<Telemetry['metrics']['latencyMs']>;
+type Histogram = ReturnType<Telemetry['metrics']['histogram']>;
 
 interface Member extends MemberLoad {
   /** Control protocol version from its heartbeats (1 when it names none). */
@@ -144,33 +144,18 @@ export class Router implements RouterApi {
     this.budget = new MoveBudget(opts.rebalanceMovesPerS ?? 0, this.now());
     const mx = deps.telemetry.metrics;
     this.m = {
-      moved: mx.counter(
-        'crowdplay_router_moves_total',
-        'Channels the router placed on another shard, by reason: failover, drain, rebalance, reconcile, restart; refused (the owner could not hand the channel off), failed',
-      ),
-      moveRetries: mx.counter(
-        'crowdplay_router_move_acquire_retries_total',
-        'Channels a placement tried again on another shard after a shard refused or did not answer (ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds them)',
-      ),
-      migrations: mx.counter(
-        'crowdplay_channel_migrations_total',
-        'Channel moves (a Telegram group upgraded to a supergroup) asked of the router, by outcome: moved, done (finished before: a re-delivered update), none (the old chat never played), refused (bad request), failed (resumed by the next request)',
-      ),
-      deaths: mx.counter('crowdplay_router_shard_deaths_total', 'Shards the router declared dead (missed ROUTER_SHARD_TIMEOUT_MS of heartbeats)'),
-      placements: mx.counter('crowdplay_router_placements_total', 'Placement batches (one Postgres statement, one acquire per target shard), by reason'),
-      placeMs: mx.latencyMs('crowdplay_router_placement_ms', 'One placement batch: the epoch bump, the acquires and the announcement, ms'),
-      failoverMs: mx.latencyMs(
-        'crowdplay_router_failover_move_ms',
-        "A dead shard declared dead → its channels acquired by live shards (the move, after detection), ms",
-      ),
-      reconciled: mx.counter(
-        'crowdplay_router_reconciled_total',
-        'Channels the reconciler placed again: their recorded owner was dead or did not hold them, by reason',
-      ),
+      moved: mx.counter('crowdplay_router_moves_total'),
+      moveRetries: mx.counter('crowdplay_router_move_acquire_retries_total'),
+      migrations: mx.counter('crowdplay_channel_migrations_total'),
+      deaths: mx.counter('crowdplay_router_shard_deaths_total'),
+      placements: mx.counter('crowdplay_router_placements_total'),
+      placeMs: mx.histogram('crowdplay_router_placement_ms'),
+      failoverMs: mx.histogram('crowdplay_router_failover_move_ms'),
+      reconciled: mx.counter('crowdplay_router_reconciled_total'),
     };
-    mx.gauge('crowdplay_router_live_shards', 'Shards heard from within the shard timeout', () => this.live().length);
-    mx.gauge('crowdplay_router_placement_queue', 'Channels waiting for a placement (limit ROUTER_PLACEMENT_QUEUE_MAX)', () => this.queuedCount());
-    mx.gauge('crowdplay_router_unplaced_channels', 'Channels a move could not place, retried every ROUTER_CHECK_MS', () => this.unplaced.size);
+    mx.gauge('crowdplay_router_live_shards', () => this.live().length);
+    mx.gauge('crowdplay_router_placement_queue', () => this.queuedCount());
+    mx.gauge('crowdplay_router_unplaced_channels', () => this.unplaced.size);
   }
 
   /**

@@ -57,18 +57,12 @@ export class SequencerService {
 
   constructor(private readonly deps: SequencerDeps) {
     const mx = deps.telemetry.metrics;
-    const leases = mx.counter('crowdplay_sequencer_leases_total', 'Blocks of event ids leased, by outcome');
+    const leases = mx.counter('crowdplay_sequencer_leases_total');
     this.count = (outcome) => leases.add(1, { outcome });
-    const writes = mx.counter(
-      'crowdplay_sequencer_lease_writes_total',
-      'High-water-mark updates; leases_total ÷ this = lease requests answered per update (group commit)',
-    );
+    const writes = mx.counter('crowdplay_sequencer_lease_writes_total');
     this.batchSize = () => writes.add(1);
-    const pruned = mx.counter('crowdplay_event_log_pruned_total', 'Events deleted from the event log past EVENT_LOG_RETENTION_MS');
-    const passes = mx.counter(
-      'crowdplay_event_log_prune_passes_total',
-      'Event log pruning passes, by outcome: done, limited (EVENT_LOG_PRUNE_BATCH rows deleted: more were due), error',
-    );
+    const pruned = mx.counter('crowdplay_event_log_pruned_total');
+    const passes = mx.counter('crowdplay_event_log_prune_passes_total');
     this.pruned = (n, outcome) => {
       if (n > 0) pruned.add(n);
       passes.add(1, { outcome });

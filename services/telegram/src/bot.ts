@@ -82,7 +82,7 @@ export class TelegramBot {
   private readonly commands;
 
   constructor(private readonly d: TelegramBotDeps) {
-    this.commands = d.telemetry.metrics.counter('crowdplay_telegram_commands_total', 'Bot commands handled, by command');
+    this.commands = d.telemetry.metrics.counter('crowdplay_telegram_commands_total');
   }
 
   /** The Mini App link for a chat. */

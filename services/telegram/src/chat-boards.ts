@@ -139,22 +139,10 @@ export class ChatBoards {
   constructor(private readonly d: ChatBoardsDeps) {
     this.now = d.now ?? Date.now;
     const m = d.telemetry.metrics;
-    m.gauge(
-      'crowdplay_board_interval_ms',
-      'Refresh interval the board scheduler chose (docs/telegram.md: by cost, not by chat count), ms',
-      () => d.scheduler.intervalMs,
-    );
-    m.gauge('crowdplay_board_chats', 'Chats with a live board', () => this.chats.size);
-    m.gauge(
-      'crowdplay_board_backlog',
-      'Boards handed on (render queue + send queue board lane) and not sent yet, as the scheduler last read it',
-      () => d.scheduler.backlog,
-    );
-    m.gauge(
-      'crowdplay_board_drain_per_s',
-      'Rate boards leave the backlog, as the scheduler estimates it, boards/s',
-      () => Math.round(d.scheduler.drainPerS * 100) / 100,
-    );
+    m.gauge('crowdplay_board_interval_ms', () => d.scheduler.intervalMs);
+    m.gauge('crowdplay_board_chats', () => this.chats.size);
+    m.gauge('crowdplay_board_backlog', () => d.scheduler.backlog);
+    m.gauge('crowdplay_board_drain_per_s', () => Math.round(d.scheduler.drainPerS * 100) / 100);
     if (d.cluster) {
       const me = d.cluster.gatewayId;
       this.peerSub = d.bus.subscribe(d.subjects.telegramBoards(), (msg) => {
@@ -167,14 +155,8 @@ export class ChatBoards {
         if (op.by !== me) this.onPeer(op);
       });
     }
-    this.heldByBacklog = m.counter(
-      'crowdplay_board_backlog_held_total',
-      'Due boards held back at a tick because BOARD_MAX_BACKLOG boards were handed on and not sent yet, boards per tick',
-    );
-    this.heldBack = m.counter(
-      'crowdplay_board_budget_held_total',
-      'Due boards held back by the send or render budget at a tick (budget=memory: this process; redis: the bot-wide one), boards per tick',
-    );
+    this.heldByBacklog = m.counter('crowdplay_board_backlog_held_total');
+    this.heldBack = m.counter('crowdplay_board_budget_held_total');
   }
 
   /** Chats with a live board. */

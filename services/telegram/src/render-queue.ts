@@ -176,25 +176,13 @@ export class RenderQueueCounters {
     depth: () => number,
   ) {
     if (!metrics) return;
-    metrics.gauge('crowdplay_render_queue_depth', 'Board render jobs waiting for a render worker (BullMQ: as last read from Redis)', depth);
+    metrics.gauge('crowdplay_render_queue_depth', depth);
     this.m = {
-      superseded: metrics.counter(
-        'crowdplay_render_queue_superseded_total',
-        'Board render jobs replaced by a newer version of the same chat before they started (or submitted not newer)',
-      ),
-      refused: metrics.counter(
-        'crowdplay_render_queue_refused_total',
-        'Board render jobs refused, by reason (queue-full, too-large, closed)',
-      ),
-      failed: metrics.counter(
-        'crowdplay_render_queue_failed_total',
-        'Board render jobs that failed (render threw, or handing the PNG on threw); not retried',
-      ),
-      jobMs: metrics.latencyMs(
-        'crowdplay_render_queue_job_ms',
-        'Board render job time: submit of the version rendered → its PNG handed to the send queue, ms',
-      ),
-      jobBytes: metrics.sizeBytes('crowdplay_render_queue_job_bytes', 'Board render job size (JSON, avatars base64), bytes'),
+      superseded: metrics.counter('crowdplay_render_queue_superseded_total'),
+      refused: metrics.counter('crowdplay_render_queue_refused_total'),
+      failed: metrics.counter('crowdplay_render_queue_failed_total'),
+      jobMs: metrics.histogram('crowdplay_render_queue_job_ms'),
+      jobBytes: metrics.histogram('crowdplay_render_queue_job_bytes'),
     };
   }
 

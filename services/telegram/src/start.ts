@@ -57,10 +57,7 @@ async function openBot(
       ...(shrinkAvatar ? { shrink: shrinkAvatar } : {}),
     },
     onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
-    callMs: telemetry.metrics.latencyMs(
-      'crowdplay_telegram_call_ms',
-      'Bot API HTTP calls (sends and avatar reads), request → answer, ms, by method and ok (true, false, error)',
-    ),
+    callMs: telemetry.metrics.histogram('crowdplay_telegram_call_ms'),
   });
   client.exportMetrics(telemetry.metrics);
   return { queue, client };

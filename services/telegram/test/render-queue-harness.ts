@@ -51,9 +51,8 @@ export function fakeMetrics() {
   const gauges: Record<string, () => number | Array<[number, Record<string, string>]>> = {};
   const metrics: BoardMetrics = {
     counter: (name) => ({ add: (v, a) => void (counters[name] ??= []).push([v, a]) }),
-    latencyMs: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
-    sizeBytes: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
-    gauge: (name, _d, read) => (gauges[name] = read),
+    histogram: (name) => ({ record: (v) => void (histograms[name] ??= []).push(v) }),
+    gauge: (name, read) => (gauges[name] = read),
   };
   const sum = (name: string): number => (counters[name] ?? []).reduce((a, [v]) => a + v, 0);
   return { metrics, counters, histograms, gauges, sum };
