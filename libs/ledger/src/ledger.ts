@@ -549,6 +549,36 @@ export class Ledger {
   }
 
   /**
+   * {@link roundTransferIds} of many rounds in one query (a bulk acquire resuming the rounds of many channels):
+   * the committed transfers of these kinds of each (tenant, round), by round id, each list sorted. Rounds with
+   * none are absent.
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (a malformed tenant or round id; nothing is read)
+   */
+  async roundTransferIdsMany(
+    rounds: ReadonlyArray<{ tenantId: string; roundId: string }>,
+    kinds: readonly string[],
+  ): Promise<Map<string, Array<{ id: string; kind: string }>>> {
+    for (const r of rounds) {
+      if (typeof r.tenantId !== 'string' || !TENANT_ID_RE.test(r.tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
+      if (typeof r.roundId !== 'string' || !TRANSFER_ID_RE.test(r.roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
+    }
+    const out = new Map<string, Array<{ id: string; kind: string }>>();
+    if (rounds.length === 0) return out;
+    const { rows } = await this.db.query<{ id: string; kind: string; round_id: string }>(
+      `SELECT t.id, t.kind, t.round_id FROM transfers t
+       JOIN unnest($1::text[], $2::text[]) AS r(tenant_id, round_id) ON t.round_id = r.round_id AND t.tenant_id = r.tenant_id
+       WHERE t.kind = ANY($3::text[]) ORDER BY t.round_id, t.id`,
+      [rounds.map((r) => r.tenantId), rounds.map((r) => r.roundId), kinds],
+    );
+    for (const r of rows) {
+      const list = out.get(r.round_id);
+      if (list) list.push({ id: r.id, kind: r.kind });
+      else out.set(r.round_id, [{ id: r.id, kind: r.kind }]);
+    }
+    return out;
+  }
+
+  /**
    * Creates the account if it does not exist (balance 0).
    * @returns its id
    * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed ref), CP_ERR_TENANT_UNKNOWN

@@ -294,6 +294,8 @@ export class ChannelRounds {
   private moving = false;
   /** open() calls in progress (a handoff waits for them). */
   private readonly openJobs = new Set<Promise<unknown>>();
+  /** During {@link recover}: the handed-off rounds' committed transfers, read for the whole acquire batch at once. */
+  private committed: ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>> | null = null;
   /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
   welcomeGrant = 0;
   /** Joins being answered, per viewer: a stake sent right after joining waits for its welcome grant. */
@@ -989,9 +991,13 @@ export class ChannelRounds {
    * Restores the channel's unfinished rounds after an acquire (see the module
    * comment) and finishes what a crash interrupted. Resolves when the rounds
    * that must be paid or refunded are.
+   * @param preloaded the channel's unfinished rounds, read by a bulk acquire (else read here)
+   * @param committed the committed transfers of its handed-off open rounds by round uid, read by a bulk acquire
+   *   (else each is read when it resumes)
    */
-  async recover(preloaded?: readonly RoundRow[]): Promise<void> {
+  async recover(preloaded?: readonly RoundRow[], committed?: ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>>): Promise<void> {
     const rows = preloaded ?? (await this.d.store.rounds.listUnfinished(this.d.channel));
+    this.committed = committed ?? null;
     const jobs: Array<Promise<unknown>> = [];
     for (const row of rows) {
       const r = new Round(row);
@@ -1005,6 +1011,7 @@ export class ChannelRounds {
     }
     if (rows.length > 0) this.d.telemetry.logger.info({ channel: this.d.channel, rounds: rows.length }, 'recovering unfinished rounds');
     await Promise.all(jobs);
+    this.committed = null;
     this.forgetOld();
     this.d.changed();
   }
@@ -1033,7 +1040,11 @@ export class ChannelRounds {
         expected = book.market.trades.filter((t) => t.points > 0).map((t) => `${uid}:${t.kind === 'sell' ? 'x' : 'b'}:${t.id}`);
         kinds = [TransferKinds.buy, TransferKinds.sell];
       }
-      const committed = await this.d.ledger.roundTransferIds(this.d.tenant, uid, kinds);
+      // A bulk acquire read every handed-off round's transfers in one query (Ledger.roundTransferIdsMany).
+      const preread = this.committed;
+      const committed = preread
+        ? (preread.get(uid) ?? []).filter((t) => kinds.includes(t.kind)).map((t) => t.id)
+        : await this.d.ledger.roundTransferIds(this.d.tenant, uid, kinds);
       expected.sort();
       if (committed.length !== expected.length || committed.some((id, i) => id !== expected[i])) {
         throw new Error(`the ledger holds ${committed.length} transfers of the round, the handed-off book ${expected.length}`);

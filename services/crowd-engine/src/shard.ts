@@ -33,7 +33,7 @@ import {
   type WalletBatch,
   type WalletCredit,
 } from '@crowdplay/protocol';
-import type { Ledger } from '@crowdplay/ledger';
+import { TransferKinds, type Ledger } from '@crowdplay/ledger';
 import { TurnBudget } from '@crowdplay/ratelimit';
 import type { RoundRow, Snapshot, Store } from '@crowdplay/store';
 import { tracer, tracingOn, type Telemetry } from '@crowdplay/telemetry';
@@ -460,6 +460,16 @@ export class Shard {
         else ready.push(i);
       }
       if (ready.length > 0) {
+        // The handed-off open rounds of the batch are checked against the ledger with one query, not one each.
+        const handedOff: Array<{ tenantId: string; roundId: string }> = [];
+        for (const i of ready)
+          for (const r of rounds.get(items[i]!.channel) ?? [])
+            if (r.state === 'open' && (r.book as { handoff?: unknown } | null)?.handoff !== undefined)
+              handedOff.push({ tenantId: rows.get(items[i]!.channel)!.tenantId, roundId: r.uid });
+        const committed =
+          this.deps.ledger && handedOff.length > 0
+            ? await this.deps.ledger.roundTransferIdsMany(handedOff, [TransferKinds.stake, TransferKinds.buy, TransferKinds.sell])
+            : undefined;
         // Ids used from now on must exceed every id the previous owners used: one lease after the reads covers the batch.
         const tRead = performance.now();
         await this.ids.renew();
@@ -468,7 +478,7 @@ export class Shard {
           ready.map(async (i) => {
             const { channel, epoch } = items[i]!;
             try {
-              const o = await this.start1(channel, epoch, rows.get(channel)!.tenantId, snaps.get(channel), rounds.get(channel) ?? []);
+              const o = await this.start1(channel, epoch, rows.get(channel)!.tenantId, snaps.get(channel), rounds.get(channel) ?? [], committed);
               return { i, o, last: lastBatches.get(channel) };
             } catch (err) {
               refuse(i, isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE', String(err));
@@ -526,7 +536,14 @@ export class Shard {
    * recovered (paid, refunded or resumed), its built-in game initialised. Does not serve it yet.
    * @throws the sequencer's error (no event id for a built-in game's state), the ledger's from the recovery
    */
-  private async start1(channel: string, epoch: number, tenant: string, snap: Snapshot | undefined, rounds: RoundRow[]): Promise<Owned> {
+  private async start1(
+    channel: string,
+    epoch: number,
+    tenant: string,
+    snap: Snapshot | undefined,
+    rounds: RoundRow[],
+    committed: ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>> | undefined,
+  ): Promise<Owned> {
     const { config, store, bus, subjects, telemetry } = this.deps;
     const rt = new ChannelRuntime(channel);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
@@ -565,7 +582,7 @@ export class Shard {
       });
       // A built-in game's grant, else the one the game declared to a previous owner (the snapshot carries it across moves).
       o.rounds.welcomeGrant = game?.welcomeGrant ?? rt.welcomeGrant;
-      await o.rounds.recover(rounds);
+      await o.rounds.recover(rounds, committed);
     }
     if (game) {
       const now = this.now();
