@@ -84,6 +84,9 @@ export function mapPgError(err: unknown): unknown {
   return err;
 }
 
+/** The 'error' listener of a checked-out connection (see PgDb.connect). */
+const ignoreCheckedOutError = (): void => undefined;
+
 /**
  * Real Postgres through a pg Pool. Every query and transaction takes its
  * connection with `pool.connect()` (as `pool.query` does), so the time spent
@@ -107,7 +110,17 @@ export class PgDb implements Db {
       throw mapPgError(err);
     }
     this.onWait?.(performance.now() - t0);
+    // While a connection is checked out pg-pool listens for no 'error' on it: one the server ends between two
+    // statements (a restart, a crash) would emit an unhandled 'error' and end the process. The statement in flight
+    // or the next one fails instead (CP_ERR_STORE_UNAVAILABLE) and release() discards the connection.
+    client.on('error', ignoreCheckedOutError);
     return client;
+  }
+
+  /** Gives a connection back to the pool (discarded when `err` is set or it is broken). */
+  private release(client: pg.PoolClient, err?: Error): void {
+    client.off('error', ignoreCheckedOutError);
+    client.release(err);
   }
 
   async query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
@@ -117,10 +130,10 @@ export class PgDb implements Db {
       r = await client.query(sql, params);
     } catch (err) {
       // As pg-pool's own query(): a connection that saw an error is discarded.
-      client.release(err as Error);
+      this.release(client, err as Error);
       throw mapPgError(err);
     }
-    client.release();
+    this.release(client);
     return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
   }
 
@@ -141,7 +154,7 @@ export class PgDb implements Db {
       await client.query('ROLLBACK').catch(() => undefined);
       throw mapPgError(err);
     } finally {
-      client.release();
+      this.release(client);
     }
   }
 

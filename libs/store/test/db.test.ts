@@ -73,6 +73,38 @@ describe('store - database unavailable', () => {
     }
   });
 
+  it('a connection ended between two statements of a transaction: the transaction fails with CP_ERR_STORE_UNAVAILABLE, the process lives', async () => {
+    const { databaseUrl } = await serviceUrls();
+    const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
+    pool.on('error', () => undefined);
+    let checkedOut: pg.PoolClient | undefined;
+    pool.on('acquire', (c) => (checkedOut = c));
+    const db = new PgDb(pool);
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    try {
+      await assert.rejects(
+        db.tx(async (q) => {
+          const { rows } = await q.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          const ended = new Promise((resolve, reject) => {
+            checkedOut!.once('end', resolve);
+            setTimeout(() => reject(new Error('the connection did not end within 5 s')), 5_000).unref();
+          });
+          await admin.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+          // No statement runs while the server ends the session: its error reaches the connection, not a query.
+          await ended;
+          await q.query('SELECT 1');
+        }),
+        unavailable,
+      );
+      const again = await db.query<{ one: number }>('SELECT 1 AS one');
+      assert.deepEqual(again.rows, [{ one: 1 }], 'the broken connection was discarded; the next query runs on a new one');
+    } finally {
+      await admin.end();
+      await db.close();
+    }
+  });
+
   it('a statement error is not unavailability: SQLSTATEs pass through unchanged', async () => {
     const { databaseUrl } = await serviceUrls();
     const pool = new pg.Pool({ connectionString: databaseUrl, max: 1 });
