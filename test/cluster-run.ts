@@ -81,7 +81,13 @@ function race<T>(p: Promise<T>, ms: number): Promise<T | 'none'> {
 /** How often each viewer stakes (and acts), ms. */
 const STAKE_EVERY_MS = 200;
 
-const RETRYABLE = new Set(['CP_ERR_CHANNEL_UNAVAILABLE', 'CP_ERR_BUS_TIMEOUT', 'CP_ERR_CLIENT_CLOSED', 'CP_ERR_CLIENT_NOT_OPEN']);
+const RETRYABLE = new Set([
+  'CP_ERR_CHANNEL_UNAVAILABLE',
+  'CP_ERR_STORE_UNAVAILABLE',
+  'CP_ERR_BUS_TIMEOUT',
+  'CP_ERR_CLIENT_CLOSED',
+  'CP_ERR_CLIENT_NOT_OPEN',
+]);
 
 /**
  * Grants every viewer `fund` points (tenant API), connects the game and the

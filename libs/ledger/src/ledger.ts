@@ -304,9 +304,17 @@ function sqlState(err: unknown): string | undefined {
   return typeof c === 'string' && !c.startsWith('CP_ERR_') ? c : undefined;
 }
 
+/**
+ * True when the statement's connection failed (the store's CP_ERR_STORE_UNAVAILABLE: a restart, a crash; or a
+ * socket error without SQLSTATE): the batch may or may not have committed, so it is never refused one by one.
+ */
+function connectionLost(err: unknown): boolean {
+  return isCrowdplayError(err) ? err.code === 'CP_ERR_STORE_UNAVAILABLE' : sqlState(err) === undefined;
+}
+
 /** True for errors where sending the same batch again is the fix. */
 function isRetryable(err: unknown): boolean {
-  if (isCrowdplayError(err)) return false;
+  if (isCrowdplayError(err)) return err.code === 'CP_ERR_STORE_UNAVAILABLE';
   const state = sqlState(err);
   if (state === undefined) return true; // no SQLSTATE: the connection failed (ECONNRESET, …); the retry is idempotent
   return RETRY_SQLSTATES.has(state) || state.startsWith('08');
@@ -314,7 +322,8 @@ function isRetryable(err: unknown): boolean {
 
 /** The error one transfer gets when the statement that carried it alone failed. */
 function singleError(err: unknown, req: TransferRequest): Error {
-  if (isCrowdplayError(err)) return err;
+  // A lost connection falls through to CP_ERR_LEDGER_UNAVAILABLE: the outcome is unknown, the caller sends it again.
+  if (isCrowdplayError(err) && err.code !== 'CP_ERR_STORE_UNAVAILABLE') return err;
   switch (sqlState(err)) {
     case '23514':
       return new CrowdplayError('CP_ERR_LEDGER_INSUFFICIENT_FUNDS', [req.from.kind, req.from.owner, req.amount], { cause: err });
@@ -479,7 +488,8 @@ export class Ledger {
 
   /**
    * The committed balance of an account, points (0 for an account that does not exist yet).
-   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed ref
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed ref; CP_ERR_STORE_UNAVAILABLE when the
+   *   database cannot be reached (retryable)
    */
   async balance(tenantId: string, ref: AccountRef): Promise<number> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
@@ -493,7 +503,8 @@ export class Ledger {
    * (0 for a wallet that does not exist yet).
    * @param viewers wallet owners (at most 10,000 per call)
    * @returns viewer → balance, for every viewer asked
-   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed tenant or viewer, or too many viewers
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed tenant or viewer, or too many viewers;
+   *   CP_ERR_STORE_UNAVAILABLE when the database cannot be reached (retryable)
    */
   async walletBalances(tenantId: string, viewers: readonly string[]): Promise<Map<string, number>> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
@@ -830,7 +841,7 @@ export class Ledger {
     try {
       return this.apply(live, await this.sendWithRetry(live));
     } catch (err) {
-      if (sqlState(err) === undefined && !isCrowdplayError(err)) throw err;
+      if (connectionLost(err)) throw err;
       if (live.length === 1) {
         this.settle(live[0]!, singleError(err, live[0]!.req));
         return 0;

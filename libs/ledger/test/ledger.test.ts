@@ -1,7 +1,7 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
@@ -378,6 +378,44 @@ function ledgerSuite(name: string, open: () => Promise<{ store: Store; cleanup: 
       db.failNext.push(sqlError('40001'), sqlError('40001'), sqlError('40001'), sqlError('40001'));
       await assert.rejects(l.grant('acme', 'ivy', 1, 'gone-1'), rejectsWith('CP_ERR_LEDGER_UNAVAILABLE'));
       assert.equal(await l.balance('acme', W('ivy')), 211);
+    });
+
+    it('the database unavailable (CP_ERR_STORE_UNAVAILABLE): the batch is sent again, never split; still down, every transfer is CP_ERR_LEDGER_UNAVAILABLE', async () => {
+      const l = make();
+      await l.grant('acme', 'uma', 100, 'grant-uma-1');
+      const down = (): Error =>
+        new CrowdplayError('CP_ERR_STORE_UNAVAILABLE', ['connect ECONNREFUSED'], { cause: sqlError('ECONNREFUSED') });
+      // Back before the retries run out: the same batch commits once.
+      db.failNext.push(down(), down());
+      let before = db.commits;
+      const back = await outcomes([l.grant('acme', 'uma', 1, 'down-1'), l.grant('acme', 'uma', 2, 'down-2')]);
+      assert.deepEqual(
+        back.map((r) => (typeof r === 'string' ? r : r.replayed)),
+        [false, false],
+      );
+      assert.equal(db.commits - before, 3);
+      // Lost after the COMMIT (the server went away with the reply): the retry finds them committed.
+      db.failAfterNext.push(down());
+      const lost = await outcomes([l.grant('acme', 'uma', 4, 'down-lost-1'), l.grant('acme', 'uma', 8, 'down-lost-2')]);
+      assert.deepEqual(
+        lost.map((r) => (typeof r === 'string' ? r : r.replayed)),
+        [true, true],
+      );
+      // Down through every retry: the outcome is unknown, so no transfer is refused as if it had not happened; one
+      // statement per attempt, none per transfer.
+      db.failNext.push(down(), down(), down(), down());
+      before = db.commits;
+      const gone = await outcomes([l.grant('acme', 'uma', 16, 'down-gone-1'), l.grant('acme', 'uma', 32, 'down-gone-2')]);
+      assert.deepEqual(gone, ['CP_ERR_LEDGER_UNAVAILABLE', 'CP_ERR_LEDGER_UNAVAILABLE']);
+      assert.equal(db.commits - before, 4, 'the batch was never split into single transfers');
+      assert.equal(await l.balance('acme', W('uma')), 115);
+      // Sent again with the same ids once the database answers: committed exactly once.
+      const again = await outcomes([l.grant('acme', 'uma', 16, 'down-gone-1'), l.grant('acme', 'uma', 32, 'down-gone-2')]);
+      assert.deepEqual(
+        again.map((r) => (typeof r === 'string' ? r : r.replayed)),
+        [false, false],
+      );
+      assert.equal(await l.balance('acme', W('uma')), 163);
     });
 
     it('verify: ok on the healthy ledger every test above left behind', async () => {

@@ -119,6 +119,8 @@ export const ERRORS = {
       'the PGlite data directory %s is in use by process %s: stop that process, or set DATABASE_URL so several processes share a PostgreSQL',
     httpStatus: 503,
   },
+  /** The connection to PostgreSQL failed or was lost (a restart, a crash): retry; a write in flight may or may not have happened. */
+  CP_ERR_STORE_UNAVAILABLE: { message: 'the database is unavailable: %s', httpStatus: 503 },
   CP_ERR_CONFIG_INVALID: { message: 'invalid configuration:\n%s', httpStatus: 500 },
   CP_ERR_INTERNAL: { message: 'internal error', httpStatus: 500, closeCode: CloseCode.internal },
   // clients (libs/sdk-viewer, libs/sdk-game): raised on the client side, never sent by the server

@@ -32,15 +32,60 @@ export interface Db extends Queryable {
 /** SQLSTATE raised by cp_check_epoch() (migrations/…_foundation.sql). */
 export const STALE_EPOCH_SQLSTATE = 'CP409';
 
-/** Maps Postgres errors with a crowdplay meaning to CrowdplayError; others pass through. */
+/**
+ * SQLSTATEs of a server that is going away or not there yet: class 08
+ * (connection exception) is matched by prefix; 57P01 admin_shutdown (a fast
+ * shutdown ends every session), 57P02 crash_shutdown (another backend
+ * crashed), 57P03 cannot_connect_now (starting up, in crash recovery).
+ */
+const UNAVAILABLE_SQLSTATES: ReadonlySet<string> = new Set(['57P01', '57P02', '57P03']);
+
+/** Socket errors of a connection that could not be made or was cut (Node's `err.code`). */
+const UNAVAILABLE_SOCKET_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/**
+ * pg's own errors for a lost connection carry no code, only these messages
+ * (pg/lib/client.js, pg-pool): matched here, at the driver's edge, so that
+ * nothing past the store looks at message text.
+ */
+const PG_CONNECTION_LOST_RE = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error)/;
+
+/** True when `err` says the database could not be reached or the connection was lost (not that a statement failed). */
+export function isUnavailableError(err: unknown): boolean {
+  if (!(err instanceof Error) || err instanceof CrowdplayError) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string') return code.startsWith('08') || UNAVAILABLE_SQLSTATES.has(code) || UNAVAILABLE_SOCKET_CODES.has(code);
+  return PG_CONNECTION_LOST_RE.test(err.message);
+}
+
+/**
+ * Maps Postgres errors with a crowdplay meaning to CrowdplayError; others pass through.
+ * - cp_check_epoch()'s CP409 → CP_ERR_CHANNEL_STALE_EPOCH;
+ * - the database unreachable or the connection lost (isUnavailableError: a restart, a crash, recovery) →
+ *   CP_ERR_STORE_UNAVAILABLE (503, retryable; a write in flight may or may not have committed), so a
+ *   client is refused as retryable instead of with CP_ERR_INTERNAL.
+ */
 export function mapPgError(err: unknown): unknown {
   const e = err as { code?: string; message?: string };
   if (e && e.code === STALE_EPOCH_SQLSTATE) {
     const m = /stale epoch (\d+) for channel (\S+)/.exec(e.message ?? '');
     return new CrowdplayError('CP_ERR_CHANNEL_STALE_EPOCH', [m?.[2] ?? '?', m?.[1] ?? '?'], { cause: err });
   }
+  if (isUnavailableError(err)) return new CrowdplayError('CP_ERR_STORE_UNAVAILABLE', [(err as Error).message], { cause: err });
   return err;
 }
+
+/** The 'error' listener of a checked-out connection (see PgDb.connect). */
+const ignoreCheckedOutError = (): void => undefined;
 
 /**
  * Real Postgres through a pg Pool. Every query and transaction takes its
@@ -65,7 +110,17 @@ export class PgDb implements Db {
       throw mapPgError(err);
     }
     this.onWait?.(performance.now() - t0);
+    // While a connection is checked out pg-pool listens for no 'error' on it: one the server ends between two
+    // statements (a restart, a crash) would emit an unhandled 'error' and end the process. The statement in flight
+    // or the next one fails instead (CP_ERR_STORE_UNAVAILABLE) and release() discards the connection.
+    client.on('error', ignoreCheckedOutError);
     return client;
+  }
+
+  /** Gives a connection back to the pool (discarded when `err` is set or it is broken). */
+  private release(client: pg.PoolClient, err?: Error): void {
+    client.off('error', ignoreCheckedOutError);
+    client.release(err);
   }
 
   async query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>> {
@@ -75,10 +130,10 @@ export class PgDb implements Db {
       r = await client.query(sql, params);
     } catch (err) {
       // As pg-pool's own query(): a connection that saw an error is discarded.
-      client.release(err as Error);
+      this.release(client, err as Error);
       throw mapPgError(err);
     }
-    client.release();
+    this.release(client);
     return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
   }
 
@@ -99,7 +154,7 @@ export class PgDb implements Db {
       await client.query('ROLLBACK').catch(() => undefined);
       throw mapPgError(err);
     } finally {
-      client.release();
+      this.release(client);
     }
   }
 
