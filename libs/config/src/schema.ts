@@ -388,6 +388,7 @@ export const schema = {
       min: 100,
       unit: 'ms',
       doc: 'Timeout of one batch control request to a shard (acquire or hand off up to 1,000 channels); past it those channels are placed elsewhere.',
+      why: 'A 333-channel acquire with open rounds took 1.6 s on the loaded 2-core machine (docs/decisions/0025-bulk-control-plane.md); 10 s leaves room for a full 1,000-channel batch.',
     }),
     reconcileMs: int({
       env: 'ROUTER_RECONCILE_MS',
@@ -395,6 +396,7 @@ export const schema = {
       min: 0,
       unit: 'ms',
       doc: 'How often the router compares Postgres with what each shard holds and places channels whose owner is dead or does not hold them; 0 = never.',
+      why: 'One pass reads the owned channels (one query) and asks each live shard once; at 5 s a lost channel waits at most two passes (10 s) while the cost stays negligible.',
     }),
     placementCoalesceMs: int({
       env: 'ROUTER_PLACEMENT_COALESCE_MS',
@@ -403,6 +405,16 @@ export const schema = {
       max: 1_000,
       unit: 'ms',
       doc: 'How long the router gathers first joins of unplaced channels into one placement batch (one Postgres statement, one message per shard).',
+      why: 'Short against a join (a welcome waits for it); batches grow anyway while placements are in flight (ROUTER_PLACEMENT_CONCURRENCY).',
+    }),
+    placementConcurrency: int({
+      env: 'ROUTER_PLACEMENT_CONCURRENCY',
+      default: 4,
+      min: 1,
+      max: 64,
+      unit: 'count',
+      doc: 'Placements of first joins in flight at once; joins arriving meanwhile gather into the next batch.',
+      why: 'One in flight gave batches of 2–250 channels at 100–900 ms each in a 1,000-channel cold start on the loaded machine (docs/decisions/0025-bulk-control-plane.md): too little throughput; 4 keeps batches large.',
     }),
     placementQueueMax: int({
       env: 'ROUTER_PLACEMENT_QUEUE_MAX',
@@ -410,6 +422,7 @@ export const schema = {
       min: 1,
       unit: 'count',
       doc: 'Most channels waiting for a placement; a join past it is refused CP_ERR_CHANNEL_PLACEMENT_OVERLOADED (retryable).',
+      why: 'Three times the 15,310 channels of the 500,000-viewer plan (docs/scaling.md): a full cold start queues without a refusal.',
     }),
     assignDeadlineMs: int({
       env: 'ROUTER_ASSIGN_DEADLINE_MS',
@@ -417,6 +430,7 @@ export const schema = {
       min: 10,
       unit: 'ms',
       doc: 'Longest a join waits for its channel to be placed before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable; the placement goes on).',
+      why: 'Under BUS_REQUEST_TIMEOUT_MS (2 s), so the gateway gets the refusal with its code instead of a timeout.',
     }),
     moveAcquireAttempts: int({
       env: 'ROUTER_MOVE_ACQUIRE_ATTEMPTS',

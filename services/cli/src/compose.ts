@@ -184,6 +184,7 @@ export async function startServices(
           reconcileMs: config.router.reconcileMs,
           placementCoalesceMs: config.router.placementCoalesceMs,
           placementQueueMax: config.router.placementQueueMax,
+          placementConcurrency: config.router.placementConcurrency,
           assignDeadlineMs: config.router.assignDeadlineMs,
           intentsPerChannel: config.router.intentsPerChannel,
           moveAcquireAttempts: config.router.moveAcquireAttempts,

@@ -64,6 +64,8 @@ export interface RouterOptions {
   placementCoalesceMs?: number;
   /** Most channels waiting for a placement; more are refused CP_ERR_CHANNEL_PLACEMENT_OVERLOADED (ROUTER_PLACEMENT_QUEUE_MAX); default 50,000. */
   placementQueueMax?: number;
+  /** Placements of first joins in flight at once; more joins gather for the next (ROUTER_PLACEMENT_CONCURRENCY); default 4. */
+  placementConcurrency?: number;
   /** Longest an `assign` waits for its placement before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable), ms; default requestTimeoutMs. */
   assignDeadlineMs?: number;
   now?: () => number;
@@ -86,6 +88,7 @@ const MOVE_ACQUIRE_ATTEMPTS = 3;
 const BATCH_TIMEOUT_MS = 10_000;
 const PLACEMENT_COALESCE_MS = 5;
 const PLACEMENT_QUEUE_MAX = 50_000;
+const PLACEMENT_CONCURRENCY = 4;
 
 interface Waiter {
   resolve: (a: Assignment) => void;
@@ -101,8 +104,8 @@ export class Router implements RouterApi {
   /** First joins gathered for the next placement, with their callers. */
   private queued = new Map<string, Waiter[]>();
   private flushTimer: NodeJS.Timeout | null = null;
-  /** A placement of first joins is in flight: the next batch gathers until it ends. */
-  private assignPlacing = false;
+  /** Placements of first joins in flight (at most ROUTER_PLACEMENT_CONCURRENCY; the next batch gathers meanwhile). */
+  private assignPlacing = 0;
   /** Channels a failover, drain or reconcile could not place: every check tries them again. */
   private readonly unplaced = new Set<string>();
   /** When each dead shard was declared dead (router clock, ms), until it beats again. */
@@ -323,12 +326,12 @@ export class Router implements RouterApi {
   }
 
   /**
-   * Places the first joins gathered so far, as one batch; their callers get their channel's outcome. While a
-   * placement of first joins is in flight the next one gathers (and starts when it ends), so batches grow with
-   * the load instead of the statements and messages.
+   * Places the first joins gathered so far, as one batch; their callers get their channel's outcome. While
+   * ROUTER_PLACEMENT_CONCURRENCY placements of first joins are in flight the next one gathers (and starts when one
+   * ends), so batches grow with the load instead of the statements and messages.
    */
   private flushQueued(): void {
-    if (this.assignPlacing) return;
+    if (this.assignPlacing >= (this.opts.placementConcurrency ?? PLACEMENT_CONCURRENCY)) return;
     const batch = this.queued;
     this.queued = new Map();
     if (batch.size === 0) return;
@@ -337,9 +340,9 @@ export class Router implements RouterApi {
       const p = outcome.get(channel)!;
       for (const w of waiters) p.then(w.resolve, w.reject);
     }
-    this.assignPlacing = true;
+    this.assignPlacing++;
     void Promise.allSettled(outcome.values()).then(() => {
-      this.assignPlacing = false;
+      this.assignPlacing--;
       if (this.queued.size > 0 && !this.closed) this.flushQueued();
     });
   }
