@@ -280,3 +280,23 @@ export function renderErrorTable(doc: string): string {
   if (a < 0 || b < a) throw new Error('no errors markers in the document');
   return `${doc.slice(0, a + ERRORS_BEGIN.length)}\n${errorTable()}\n${doc.slice(b)}`;
 }
+
+/**
+ * Refusals that mean "busy or moving, not wrong": the same request may succeed
+ * a moment later (a channel being placed or moved, a queue at its bound, the
+ * database or the ledger briefly unavailable). The SDKs retry them with
+ * jittered backoff until their retry deadline; any other code is final.
+ */
+export const RETRYABLE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'CP_ERR_CHANNEL_UNAVAILABLE',
+  'CP_ERR_CHANNEL_PLACEMENT_OVERLOADED',
+  'CP_ERR_INTENT_OVERLOADED',
+  'CP_ERR_STORE_UNAVAILABLE',
+  'CP_ERR_LEDGER_OVERLOADED',
+  'CP_ERR_LEDGER_UNAVAILABLE',
+]);
+
+/** Whether a refusal `code` may succeed when retried ({@link RETRYABLE_CODES}). */
+export function isRetryable(code: string | undefined): boolean {
+  return code !== undefined && RETRYABLE_CODES.has(code as ErrorCode);
+}

@@ -31,9 +31,11 @@ import type {
   ResyncFrame,
   Welcome,
 } from '@crowdplay/protocol';
-import { CHANNEL_ID_RE, CloseCode, CrowdplayError, isCrowdplayError, parseInbound } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CloseCode, CrowdplayError, isCrowdplayError, isRetryable, parseInbound } from '@crowdplay/protocol';
 import {
+  backoffDelayMs,
   buildWsUrl,
+  DEFAULT_BACKOFF,
   ReconnectingSocket,
   TypedEmitter,
   WS_OPEN,
@@ -119,10 +121,22 @@ export interface GameClientOptions {
    * @defaultValue DEFAULT_REQUEST_TIMEOUT_MS (10_000)
    */
   requestTimeoutMs?: number;
+  /**
+   * How long a round request refused with a retryable code (RETRYABLE_CODES:
+   * the channel is moving or being placed, the ledger or the database is
+   * briefly unavailable) is sent again, with jittered backoff (`backoff`),
+   * before it rejects with that code, ms; 0: never retried. Round requests
+   * are idempotent by round id (a retried open answers CP_ERR_ROUND_EXISTS
+   * if the first went through; settle and cancel answer the same round).
+   * @defaultValue DEFAULT_RETRY_DEADLINE_MS (10_000)
+   */
+  retryDeadlineMs?: number;
 }
 
 /** Default of `requestTimeoutMs`, ms. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+/** Default of `retryDeadlineMs`, ms. */
+export const DEFAULT_RETRY_DEADLINE_MS = 10_000;
 
 /** What `openRound` takes (the `round.open` frame without `t` and `ref`). */
 export interface OpenRoundOptions {
@@ -168,6 +182,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
   #declaredActions: ActionSpec[] | null = null;
   #gameState: string | null = null;
   readonly #requestTimeoutMs: number;
+  readonly #retryDeadlineMs: number;
+  readonly #retryBackoff: BackoffOptions;
+  readonly #random: () => number;
   #nextRef = 0;
   readonly #pending = new Map<string, PendingRequest>();
 
@@ -181,6 +198,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
     if (!options.apiKey) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
     this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     if (!(this.#requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
+    this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
+    if (!(this.#retryDeadlineMs >= 0) || !Number.isFinite(this.#retryDeadlineMs))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['retryDeadlineMs must be a finite number >= 0']);
+    this.#retryBackoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#random = options.random ?? Math.random;
     const url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
     this.#url = url;
     if (options.lastEventId !== undefined && !(Number.isSafeInteger(options.lastEventId) && options.lastEventId >= 0))
@@ -368,8 +390,27 @@ export class GameClient extends TypedEmitter<GameEvents> {
     return this.#conn.close(code, reason);
   }
 
+  /**
+   * {@link #requestOnce}, again with jittered backoff while the server refuses with a retryable code (RETRYABLE_CODES)
+   * and the retry deadline allows another attempt; the last refusal rejects. Each attempt has a fresh `ref`.
+   */
+  async #request(op: string, build: (ref: string) => RoundOpen | RoundSettle | RoundCancel): Promise<RoundView> {
+    const deadline = Date.now() + this.#retryDeadlineMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#requestOnce(op, build);
+      } catch (err) {
+        if (!isCrowdplayError(err) || !isRetryable(err.code)) throw err;
+        const delay = Math.max(1, backoffDelayMs(attempt, this.#retryBackoff, this.#random));
+        if (Date.now() + delay > deadline || this.#conn.state !== 'open') throw err;
+        await new Promise((r) => setTimeout(r, delay));
+        if (this.#conn.state !== 'open') throw err;
+      }
+    }
+  }
+
   /** Sends one round request with a fresh `ref` and waits for its `result` or `error` frame. */
-  #request(op: string, build: (ref: string) => RoundOpen | RoundSettle | RoundCancel): Promise<RoundView> {
+  #requestOnce(op: string, build: (ref: string) => RoundOpen | RoundSettle | RoundCancel): Promise<RoundView> {
     const ref = `g${++this.#nextRef}`;
     const raw = JSON.stringify(build(ref));
     try {

@@ -363,6 +363,34 @@ test('sdk-game - answers are matched by ref, also out of order; an error frame w
   await c.close();
 });
 
+test('sdk-game - a round request refused as retryable (the channel is moving) is sent again with backoff; a final refusal is not', async (t) => {
+  const seen: Req[] = [];
+  const server = await roundServer((req) => {
+    seen.push(req);
+    const tries = seen.filter((r) => r.t === req.t && r.round === req.round).length;
+    if (req.t === 'round.open' && tries <= 2) return { t: 'error', code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving', ref: req.ref };
+    if (req.t === 'round.open') return { t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) };
+    return { t: 'error', code: 'CP_ERR_ROUND_ALREADY_FINAL', message: 'final', ref: req.ref };
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  assert.deepEqual(await c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 1_000 }), roundView('r1'));
+  const opens = seen.filter((r) => r.t === 'round.open');
+  assert.equal(opens.length, 3, 'two refusals, then the third attempt');
+  assert.equal(new Set(opens.map((r) => r.ref)).size, 3, 'a fresh ref per attempt');
+  await assert.rejects(c.settleRound('r1', 'a'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_ROUND_ALREADY_FINAL'));
+  assert.equal(seen.filter((r) => r.t === 'round.settle').length, 1, 'a final refusal is not retried');
+  const none = client(t, server, { retryDeadlineMs: 0 });
+  await none.connect();
+  await assert.rejects(none.openRound({ round: 'r2', kind: 'pool', outcomes: ['a', 'b'], durationMs: 1_000 }), (err: unknown) =>
+    isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE'),
+  );
+  assert.equal(seen.filter((r) => r.round === 'r2').length, 1, 'retryDeadlineMs 0: sent once');
+  await none.close();
+  await c.close();
+});
+
 test('sdk-game - invalid round arguments reject with CP_ERR_ROUND_INVALID and send nothing', async (t) => {
   const server = await roundServer((req) => ({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }));
   t.after(() => server.close());

@@ -27,8 +27,8 @@ import type {
   ResyncFrame,
   Welcome,
 } from '@crowdplay/protocol';
-import { CHANNEL_ID_RE, CloseCode, CrowdplayError, MAX_POINTS, NAME_PATTERN } from '@crowdplay/protocol';
-import type { BackoffOptions } from './backoff.ts';
+import { CHANNEL_ID_RE, CloseCode, CrowdplayError, MAX_POINTS, NAME_PATTERN, isRetryable } from '@crowdplay/protocol';
+import { backoffDelayMs, DEFAULT_BACKOFF, type BackoffOptions } from './backoff.ts';
 import { TypedEmitter } from './emitter.ts';
 import { ReconnectingSocket, type ConnectionState, type FrameInfo } from './reconnecting-socket.ts';
 import { WS_OPEN, type WebSocketConstructor } from './socket.ts';
@@ -110,10 +110,21 @@ export interface ViewerClientOptions {
    * @defaultValue DEFAULT_ACK_TIMEOUT_MS (10_000)
    */
   ackTimeoutMs?: number;
+  /**
+   * How long an act, stake or trade refused with a retryable code
+   * (RETRYABLE_CODES: the channel is moving or being placed, a queue is at its
+   * bound) is sent again, with jittered backoff (`backoff`), before the
+   * refusal is returned, ms; 0: never retried. A stake or trade is retried
+   * with its `key` (a replay if it went through); a refused act was not taken.
+   * @defaultValue DEFAULT_RETRY_DEADLINE_MS (5_000)
+   */
+  retryDeadlineMs?: number;
 }
 
 /** Default of `ackTimeoutMs`, ms. */
 export const DEFAULT_ACK_TIMEOUT_MS = 10_000;
+/** Default of `retryDeadlineMs`, ms. */
+export const DEFAULT_RETRY_DEADLINE_MS = 5_000;
 
 /** Seqs of acts that timed out, kept so that their late acks are not reported as protocol errors. */
 const LATE_ACKS_KEPT = 1_024;
@@ -208,6 +219,9 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
   /** Seqs whose act timed out (oldest first, at most LATE_ACKS_KEPT). */
   readonly #timedOut = new Set<number>();
   readonly #ackTimeoutMs: number;
+  readonly #retryDeadlineMs: number;
+  readonly #retryBackoff: BackoffOptions;
+  readonly #random: () => number;
   #lastEventId: number | undefined;
   #balance: number | null = null;
 
@@ -221,6 +235,11 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (options.token === undefined && options.getToken === undefined) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
     this.#ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
+    this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
+    if (!(this.#retryDeadlineMs >= 0) || !Number.isFinite(this.#retryDeadlineMs))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['retryDeadlineMs must be a finite number >= 0']);
+    this.#retryBackoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    this.#random = options.random ?? Math.random;
     if (!(this.#ackTimeoutMs > 0) || !Number.isFinite(this.#ackTimeoutMs))
       throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['ackTimeoutMs must be a finite number > 0']);
     const WS = options.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
@@ -424,8 +443,24 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
     });
   }
 
+  /**
+   * {@link #send}, again with jittered backoff while the ack is a retryable refusal (RETRYABLE_CODES) and the
+   * retry deadline allows another attempt; the last ack is returned. Each attempt has a fresh `seq`.
+   */
+  async #request(build: (seq: number) => CrowdInbound): Promise<ActAck> {
+    const deadline = Date.now() + this.#retryDeadlineMs;
+    for (let attempt = 0; ; attempt++) {
+      const ack = await this.#send(build);
+      if (ack.ok || !isRetryable(ack.code)) return ack;
+      const delay = Math.max(1, backoffDelayMs(attempt, this.#retryBackoff, this.#random));
+      if (Date.now() + delay > deadline || this.#conn.state !== 'open') return ack;
+      await new Promise((r) => setTimeout(r, delay));
+      if (this.#conn.state !== 'open') return ack;
+    }
+  }
+
   /** Sends the frame built for the next `seq` and waits for its ack (see `act`). */
-  #request(build: (seq: number) => CrowdInbound): Promise<ActAck> {
+  #send(build: (seq: number) => CrowdInbound): Promise<ActAck> {
     const sock = this.#conn.socket;
     if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
       return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));

@@ -140,6 +140,41 @@ test('sdk-viewer - act acks are correlated by seq, also when answered out of ord
   await c.close();
 });
 
+test('sdk-viewer - a retryable refusal (the channel is moving) is sent again with backoff; a final one and retryDeadlineMs 0 are not', async (t) => {
+  const frames: Array<{ t: string; seq: number; key?: string }> = [];
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const m = JSON.parse(String(raw)) as { t: string; seq: number; action?: string; key?: string };
+      frames.push(m);
+      // 'moving': refused as retryable twice, then accepted; 'bad': a final refusal.
+      const tries = frames.filter((f) => (f as { action?: string }).action === m.action && f.t === m.t).length;
+      const ack: ActAck =
+        m.action === 'bad'
+          ? { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_INTENT_UNKNOWN_ACTION' }
+          : m.t === 'stake' || tries > 2
+            ? { t: 'ack', seq: m.seq, ok: true, cost: 1 }
+            : { t: 'ack', seq: m.seq, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE' };
+      ws.send(JSON.stringify(ack));
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const ok = await c.act('moving');
+  assert.deepEqual([ok.ok, ok.seq], [true, 3], 'two refusals, then the third attempt (a fresh seq each) is acked');
+  const bad = await c.act('bad');
+  assert.deepEqual([bad.ok, bad.code, frames.filter((f) => (f as { action?: string }).action === 'bad').length], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION', 1]);
+  const none = client(t, server, { retryDeadlineMs: 0 });
+  await none.connect();
+  frames.length = 0;
+  const refused = await none.act('again');
+  assert.deepEqual([refused.ok, refused.code, frames.length], [false, 'CP_ERR_CHANNEL_UNAVAILABLE', 1], 'not retried');
+  assert.throws(() => client(t, server, { retryDeadlineMs: -1 }), (e: unknown) => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID'));
+  await none.close();
+  await c.close();
+});
+
 test('sdk-viewer - an act or stake without an ack rejects after ackTimeoutMs; a late ack is only an ack event; others are unaffected', async (t) => {
   const server = await startServer((ws) => {
     welcome(ws);
