@@ -16,6 +16,7 @@ import {
   Router,
   pickLeastLoaded,
   planMoves,
+  planPlacement,
   shardState,
   type AssignmentChange,
   type MemberLoad,
@@ -70,6 +71,25 @@ describe('router decisions (pure)', () => {
     assert.equal(planMoves(owned, 1).length, 1);
     assert.deepEqual(planMoves(owned, 10, new Set(['c1', 'c2', 'c3'])), [{ channel: 'c4', from: 's2', to: 's3' }]);
     assert.deepEqual(planMoves(new Map([['s1', ['a', 'b', 'c']]]), 10), [], 'one shard: nowhere to go');
+  });
+
+  it('planPlacement: a batch spreads by load as one-by-one picks would; nothing without live shards', () => {
+    const live = [m('a', 3), m('b', 0), m('c', 1)];
+    const picks = planPlacement(live, 6, 200);
+    const per = (s: string) => picks.filter((p) => p === s).length;
+    assert.deepEqual([per('a'), per('b'), per('c')], [1, 3, 2], 'ends level at 4 each');
+    assert.deepEqual(
+      live.map((x) => x.channels),
+      [3, 0, 1],
+      'the members are not changed',
+    );
+    assert.deepEqual(
+      planPlacement([m('busy', 0, 2_000), m('idle', 5)], 6, 200),
+      ['idle', 'idle', 'idle', 'idle', 'idle', 'busy'],
+      'intents weigh in: 2,000/s count as 10 channels; at a tie the one with fewer channels',
+    );
+    assert.deepEqual(planPlacement([], 5, 200), []);
+    assert.deepEqual(planPlacement(live, 0, 200), []);
   });
 
   it('MoveBudget: perS moves per second, bursts capped at one second, 0 = never', () => {
