@@ -44,7 +44,8 @@ const URL_VARS = new Map([
   ['NATS_URL', 'nats'],
 ]);
 
-const IMPORT_RE = /(?:^|[\s;])(?:import|export)\s+(?:type\s+)?([^'";]*?)\s*from\s*['"]([^'"]+)['"]|(?:^|[\s;(])import\s*(?:\(\s*)?['"]([^'"]+)['"]/g;
+const IMPORT_RE =
+  /(?:^|[\s;])(?:import|export)\s+(?:type\s+)?([^'";]*?)\s*from\s*['"]([^'"]+)['"]|(?:^|[\s;(])import\s*(?:\(\s*)?['"]([^'"]+)['"]/g;
 
 /**
  * The import specifiers of a module's source, each with the names it imports

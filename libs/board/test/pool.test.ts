@@ -38,12 +38,19 @@ function gatePool(opts: RenderPoolOptions = {}) {
   };
 }
 
+/** Atomics.waitAsync (Node 20 has it; the ES2022 lib the repository compiles against does not declare it). */
+const waitAsync = (
+  Atomics as unknown as {
+    waitAsync(a: Int32Array, index: number, value: number, timeoutMs: number): { async: boolean; value: Promise<string> | string };
+  }
+).waitAsync;
+
 async function startedReach(s: Int32Array, n: number, what: string, ms = 8_000): Promise<void> {
   const end = Date.now() + ms;
   for (let seen = Atomics.load(s, 2); seen < n; seen = Atomics.load(s, 2)) {
     const left = end - Date.now();
     if (left <= 0) throw new Error(`timed out after ${ms} ms waiting for ${what}: ${seen} of ${n} tasks started`);
-    const w = Atomics.waitAsync(s, 2, seen, left);
+    const w = waitAsync(s, 2, seen, left);
     if (w.async) await w.value;
   }
 }

@@ -86,11 +86,11 @@ function client(t: TestContext, server: TestServer, opts: Partial<ViewerClientOp
 }
 
 /** The `ws` class, counting the sockets a client constructs (a reconnect constructs one synchronously in its timer). */
-function countingWebSocket(): { WS: typeof WebSocket; made: () => number } {
+function countingWebSocket(): { WS: WebSocketConstructor; made: () => number } {
   let made = 0;
   class Counting extends WebSocket {
-    constructor(...args: ConstructorParameters<typeof WebSocket>) {
-      super(...args);
+    constructor(url: string, protocols?: string | string[], options?: WebSocket.ClientOptions) {
+      super(url, protocols, options);
       made++;
     }
   }

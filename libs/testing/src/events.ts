@@ -64,7 +64,7 @@ export function nextEvent<E extends { [K in keyof E]: (...args: never[]) => void
 }
 
 /** A promise with its resolve and reject functions outside it, plus whether it settled. */
-export interface Deferred<T> {
+export interface Deferred<T = void> {
   readonly promise: Promise<T>;
   resolve(value: T): void;
   reject(reason: unknown): void;

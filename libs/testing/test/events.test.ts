@@ -21,7 +21,7 @@ function emitter(): Subscribable<Ev> & { emit(n: number): void; listeners(): num
 
 test('nextEvent - resolves with the first matching event and unsubscribes', async () => {
   const e = emitter();
-  const p = nextEvent(e, 'tick', (n) => n > 1);
+  const p = nextEvent<Ev, 'tick'>(e, 'tick', (n) => n > 1);
   e.emit(1);
   e.emit(2);
   e.emit(3);
@@ -32,7 +32,7 @@ test('nextEvent - resolves with the first matching event and unsubscribes', asyn
 test('nextEvent - with timeoutMs, rejects naming the event and unsubscribes', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   const e = emitter();
-  const p = nextEvent(e, 'tick', () => true, { timeoutMs: 100 });
+  const p = nextEvent<Ev, 'tick'>(e, 'tick', () => true, { timeoutMs: 100 });
   t.mock.timers.tick(100);
   await assert.rejects(p, (err: Error) => err instanceof WaitTimeoutError && /no matching 'tick' event within 100 ms/.test(err.message));
   assert.equal(e.listeners(), 0);
