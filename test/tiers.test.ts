@@ -45,6 +45,10 @@ test('test tiers - needs are followed through test-side imports, not into src/ o
   );
 });
 
+test('test tiers - a file whose children the scan cannot see says so', () => {
+  assert.deepEqual(serviceNeeds(ROOT_DIR, 'loadtest/test/crowd-smoke.test.ts'), ['loadtest/test/crowd-smoke.test.ts: marked // @services']);
+});
+
 test('test tiers - the unit guard refuses a connection to a service port, naming the service', async () => {
   await import('../scripts/unit-guard.mjs');
   const sock = connect({ host: '127.0.0.1', port: 5432 });
