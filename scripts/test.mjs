@@ -9,14 +9,25 @@
 //
 //   npm test                 everything
 //   npm test -- libs/bus     only test files under these paths
+//   npm test -- --unit       only the unit tier: the files that need no
+//                            services (no PostgreSQL, Redis or NATS, no
+//                            browser, no child process), decided from their
+//                            imports by scripts/test-tiers.mjs; run under
+//                            scripts/unit-guard.mjs, which refuses any
+//                            connection to a service port. Combines with paths.
 //   SKIP_STATIC=1 npm test   skip tsc and eslint (quick local loops)
+// Every part prints its time; the last line is the total.
 import { spawnSync } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { serviceNeeds } from './test-tiers.mjs';
 
 const root = join(fileURLToPath(import.meta.url), '..', '..');
-const filters = process.argv.slice(2);
+const argv = process.argv.slice(2);
+const unit = argv.includes('--unit');
+const filters = argv.filter((a) => a !== '--unit');
+const started = Date.now();
 
 function run(cmd, args) {
   const t0 = Date.now();
@@ -42,7 +53,9 @@ function walk(dir, out) {
 
 const files = [];
 for (const top of ['libs', 'services', 'loadtest', 'test']) walk(join(root, top), files);
-const selected = files.filter((f) => filters.length === 0 || filters.some((x) => f.startsWith(x))).sort();
+const matched = files.filter((f) => filters.length === 0 || filters.some((x) => f.startsWith(x))).sort();
+const selected = unit ? matched.filter((f) => serviceNeeds(root, f).length === 0) : matched;
+if (unit) console.log(`[test] unit tier: ${selected.length} of ${matched.length} files need no services`);
 const serial = selected.filter((f) => f.endsWith('.serial.test.ts'));
 const parallel = selected.filter((f) => !f.endsWith('.serial.test.ts'));
 if (selected.length === 0) {
@@ -56,9 +69,20 @@ if (!process.env.SKIP_STATIC) {
   status ||= run('npx', ['eslint', '--max-warnings=0', '.']);
   if (status !== 0) process.exit(status);
 }
+const guard = unit ? ['--import', './scripts/unit-guard.mjs'] : [];
 const runner = (concurrency, list) =>
-  run(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${concurrency}`, '--test-timeout=180000', '--test-reporter=spec', ...list]);
+  run(process.execPath, [
+    '--import',
+    'tsx',
+    ...guard,
+    '--test',
+    `--test-concurrency=${concurrency}`,
+    '--test-timeout=180000',
+    '--test-reporter=spec',
+    ...list,
+  ]);
 // Serial files first, on a quiet machine; the big run's summary is the last thing printed.
 if (serial.length > 0) status = runner(1, serial);
 if (parallel.length > 0) status = runner(2, parallel) || status;
+console.log(`[test] total ${((Date.now() - started) / 1000).toFixed(1)} s, exit ${status}`);
 process.exit(status);

@@ -1,3 +1,4 @@
+// @services: forks the reference server and the load workers (child processes), and asserts throughput
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';

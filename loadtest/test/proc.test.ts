@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { parseWatchPid, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
+import { until } from '@crowdplay/testing';
+import { clockTicksPerSecond, parseWatchPid, processCpuMs, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
 
 test('parseWatchPid - name=pid, anything else throws naming the flag', () => {
   assert.deepEqual(parseWatchPid('shard-1=1234'), { name: 'shard-1', pid: 1234 });
@@ -35,7 +36,10 @@ test('ProcessWatch - CPU and RSS of a busy process; nulls for one that is gone',
     100,
   );
   watch.start();
-  await new Promise((r) => setTimeout(r, 1_000));
+  // Watch until the child's CPU time has moved (a clock tick or more); stop() takes the last sample.
+  const ticks = clockTicksPerSecond();
+  const cpu0 = processCpuMs(child.pid!, ticks) ?? 0;
+  await until('the busy child to use CPU', () => (processCpuMs(child.pid!, ticks) ?? 0) > cpu0, { timeoutMs: 10_000, intervalMs: 20 });
   const [busy, gone] = watch.stop();
   child.kill('SIGKILL');
   await exited;

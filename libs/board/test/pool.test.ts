@@ -2,7 +2,6 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { availableParallelism, getPriority } from 'node:os';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { Image } from '@napi-rs/canvas';
 import {
   RenderPool,
@@ -30,6 +29,8 @@ function gatePool(opts: RenderPoolOptions = {}) {
     pool,
     s,
     started: () => Atomics.load(s, 2),
+    /** Resolves when `n` tasks have started on threads (the worker notifies on every start). */
+    startedReach: (n: number, what: string) => startedReach(s, n, what),
     open: () => {
       Atomics.store(s, 3, 1);
       Atomics.notify(s, 3);
@@ -37,11 +38,20 @@ function gatePool(opts: RenderPoolOptions = {}) {
   };
 }
 
-async function waitFor(what: string, cond: () => boolean, ms = 8_000): Promise<void> {
+/** Atomics.waitAsync (Node 20 has it; the ES2022 lib the repository compiles against does not declare it). */
+const waitAsync = (
+  Atomics as unknown as {
+    waitAsync(a: Int32Array, index: number, value: number, timeoutMs: number): { async: boolean; value: Promise<string> | string };
+  }
+).waitAsync;
+
+async function startedReach(s: Int32Array, n: number, what: string, ms = 8_000): Promise<void> {
   const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(10);
+  for (let seen = Atomics.load(s, 2); seen < n; seen = Atomics.load(s, 2)) {
+    const left = end - Date.now();
+    if (left <= 0) throw new Error(`timed out after ${ms} ms waiting for ${what}: ${seen} of ${n} tasks started`);
+    const w = waitAsync(s, 2, seen, left);
+    if (w.async) await w.value;
   }
 }
 
@@ -69,11 +79,12 @@ const status = (o: RenderOutcome): string => (o.status === 'refused' ? `refused:
 
 test('never more than `concurrency` renders on threads; queued jobs never reach a thread', async () => {
   const m = fakeMetrics();
-  const { pool, s, started, open } = gatePool({ concurrency: 2, metrics: m.metrics });
+  const { pool, s, started, startedReach, open } = gatePool({ concurrency: 2, metrics: m.metrics });
   try {
     const jobs = Array.from({ length: 6 }, (_, i) => pool.render(`chat-${i}`, 1, BOARD));
-    await waitFor('two renders on threads', () => started() === 2);
-    await sleep(150); // time for a third to slip through, if the semaphore leaked
+    await startedReach(2, 'two renders on threads');
+    // The pool hands a job to piscina synchronously, in render() or as a slot frees (none does here:
+    // the gate is shut), so a leaked third job would already be in piscina's queue or on a thread.
     assert.equal(started(), 2, 'tasks handed to threads');
     assert.equal(Atomics.load(s, 0), 2, 'in flight on threads');
     const st = pool.stats();
@@ -102,10 +113,10 @@ test('latest: a job leaving the queue draws its chat newer board; older, none, a
     if (n === 'throw') throw new Error('holder gone');
     return n && n.version > version ? n : null;
   };
-  const { pool, started, open } = gatePool({ concurrency: 1, metrics: m.metrics, latest });
+  const { pool, startedReach, open } = gatePool({ concurrency: 1, metrics: m.metrics, latest });
   try {
     const first = pool.render('A', 1, BOARD);
-    await waitFor('A on the thread', () => started() === 1);
+    await startedReach(1, 'A on the thread');
     const jobs = ['B', 'C', 'D', 'E', 'F'].map((c) => pool.render(c, 3, BOARD));
     newer.set('B', { version: 7, board: sampleBoard(5, { avatarShare: 0 }) });
     newer.set('C', { version: 2, board: sampleBoard(5, { avatarShare: 0 }) });
@@ -133,7 +144,7 @@ test('latest: a job leaving the queue draws its chat newer board; older, none, a
 
 test('a newer version replaces a queued older one, which resolves superseded and never renders', async () => {
   const m = fakeMetrics();
-  const { pool, started, open } = gatePool({ concurrency: 1, metrics: m.metrics });
+  const { pool, started, startedReach, open } = gatePool({ concurrency: 1, metrics: m.metrics });
   try {
     const order: string[] = [];
     const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
@@ -142,7 +153,7 @@ test('a newer version replaces a queued older one, which resolves superseded and
         return o;
       });
     const a1 = track('A1', pool.render('A', 1, BOARD));
-    await waitFor('A1 on a thread', () => started() === 1);
+    await startedReach(1, 'A1 on a thread');
     const b1 = track('B1', pool.render('B', 1, BOARD));
     const c1 = track('C1', pool.render('C', 1, BOARD));
     const b2 = track('B2', pool.render('B', 2, sampleBoard(5, { avatarShare: 0 })));
@@ -170,15 +181,17 @@ test('a newer version replaces a queued older one, which resolves superseded and
 });
 
 test("a chat's next version waits for its render on a thread, even with a slot free", async () => {
-  const { pool, started, open } = gatePool({ concurrency: 2 });
+  const { pool, started, startedReach, open } = gatePool({ concurrency: 2 });
   try {
     const a1 = pool.render('A', 1, BOARD);
-    await waitFor('A1 on a thread', () => started() === 1);
+    await startedReach(1, 'A1 on a thread');
     const a2 = pool.render('A', 2, BOARD);
-    await sleep(100);
-    assert.equal(started(), 1, 'A2 waits for A1');
     const b1 = pool.render('B', 1, BOARD);
-    await waitFor('B1 on the free slot', () => started() === 2);
+    await startedReach(2, 'a second render on the free slot');
+    // The free slot went to B1, submitted after A2: A2 is still queued, B1 is not.
+    assert.equal(pool.admission('A', 3), 'replaces', 'A2 waits for A1');
+    assert.equal(pool.admission('B', 2), 'queued', 'B1 is on a thread');
+    assert.equal(pool.stats().queued, 1);
     open();
     assert.deepEqual((await Promise.all([a1, a2, b1])).map(status), ['rendered', 'rendered', 'rendered']);
     assert.equal(started(), 3);
@@ -191,7 +204,7 @@ test("a chat's next version waits for its render on a thread, even with a slot f
 test('a full queue refuses, counted and reported, and changes nothing queued', async () => {
   const m = fakeMetrics();
   const refused: Array<[string, string, Record<string, unknown> | undefined]> = [];
-  const { pool, started, open } = gatePool({
+  const { pool, started, startedReach, open } = gatePool({
     concurrency: 1,
     maxQueue: 2,
     metrics: m.metrics,
@@ -199,7 +212,7 @@ test('a full queue refuses, counted and reported, and changes nothing queued', a
   });
   try {
     const a = pool.render('A', 1, BOARD);
-    await waitFor('A on a thread', () => started() === 1);
+    await startedReach(1, 'A on a thread');
     const b = pool.render('B', 1, BOARD);
     const c = pool.render('C', 1, BOARD);
     assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'queue-full' });
@@ -220,22 +233,21 @@ test('a full queue refuses, counted and reported, and changes nothing queued', a
 });
 
 test('close() refuses queued jobs, lets the one on a thread finish, then refuses everything', async () => {
-  const { pool, started, open } = gatePool({ concurrency: 1 });
+  const { pool, started, startedReach, open } = gatePool({ concurrency: 1 });
   const a = pool.render('A', 1, BOARD);
-  await waitFor('A on a thread', () => started() === 1);
+  await startedReach(1, 'A on a thread');
   const b = pool.render('B', 1, BOARD);
   const c = pool.render('C', 1, BOARD);
-  let closed = false;
-  const closing = pool.close().then(() => (closed = true));
+  const order: string[] = [];
+  const closing = pool.close().then(() => void order.push('closed'));
+  void a.then((o) => void order.push(`A:${status(o)}`));
   assert.deepEqual(await b, { status: 'refused', reason: 'closed' });
   assert.deepEqual(await c, { status: 'refused', reason: 'closed' });
   assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'closed' });
-  await sleep(50);
-  assert.equal(closed, false, 'close waits for the render on a thread');
+  assert.deepEqual(order, [], 'close waits for the render on a thread');
   open();
-  assert.equal(status(await a), 'rendered');
   await closing;
-  assert.equal(closed, true);
+  assert.deepEqual(order, ['A:rendered', 'closed'], 'the render on a thread resolved before close did');
   await pool.close(); // twice is fine
   assert.equal(started(), 1);
   assert.equal(pool.stats().refused, 3);

@@ -1,9 +1,9 @@
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { nextEvent } from '@crowdplay/testing';
+import { nextEvent, within } from '@crowdplay/testing';
 import type { AddressInfo } from 'node:net';
-import { WebSocketServer, type WebSocket } from 'ws';
+import { WebSocket, WebSocketServer } from 'ws';
 import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch, type RoundView } from '@crowdplay/protocol';
 import { GameClient, type ConnectionState, type GameClientOptions, type GameEvents } from '@crowdplay/sdk-game';
 
@@ -12,6 +12,8 @@ interface TestServer {
   conns: URL[];
   /** Parsed frames received, per connection. */
   frames: unknown[][];
+  /** Resolves when `cond` holds, checked at once and after every connection and frame. */
+  when(cond: () => boolean): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -20,19 +22,37 @@ async function startServer(onConn: (ws: WebSocket, url: URL, index: number) => v
   await once(wss, 'listening');
   const conns: URL[] = [];
   const frames: unknown[][] = [];
+  const waiters = new Set<() => void>();
+  const changed = (): void => {
+    for (const w of [...waiters]) w();
+  };
   wss.on('connection', (ws, req) => {
     const url = new URL(req.url ?? '/', 'http://x');
     const i = conns.length;
     conns.push(url);
     frames.push([]);
-    ws.on('message', (raw) => frames[i]?.push(JSON.parse(String(raw))));
+    ws.on('message', (raw) => {
+      frames[i]?.push(JSON.parse(String(raw)));
+      changed();
+    });
     onConn(ws, url, i);
+    changed();
   });
   const { port } = wss.address() as AddressInfo;
   return {
     url: `http://127.0.0.1:${port}`,
     conns,
     frames,
+    when: (cond) =>
+      new Promise<void>((resolve) => {
+        const check = (): void => {
+          if (!cond()) return;
+          waiters.delete(check);
+          resolve();
+        };
+        waiters.add(check);
+        check();
+      }),
     close: async () => {
       for (const ws of wss.clients) ws.terminate();
       await new Promise<void>((resolve) => wss.close(() => resolve()));
@@ -74,13 +94,11 @@ const next = <K extends keyof GameEvents>(c: GameClient, event: K, pred?: (...ar
 
 /** Resolves once connection `i` of `server` has received `n` frames. */
 async function framesOf(server: TestServer, i: number, n: number, deadlineMs = 5_000): Promise<unknown[]> {
-  const until = Date.now() + deadlineMs;
-  for (;;) {
-    const f = server.frames[i];
-    if (f && f.length >= n) return f;
-    if (Date.now() > until) assert.fail(`connection ${i} got ${f?.length ?? 0} frames, expected ${n}: ${JSON.stringify(f)}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+  const reached = server.when(() => (server.frames[i]?.length ?? 0) >= n);
+  await within(reached, `${n} frames on connection ${i}`, { timeoutMs: deadlineMs }).catch(() =>
+    assert.fail(`connection ${i} got ${server.frames[i]?.length ?? 0} frames, expected ${n}: ${JSON.stringify(server.frames[i])}`),
+  );
+  return server.frames[i]!;
 }
 
 test('sdk-game - connects as role=game with the key; a declaration made before the welcome follows it', async (t) => {
@@ -197,11 +215,20 @@ test('sdk-game - 4001 ends the client without reconnecting', async (t) => {
     ws.close(CloseCode.unauthorized);
   });
   t.after(() => server.close());
+  t.mock.timers.enable({ apis: ['setTimeout'] }); // the backoff timer runs on the test's clock
   const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
   await assert.rejects(c.connect(), (err: unknown) => isCrowdplayError(err, 'CP_ERR_AUTH_INVALID') && err.message.includes('unknown key'));
   assert.equal(c.state, 'closed');
-  await new Promise((r) => setTimeout(r, 60)); // absence of a reconnect: wait 12× the backoff
-  assert.equal(server.conns.length, 1);
+  t.mock.timers.tick(60_000); // a reconnect the close scheduled (5 ms backoff) would open its socket now
+  // A probe connected after that point: the server sees it, and a reconnect begun before it, by then.
+  const probe = new WebSocket(`${server.url.replace('http', 'ws')}/?probe=1`);
+  await Promise.all([once(probe, 'open'), server.when(() => server.conns.some((u) => u.searchParams.has('probe')))]);
+  probe.terminate();
+  assert.deepEqual(
+    server.conns.map((u) => u.searchParams.has('probe')),
+    [false, true],
+    'the client connected once, the probe after it',
+  );
   assert.throws(
     () => c.declare(VOTE),
     (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'),
@@ -418,7 +445,11 @@ test('sdk-game - invalid round arguments reject with CP_ERR_ROUND_INVALID and se
 });
 
 test('sdk-game - a request without an answer times out with CP_ERR_CLIENT_REQUEST_TIMEOUT; a late answer is dropped', async (t) => {
-  const server = await roundServer((req) => ({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }), 150);
+  let held: { ws: WebSocket; req: Req } | undefined; // the request, unanswered until the test answers it
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => (held = { ws, req: JSON.parse(String(raw)) as Req }));
+  });
   t.after(() => server.close());
   const c = client(t, server, { requestTimeoutMs: 40 });
   await c.connect();
@@ -431,9 +462,13 @@ test('sdk-game - a request without an answer times out with CP_ERR_CLIENT_REQUES
   );
   assert.ok(Date.now() - t0 >= 35, 'waited the timeout');
   assert.equal(c.pendingRequests, 0);
-  // the answer arrives after 150 ms; it resolves nothing and raises nothing
-  await new Promise((r) => setTimeout(r, 200));
-  assert.deepEqual(errors, []);
+  // The answer arrives late, and a batch after it: once the batch is out, the client has handled the answer.
+  await server.when(() => held !== undefined);
+  const batchOut = next(c, 'batch');
+  held!.ws.send(JSON.stringify({ t: 'result', ref: held!.req.ref, ok: true, round: roundView(String(held!.req.round)) }));
+  held!.ws.send(JSON.stringify(batch(1)));
+  await within(batchOut, 'the batch sent after the late answer');
+  assert.deepEqual(errors, [], 'the late answer resolves nothing and raises nothing');
   assert.equal(c.state, 'open');
   await c.close();
   assert.throws(

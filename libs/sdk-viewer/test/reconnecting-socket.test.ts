@@ -134,10 +134,6 @@ function make(
   return { conn, r, made: ws.made, nth: ws.nth };
 }
 
-async function sleepMs(ms: number): Promise<void> {
-  await new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 test('reconnecting-socket - welcome opens; hooks run before connect() resolves; other frames go to onFrame', async (t) => {
   const { conn, r, made } = make({});
   t.after(() => conn.close());
@@ -305,7 +301,8 @@ test('reconnecting-socket - welcome deadline: terminate() when given, else close
   );
 });
 
-test('reconnecting-socket - a do-not-reconnect close code ends it with the code of the server error frame', async () => {
+test('reconnecting-socket - a do-not-reconnect close code ends it with the code of the server error frame', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] }); // the backoff timer runs on the test's clock
   const { conn, made, r } = make({});
   const p = conn.connect();
   const s = made[0];
@@ -320,7 +317,7 @@ test('reconnecting-socket - a do-not-reconnect close code ends it with the code 
   assert.equal(conn.state, 'closed');
   assert.equal(conn.ended, true);
   assert.equal(conn.connect(), p, 'connect() keeps its settled promise');
-  await sleepMs(40); // absence of a reconnect: 8× the 5 ms backoff
+  t.mock.timers.tick(60_000); // any reconnect the close scheduled (5 ms backoff) would open its socket now
   assert.equal(made.length, 1);
   assert.deepEqual(r.log, [
     'state:idle>connecting',
@@ -331,7 +328,7 @@ test('reconnecting-socket - a do-not-reconnect close code ends it with the code 
   await conn.close();
 });
 
-test('reconnecting-socket - close() is idempotent, resolves on the close event or at the close deadline', async () => {
+test('reconnecting-socket - close() is idempotent, resolves on the close event or at the close deadline', async (t) => {
   const quick = make({ closeDeadlineMs: 10_000 });
   const p = quick.conn.connect();
   quick.made[0]?.open();
@@ -354,12 +351,18 @@ test('reconnecting-socket - close() is idempotent, resolves on the close event o
     slow.made[0]?.open();
     slow.made[0]?.receive(WELCOME);
     await sp;
-    const t1 = Date.now();
-    await slow.conn.close(); // the fake server never answers the close handshake
-    assert.ok(Date.now() - t1 >= 25, 'waited the close deadline');
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    let closed = false;
+    const closing = slow.conn.close().then(() => (closed = true)); // the fake server never answers the close handshake
+    t.mock.timers.tick(29);
+    await new Promise((r) => setImmediate(r)); // every microtask has run
+    assert.equal(closed, false, 'waits for the close deadline');
+    t.mock.timers.tick(1);
+    await closing;
     assert.equal(slow.made[0]?.terminated, withTerminate);
-    await sleepMs(20);
+    t.mock.timers.tick(60_000); // any reconnect scheduled would open its socket now
     assert.equal(slow.made.length, 1, 'a closed socket never reconnects');
+    t.mock.timers.reset();
   }
 });
 

@@ -85,6 +85,18 @@ function client(t: TestContext, server: TestServer, opts: Partial<ViewerClientOp
   return c;
 }
 
+/** The `ws` class, counting the sockets a client constructs (a reconnect constructs one synchronously in its timer). */
+function countingWebSocket(): { WS: WebSocketConstructor; made: () => number } {
+  let made = 0;
+  class Counting extends WebSocket {
+    constructor(url: string, protocols?: string | string[], options?: WebSocket.ClientOptions) {
+      super(url, protocols, options);
+      made++;
+    }
+  }
+  return { WS: Counting, made: () => made };
+}
+
 const next = <K extends keyof ViewerEvents>(c: ViewerClient, event: K, pred?: (...args: Parameters<ViewerEvents[K]>) => boolean) =>
   nextEvent<ViewerEvents, K>(c, event, pred);
 
@@ -320,7 +332,9 @@ test('sdk-viewer - no reconnect after 4001; connect rejects with the server erro
     ws.close(CloseCode.unauthorized, 'unauthorized');
   });
   t.after(() => server.close());
-  const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+  t.mock.timers.enable({ apis: ['setTimeout'] }); // the backoff timer runs on the test's clock
+  const sockets = countingWebSocket();
+  const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' }, WebSocket: sockets.WS });
   const errors: string[] = [];
   c.on('error', (e) => errors.push(e.code));
   await assert.rejects(c.connect(), (err: unknown) => {
@@ -329,8 +343,8 @@ test('sdk-viewer - no reconnect after 4001; connect rejects with the server erro
     return true;
   });
   assert.equal(c.state, 'closed');
-  // absence of a reconnect can only be shown by waiting: 20× the 5 ms backoff
-  await new Promise((r) => setTimeout(r, 100));
+  t.mock.timers.tick(60_000); // a reconnect the close scheduled (5 ms backoff) would construct its socket now
+  assert.equal(sockets.made(), 1, 'no socket after the first');
   assert.equal(server.conns.length, 1);
   assert.deepEqual(errors, ['CP_ERR_AUTH_INVALID']);
   await assert.rejects(c.act('vote'), (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_NOT_OPEN'));
@@ -344,7 +358,9 @@ test('sdk-viewer - 4003/4004 after a welcome also end the client; pending acts r
       ws.on('message', () => ws.close(code, 'go away'));
     });
     t.after(() => server.close());
-    const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+    t.mock.timers.enable({ apis: ['setTimeout'] });
+    const sockets = countingWebSocket();
+    const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' }, WebSocket: sockets.WS });
     await c.connect();
     const closed = next(c, 'state', (s) => s === 'closed');
     await assert.rejects(
@@ -352,8 +368,9 @@ test('sdk-viewer - 4003/4004 after a welcome also end the client; pending acts r
       (err: unknown) => isCrowdplayError(err, 'CP_ERR_CLIENT_CLOSED') && err.message.includes(String(code)),
     );
     await closed;
-    await new Promise((r) => setTimeout(r, 60));
-    assert.equal(server.conns.length, 1, `no reconnect after ${code}`);
+    t.mock.timers.tick(60_000); // a scheduled reconnect would construct its socket now
+    assert.equal(sockets.made(), 1, `no reconnect after ${code}`);
+    t.mock.timers.reset();
   }
   assert.deepEqual([...NO_RECONNECT_CLOSE_CODES].sort(), [4001, 4003, 4004]);
 });

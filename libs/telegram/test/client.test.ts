@@ -11,6 +11,7 @@ import { runInNewContext } from 'node:vm';
 import assert from 'node:assert/strict';
 import { GrammyError } from 'grammy';
 import { isCrowdplayError } from '@crowdplay/protocol';
+import { deferred, until, within, type Deferred } from '@crowdplay/testing';
 import { MemorySendQueue, type JobResult, type SendQueueOptions } from '@crowdplay/sendq';
 import {
   TelegramStub,
@@ -111,7 +112,7 @@ void test('every api call passes the send queue; avatar reads do not', async () 
     const hook = r.client.api.setWebhook('https://example.org/hook');
     const me = r.client.api.getMe(); // a method without parameters: grammY binds its payload
     // Nothing reached Telegram: all three wait in the queue.
-    await new Promise((res) => setTimeout(res, 50));
+    await until('three calls in the queue', async () => (await r.queue.depth()).tx === 3);
     assert.equal(r.stub.stats().calls, 0);
     assert.deepEqual(await r.queue.depth(), { tx: 3, board: 0 });
     assert.equal(await r.queue.chatDepth(A), 1);
@@ -161,9 +162,8 @@ void test("a caller's own AbortSignal is no grant: its call is queued like any o
   try {
     const own = new AbortController();
     const sent = r.client.api.sendMessage(A, 'mine', undefined, own.signal as unknown as Parameters<typeof r.client.api.sendMessage>[3]);
-    await new Promise((res) => setTimeout(res, 50));
+    await until("the call in chat A's queue", async () => (await r.queue.chatDepth(A)) === 1);
     assert.equal(r.stub.stats().calls, 0);
-    assert.equal(await r.queue.chatDepth(A), 1);
     r.queue.start(r.client.sender());
     assert.equal((await sent).text, 'mine');
     assert.deepEqual(r.client.stats().sent, { sendMessage: 1 });
@@ -312,7 +312,7 @@ void test('403 (bot kicked) deactivates the chat: its queued jobs are purged, ne
     const board = queued.status === 'queued' ? queued.result : undefined;
     const reply = r.client.api.sendMessage(A, 'hi').catch((e: unknown) => e);
     const other = r.client.api.sendMessage(B, 'still here');
-    while ((await r.queue.depth()).tx < 2) await new Promise((res) => setTimeout(res, 5));
+    await until('both replies in the queue', async () => (await r.queue.depth()).tx >= 2);
     // The tx lane goes first in chat A: the reply meets the 403, the board behind it is purged.
     r.queue.start(r.client.sender());
     const err = await reply;
@@ -363,7 +363,7 @@ void test('429: a bot-wide pause for retry_after, then the call goes through', a
     r.stub.inject({ kind: '429', retryAfterS: 1, chatId: A, method: 'sendMessage' });
     const first = r.client.api.sendMessage(A, 'one');
     // Let A's call meet the 429 before B's call is queued: B must then wait for the pause too.
-    while (r.queue.stats().rateLimited === 0) await new Promise((res) => setTimeout(res, 5));
+    await until("A's call to meet the 429", () => r.queue.stats().rateLimited > 0);
     const second = r.client.api.sendMessage(B, 'two');
     assert.equal((await first).text, 'one');
     assert.equal((await second).text, 'two');
@@ -519,11 +519,20 @@ void test('avatars: reads waiting for a slot have made no Bot API call, and star
   // A fake Bot API whose getUserProfilePhotos answers only when the test says so.
   const started: number[] = [];
   const answer = new Map<number, () => void>();
+  const startedRead = new Map<number, Deferred>();
+  /** Resolves when the read of `userId` has started (its getUserProfilePhotos call). */
+  const readStarted = (userId: number): Promise<void> => {
+    if (!startedRead.has(userId)) startedRead.set(userId, deferred());
+    return within(startedRead.get(userId)!.promise, `the read of ${userId}`);
+  };
+  const microtasksRun = (): Promise<void> => new Promise((res) => setImmediate(res));
   const api: AvatarApi = {
     getUserProfilePhotos: (userId) =>
       new Promise((res) => {
         started.push(userId);
         answer.set(userId, () => res({ total_count: 1, photos: [[{ file_id: `f${userId}`, width: 160, height: 160 }]] }));
+        if (!startedRead.has(userId)) startedRead.set(userId, deferred());
+        startedRead.get(userId)!.resolve();
       }),
     getFile: (fileId) => Promise.resolve({ file_id: fileId, file_path: `p/${fileId}` }),
   };
@@ -535,15 +544,18 @@ void test('avatars: reads waiting for a slot have made no Bot API call, and star
   assert.equal(avatars.stats().waiting, 48);
   assert.equal(avatars.pending, 50);
   // Answer in the order 101, 100: the freed slots go to 102, then 103 (oldest first), one per read finished.
+  // The hand-over is promise-driven: once the next read started and the microtasks ran, nothing else will start.
   answer.get(101)!();
-  await new Promise((res) => setTimeout(res, 5));
+  await readStarted(102);
+  await microtasksRun();
   assert.deepEqual(started, [100, 101, 102]);
   answer.get(100)!();
-  await new Promise((res) => setTimeout(res, 5));
+  await readStarted(103);
+  await microtasksRun();
   assert.deepEqual(started, [100, 101, 102, 103]);
   for (let i = 102; i < 150; i++) {
+    await readStarted(i);
     answer.get(i)!();
-    await new Promise((res) => setTimeout(res, 1));
   }
   const bytes = await Promise.all(all);
   assert.ok(bytes.every((b) => b?.length === 10));
@@ -564,7 +576,7 @@ void test('avatars: reads waiting for a slot have made no Bot API call, and star
   assert.equal(gate1.stats().waiting, 1);
   answer.get(500)!();
   await first;
-  await new Promise((res) => setTimeout(res, 5));
+  await readStarted(501);
   answer.get(501)!();
   const [x, y] = await Promise.all(queuedTwice);
   assert.equal(x, y);
@@ -691,6 +703,7 @@ void test('avatars: a download keeps its slot until its shrink answered: never m
   let pending = 0;
   let peak = 0;
   const release: Array<() => void> = [];
+  let answerAtOnce = false;
   const r = await rig({
     avatars: {
       ...SHRINK_AVATARS,
@@ -698,31 +711,28 @@ void test('avatars: a download keeps its slot until its shrink answered: never m
       shrink: (b) => {
         pending++;
         peak = Math.max(peak, pending);
-        return new Promise((resolve) =>
-          release.push(() => {
+        return new Promise((resolve) => {
+          const answer = (): void => {
             pending--;
             resolve(b.subarray(0, 10));
-          }),
-        );
+          };
+          if (answerAtOnce) queueMicrotask(answer);
+          else release.push(answer);
+        });
       },
     },
   });
   try {
     const c = r.client;
     const all = Promise.all([1, 2, 3, 4, 5, 6].map((u) => c.avatars.get(u)));
-    // Let every read get as far as it can while no shrink answers.
-    for (let i = 0; i < 50 && pending < 2; i++) await new Promise((res) => setTimeout(res, 10));
-    await new Promise((res) => setTimeout(res, 50));
+    // Every read gets as far as it can while no shrink answers: two wait for a shrink, four for a slot.
+    await until('two shrinks and four reads waiting for a slot', () => pending === 2 && c.avatars.stats().waiting === 4);
     assert.equal(pending, 2, 'two photos wait for a shrink, the other four for a slot');
     assert.equal(r.stub.stats().byMethod.file, 2, 'no photo is downloaded while both slots wait for their shrinks');
-    // Answer the shrinks one at a time until every read has finished (a read may still be in its HTTP calls).
-    let done = false;
-    void all.then(() => (done = true));
-    while (!done) {
-      release.shift()?.();
-      await new Promise((res) => setTimeout(res, 5));
-    }
-    const got = await all;
+    // From now on every shrink is answered as it arrives, and the two waiting ones at once.
+    answerAtOnce = true;
+    for (const answer of release.splice(0)) answer();
+    const got = await within(all, 'every read');
     assert.ok(got.every((b) => b?.length === 10));
     assert.equal(peak, 2);
     assert.equal(r.stub.stats().byMethod.file, 6);

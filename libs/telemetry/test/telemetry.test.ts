@@ -2,6 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
+import { until } from '@crowdplay/testing';
 import { Metrics, Refusals } from '../src/index.ts';
 
 function captureLogger(): { logger: pino.Logger; lines: Array<Record<string, unknown>> } {
@@ -27,14 +28,21 @@ describe('telemetry', () => {
   it('event-loop lag - a stall a scrape follows at once still shows in the max (the histogram reset forgets its last tick)', async () => {
     const m = new Metrics({ service: 'test' });
     try {
-      await new Promise((res) => setTimeout(res, 50));
+      await until('a first event-loop lag sample', async () => (await lagMax(m)) !== null, { timeoutMs: 2_000 });
       await lagMax(m); // a scrape: the window starts
       const t0 = Date.now();
       while (Date.now() - t0 < 120); // a 120 ms stall
       const right = await lagMax(m); // read right after it, before any timer of the loop ran
-      await new Promise((res) => setTimeout(res, 40));
-      const next = await lagMax(m);
-      assert.ok(Math.max(right ?? 0, next ?? 0) >= 90, `the stall: ${right} then ${next} ms`);
+      // Either that scrape or one after the loop's next sample shows it; a stall the reset forgot shows in none.
+      const seen = await until(
+        'the stall in the lag max',
+        async () => {
+          const v = Math.max(right ?? 0, (await lagMax(m)) ?? 0);
+          return v >= 90 && v;
+        },
+        { timeoutMs: 1_000 },
+      );
+      assert.ok(seen >= 90, `the stall: ${right} then ${seen} ms`);
     } finally {
       await m.close();
     }
@@ -69,15 +77,12 @@ describe('telemetry', () => {
     const h = metrics.histogram('crowdplay_trade_ack_ms');
     h.record(3);
     h.record(40);
+    await until('a first event-loop lag sample', async () => (await lagMax(metrics)) !== null, { timeoutMs: 2_000 });
     const busyUntil = Date.now() + 30;
-    await new Promise<void>((res) =>
-      setTimeout(() => {
-        while (Date.now() < busyUntil) {
-          /* block the loop so lag is non-zero */
-        }
-        setTimeout(res, 20);
-      }, 5),
-    );
+    while (Date.now() < busyUntil) {
+      /* block the loop so lag is non-zero */
+    }
+    await until('the blocked loop in the lag max', async () => ((await lagMax(metrics)) ?? 0) > 5, { timeoutMs: 1_000 });
     const text = await metrics.prometheusText();
     assert.match(text, /crowdplay_trade_ack_ms_bucket\{[^}]*le="5"\} 1/);
     assert.match(text, /crowdplay_trade_ack_ms_bucket\{[^}]*le="50"\} 2/);

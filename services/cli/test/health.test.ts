@@ -9,7 +9,7 @@ import { EventEmitter } from 'node:events';
 import { createServer } from 'node:net';
 import { defaultConfig } from '@crowdplay/config';
 import { createTelemetry } from '@crowdplay/telemetry';
-import { serviceUrls, testSchema, uniqueName } from '@crowdplay/testing';
+import { serviceUrls, testSchema, uniqueName, until as waitUntil } from '@crowdplay/testing';
 import { runUntilSignal, startHealthServer, type ProcessLike, type Running } from '@crowdplay/cli';
 import { spawnService, until, type ServiceProcess } from '../../../test/helpers.ts';
 
@@ -157,11 +157,10 @@ describe('crowdplay service <name> with HEALTH_PORT (PostgreSQL + NATS)', () => 
     await spawnService(procs, 'sequencer', { ...env, HEALTH_PORT: String(ports.sequencer) });
     await spawnService(procs, 'crowd-engine', { ...env, SHARD_ID: 'health-a', HEALTH_PORT: String(ports.shard) });
     for (const port of [ports.sequencer, ports.shard]) {
-      const deadline = Date.now() + 30_000;
-      while ((await get(port, '/readyz').catch(() => ({ status: 0 }))).status !== 200) {
-        assert.ok(Date.now() < deadline, `readyz 200 on ${port}`);
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      await waitUntil(`readyz 200 on ${port}`, async () => (await get(port, '/readyz').catch(() => ({ status: 0 }))).status === 200, {
+        timeoutMs: 30_000,
+        intervalMs: 50,
+      });
       assert.equal((await get(port, '/healthz')).status, 200);
       assert.match((await get(port, '/metrics')).body, /^# (HELP|TYPE) /m);
     }

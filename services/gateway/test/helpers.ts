@@ -12,18 +12,17 @@ import { decodeJson, encodeJson, InProcessBus, subjects, type Subjects } from '@
 import type { AckBatch, BalanceFrame, BusAck, BusIntent, IntentBatch, WalletBatch } from '@crowdplay/protocol';
 import { openStore, type Store, type TenantCredentials } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { assertRefusalsLoggedOnce, testSchema, uniqueName } from '@crowdplay/testing';
+import { assertRefusalsLoggedOnce, testSchema, uniqueName, until } from '@crowdplay/testing';
 import type { Assignment, RouterApi } from '@crowdplay/router';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '../src/index.ts';
 
-/** Polls `cond` until it is true (every 5 ms), failing after `timeoutMs`. */
+/**
+ * Polls `cond` until it is true (every 5 ms), for state that announces no event (a metric, a row).
+ * @throws WaitTimeoutError (rejects) after `timeoutMs`, naming `label`
+ */
 export async function waitUntil(cond: () => boolean | Promise<boolean>, label: string, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for: ${label}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+  await until(label, cond, { timeoutMs, intervalMs: 5 });
 }
 
 /** A suite's store: a fresh Postgres schema with two tenants and a channel of each. */

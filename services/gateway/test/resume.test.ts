@@ -27,6 +27,11 @@ function batch(ev: number): { t: 'batch'; channel: string; ev: number; tick: num
   return { t: 'batch', channel: suite.channel, ev, tick: ev, closedAt: Date.now(), actions: {} };
 }
 
+/** A live batch that is not in the log: once a socket has it, every frame sent before it has arrived. */
+function publishMarker(ev: number): void {
+  h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(batch(ev)));
+}
+
 /** What a shard does with a batch: log it, then publish it. */
 async function logAndPublish(ev: number): Promise<void> {
   const b = batch(ev);
@@ -57,8 +62,9 @@ describe('gateway resume', () => {
     const g = await game(10);
     await logAndPublish(40); // live while the replay is read: held, then sent once
     await g.frame((f) => f.t === 'batch' && f.ev === 40, 'batch 40');
-    await new Promise((r) => setTimeout(r, 100));
-    assert.deepEqual(evs(g.frames), [20, 30, 40]);
+    publishMarker(41);
+    await g.frame((f) => f.t === 'batch' && f.ev === 41, 'the marker batch 41');
+    assert.deepEqual(evs(g.frames), [20, 30, 40, 41], 'the held live batch 40 was sent once');
     assert.ok(!g.frames.some((f) => f.t === 'resync'));
     assert.equal(metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' }), 1);
     await g.close();
@@ -75,8 +81,9 @@ describe('gateway resume', () => {
 
   it('game - without lastEventId nothing is replayed (first connect)', async () => {
     const g = await game();
-    await new Promise((r) => setTimeout(r, 150));
-    assert.deepEqual(evs(g.frames), []);
+    publishMarker(51);
+    await g.frame((f) => f.t === 'batch' && f.ev === 51, 'the marker batch 51');
+    assert.deepEqual(evs(g.frames), [51], 'no replayed batch before the live one');
     await g.close();
   });
 
@@ -189,9 +196,15 @@ describe('gateway resume', () => {
       async () => metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'crowd' }) === 3,
       'three crowd resumes',
     );
-    await new Promise((r) => setTimeout(r, 100));
+    // A live update after the resumes: once each socket has it, whatever a resume sent has arrived.
+    h.bus.publish(h.subj.channelOut(suite.channel), encodeJson(updateFrame(suite.channel, 36)));
+    for (const c of [behind, current]) await c.frame((f) => f.t === 'update' && f.ev === 36, 'the live update 36');
     assert.ok(!behind.frames.some((f) => f.t === 'resync') && !current.frames.some((f) => f.t === 'resync'));
-    assert.ok(!current.frames.some((f) => f.t === 'update'), 'nothing missed: no update');
+    assert.deepEqual(
+      current.frames.filter((f) => f.t === 'update').map((f) => f.ev),
+      [36],
+      'nothing missed: no update before the live one',
+    );
     for (const c of [ahead, behind, current]) await c.close();
   });
 });

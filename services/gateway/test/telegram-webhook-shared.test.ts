@@ -4,10 +4,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { Redis } from 'ioredis';
 import { RedisUpdates, updateChatKey, updateKeys } from '@crowdplay/telegram';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { serviceUrls, uniqueName } from '@crowdplay/testing';
+import { serviceUrls, uniqueName, until } from '@crowdplay/testing';
 import { registerTelegramWebhook, TELEGRAM_WEBHOOK_PATH, type TelegramUpdate } from '../src/telegram-webhook.ts';
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** One gateway's webhook on the shared Redis log. */
 interface Gw {
@@ -115,7 +113,7 @@ describe('telegram webhook, shared across gateways (Redis)', () => {
     }
     // Another chat meanwhile is not held up behind the held one.
     assert.equal((await post(b, msg(2100, -700))).statusCode, 200);
-    for (let i = 0; i < 200 && !log.some((l) => l.id === 2100); i++) await sleep(10);
+    await until('the other chat handled', () => log.some((l) => l.id === 2100), { timeoutMs: 2_000 });
     assert.deepEqual(
       log.map((l) => l.id),
       [2100],
@@ -142,7 +140,7 @@ describe('telegram webhook, shared across gateways (Redis)', () => {
     await post(a, msg(3002, -800));
     await idle();
     assert.equal(log.length, 0, 'behind a live lease: waits');
-    await sleep(350);
+    await until('the dead lease to lapse', async () => (await redis.exists(updateKeys(prefix).lock('-800'))) === 0);
     await post(a, msg(3003, -800));
     await idle();
     assert.deepEqual(

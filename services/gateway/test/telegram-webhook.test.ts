@@ -2,12 +2,14 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { createTelemetry } from '@crowdplay/telemetry';
+import { deferred, within } from '@crowdplay/testing';
 import { registerTelegramWebhook, TELEGRAM_WEBHOOK_PATH, type TelegramUpdate } from '../src/telegram-webhook.ts';
 
 describe('telegram webhook', () => {
   let app: FastifyInstance;
   const handled: number[] = [];
   let release: (() => void) | null = null;
+  const slowStarted = deferred();
   let hook: ReturnType<typeof registerTelegramWebhook>;
   const telemetry = createTelemetry({ service: 'webhook-test', level: 'silent', refusalLogIntervalMs: 60_000 });
   before(async () => {
@@ -18,7 +20,10 @@ describe('telegram webhook', () => {
       maxQueued: 3,
       bodyLimitBytes: 2_048,
       handle: async (u: TelegramUpdate) => {
-        if (u.update_id === 99) await new Promise<void>((r) => (release = r)); // a slow update holds the queue
+        if (u.update_id === 99) {
+          slowStarted.resolve();
+          await new Promise<void>((r) => (release = r)); // a slow update holds the queue
+        }
         if (u.update_id === 13) throw new Error('boom');
         handled.push(u.update_id);
       },
@@ -64,8 +69,8 @@ describe('telegram webhook', () => {
 
   it('a failing update is counted and does not stop the queue; past the bound updates get 503 (Telegram re-delivers them)', async () => {
     handled.length = 0;
-    assert.equal((await post({ update_id: 99 })).statusCode, 200); // being handled: holds the queue
-    await new Promise((r) => setTimeout(r, 10));
+    assert.equal((await post({ update_id: 99 })).statusCode, 200);
+    await within(slowStarted.promise, 'update 99 being handled'); // it holds the queue, and no longer counts in it
     for (const id of [13, 14, 15]) assert.equal((await post({ update_id: id })).statusCode, 200);
     const over = await post({ update_id: 16 });
     assert.equal(over.statusCode, 503);
