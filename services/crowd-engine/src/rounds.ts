@@ -294,6 +294,8 @@ export class ChannelRounds {
   private moving = false;
   /** open() calls in progress (a handoff waits for them). */
   private readonly openJobs = new Set<Promise<unknown>>();
+  /** The refunds and payouts {@link recover} left running. */
+  private recovering: Promise<void> = Promise.resolve();
   /** During {@link recover}: the handed-off rounds' committed transfers, read for the whole acquire batch at once. */
   private committed: ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>> | null = null;
   /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
@@ -998,23 +1000,36 @@ export class ChannelRounds {
   async recover(preloaded?: readonly RoundRow[], committed?: ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>>): Promise<void> {
     const rows = preloaded ?? (await this.d.store.rounds.listUnfinished(this.d.channel));
     this.committed = committed ?? null;
-    const jobs: Array<Promise<unknown>> = [];
+    const resumed: Array<Promise<unknown>> = [];
+    const finishing: Array<Promise<unknown>> = [];
+    const finish = (r: Round, p: Promise<unknown>): void => void finishing.push(p.catch((err: unknown) => this.logFail(r, err)));
     for (const row of rows) {
       const r = new Round(row);
       this.rounds.set(r.id, r);
       this.d.metrics.roundEvents.add(1, { kind: row.kind, event: 'recovered' });
-      if (row.state === 'open' && r.handedOff) jobs.push(this.resume(r));
-      else if (row.state === 'open') jobs.push(this.cancelRound(r, 'cancelled'));
-      else if (row.state === 'settled') jobs.push(this.serial(r, () => this.pay(r)));
-      else if (row.state === 'cancelled') jobs.push(this.serial(r, () => this.finishCancel(r, 'recovered')));
+      if (row.state === 'open' && r.handedOff) resumed.push(this.resume(r));
+      else if (row.state === 'open') finish(r, this.cancelRound(r, 'cancelled'));
+      else if (row.state === 'settled') finish(r, this.serial(r, () => this.pay(r)));
+      else if (row.state === 'cancelled') finish(r, this.serial(r, () => this.finishCancel(r, 'recovered')));
       // 'locked' resumes: settle, cancel or expiry finish it.
     }
     if (rows.length > 0) this.d.telemetry.logger.info({ channel: this.d.channel, rounds: rows.length }, 'recovering unfinished rounds');
-    await Promise.all(jobs);
+    // A handed-off round is checked before the channel serves (it stays open). Refunds and payouts of what a
+    // crashed owner left are written in the background: each round's steps are serialised (`serial`), it
+    // refuses stakes once it is not open, and a move of a channel waiting for them would otherwise last as long
+    // as every refund of its batch.
+    await Promise.all(resumed);
+    this.recovering = Promise.all(finishing).then(() => undefined);
     this.committed = null;
     this.forgetOld();
     this.d.changed();
   }
+
+  /** Resolves once the refunds and payouts that {@link recover} started have finished (tests, drain). Never rejects. */
+  async recovered(): Promise<void> {
+    await this.recovering;
+  }
+
 
   /**
    * Takes over an open round handed off by the channel's previous owner:

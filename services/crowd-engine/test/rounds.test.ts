@@ -295,6 +295,8 @@ describe('rounds', () => {
     const s2 = await h.newShard('s2');
     const epoch = await h.store.channels.acquire('rc1', 's2');
     await s2.acquire('rc1', epoch);
+    // The acquire serves the channel at once; the crashed owner's open rounds are refunded in the background.
+    await eventually(async () => (await h.store.rounds.get('rc1', 'open1'))?.paid === true && (await h.store.rounds.get('rc1', 'mk'))?.paid === true);
     assert.deepEqual(
       [(await h.store.rounds.get('rc1', 'open1'))?.state, (await h.store.rounds.get('rc1', 'mk'))?.state],
       ['cancelled', 'cancelled'],

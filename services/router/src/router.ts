@@ -646,10 +646,18 @@ export class Router implements RouterApi {
     const skip = new Set([...this.inflight.keys(), ...this.busy.keys()]);
     const wanted = planMoves(owned, Math.max(1, rate), skip);
     const n = this.budget.take(wanted.length, now);
-    for (const mv of wanted.slice(0, n)) {
-      if (this.inflight.has(mv.channel)) continue;
-      await this.exclusive(mv.channel, () => this.rebalanceMove(mv)).catch(() => undefined);
-    }
+    // In the background, one after the other: a move waits on its owner's handoff (up to ROUTER_BATCH_TIMEOUT_MS when the
+    // owner just died), and the next check must still be able to declare that owner dead.
+    const moves = wanted.slice(0, n).filter((mv) => !this.inflight.has(mv.channel));
+    if (moves.length > 0)
+      this.track(
+        (async () => {
+          for (const mv of moves) {
+            if (this.inflight.has(mv.channel) || this.closed) continue;
+            await this.exclusive(mv.channel, () => this.rebalanceMove(mv)).catch(() => undefined);
+          }
+        })(),
+      );
   }
 
   private exclusive(channel: string, f: () => Promise<Assignment>): Promise<Assignment> {
