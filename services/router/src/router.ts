@@ -66,6 +66,8 @@ export interface RouterOptions {
   placementQueueMax?: number;
   /** Longest an `assign` waits for its placement before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable), ms; default requestTimeoutMs. */
   assignDeadlineMs?: number;
+  /** False once this router's lease is lost (LeasedRouter, lease.ts): checks, reconciles and heartbeats are skipped, requests refused. */
+  isActive?: () => boolean;
   now?: () => number;
 }
 
@@ -198,6 +200,7 @@ export class Router implements RouterApi {
   }
 
   private onHeartbeat(msg: BusMessage): void {
+    if (this.opts.isActive?.() === false) return;
     let hb: Heartbeat;
     try {
       hb = decodeControl(Heartbeat, msg.data);
@@ -592,6 +595,7 @@ export class Router implements RouterApi {
    * The returned promise also waits for the moves the pass started (tests).
    */
   async check(): Promise<void> {
+    if (this.opts.isActive?.() === false) return;
     this.checking ??= this.doCheck()
       .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router check failed'))
       .finally(() => (this.checking = null));
@@ -716,6 +720,7 @@ export class Router implements RouterApi {
    * assignments follow Postgres. Passes never overlap.
    */
   reconcile(): Promise<void> {
+    if (this.opts.isActive?.() === false) return Promise.resolve();
     this.reconciling ??= this.doReconcile()
       .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router reconcile failed'))
       .finally(() => (this.reconciling = null));
@@ -1032,6 +1037,10 @@ export class Router implements RouterApi {
 
   private async onCtl(msg: BusMessage): Promise<void> {
     let reply: RouterReply;
+    if (this.opts.isActive?.() === false) {
+      msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router standing down' } satisfies RouterReply));
+      return;
+    }
     try {
       const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {
