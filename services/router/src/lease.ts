@@ -177,6 +177,8 @@ export class LeasedRouter implements RouterApi {
   private closed = false;
   /** The last renewal failed (logged once per outage). */
   private failing = false;
+  /** The running Router was announced active (logged `router lease won`): its stand-down is logged too. */
+  private announced = false;
   private readonly clock: () => number;
   private readonly changes: ReturnType<Telemetry['metrics']['counter']>;
 
@@ -245,6 +247,11 @@ export class LeasedRouter implements RouterApi {
       if (this.router) this.standDown('another holder');
       return;
     }
+    // A grant already run out (this process was paused with the statement in flight) is no lease: the next try renews.
+    if (this.clock() >= grant.validUntilMs) {
+      if (this.router) this.standDown('lease expired');
+      return;
+    }
     if (this.router && (grant.term !== this.term || !this.isActive())) this.standDown(grant.term !== this.term ? 'new term' : 'lease expired');
     this.term = grant.term;
     this.validUntilMs = grant.validUntilMs;
@@ -279,7 +286,12 @@ export class LeasedRouter implements RouterApi {
       if (this.router === r) this.standDown('start failed');
       return;
     }
-    if (this.router !== r) return;
+    if (this.router !== r) {
+      // Stood down while starting: what start() subscribed after the first close goes now.
+      await r.close();
+      return;
+    }
+    this.announced = true;
     this.changes.add(1, { change: 'won' });
     telemetry.logger.info({ term: this.term, holder: this.lease.holder }, 'router lease won; this router is active');
     try {
@@ -295,7 +307,8 @@ export class LeasedRouter implements RouterApi {
     const r = this.router;
     if (!r) return;
     this.router = null;
-    if (reason !== 'start failed') {
+    if (this.announced) {
+      this.announced = false;
       this.changes.add(1, { change: 'lost' });
       const log = reason === 'closing' ? this.deps.telemetry.logger.info : this.deps.telemetry.logger.warn;
       log.call(this.deps.telemetry.logger, { term: this.term, holder: this.lease.holder, reason }, 'router lease lost; standing down');
