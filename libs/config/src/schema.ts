@@ -375,7 +375,7 @@ export const schema = {
       max: 60_000,
       unit: 'ms',
       doc: "How long the active router's lease lasts unrenewed (renewed every third of it); a standby router takes over once it expires.",
-      why: 'With 2,000 a standby is active 2.0–2.7 s after the active router hangs, inside ROUTER_SHARD_TIMEOUT_MS (docs/decisions/0026-router-lease.md).',
+      why: 'A standby took over 1.7–2.5 s after the active router hung or died (1.3–2.7 s by design), inside ROUTER_SHARD_TIMEOUT_MS (docs/decisions/0026-router-lease.md).',
     }),
     checkMs: int({
       env: 'ROUTER_CHECK_MS',
