@@ -368,6 +368,15 @@ export const schema = {
       unit: 'ms',
       doc: 'A shard not heard from for this long is dead: it gets no new channel and the router moves its channels to live shards at a new epoch.',
     }),
+    leaseMs: int({
+      env: 'ROUTER_LEASE_MS',
+      default: 2_000,
+      min: 100,
+      max: 60_000,
+      unit: 'ms',
+      doc: "How long the active router's lease lasts unrenewed (renewed every third of it); a standby router takes over once it expires.",
+      why: 'A standby took over 1.7–2.5 s after the active router hung or died (1.3–2.7 s by design), inside ROUTER_SHARD_TIMEOUT_MS (docs/decisions/0026-router-lease.md).',
+    }),
     checkMs: int({
       env: 'ROUTER_CHECK_MS',
       default: 500,

@@ -582,6 +582,20 @@ export const metricCatalogue = [
     labels: { outcome: ['moved', 'done', 'none', 'refused', 'failed'] },
   },
   {
+    name: 'crowdplay_router_lease_active',
+    type: 'gauge',
+    unit: '1',
+    help: 'Whether this router process holds the router lease (1: active, 0: standby); summed over the replicas it is 1 but for a moment at a handover',
+    labels: {},
+  },
+  {
+    name: 'crowdplay_router_lease_changes_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Times this router process won the router lease (became active) or lost it (expired unrenewed, another holder, a new term, shutdown)',
+    labels: { change: ['won', 'lost'] },
+  },
+  {
     name: 'crowdplay_router_live_shards',
     type: 'gauge',
     unit: '1',

@@ -3,7 +3,7 @@
  *
  *   crowdplay start                      every service in one process (npm start)
  *   crowdplay service <name>             one service: gateway | router | crowd-engine | sequencer | telegram-sender | board-renderer
- *   crowdplay cluster --gateways G --shards S   a local cluster: one process per service (npm run cluster)
+ *   crowdplay cluster --gateways G --shards S --routers R   a local cluster: one process per service (npm run cluster)
  *   crowdplay tenant create <id> [--name NAME]
  *   crowdplay tenant rotate-key <id>
  *   crowdplay tenant rotate-secret <id>
@@ -29,7 +29,7 @@ import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
-  crowdplay cluster [--gateways G] [--shards S] [--renderers R]
+  crowdplay cluster [--gateways G] [--shards S] [--routers R] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
   crowdplay settings`;
@@ -76,7 +76,7 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
  * `crowdplay cluster`: starts the children (this same entry, `service <name>`), prints their URLs, exits 1 when one
  * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
  */
-async function clusterCommand(gateways: number, shards: number, renderers: number): Promise<void> {
+async function clusterCommand(gateways: number, shards: number, routers: number, renderers: number): Promise<void> {
   // A signal while the children start: exit, and the exit hook of startCluster kills whatever started.
   const early = (): never => process.exit(130);
   process.once('SIGINT', early);
@@ -86,6 +86,7 @@ async function clusterCommand(gateways: number, shards: number, renderers: numbe
     cluster = await startCluster({
       gateways,
       shards,
+      routers,
       renderers,
       env: process.env,
       entry: { execArgv: process.execArgv, script: process.argv[1]! },
@@ -96,7 +97,7 @@ async function clusterCommand(gateways: number, shards: number, renderers: numbe
   const c = cluster;
   process.off('SIGINT', early);
   process.off('SIGTERM', early);
-  process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
+  process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s), ${routers} router(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
   let signals = 0;
   const onSignal = (): void => {
     if (++signals > 1) {
@@ -145,6 +146,8 @@ async function main(): Promise<void> {
         name: { type: 'string' },
         gateways: { type: 'string', default: '1' },
         shards: { type: 'string', default: '2' },
+        // Two routers: the development cluster shows a standby taking over (the tests ask for it where they test it).
+        routers: { type: 'string', default: '2' },
         renderers: { type: 'string', default: '0' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -166,7 +169,7 @@ async function main(): Promise<void> {
     return;
   }
   if (cmd === 'cluster') {
-    await clusterCommand(Number(values.gateways), Number(values.shards), Number(values.renderers));
+    await clusterCommand(Number(values.gateways), Number(values.shards), Number(values.routers), Number(values.renderers));
     return;
   }
   let config: Config;

@@ -1,6 +1,7 @@
 /**
- * `crowdplay cluster --gateways G --shards S`: a local multi-process cluster
- * for development and tests. One router, one sequencer, S crowd-engine shards
+ * `crowdplay cluster --gateways G --shards S --routers R`: a local multi-process
+ * cluster for development and tests. R routers (`router`, `router-2`…: one
+ * active through the router lease, the others standing by), one sequencer, S crowd-engine shards
  * (SHARD_ID shard-1…shard-S) and G gateways (GATEWAY_ID gw-1…gw-G; ports PORT,
  * PORT+1…, or all 0 = free ports), each a child process running
  * `crowdplay service <name>` with CROWDPLAY_MODE=cluster against the NATS,
@@ -34,6 +35,11 @@ export interface ClusterOptions {
   gateways: number;
   /** crowd-engine shards, 1…32. */
   shards: number;
+  /**
+   * Router processes, 1…32 (default 1): one is active through the router lease, the others stand by. The fault suites
+   * start a cluster per case on a shared machine, so a standby is asked for where it is tested.
+   */
+  routers?: number;
   /** board-renderer processes, 0…32 (default 0: the gateways render in process). */
   renderers?: number;
   /** Environment the children inherit (the CLI passes process.env); the cluster sets CROWDPLAY_MODE, SHARD_ID, GATEWAY_ID and PORT per child. */
@@ -57,7 +63,7 @@ export interface ChildExit {
 
 /** One child process of the cluster. */
 export interface ProcessHandle {
-  /** `router`, `sequencer`, `shard-N` or `gw-N`. */
+  /** `router` (then `router-2`…), `sequencer`, `shard-N` or `gw-N`. */
   readonly name: string;
   readonly service: ServiceName;
   /** Its environment (the cluster's plus its own ids and port). */
@@ -233,6 +239,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   const gateways = countOf('gateways', opts.gateways);
   const shards = countOf('shards', opts.shards);
   const renderers = countOf('renderers', opts.renderers ?? 0, 0);
+  const routerCount = countOf('routers', opts.routers ?? 1);
   const base: Record<string, string> = {};
   for (const [k, v] of Object.entries(opts.env)) if (v !== undefined) base[k] = v;
   for (const [k, v] of Object.entries(CLUSTER_DEFAULTS)) if (!base[k]) base[k] = v;
@@ -277,14 +284,14 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   try {
     const sequencer = make('sequencer', 'sequencer');
     await sequencer.start();
-    const router = make('router', 'router');
+    const routers = Array.from({ length: routerCount }, (_, i) => make(i === 0 ? 'router' : `router-${i + 1}`, 'router'));
     const engines = Array.from({ length: shards }, newShard);
     // The Telegram bot's workers: one sender (the gateways of a cluster only enqueue Bot API calls), the renderers asked for.
     const workers = [
       ...(config.telegram.botToken ? [make('tg-sender', 'telegram-sender')] : []),
       ...Array.from({ length: renderers }, (_, i) => make(`renderer-${i + 1}`, 'board-renderer')),
     ];
-    await Promise.all([router.start(), ...engines.map((s) => s.start()), ...workers.map((w) => w.start())]);
+    await Promise.all([...routers.map((r) => r.start()), ...engines.map((s) => s.start()), ...workers.map((w) => w.start())]);
     const renderEnv: Record<string, string> =
       renderers > 0 && base.BOARD_RENDER_IN_PROCESS === undefined ? { BOARD_RENDER_IN_PROCESS: 'false' } : {};
     const gws = Array.from({ length: gateways }, (_, i) =>

@@ -12,7 +12,7 @@ import type { Config } from '@crowdplay/config';
 import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
-import { CachingRouter, Router, RouterClient } from '@crowdplay/router';
+import { CachingRouter, LeasedRouter, RouterClient, type Router } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, PgDb, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
@@ -41,7 +41,7 @@ interface Parts {
   gateway?: Gateway;
   ledger?: Ledger;
   shard?: Shard;
-  router?: Router;
+  router?: LeasedRouter;
   sequencer?: SequencerService;
   telegram?: TelegramPart | null;
   sender?: { close(): Promise<void> };
@@ -172,9 +172,25 @@ export async function startServices(
     if (names.includes('telegram-sender') && !names.includes('gateway')) parts.sender = await startTelegramSender({ config, telemetry });
     if (names.includes('board-renderer') && !names.includes('gateway')) parts.renderer = await startBoardRenderer({ config, telemetry });
     if (names.includes('router')) {
-      parts.router = new Router(
+      // Channels with unfinished rounds (a crash or kill -9 interrupted them) are assigned each time this router
+      // becomes active, so their shard recovers them (resume, pay, or refund) without waiting for a viewer or the game.
+      const recover = async (router: Router): Promise<void> => {
+        if (opts.standalone && config.standalone.demo) await router.assign(DEMO_CHANNEL);
+        const recovering = store.rounds.channelsWithUnfinished().then(async (channels) => {
+          for (const ch of channels) {
+            await router
+              .assign(ch)
+              .catch((err: unknown) => logger.warn({ err, channel: ch }, 'could not assign a channel with unfinished rounds'));
+          }
+        });
+        if (opts.standalone) await recovering;
+        else recovering.catch((err: unknown) => logger.warn({ err }, 'round recovery scan failed'));
+      };
+      // One of the router replicas is active at a time, through the router lease (services/router/src/lease.ts).
+      parts.router = new LeasedRouter(
         { bus, subjects, store, telemetry },
         {
+          leaseMs: config.router.leaseMs,
           shardTimeoutMs: config.router.shardTimeoutMs,
           waitForShardMs: config.bus.requestTimeoutMs,
           requestTimeoutMs: config.bus.requestTimeoutMs,
@@ -188,24 +204,10 @@ export async function startServices(
           assignDeadlineMs: config.router.assignDeadlineMs,
           intentsPerChannel: config.router.intentsPerChannel,
           moveAcquireAttempts: config.router.moveAcquireAttempts,
+          onActive: recover,
         },
       );
       await parts.router.start();
-    }
-    if (opts.standalone && config.standalone.demo && parts.router) await parts.router.assign(DEMO_CHANNEL);
-    if (parts.router) {
-      // Channels with unfinished rounds (a crash or kill -9 interrupted them) are assigned now, so their
-      // shard recovers them (resume, pay, or refund) without waiting for a viewer or the game to come back.
-      const router = parts.router;
-      const recovering = store.rounds.channelsWithUnfinished().then(async (channels) => {
-        for (const ch of channels) {
-          await router
-            .assign(ch)
-            .catch((err: unknown) => logger.warn({ err, channel: ch }, 'could not assign a channel with unfinished rounds'));
-        }
-      });
-      if (opts.standalone) await recovering;
-      else recovering.catch((err: unknown) => logger.warn({ err }, 'round recovery scan failed'));
     }
     let port: number | undefined;
     if (names.includes('gateway')) {

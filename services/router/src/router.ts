@@ -68,6 +68,8 @@ export interface RouterOptions {
   placementConcurrency?: number;
   /** Longest an `assign` waits for its placement before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable), ms; default requestTimeoutMs. */
   assignDeadlineMs?: number;
+  /** False once this router's lease is lost (LeasedRouter, lease.ts): checks, reconciles and heartbeats are skipped, requests refused. */
+  isActive?: () => boolean;
   now?: () => number;
 }
 
@@ -201,6 +203,7 @@ export class Router implements RouterApi {
   }
 
   private onHeartbeat(msg: BusMessage): void {
+    if (this.opts.isActive?.() === false) return;
     let hb: Heartbeat;
     try {
       hb = decodeControl(Heartbeat, msg.data);
@@ -407,8 +410,9 @@ export class Router implements RouterApi {
       else if (row.migratedTo !== null) {
         telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel: ch });
         out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [ch, row.migratedTo]));
-      } else if (row.owner !== null && row.owner !== opts.exclude && this.keeps(row.owner)) {
-        // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch.
+      } else if (row.owner !== null && row.owner !== opts.exclude && opts.reason !== 'reconcile' && this.keeps(row.owner)) {
+        // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch;
+        // not when the reconciler found that it does not hold it (a router that died between the epoch bump and the acquire).
         const a: Assignment = { channel: ch, shard: row.owner, epoch: row.epoch };
         this.assignments.set(ch, a);
         out.set(ch, a);
@@ -595,6 +599,7 @@ export class Router implements RouterApi {
    * The returned promise also waits for the moves the pass started (tests).
    */
   async check(): Promise<void> {
+    if (this.opts.isActive?.() === false) return;
     this.checking ??= this.doCheck()
       .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router check failed'))
       .finally(() => (this.checking = null));
@@ -727,6 +732,7 @@ export class Router implements RouterApi {
    * assignments follow Postgres. Passes never overlap.
    */
   reconcile(): Promise<void> {
+    if (this.opts.isActive?.() === false) return Promise.resolve();
     this.reconciling ??= this.doReconcile()
       .catch((err: unknown) => this.deps.telemetry.logger.error({ err }, 'router reconcile failed'))
       .finally(() => (this.reconciling = null));
@@ -1043,6 +1049,10 @@ export class Router implements RouterApi {
 
   private async onCtl(msg: BusMessage): Promise<void> {
     let reply: RouterReply;
+    if (this.opts.isActive?.() === false) {
+      msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router standing down' } satisfies RouterReply));
+      return;
+    }
     try {
       const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {
