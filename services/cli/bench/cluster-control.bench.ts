@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- cluster-control [--json FILE] [--only place,failover,steady]
- *   [--channels 10000] [--concurrency 2000] [--failover-channels 1500,5000]
+ *   [--channels 10000] [--concurrency 2000] [--failover-channels 1500,5000] [--failover-join]
  *   [--steady-channels 1500] [--steady-seconds 20] [--warmup-seconds 2]`
  *
  * The router's control plane on the bundle (`npm run build`) started by
@@ -24,19 +24,24 @@
  *   placed (assign answered) and ready (probe acked), end to end from the
  *   first assign; the router's `channels assigned` and the shards' `channels
  *   acquired` log lines summarised (batch sizes, ms per step).
- * - `failover` (for each of `--failover-channels`): one shard holds the
- *   channels (placed while it is alone), `vote` declared on each and a pool
- *   round opened on every second one; once their snapshots are written
- *   (SNAPSHOT_INTERVAL_MS + 1 s) two more shards start, and as soon as the
- *   router has heard both, the first shard is killed (SIGKILL: no drain, no
- *   release). From the kill every channel that has not yet answered gets a
- *   probe every 100 ms; a channel batches again when an ack other than
- *   CP_ERR_CHANNEL_UNAVAILABLE (moving) arrives. Detection: the kill → the
- *   router's `declaredDeadAtMs` (its log line); move: that instant → the
- *   channel's first ack (p50 / p99 / max, with and without an open round;
- *   the probe period bounds its resolution to 100 ms). Channels that moved
- *   away by the rebalance before the kill are left out (the count the
- *   router declared dead is reported).
+ * - `failover` (for each of `--failover-channels` n): 3 × n channels placed
+ *   over 3 shards; on each channel of the middle shard by count (neither the
+ *   source nor the target of a rebalance move, so no control request to it
+ *   is in flight) `vote` declared and on every second one a pool round
+ *   opened; once their snapshots are written (SNAPSHOT_INTERVAL_MS + 1 s),
+ *   that shard is killed (SIGKILL: no drain, no release). With
+ *   `--failover-join` instead: one shard holds n channels, two more start,
+ *   and it is killed as soon as the router has heard both (while the
+ *   rebalance moves channels off it). From the kill every channel that has
+ *   not yet answered gets a probe every 100 ms; a channel batches again when
+ *   an ack other than CP_ERR_CHANNEL_UNAVAILABLE (moving) arrives.
+ *   Detection: the kill → the router's `declaredDeadAtMs` (its log line);
+ *   move: that instant → the channel's first ack (p50 / p99 / max, with and
+ *   without an open round; the probe period bounds its resolution to
+ *   100 ms), for at most 30 s past ROUTER_SHARD_TIMEOUT_MS. A channel that
+ *   answers before the declared instant was moved away before the kill and
+ *   is left out. Also: where the channels are at the end (Postgres), and
+ *   every warning the router and shards logged from the kill.
  * - `steady` (1 shard): `--steady-channels` channels with `vote` declared,
  *   one viewer intent per channel per second spread evenly, for
  *   `--steady-seconds` after `--warmup-seconds`; twice: without a game, then
@@ -76,6 +81,7 @@ const OPTIONS = {
   channels: { type: 'string', default: '10000' },
   concurrency: { type: 'string', default: '2000' },
   'failover-channels': { type: 'string', default: '1500,5000' },
+  'failover-join': { type: 'boolean', default: false },
   'steady-channels': { type: 'string', default: '1500' },
   'steady-seconds': { type: 'string', default: '20' },
   'warmup-seconds': { type: 'string', default: '2' },
@@ -106,6 +112,7 @@ interface Params {
   channels: number;
   concurrency: number;
   failoverChannels: number[];
+  failoverJoin: boolean;
   steadyChannels: number;
   steadySeconds: number;
   warmupS: number;
@@ -147,7 +154,7 @@ interface LogLine {
   line: Record<string, unknown>;
 }
 
-/** Collects the children's JSON log lines whose `msg` is one of `wanted`. */
+/** Collects the children's JSON log lines whose `msg` is one of `wanted`, and every warning or error (pino level ≥ 40). */
 class LogTap {
   readonly lines: LogLine[] = [];
   constructor(private readonly wanted: readonly string[]) {}
@@ -155,13 +162,30 @@ class LogTap {
     const bar = text.indexOf('| ');
     if (bar < 0) return;
     const body = text.slice(bar + 2);
-    if (!body.startsWith('{') || !this.wanted.some((w) => body.includes(w))) return;
+    if (!body.startsWith('{')) return;
     try {
-      this.lines.push({ proc: text.slice(0, bar).trim(), at: Date.now(), line: JSON.parse(body) as Record<string, unknown> });
+      const line = JSON.parse(body) as Record<string, unknown>;
+      if (Number(line.level) >= 40 || this.wanted.some((w) => String(line.msg).includes(w)))
+        this.lines.push({ proc: text.slice(0, bar).trim(), at: Date.now(), line });
     } catch {
       // not JSON after all
     }
   };
+  /** Warnings and errors since `from` (ms): count per process and message, with the first line of each. */
+  warnings(from: number): Array<{ proc: string; msg: string; count: number; first: Record<string, unknown> }> {
+    const by = new Map<string, { proc: string; msg: string; count: number; first: Record<string, unknown> }>();
+    for (const l of this.lines) {
+      if (l.at < from || Number(l.line.level) < 40) continue;
+      const key = `${l.proc} ${String(l.line.msg)}`;
+      const e = by.get(key);
+      if (e) e.count++;
+      else {
+        const { time: _t, pid: _p, hostname: _h, ...rest } = l.line;
+        by.set(key, { proc: l.proc, msg: String(l.line.msg), count: 1, first: rest });
+      }
+    }
+    return [...by.values()];
+  }
   of(msgPrefix: string): LogLine[] {
     return this.lines.filter((l) => typeof l.line.msg === 'string' && l.line.msg.startsWith(msgPrefix));
   }
@@ -449,6 +473,7 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
       natsServer: infra.nats,
       postgresBackends: infra.postgres,
       allPostgresCpuMs: pg0 === null || pg1 === null ? null : Math.round(pg1 - pg0),
+      warnings: r.tap.warnings(t0),
       target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
     };
     rows.push([
@@ -471,6 +496,7 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
     for (const s of processes) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %`]);
     rows.push(['  nats-server cpu', `${infra.nats?.cpuPct ?? 'n/a'} %`]);
     rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
+    for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
     return { report, failed: a.errors > 0 || ready < names.length };
   } finally {
     await r.close();
@@ -479,19 +505,44 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
 
 async function benchFailover(
   n: number,
+  join: boolean,
   script: string,
   rows: Array<[string, string]>,
 ): Promise<{ report: unknown; failed: boolean }> {
-  const r = await rig(script, 1);
+  const r = await rig(script, join ? 1 : 3);
   const config = defaultConfig();
   try {
-    const names = await createChannels(r.store, `fo${n}`, n);
-    const a = await assignAll(r.router, names, 500);
-    if (a.errors > 0) throw new Error(`failover ${n}: ${a.errors} assigns failed ${JSON.stringify(a.errorCodes)}`);
+    let names: string[];
+    let victimId = 'shard-1';
+    if (join) {
+      names = await createChannels(r.store, `fo${n}`, n);
+      const a = await assignAll(r.router, names, 500);
+      if (a.errors > 0) throw new Error(`failover ${n}: ${a.errors} assigns failed ${JSON.stringify(a.errorCodes)}`);
+    } else {
+      // 3n channels spread evenly over 3 shards; the victim is the middle one by count: neither the source nor the
+      // target of a rebalance move (fullest → emptiest), so no control request to it is in flight at the kill.
+      const all = await createChannels(r.store, `fo${n}`, 3 * n);
+      const a = await assignAll(r.router, all, 500);
+      if (a.errors > 0) throw new Error(`failover ${n}: ${a.errors} assigns failed ${JSON.stringify(a.errorCodes)}`);
+      const counts = (
+        await r.store.db.query<{ owner: string; n: string }>(
+          'SELECT owner, count(*) AS n FROM channels WHERE id = ANY($1::text[]) AND owner IS NOT NULL GROUP BY owner ORDER BY count(*), owner',
+          [all],
+        )
+      ).rows;
+      victimId = counts[Math.floor(counts.length / 2)]?.owner ?? 'shard-1';
+      names = (
+        await r.store.db.query<{ id: string }>('SELECT id FROM channels WHERE id = ANY($1::text[]) AND owner = $2 ORDER BY id', [
+          all,
+          victimId,
+        ])
+      ).rows.map((x) => x.id);
+    }
     const ctlErrors: Record<string, number> = {};
-    await pool(names, 100, async (c, i) => {
+    const withRoundSet = new Set(names.filter((_, i) => i % 2 === 0));
+    await pool(names, 100, async (c) => {
       const reqs: unknown[] = [VOTE];
-      if (i % 2 === 0) reqs.push({ op: 'round.open', tenant: TENANT, round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 3_600_000 });
+      if (withRoundSet.has(c)) reqs.push({ op: 'round.open', tenant: TENANT, round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 3_600_000 });
       for (const req of reqs) {
         const msg = await r.bus.request(r.subjects.channelCtl(c), encodeJson(req), { timeoutMs: 10_000 });
         const rep = decodeJson<{ ok: boolean; code?: string }>(msg.data);
@@ -502,22 +553,29 @@ async function benchFailover(
     // The declarations reach Postgres with the next snapshot; the rounds are durable already.
     await sleep(config.engine.snapshotIntervalMs + 1_000);
     const deadBefore = r.tap.of('router: shard declared dead').length;
-    await r.cluster.addShard();
-    await r.cluster.addShard();
-    // The router places nothing on a shard it has not heard: wait for both (they beat every SHARD_HEARTBEAT_MS).
-    const heard = async (): Promise<boolean> => {
-      const shards = (await r.router.membership()).map((s) => s.id);
-      return shards.includes('shard-2') && shards.includes('shard-3');
-    };
-    const heardBy = Date.now() + 10_000;
-    while (!(await heard())) {
-      if (Date.now() > heardBy) throw new Error('the router did not hear the new shards');
-      await sleep(50);
+    if (join) {
+      await r.cluster.addShard();
+      await r.cluster.addShard();
+      // The router places nothing on a shard it has not heard: wait for both (they beat every SHARD_HEARTBEAT_MS).
+      const heard = async (): Promise<boolean> => {
+        const shards = (await r.router.membership()).map((s) => s.id);
+        return shards.includes('shard-2') && shards.includes('shard-3');
+      };
+      const heardBy = Date.now() + 10_000;
+      while (!(await heard())) {
+        if (Date.now() > heardBy) throw new Error('the router did not hear the new shards');
+        await sleep(50);
+      }
     }
+    const survivors = ['shard-1', 'shard-2', 'shard-3'].filter((x) => x !== victimId);
+    // Channels the rebalance moved onto the victim meanwhile are probed too (no vote declared there: any ack counts).
+    const known = new Set(names);
+    const now = await r.store.db.query<{ id: string }>('SELECT id FROM channels WHERE owner = $1 ORDER BY id', [victimId]);
+    for (const { id } of now.rows) if (!known.has(id)) names.push(id);
     const probes = new Probes(r.bus, r.subjects, names, (ack) => ack.ok || ack.code !== 'CP_ERR_CHANNEL_UNAVAILABLE');
     await r.bus.flush();
-    const victim = r.cluster.get('shard-1');
-    const watch = new ProcessWatch(['router', 'shard-2', 'shard-3'].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })));
+    const victim = r.cluster.get(victimId);
+    const watch = new ProcessWatch(['router', ...survivors].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })));
     await r.infra.start();
     watch.start();
     const killedAt = Date.now();
@@ -533,7 +591,19 @@ async function benchFailover(
     const processes = watch.stop();
     const infra = r.infra.stop();
     probes.close();
-    if (!dead) throw new Error(`failover ${n}: the router never declared shard-1 dead`);
+    if (!dead) throw new Error(`failover ${n}: the router never declared ${victimId} dead`);
+    // The router logs `channels moved` once every placement of the dead shard's channels settled: give it 3 s more.
+    const movedBy = Date.now() + 3_000;
+    while (!r.tap.lines.some((l) => l.at >= killedAt && l.line.msg === 'router: channels moved' && l.line.shard === victimId)) {
+      if (Date.now() > movedBy) break;
+      await sleep(50);
+    }
+    const owners = (
+      await r.store.db.query<{ owner: string | null; n: string }>(
+        'SELECT owner, count(*) AS n FROM channels WHERE id = ANY($1::text[]) GROUP BY owner ORDER BY owner',
+        [names],
+      )
+    ).rows.map((x) => ({ owner: x.owner, channels: Number(x.n) }));
     const declaredAt = Number(dead.line.declaredDeadAtMs);
     const detectionMs = declaredAt - killedAt;
     const declaredChannels = Number(dead.line.channels);
@@ -543,19 +613,22 @@ async function benchFailover(
     const after = r.tap.lines.filter((l) => l.at >= declaredAt);
     const placed = after.filter((l) => l.proc === 'router' && /^channels? assigned$/.test(String(l.line.msg)));
     const acquired = after.filter((l) => l.proc.startsWith('shard') && /^channels? acquired$/.test(String(l.line.msg)));
-    const movedLine = after.find((l) => l.line.msg === 'router: channels moved' && l.line.shard === 'shard-1');
+    const movedLine = after.find((l) => l.line.msg === 'router: channels moved' && l.line.shard === victimId);
     const all = move(() => true);
-    const withRound = move((i) => i % 2 === 0);
-    const withoutRound = move((i) => i % 2 === 1);
+    const withRound = move((i) => withRoundSet.has(names[i]!));
+    const withoutRound = move((i) => !withRoundSet.has(names[i]!));
     const acks = [...probes.firstAckAt.values()];
     const early = acks.filter((at) => at < declaredAt).length;
     const unanswered = names.length - probes.firstAckAt.size;
-    const targeted = n === MOVE_TARGET_CHANNELS;
+    const targeted = !join && Math.abs(names.length - MOVE_TARGET_CHANNELS) <= MOVE_TARGET_CHANNELS / 10;
     const targetMet = unanswered === 0 && all.max <= MOVE_TARGET_MS;
     const report = {
-      mode: 'separate processes (startCluster): sequencer, router, 3 crowd-engine shards, 1 idle gateway; shard-1 SIGKILLed',
-      channels: n,
-      withOpenRound: Math.ceil(n / 2),
+      mode: join
+        ? 'separate processes (startCluster): sequencer, router, 1 crowd-engine shard holding the channels, 2 joining, 1 idle gateway; shard-1 SIGKILLed as the router rebalances onto the new ones'
+        : 'separate processes (startCluster): sequencer, router, 3 crowd-engine shards holding 3 × channels, 1 idle gateway; the middle one by count SIGKILLed',
+      victim: victimId,
+      channels: names.length,
+      withOpenRound: withRoundSet.size,
       declaredDeadChannels: declaredChannels,
       movedByRebalanceBeforeKill: early,
       detectionMs,
@@ -564,6 +637,8 @@ async function benchFailover(
       moveMsWithOpenRound: withRound,
       moveMsWithoutRound: withoutRound,
       unanswered,
+      ownersAtEnd: owners,
+      warnings: r.tap.warnings(killedAt),
       probeEveryMs: PROBE_EVERY_MS,
       probesSent: probes.sent,
       probeAckCodes: probes.codes,
@@ -587,7 +662,7 @@ async function benchFailover(
       ...(targeted ? { target: { moveMaxMs: MOVE_TARGET_MS, met: targetMet } } : {}),
     };
     rows.push([
-      `failover ${n}: detection`,
+      `failover ${names.length}${join ? ' (join)' : ''}: detection`,
       `${detectionMs} ms (kill → declared dead; ROUTER_SHARD_TIMEOUT_MS ${config.router.shardTimeoutMs}, ROUTER_CHECK_MS ${config.router.checkMs}); ${declaredChannels} channels declared`,
     ]);
     rows.push([
@@ -600,6 +675,8 @@ async function benchFailover(
       '  router / shards',
       `moved ${JSON.stringify(report.routerMoved)}; ${placed.length} placements of ${JSON.stringify(report.routerPlacements.channelsPerPlacement)} channels, ms ${JSON.stringify(report.routerPlacements.ms)}; acquires readMs p50 ${report.shardAcquires.readMs.p50}, leaseMs p50 ${report.shardAcquires.leaseMs.p50}, startMs p50 ${report.shardAcquires.startMs.p50}, subscribeMs p50 ${report.shardAcquires.subscribeMs.p50}`,
     ]);
+    rows.push(['  owners at the end', owners.map((o) => `${o.owner ?? 'none'} ${o.channels}`).join(', ')]);
+    for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
     for (const s of processes) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %`]);
     return { report, failed: unanswered > 0 };
   } finally {
@@ -734,6 +811,7 @@ export async function main(args: readonly string[]): Promise<number> {
     failoverChannels: String(values['failover-channels'])
       .split(',')
       .map((s) => intOf('failover-channels', s.trim(), 2)),
+    failoverJoin: values['failover-join'] === true,
     steadyChannels: intOf('steady-channels', String(values['steady-channels']), 1),
     steadySeconds: intOf('steady-seconds', String(values['steady-seconds']), 1),
     warmupS: intOf('warmup-seconds', String(values['warmup-seconds']), 0),
@@ -758,6 +836,7 @@ export async function main(args: readonly string[]): Promise<number> {
   try {
     const { main: script } = await buildProduct({ outdir, quiet: true });
     if (p.parts.includes('place')) {
+      console.error(`cluster-control: place ${p.channels} channels`);
       const x = await benchPlace(p, script, rows);
       report.place = x.report;
       if (x.failed) exitCode = 1;
@@ -765,13 +844,15 @@ export async function main(args: readonly string[]): Promise<number> {
     if (p.parts.includes('failover')) {
       const list: unknown[] = [];
       for (const n of p.failoverChannels) {
-        const x = await benchFailover(n, script, rows);
+        console.error(`cluster-control: failover of ${n} channels`);
+        const x = await benchFailover(n, p.failoverJoin, script, rows);
         list.push(x.report);
         if (x.failed) exitCode = 1;
       }
       report.failover = list;
     }
     if (p.parts.includes('steady')) {
+      console.error(`cluster-control: steady cost of ${p.steadyChannels} channels`);
       const x = await benchSteady(p, script, rows);
       report.steady = x.report;
       if (x.failed) exitCode = 1;
