@@ -96,6 +96,7 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
+  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'shared', commit: '7c7e6e5' },
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
@@ -133,7 +134,7 @@ export const RESULTS: ResultsIndex = {
     pinned:
       'The same machine, the rollover’s own rig: the product pinned to core 0 (`taskset`), the generator and the Bot API stub on core 1; nothing else running.',
     shared:
-      'The same machine while other test suites ran on it (load average 4–18, in the reports as `loadAverageBefore` where the rig records it): ' +
+      'The same machine while other test suites ran on it (load average 4–28, in the reports as `loadAverageBefore` where the rig records it): ' +
       'rates and latencies are lower bounds; CPU per unit of work and resident memory are the figures contention distorts least.',
   },
   runs,
@@ -799,6 +800,123 @@ export const RESULTS: ResultsIndex = {
           value:
             '{services.0.rssIdleBytes:mb} / {services.1.rssIdleBytes:mb} / {services.2.rssIdleBytes:mb} / {services.3.rssIdleBytes:mb} MB',
           files: CLUSTER_MAIN,
+        },
+      ],
+    },
+    {
+      title: 'The router’s control plane: `npm run bench -- cluster-control`',
+      decisions: ['0002-epoch-fencing-in-postgres.md', '0011-queue-group-ownership-subscription.md'],
+      intro: [
+        '`services/cli/bench/cluster-control.bench.ts`: the bundle started by `startCluster` as separate processes (sequencer, ' +
+          'router, crowd-engine shards, one gateway no viewer uses) on the machine’s NATS and PostgreSQL, every ROUTER_* setting at ' +
+          'its default, driven over NATS by the bench process on the same cores; what each part does is in the module’s header. ' +
+          'Placement: 10,000 new channels first-joined at once (2,000 assigns in flight) over 3 shards, each ready when a probe ' +
+          'intent on `ch.<C>.in` is acked. Failover: 3 × n channels over 3 shards, `vote` declared and a pool round opened on every ' +
+          'second channel of the middle shard, which is then SIGKILLed; detection is the kill → the router’s declared-dead instant, ' +
+          'the move is that instant → the channel’s first ack (probes every 100 ms). Steady cost: 1,500 channels on one shard, one ' +
+          'viewer intent per channel per second, 20 s without and then with a game subscribed to the batches; Postgres is the sum ' +
+          'of the cluster’s own backends (by application_name). The run was on the shared machine under the load average of its last row, on 2 cores ' +
+          '(`uptimeBefore` / `uptimeAfter` in the report): the rates and times are those of processes getting a fraction of a core ' +
+          'each.',
+      ],
+      rows: [
+        {
+          figure: 'placement end to end: channels per second ready (probe acked); placed (assign answered)',
+          target: '≥ 10,000 channels/s',
+          seed: '—',
+          value: '{place.readyPerSecond} (target met: {place.target.met}); {place.placedPerSecond}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'placement: assign p50 / p99; assigns asked again after CP_ERR_CHANNEL_UNAVAILABLE (ROUTER_ASSIGN_DEADLINE_MS)',
+          target: '—',
+          seed: '—',
+          value: '{place.assignMs.p50:0} / {place.assignMs.p99:0} ms; {place.assignRetries}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'placement: router statements; channels per statement p50 / max; statement to answered p50 / max',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.routerPlacements.statements}; {place.routerPlacements.channelsPerPlacement.p50} / ' +
+            '{place.routerPlacements.channelsPerPlacement.max}; {place.routerPlacements.ms.p50:0} / {place.routerPlacements.ms.max:0} ms',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'placement: a shard’s acquire batch p50, read / lease / start / subscribe',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+            '{place.shardAcquires.subscribeMs.p50:0} ms',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'kill of a shard holding about 1,500 channels, half with an open round: channels; detection (ROUTER_SHARD_TIMEOUT_MS 3,000)',
+          target: '—',
+          seed: '—',
+          value: '{failover.0.channels}; {failover.0.detectionMs} ms',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'the same: move p50 / p99 / max (declared dead → batching on the new shard); not batching after 30 s',
+          target: 'max ≤ 1,000 ms',
+          seed: '—',
+          value:
+            '{failover.0.moveMs.p50:0} / {failover.0.moveMs.p99:0} / {failover.0.moveMs.max:0} ms (target met: {failover.0.target.met}); ' +
+            '{failover.0.unanswered}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'the same: move max, channels with an open round / without',
+          target: '—',
+          seed: '—',
+          value: '{failover.0.moveMsWithOpenRound.max:0} / {failover.0.moveMsWithoutRound.max:0} ms',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure:
+            'the same: the new owners’ acquire batches p50, read / start (start includes recovering each channel’s unfinished ' +
+            'rounds: a killed owner’s open round is cancelled and refunded)',
+          target: '—',
+          seed: '—',
+          value: '{failover.0.shardAcquires.readMs.p50:0} / {failover.0.shardAcquires.startMs.p50:0} ms',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'kill of a shard holding about 5,000 channels: channels; detection; move p50 / p99 / max; not batching after 30 s',
+          target: '—',
+          seed: '—',
+          value:
+            '{failover.1.channels}; {failover.1.detectionMs} ms; {failover.1.moveMs.p50:0} / {failover.1.moveMs.p99:0} / {failover.1.moveMs.max:0} ms; ' +
+            '{failover.1.unanswered}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'steady, no game: CPU µs per channel-second, shard / router / NATS / Postgres backends',
+          target: '—',
+          seed: '—',
+          value:
+            '{steady.phases.0.cpuUsPerChannelSecond.shard-1:0} / {steady.phases.0.cpuUsPerChannelSecond.router:0} / ' +
+            '{steady.phases.0.cpuUsPerChannelSecond.nats-server:0} / {steady.phases.0.cpuUsPerChannelSecond.postgres backends:0}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'steady, a game subscribed to the batches: the same',
+          target: '—',
+          seed: '—',
+          value:
+            '{steady.phases.1.cpuUsPerChannelSecond.shard-1:0} / {steady.phases.1.cpuUsPerChannelSecond.router:0} / ' +
+            '{steady.phases.1.cpuUsPerChannelSecond.nats-server:0} / {steady.phases.1.cpuUsPerChannelSecond.postgres backends:0}',
+          files: ['cluster-control.json'],
+        },
+        {
+          figure: 'load average (1 min) before / after the run, 2 cores',
+          target: '—',
+          seed: '—',
+          value: '{loadAverageBefore.0:1} / {loadAverageAfter.0:1}',
+          files: ['cluster-control.json'],
         },
       ],
     },
