@@ -17,6 +17,7 @@
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
  *         [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
+ *         [--faults kill,drain,gateway,router]
  *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
  *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
@@ -34,7 +35,7 @@ import { formatRolloverReport } from './rollover/report.ts';
 import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
 import { parseWatchPid } from './proc.ts';
 import { formatFailoverReport } from './failover/report.ts';
-import { runFailoverScenario } from './failover/scenario.ts';
+import { parseFaults, runFailoverScenario } from './failover/scenario.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
@@ -47,7 +48,8 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
-       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]`;
+       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
+       [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -231,6 +233,7 @@ async function failoverMain(argv: string[]): Promise<number> {
       log: { type: 'string' },
       workers: { type: 'string' },
       'viewers-per-address': { type: 'string' },
+      faults: { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -239,6 +242,7 @@ async function failoverMain(argv: string[]): Promise<number> {
     return 0;
   }
   const report = await runFailoverScenario({
+    faults: values.faults === undefined ? undefined : parseFaults(values.faults),
     gateways: required('gateways', num('gateways', values.gateways)),
     shards: required('shards', num('shards', values.shards)),
     viewers: required('viewers', num('viewers', values.viewers)),

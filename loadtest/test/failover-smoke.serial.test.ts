@@ -2,10 +2,11 @@
  * The failover scenario at smoke size, through the CLI exactly as
  * `npm run loadtest -- failover` runs it: a cluster of 2 gateways and 3
  * shards (the bundle) on the machine's NATS, Redis and PostgreSQL (its own
- * schema, subject prefix and Redis prefix, removed after), 60 viewers over 6
- * channels for 15 s, a SIGKILL, a drain and a gateway restart. Asserts the
- * correctness figures, not timing. Serial: eight processes on two cores.
- * About 50 s. Also the arithmetic of intentsLost and the stake hash.
+ * schema, subject prefix and Redis prefix, removed after), 300 channels with
+ * one viewer each for 15 s, a SIGKILL and a drain, every moved channel
+ * probed. Asserts the correctness figures, not timing. Serial:
+ * eight processes on two cores. Also the arithmetic of intentsLost, the
+ * stake hash, the viewers' gateway spread and the `--faults` parser.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -15,7 +16,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { loadtestCli } from './cli.ts';
-import { lostIntents, msFigures, stakeHash, type FailoverReport } from '@crowdplay/loadtest';
+import { lostIntents, msFigures, runFailoverScenario, stakeHash, type FailoverOptions, type FailoverReport } from '@crowdplay/loadtest';
+import { parseFaults } from '../src/failover/scenario.ts';
+import { viewerGateway } from '../src/failover/ipc.ts';
 
 describe('loadtest failover - helpers', () => {
   it('lostIntents: acked minus counted per viewer and option, never offset by a surplus elsewhere', () => {
@@ -36,6 +39,27 @@ describe('loadtest failover - helpers', () => {
     assert.deepEqual(msFigures([]), { count: 0, p50: null, max: null });
   });
 
+  it('viewerGateway: one viewer per channel still spreads over every gateway; G viewers of a channel sit on G gateways', () => {
+    const spread = (viewers: number, C: number, G: number): number[] => {
+      const n = Array.from({ length: G }, () => 0);
+      for (let i = 0; i < viewers; i++) n[viewerGateway(i, C, G)]!++;
+      return n;
+    };
+    assert.deepEqual(spread(3000, 3000, 2), [1500, 1500]);
+    assert.deepEqual(spread(10, 10, 3), [4, 3, 3]);
+    // 2 channels (a multiple of G) with 2 viewers each: each channel has one on each gateway.
+    const C = 2;
+    for (let ch = 0; ch < C; ch++) assert.deepEqual([ch, ch + C].map((i) => viewerGateway(i, C, 2)).sort(), [0, 1]);
+  });
+
+  it('parseFaults: names in the order given; unknown, repeated or empty names refused', () => {
+    assert.deepEqual(parseFaults('drain,kill'), ['drain', 'kill']);
+    assert.deepEqual(parseFaults('kill, drain ,gateway,router'), ['kill', 'drain', 'gateway', 'router']);
+    assert.throws(() => parseFaults('kill,postgres'), /unknown fault "postgres"/);
+    assert.throws(() => parseFaults('kill,kill'), /kill named twice/);
+    assert.throws(() => parseFaults(''), /unknown fault ""/);
+  });
+
   it('stakeHash: sha256 of viewer, NUL, key; base64url, 22 characters', () => {
     const h = stakeHash('fv-1', 's-r1');
     assert.equal(h, createHash('sha256').update('fv-1\u0000s-r1').digest('base64url').slice(0, 22));
@@ -44,7 +68,7 @@ describe('loadtest failover - helpers', () => {
 });
 
 describe('loadtest failover - bad options', () => {
-  it('fewer than 3 shards or 2 gateways, or a short duration: exit 2 with the reason, before anything starts', async () => {
+  it('bad counts, durations or faults: refused with the reason (exit 2 from the CLI), before anything starts', async () => {
     const schemas = async (): Promise<number> => {
       const c = new pg.Client({ connectionString: process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/test' });
       await c.connect();
@@ -58,27 +82,41 @@ describe('loadtest failover - bad options', () => {
       }
     };
     const before = await schemas();
-    const base = ['failover', '--viewers', '10', '--channels', '2'];
+    // Through the CLI once (exit code 2 and the usage), the other refusals in-process (the same checks, no process start).
+    const res = await loadtestCli(
+      ['failover', '--viewers', '10', '--channels', '2', '--duration', '10', '--faults', 'kill,postgres'],
+      90_000,
+    );
+    assert.equal(res.code, 2, res.stderr);
+    assert.match(res.stderr, /unknown fault "postgres"/);
+    assert.doesNotMatch(res.stderr, /building the bundle/, 'nothing started');
+    const base = { gateways: 2, shards: 3, viewers: 10, channels: 2, durationS: 10 };
     const cases = [
-      [['--shards', '2', '--duration', '10'], /shards must be an integer in \[3, 32\], got 2/],
-      [['--gateways', '1', '--duration', '10'], /gateways must be an integer in \[2, 32\], got 1/],
-      [['--duration', '2'], /duration must be ≥ 5 s, got 2/],
-      [['--duration', '10', '--ramp-s=-1'], /ramp must be ≥ 0 s, got -1/],
+      [{ shards: 2 }, /shards must be an integer in \[3, 32\], got 2/],
+      [{ gateways: 1 }, /gateways must be an integer in \[2, 32\], got 1/],
+      [{ durationS: 2 }, /duration must be ≥ 5 s, got 2/],
+      [{ rampS: -1 }, /ramp must be ≥ 0 s, got -1/],
+      [{ channels: 10_001 }, /channels must be an integer in \[1, 10000\], got 10001/],
+      [{ faults: [] }, /faults: name at least one/],
+      [{ faults: ['kill', 'drain'], faultsAt: [0.5, 0.4] }, /faultsAt must be 2 increasing fractions in \(0, 1\), got 0.5,0.4/],
+      [{ faults: ['kill'], faultsAt: [0.2, 0.4] }, /faultsAt must be 1 increasing fractions/],
     ] as const;
-    const results = await Promise.all(cases.map(([args]) => loadtestCli([...base, ...args], 60_000)));
-    results.forEach((res, i) => {
-      assert.equal(res.code, 2, res.stderr);
-      assert.match(res.stderr, cases[i]![1]);
-      assert.doesNotMatch(res.stderr, /building the bundle/, 'nothing started');
-    });
+    const started: string[] = [];
+    for (const [extra, re] of cases) {
+      await assert.rejects(
+        runFailoverScenario({ ...base, ...extra, onProgress: (line) => started.push(line) } as FailoverOptions),
+        (err: Error) => (err as { code?: string }).code === 'CP_ERR_CONFIG_INVALID' && re.test(err.message),
+      );
+    }
+    assert.deepEqual(started, [], 'nothing started');
     assert.equal(await schemas(), before, 'no schema created');
   });
 });
 
 describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 shards)', () => {
   it(
-    'SIGKILL, drain and gateway restart: nothing acked is lost, ids unique and rising, ledger verifies',
-    { timeout: 150_000 },
+    'SIGKILL and drain at 300 channels: nothing acked is lost, every moved channel recovers, ledger verifies',
+    { timeout: 170_000 },
     async () => {
       const dir = mkdtempSync(join(tmpdir(), 'failover-smoke-'));
       try {
@@ -91,29 +129,47 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
             '--shards',
             '3',
             '--viewers',
-            '60',
+            '300',
             '--channels',
-            '6',
+            '300',
             '--duration',
             '15',
+            '--faults',
+            'kill,drain',
             '--round-ms',
             '4000',
             '--json',
             file,
           ],
-          150_000,
+          170_000,
         );
         assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
         const r = JSON.parse(readFileSync(file, 'utf8')) as FailoverReport;
-        const why = JSON.stringify({ targets: r.targets, warnings: r.warnings, lost: r.intentsLostSamples, stakes: r.stakesLostSamples });
+        const why = JSON.stringify({
+          targets: r.targets,
+          warnings: r.warnings,
+          lost: r.intentsLostSamples,
+          stakes: r.stakesLostSamples,
+          notRecovered: [r.recoveryMs.kill.notRecovered, r.recoveryMs.drain.notRecovered],
+        });
         assert.equal(r.scenario, 'failover');
         assert.equal(r.correct, true, why);
-        assert.equal(r.connections.connected, 60);
+        assert.equal(r.games.connected, 300, JSON.stringify(r.games));
+        assert.equal(r.connections.connected, 300);
         assert.ok(r.timeline.killed && r.timeline.drained && r.timeline.killed !== r.timeline.drained, 'a kill and a drain');
         assert.deepEqual(r.timeline.unexpectedExits, []);
         assert.ok(r.channelsMoved.killed >= 1 && r.channelsMoved.drained >= 1, JSON.stringify(r.channelsMoved));
-        assert.deepEqual([r.recoveryMs.kill.notRecovered, r.recoveryMs.drain.notRecovered], [[], []]);
-        assert.equal(r.recoveryMs.kill.count, r.recoveryMs.kill.channels);
+        // Every channel of the killed and of the drained shard was probed and batches again.
+        for (const f of [r.recoveryMs.kill, r.recoveryMs.drain]) {
+          assert.ok(f.channels >= 1, JSON.stringify(f));
+          assert.deepEqual(f.notRecovered, []);
+          assert.equal(f.recovered, f.channels);
+          assert.equal(f.count, f.channels);
+        }
+        assert.equal(r.recoveryMs.kill.channels, r.channelsMoved.killed);
+        assert.equal(r.recoveryMs.drain.channels, r.channelsMoved.drained);
+        assert.ok(r.recoveryMs.kill.detectionMs !== null, 'the router declared the killed shard dead');
+        assert.equal(r.recoveryMs.kill.moveMs.count, r.recoveryMs.kill.channels);
         assert.equal(r.intentsLost.drained, 0, why);
         assert.equal(r.intentsLost.other, 0, why);
         assert.equal(r.batchesNotReceived, 0, r.batchesNotReceivedSamples.join('\n'));
@@ -125,9 +181,9 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
         assert.equal(r.duplicateEventIds, 0);
         assert.equal(r.nonMonotonicEventIds, 0);
         assert.equal(r.ledgerVerify, 'ok');
-        assert.ok(r.viewersDropped > 0, 'the gateway restart dropped its viewers');
         assert.equal(r.viewersFailed, 0);
         assert.equal(r.viewersReconnected, r.viewersDropped);
+        assert.equal(r.timeline.restartedGateway, null, 'only the faults asked for');
         assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
         // The run removed its schema.
         const c = new pg.Client({ connectionString: process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/test' });

@@ -5,12 +5,18 @@
  * one after another (open, settle after the deadline, retried through moves
  * and reconnects), and recording every batch it receives: per channel, the
  * event ids in arrival order (duplicates, non-monotonic ids), when each id
- * arrived (recoveryMs), and the intents counted per viewer and option
- * (intentsLost).
+ * arrived, the intents counted per viewer and option (intentsLost), and
+ * the first arrival of each probe's intent (probe.ts: recovery).
+ *
+ * A game whose connect fails (a fatal close, or no welcome before the
+ * harness's deadline) is not fatal to the run: `connect` retries with a new
+ * client after a jittered backoff until the deadline and reports false when
+ * the game never got in.
  */
 import { GameClient } from '@crowdplay/sdk-game';
 import { isCrowdplayError, type Batch } from '@crowdplay/protocol';
 import { ACTION, OPTIONS } from './ipc.ts';
+import { PROBE_PREFIX } from './probe.ts';
 
 /** The outcomes of every round. */
 export const ROUND_OUTCOMES = ['x', 'y'] as const;
@@ -27,7 +33,14 @@ export interface GameRound {
 
 /** What one channel's game client saw. */
 export class ChannelGame {
-  readonly client: GameClient;
+  /** The current client (replaced by `connect` after a failed attempt). */
+  client: GameClient;
+  /** Welcomed at least once. */
+  connected = false;
+  /** Connect attempts that failed (the client ended before a welcome), by error code. */
+  readonly connectFailedByCode: Record<string, number> = {};
+  /** First arrival of an intent of each probe viewer (probe.ts), ms since epoch. */
+  readonly probeArrivals = new Map<string, number>();
   /** Batch event ids in arrival order. */
   readonly evs: number[] = [];
   /** First arrival of each event id, ms since epoch. */
@@ -49,23 +62,62 @@ export class ChannelGame {
 
   constructor(
     readonly channel: string,
-    url: string,
-    apiKey: string,
+    private readonly url: string,
+    private readonly apiKey: string,
     private readonly o: { welcomeGrant: number; roundMs: number; welcomeDeadlineMs: number },
   ) {
-    this.client = new GameClient({
-      url,
-      channel,
-      apiKey,
+    this.client = this.newClient();
+  }
+
+  private newClient(): GameClient {
+    const client = new GameClient({
+      url: this.url,
+      channel: this.channel,
+      apiKey: this.apiKey,
       backoff: { initialMs: 250, maxMs: 2_000 },
-      welcomeDeadlineMs: o.welcomeDeadlineMs,
+      welcomeDeadlineMs: this.o.welcomeDeadlineMs,
       requestTimeoutMs: 5_000,
     });
-    this.client.on('batch', (b, info) => this.onBatch(b, info.receivedAtMs));
-    this.client.on('welcome', () => this.welcomes++);
-    this.client.on('resync', () => this.resyncs++);
-    this.client.on('error', (e) => (this.errors[e.code] = (this.errors[e.code] ?? 0) + 1));
-    this.client.declare([{ name: ACTION, options: [...OPTIONS], maxPerTick: 100_000 }], { welcomeGrant: o.welcomeGrant });
+    client.on('batch', (b, info) => this.onBatch(b, info.receivedAtMs));
+    client.on('welcome', () => {
+      this.welcomes++;
+      this.connected = true;
+    });
+    client.on('resync', () => this.resyncs++);
+    client.on('error', (e) => (this.errors[e.code] = (this.errors[e.code] ?? 0) + 1));
+    client.declare([{ name: ACTION, options: [...OPTIONS], maxPerTick: 100_000 }], { welcomeGrant: this.o.welcomeGrant });
+    return client;
+  }
+
+  /**
+   * Connects, retrying until `deadline`: the client retries refused sockets and missed welcomes itself (jittered
+   * backoff); when it ends without a welcome (a fatal close code, or CP_ERR_CLIENT_NOT_OPEN) a new client is made
+   * after a jittered backoff (full jitter, 250 ms doubling to 4 s).
+   * @param deadline ms since epoch
+   * @param late resolves at the deadline (one shared timer for every game)
+   * @returns true once welcomed; false when the deadline passed first (the client is closed then)
+   */
+  async connect(deadline: number, late: Promise<void>): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      const p = this.client.connect();
+      const r = await Promise.race([
+        p.then(
+          () => true,
+          (err: unknown) => err,
+        ),
+        late.then(() => false),
+      ]);
+      if (r === true) return true;
+      if (r !== false) {
+        const code = isCrowdplayError(r) ? r.code : r instanceof Error ? r.name : 'unknown';
+        this.connectFailedByCode[code] = (this.connectFailedByCode[code] ?? 0) + 1;
+      }
+      await this.client.close().catch(() => undefined);
+      if (r === false || Date.now() >= deadline) return false;
+      await Promise.race([sleep(Math.random() * Math.min(4_000, 250 * 2 ** attempt)), late]);
+      if (Date.now() >= deadline) return false;
+      this.client = this.newClient();
+    }
   }
 
   private onBatch(b: Batch, at: number): void {
@@ -83,6 +135,7 @@ export class ChannelGame {
     for (const n of Object.values(a.tally)) tallied += n;
     this.dropped += tallied - a.intents.length;
     for (const it of a.intents) {
+      if (it.viewer.startsWith(PROBE_PREFIX) && !this.probeArrivals.has(it.viewer)) this.probeArrivals.set(it.viewer, at);
       const k = OPTIONS.indexOf(it.option as (typeof OPTIONS)[number]);
       if (k < 0) continue;
       let row = this.counted.get(it.viewer);

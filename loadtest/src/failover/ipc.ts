@@ -11,11 +11,20 @@ export const OPTIONS = ['a', 'b', 'c'] as const;
 /** The viewer id (token `sub`) of viewer index `i`. */
 export const viewerId = (i: number): string => `fv-${i}`;
 
+/**
+ * The gateway index of viewer `i` of C channels over G gateways: (i + ⌊i / C⌋) mod G. Consecutive viewers alternate
+ * gateways (one viewer per channel still uses every gateway), and each further viewer of a channel moves to the next
+ * gateway (a channel with G viewers has one on every gateway).
+ */
+export function viewerGateway(i: number, C: number, G: number): number {
+  return (i + Math.floor(i / C)) % G;
+}
+
 /** Everything a worker needs; sent once after fork. */
 export interface FailoverWorkerConfig {
   workerIndex: number;
   workers: number;
-  /** Gateway base URLs; viewer i connects to gatewayUrls[⌊i / channels⌋ mod G] (each channel has viewers on every gateway). */
+  /** Gateway base URLs; viewer i connects to gatewayUrls[(i + ⌊i / channels⌋) mod G] (worker.ts viewerGateway). */
   gatewayUrls: string[];
   /** Viewers in the whole run; this worker takes indices i ≡ workerIndex (mod workers). */
   viewers: number;
@@ -34,6 +43,11 @@ export interface FailoverWorkerConfig {
   ackTimeoutMs: number;
   /** Per-connection welcome deadline, ms. */
   welcomeDeadlineMs: number;
+  /**
+   * A viewer's first connect that fails is retried (backoff, next gateway) until this long after the end of the
+   * ramp; one still failing then counts in `connectFailed`, ms.
+   */
+  connectDeadlineMs: number;
   /** Points per stake, uniform in [lo, hi]. */
   stakePoints: [number, number];
   /** Reconnect backoff of the viewers (full jitter), ms; a dropped viewer reconnects to the next gateway of the list. */
@@ -125,6 +139,8 @@ export interface FailoverWorkerFinal {
   stakes: AckedStake[];
   refusedByCode: Record<string, number>;
   connectFailedByCode: Record<string, number>;
+  /** Failed first-connect attempts that were retried, by error. */
+  connectRetriedByCode: Record<string, number>;
   dropsByCode: Record<string, number>;
   /** Failed reconnect attempts by gateway and error (refused, 429/503, welcome timeout…). */
   reconnectFailedByCode: Record<string, number>;

@@ -20,15 +20,41 @@ export interface FailoverTarget {
   kind: 'correctness' | 'timing';
 }
 
-/** Recovery of the channels one fault moved. */
+/**
+ * Recovery of the channels one fault moved, measured by probes (probe.ts): per probed channel, ms from the signal to
+ * the first probe intent received by the channel's game (count, p50, max over the recovered channels).
+ */
 export interface RecoveryFigures extends MsFigures {
-  /** The faulted shard, and when the signal was sent (ms after the viewers' t0). */
+  /** The faulted shard (`router` for the router), and when the signal was sent (ms after the viewers' t0). */
   shard: string | null;
   atMs: number | null;
-  /** Channels the shard owned at the signal. */
+  /** Channels probed: every channel the shard owned at the signal whose game was connected (a sample at the router's). */
   channels: number;
-  /** Of those, channels with no batch at a newer epoch seen by their game client by the end. */
+  /** Probed channels whose probe was acked and whose intent reached the game before the end. */
+  recovered: number;
+  /** Up to 50 probed channels that did not recover: `channel: sent n, acked n, {failures and closes by code}`. */
   notRecovered: string[];
+  /** Signal → the router's declared-dead instant (its log line's declaredDeadAtMs), ms; null for a drain or none logged. */
+  detectionMs: number | null;
+  /** Declared dead → the probe's intent at the game, per recovered channel, ms (kill only). */
+  moveMs: MsFigures;
+  /** The probes' intents: sent, acked, and failed by code (refusals, CP_ERR_CLIENT_REQUEST_TIMEOUT…). */
+  probes: { sent: number; acked: number; failedByCode: Record<string, number> };
+}
+
+/** One of the router's `shard declared dead` / `channels moved` log lines. */
+export interface RouterLogLine {
+  msg: string;
+  shard: string | null;
+  /** When the harness read it (ms since epoch in the scenario; ms after t0 in the report). */
+  seenAt: number;
+  /** The router's clock (ms since epoch) when it declared the shard dead. */
+  declaredDeadAtMs: number | null;
+  moved: number | null;
+  failed: number | null;
+  /** Router's own measure: declared dead (or drain started) → channels moved, ms. */
+  moveMs: number | null;
+  reason: string | null;
 }
 
 export interface FailoverReport {
@@ -55,8 +81,13 @@ export interface FailoverReport {
     subjectPrefix: string;
     redisPrefix: string;
     gatewayPorts: number[];
-    /** Fault times as fractions of the steady phase: kill, drain, gateway restart. */
-    faultsAt: [number, number, number];
+    /** The faults in the order applied, and their times as fractions of the steady phase. */
+    faults: string[];
+    faultsAt: number[];
+    gameConnectDeadlineMs: number;
+    gameConnectConcurrency: number;
+    probeIntervalMs: number;
+    routerDownMs: number;
   };
   timeline: {
     killed: string | null;
@@ -69,12 +100,30 @@ export interface FailoverReport {
     gatewayRestartAtMs: number | null;
     /** ms from the gateway's SIGTERM until the new process was ready. */
     gatewayRestartMs: number | null;
+    routerKilledAtMs: number | null;
+    /** ms from the router's SIGKILL until the new router was ready (routerDownMs + its start). */
+    routerRestartMs: number | null;
     /** Children of the cluster that exited without being asked to. */
     unexpectedExits: string[];
   };
   /** Channels at a new owner after each fault (from the channels table), and moves not caused by a fault. */
   channelsMoved: { killed: number; drained: number; total: number; other: number };
-  recoveryMs: { kill: RecoveryFigures; drain: RecoveryFigures };
+  recoveryMs: { kill: RecoveryFigures; drain: RecoveryFigures; router: RecoveryFigures | null };
+  /** The router's declared-dead and channels-moved lines (seenAt ms after t0). */
+  routerLog: RouterLogLine[];
+  /** The game clients: one per channel, connected with retries until gameConnectDeadlineMs. */
+  games: {
+    channels: number;
+    connected: number;
+    notConnected: number;
+    notConnectedSample: string[];
+    /** From the first attempt to the welcome, per connected game. */
+    connectMs: MsFigures;
+    /** Attempts that ended without a welcome (a new client followed), by code. */
+    connectFailedByCode: Record<string, number>;
+    /** Every `error` event of the game clients (welcome timeouts, refused sockets…), by code. */
+    errorsByCode: Record<string, number>;
+  };
   intents: {
     sent: number;
     acked: number;
@@ -114,7 +163,14 @@ export interface FailoverReport {
   reconnectFailedByCode: Record<string, number>;
   ledgerVerify: 'ok' | { failed: Array<{ check: string; detail: string }> } | { error: string };
   actAckMs: LatencySummary;
-  connections: { requested: number; connected: number; failed: number; failedByCode: Record<string, number> };
+  connections: {
+    requested: number;
+    connected: number;
+    failed: number;
+    failedByCode: Record<string, number>;
+    /** Failed first-connect attempts that were retried. */
+    retriedByCode: Record<string, number>;
+  };
   generatorCpuPct: { avg: number; peak: number };
   errorLogLines: number;
   errorLogSamples: string[];
@@ -132,10 +188,16 @@ export function formatFailoverReport(r: FailoverReport): string {
   const c = r.config;
   const lines = [
     `failover: ${c.gateways} gateways, ${c.shards} shards, ${c.viewers} viewers over ${c.channels} channels, ${c.durationS} s`,
-    `  killed ${fmt(r.timeline.killed)} at +${fmt(r.timeline.killAtMs)} ms, drained ${fmt(r.timeline.drained)} at +${fmt(r.timeline.drainAtMs)} ms (exit after ${fmt(r.timeline.drainExit?.ms)} ms), restarted ${fmt(r.timeline.restartedGateway)} at +${fmt(r.timeline.gatewayRestartAtMs)} ms (${fmt(r.timeline.gatewayRestartMs)} ms)`,
+    `  killed ${fmt(r.timeline.killed)} at +${fmt(r.timeline.killAtMs)} ms, drained ${fmt(r.timeline.drained)} at +${fmt(r.timeline.drainAtMs)} ms (exit after ${fmt(r.timeline.drainExit?.ms)} ms), restarted ${fmt(r.timeline.restartedGateway)} at +${fmt(r.timeline.gatewayRestartAtMs)} ms (${fmt(r.timeline.gatewayRestartMs)} ms), router killed at +${fmt(r.timeline.routerKilledAtMs)} ms (back after ${fmt(r.timeline.routerRestartMs)} ms)`,
     `  channelsMoved        killed ${r.channelsMoved.killed}, drained ${r.channelsMoved.drained}, total ${r.channelsMoved.total} (other moves ${r.channelsMoved.other})`,
-    `  recoveryMs kill      p50 ${fmt(r.recoveryMs.kill.p50)}, max ${fmt(r.recoveryMs.kill.max)} over ${r.recoveryMs.kill.count}/${r.recoveryMs.kill.channels} channels`,
-    `  recoveryMs drain     p50 ${fmt(r.recoveryMs.drain.p50)}, max ${fmt(r.recoveryMs.drain.max)} over ${r.recoveryMs.drain.count}/${r.recoveryMs.drain.channels} channels`,
+    `  games                ${r.games.connected}/${r.games.channels} connected (connectMs p50 ${fmt(r.games.connectMs.p50)}, max ${fmt(r.games.connectMs.max)}), not connected ${r.games.notConnected}`,
+    ...(['kill', 'drain', 'router'] as const).flatMap((k) => {
+      const f = r.recoveryMs[k];
+      if (!f || f.atMs === null) return [];
+      return [
+        `  recoveryMs ${k.padEnd(9)} p50 ${fmt(f.p50)}, max ${fmt(f.max)} over ${f.recovered}/${f.channels} channels; detection ${fmt(f.detectionMs)}, move p50 ${fmt(f.moveMs.p50)} max ${fmt(f.moveMs.max)}`,
+      ];
+    }),
     `  intents              sent ${r.intents.sent}, acked ${r.intents.acked}, refused ${r.intents.refused}, closed ${r.intents.closed}, unanswered ${r.intents.unanswered}, counted ${r.intents.counted}`,
     `  intentsLost          killed ${r.intentsLost.killed}, drained ${r.intentsLost.drained}, other ${r.intentsLost.other}`,
     `  stakes               sent ${r.stakes.sent}, acked ${r.stakes.acked}, refused ${r.stakes.refused}, closed ${r.stakes.closed}, unanswered ${r.stakes.unanswered}; lost ${r.stakesLost}`,

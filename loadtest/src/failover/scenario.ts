@@ -4,21 +4,22 @@
  * PostgreSQL, isolated by its own schema, subject prefix and Redis prefixes
  * (removed afterwards); one sdk-game client per channel running pool rounds
  * and receiving batches (games.ts); viewers in forked workers (worker.ts)
- * acting and staking. Mid-run it SIGKILLs the shard owning the most
- * channels, SIGTERMs (drains) the live shard owning the most, and restarts
- * the last gateway; then it checks the failover targets (report.ts, README
- * "failover").
+ * acting and staking. Mid-run it applies the selected faults in order:
+ * `kill` SIGKILLs the shard owning the most channels, `drain` SIGTERMs the
+ * live shard owning the most, `gateway` restarts the last gateway, `router`
+ * SIGKILLs the router and starts it again after `routerDownMs`. Every
+ * channel a shard fault moves (and a sample of channels at the router's)
+ * gets a recovery probe (probe.ts); then it checks the failover targets
+ * (report.ts, README "failover").
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
-import WebSocket from 'ws';
 import { CLUSTER_DEFAULTS, startCluster, type Cluster } from '@crowdplay/cli';
 import { verifyLedger } from '@crowdplay/ledger';
 import { CrowdplayError } from '@crowdplay/protocol';
-import { ViewerClient } from '@crowdplay/sdk-viewer';
 import { openStore, type Store } from '@crowdplay/store';
 import { machineInfo } from '../crowd/scenario.ts';
 import { forkTs, waitExit } from '../fork.ts';
@@ -26,9 +27,8 @@ import { addEncoded, newHistogram, summarize } from '../hist.ts';
 import { createTokenMinter } from '../tokens.ts';
 import { buildProductBundle, dropSchema, purgeSendqKeys } from '../rollover/product.ts';
 import { ChannelGame } from './games.ts';
+import { ProbeSet, probeViewerId, type ProbeResult } from './probe.ts';
 import {
-  ACTION,
-  OPTIONS,
   emptyFailoverCounters,
   type AckedStake,
   type FailoverCounters,
@@ -37,7 +37,7 @@ import {
   type FailoverWorkerMessage,
   viewerId,
 } from './ipc.ts';
-import type { FailoverReport, FailoverTarget, MsFigures, RecoveryFigures } from './report.ts';
+import type { FailoverReport, FailoverTarget, MsFigures, RecoveryFigures, RouterLogLine } from './report.ts';
 
 /** The services the cluster uses when none are named: `crowdplay cluster`'s defaults (this machine's). */
 export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
@@ -46,6 +46,17 @@ export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
 export const TARGET_KILL_RECOVERY_MS = 5_000;
 export const TARGET_DRAIN_RECOVERY_MS = 1_000;
 export const TARGET_RECONNECT_MS = 10_000;
+/** The faults a run can apply (`--faults`). */
+export const FAILOVER_FAULTS = ['kill', 'drain', 'gateway', 'router'] as const;
+export type FailoverFault = (typeof FAILOVER_FAULTS)[number];
+/** The faults applied when none are named. */
+export const DEFAULT_FAULTS: readonly FailoverFault[] = ['kill', 'drain', 'gateway'];
+/** Channels probed at a router kill (spread over the channel list). */
+const ROUTER_PROBES = 100;
+/** How long a fault may wait past its time for the previous fault's probes to recover, ms. */
+const FAULT_GAP_MS = 15_000;
+/** Viewers act at least this long after the last fault, ms. */
+const ACT_AFTER_FAULT_MS = 5_000;
 /** Viewers per worker process when --workers is not given. */
 const VIEWERS_PER_WORKER = 1_500;
 
@@ -69,8 +80,18 @@ export interface FailoverOptions {
   workers?: number;
   /** @defaultValue 1,000 (inside the gateway's CONN_BURST of 2,000 per address) */
   viewersPerAddress?: number;
-  /** Fault times as fractions of the steady phase: SIGKILL, SIGTERM, gateway restart. @defaultValue [0.25, 0.5, 0.7] */
-  faultsAt?: [number, number, number];
+  /** The faults, applied in this order. @defaultValue DEFAULT_FAULTS (kill, drain, gateway) */
+  faults?: readonly FailoverFault[];
+  /** Fault times as increasing fractions of the steady phase, one per fault. @defaultValue (i + 1) / (faults + 1) */
+  faultsAt?: readonly number[];
+  /** Every game client is welcomed by then or counted in gamesNotConnected, ms after the cluster is up. @defaultValue max(60,000, 20 · channels) */
+  gameConnectDeadlineMs?: number;
+  /** Game connects in flight at once. @defaultValue 200 */
+  gameConnectConcurrency?: number;
+  /** Interval between one probe's intents, ms. @defaultValue 100 */
+  probeIntervalMs?: number;
+  /** How long the router stays down at a `router` fault, ms. @defaultValue 3,000 */
+  routerDownMs?: number;
   /** Extra environment of every cluster process. */
   clusterEnv?: Record<string, string>;
   /** Every cluster process's log lines are also written here (prefixed by the process). */
@@ -83,6 +104,22 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 
 function invalid(msg: string): CrowdplayError {
   return new CrowdplayError('CP_ERR_CONFIG_INVALID', [msg]);
+}
+
+/**
+ * Parses `--faults`: comma-separated names out of FAILOVER_FAULTS, each at most once, in the order they are applied.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID for an empty list, an unknown or repeated name
+ */
+export function parseFaults(text: string): FailoverFault[] {
+  const names = text.split(',').map((x) => x.trim());
+  const out: FailoverFault[] = [];
+  for (const n of names) {
+    if (!(FAILOVER_FAULTS as readonly string[]).includes(n))
+      throw invalid(`faults: unknown fault ${JSON.stringify(n)} (one of ${FAILOVER_FAULTS.join(', ')})`);
+    if (out.includes(n as FailoverFault)) throw invalid(`faults: ${n} named twice`);
+    out.push(n as FailoverFault);
+  }
+  return out;
 }
 
 /** Nearest-rank p50 and max of ms samples. */
@@ -127,26 +164,11 @@ export function lostIntents(acked: ReadonlyMap<string, readonly number[]>, count
   return lost;
 }
 
-/**
- * Probes a channel: one viewer acts until an act is accepted (the game's declaration is in effect).
- * @returns a warning, or null when accepted
- */
-async function probe(url: string, channel: string, token: string): Promise<string | null> {
-  const v = new ViewerClient({ url, channel, token, WebSocket, autoReconnect: false, wsOptions: { perMessageDeflate: false } });
-  try {
-    await v.connect();
-    const until = Date.now() + 20_000;
-    for (;;) {
-      const ack = await Promise.race([v.act(ACTION, OPTIONS[0]), sleep(3_000).then(() => null)]);
-      if (ack?.ok) return null;
-      if (ack && ack.code !== 'CP_ERR_INTENT_NO_GAME' && ack.code !== 'CP_ERR_INTENT_UNKNOWN_ACTION')
-        return `probe on ${channel}: refused with ${ack.code ?? '?'}`;
-      if (Date.now() > until) return `probe on ${channel}: the declaration was not in effect after 20 s`;
-      await sleep(200);
-    }
-  } finally {
-    await v.close();
-  }
+/** Σ of per-code counters. */
+function sumCodes(maps: Array<Record<string, number>>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const m of maps) for (const [k, v] of Object.entries(m)) out[k] = (out[k] ?? 0) + v;
+  return out;
 }
 
 interface OwnerRow {
@@ -197,9 +219,16 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const roundMs = int('roundMs', o.roundMs ?? 8_000, 2_000);
   const workers = int('workers', o.workers ?? Math.max(1, Math.ceil(viewers / VIEWERS_PER_WORKER)), 1, 64);
   const perAddress = int('viewersPerAddress', o.viewersPerAddress ?? 1_000, 1);
-  const faultsAt = o.faultsAt ?? [0.25, 0.5, 0.7];
-  if (!(faultsAt[0] > 0 && faultsAt[0] < faultsAt[1] && faultsAt[1] < faultsAt[2] && faultsAt[2] < 1))
-    throw invalid(`faultsAt must be increasing fractions in (0, 1), got ${faultsAt.join(',')}`);
+  const faults = [...(o.faults ?? DEFAULT_FAULTS)];
+  if (faults.length === 0) throw invalid('faults: name at least one');
+  parseFaults(faults.join(','));
+  const faultsAt = [...(o.faultsAt ?? faults.map((_, i) => (i + 1) / (faults.length + 1)))];
+  if (faultsAt.length !== faults.length || !faultsAt.every((x, i) => x > 0 && x < 1 && (i === 0 || x > faultsAt[i - 1]!)))
+    throw invalid(`faultsAt must be ${faults.length} increasing fractions in (0, 1), got ${faultsAt.join(',')}`);
+  const gameConnectDeadlineMs = int('gameConnectDeadlineMs', o.gameConnectDeadlineMs ?? Math.max(60_000, 20 * C), 1_000);
+  const gameConnectConcurrency = int('gameConnectConcurrency', o.gameConnectConcurrency ?? 200, 1);
+  const probeIntervalMs = int('probeIntervalMs', o.probeIntervalMs ?? 100, 10, 100);
+  const routerDownMs = int('routerDownMs', o.routerDownMs ?? 3_000, 0);
   const natsUrl = o.natsUrl ?? FAILOVER_DEFAULTS.NATS_URL;
   const redisUrl = o.redisUrl ?? FAILOVER_DEFAULTS.REDIS_URL;
   const databaseUrl = o.databaseUrl ?? FAILOVER_DEFAULTS.DATABASE_URL;
@@ -226,6 +255,27 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const unexpectedExits: string[] = [];
   let report: FailoverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
+  const probeSets: ProbeSet[] = [];
+  /** The router's `shard declared dead` and `channels moved` lines, as they arrived. */
+  const routerLog: RouterLogLine[] = [];
+  const routerLine = (line: string): void => {
+    try {
+      const j = JSON.parse(line.slice(line.indexOf('|') + 1)) as Record<string, unknown>;
+      const num = (v: unknown): number | null => (typeof v === 'number' ? v : null);
+      routerLog.push({
+        msg: String(j.msg),
+        shard: typeof j.shard === 'string' ? j.shard : null,
+        seenAt: Date.now(),
+        declaredDeadAtMs: num(j.declaredDeadAtMs),
+        moved: num(j.moved),
+        failed: num(j.failed),
+        moveMs: num(j.moveMs),
+        reason: typeof j.reason === 'string' ? j.reason : null,
+      });
+    } catch {
+      // not JSON: not one of the router's structured lines
+    }
+  };
   try {
     log(`building the bundle; schema ${schema}, subject prefix ${subjectPrefix}, Redis prefix ${redisPrefix}`);
     const bundle = await buildProductBundle();
@@ -252,6 +302,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       entry: { execArgv: [], script: bundle },
       out: (line) => {
         logFile?.write(`${line}\n`);
+        if (line.startsWith('router') && (line.includes('declared dead') || line.includes('router: channels moved'))) routerLine(line);
         const m = /"level":(\d+)/.exec(line);
         if (m && Number(m[1]) >= 50) {
           errorCount++;
@@ -270,16 +321,33 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const apiKey = tenant.apiKey;
     const secret = tenant.tenant.signingSecret;
 
-    // Games: channel k on gateway k mod G.
+    // Games: channel k on gateway k mod G, at most gameConnectConcurrency connecting at once, retried until the deadline.
     for (let k = 0; k < C; k++) {
       games.push(new ChannelGame(channels[k]!, urls[k % gateways]!, apiKey, { welcomeGrant, roundMs, welcomeDeadlineMs: 15_000 }));
     }
-    await Promise.all(games.map((g) => g.client.connect()));
+    const gamesFrom = Date.now();
+    const gameDeadline = gamesFrom + gameConnectDeadlineMs;
+    let lateTimer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((r) => (lateTimer = setTimeout(r, gameConnectDeadlineMs)));
+    const gameConnectMs: number[] = [];
+    let nextGame = 0;
+    const connector = async (): Promise<void> => {
+      while (nextGame < C) {
+        const g = games[nextGame++]!;
+        const from = Date.now();
+        if (await g.connect(gameDeadline, late)) gameConnectMs.push(Date.now() - from);
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(C, gameConnectConcurrency) }, connector));
+    clearTimeout(lateTimer);
+    const liveGames = games.filter((g) => g.connected);
+    const gamesNotConnected = C - liveGames.length;
+    if (gamesNotConnected > 0) warnings.push(`${gamesNotConnected} game clients were not welcomed within ${gameConnectDeadlineMs} ms`);
+    log(`${liveGames.length}/${C} game clients welcomed in ${Date.now() - gamesFrom} ms; starting rounds and ${workers} workers`);
+    for (const g of liveGames) g.startRounds();
     const minter = await createTokenMinter('failover', secret);
-    const probes = await Promise.all(channels.map(async (ch, k) => probe(urls[k % gateways]!, ch, await minter.mint(`probe-${k}`))));
-    for (const w of probes) if (w) warnings.push(w);
-    log(`${C} game clients declared; starting rounds and ${workers} workers`);
-    for (const g of games) g.startRounds();
+    const gameOf = new Map(games.map((g) => [g.channel, g]));
+    const chIndex = new Map(channels.map((ch, k) => [ch, k]));
 
     // Workers.
     const workerFile = fileURLToPath(new URL('./worker.ts', import.meta.url));
@@ -325,6 +393,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         actIntervalMs,
         ackTimeoutMs,
         welcomeDeadlineMs: 15_000,
+        connectDeadlineMs: 30_000,
         stakePoints,
         backoff: { initialMs: 250, maxMs: 2_000 },
       };
@@ -344,48 +413,123 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       );
     }, 5_000);
 
-    // Faults.
+    // Faults, in the order given.
     const shardNames = cl.processes.filter((p) => p.service === 'crowd-engine').map((p) => p.name);
     const atFault = async (frac: number): Promise<void> => sleep(Math.max(0, steadyAt + frac * o.durationS * 1000 - Date.now()));
-    await atFault(faultsAt[0]);
-    const beforeKill = await owners(st, channels);
-    const killed = busiest(beforeKill, shardNames);
-    const killAt = Date.now();
-    if (killed) {
-      cl.get(killed).signal('SIGKILL');
-      log(`SIGKILL ${killed} (${[...beforeKill.values()].filter((r) => r.owner === killed).length} channels)`);
-    } else warnings.push('no shard owned a channel at the kill');
-    await atFault(faultsAt[1]);
-    const beforeDrain = await owners(st, channels);
-    const drained = busiest(
-      beforeDrain,
-      shardNames.filter((s) => s !== killed),
-    );
-    const drainAt = Date.now();
+    /**
+     * Probes for `chans`, pre-connected (welcomed, or 5 s passed) before the fault and armed at it.
+     * A probe's channel k sits on gateway (k + 1) mod G, away from its game's.
+     */
+    const probesFor = async (fault: string, chans: string[]): Promise<ProbeSet> => {
+      const ks = chans.map((ch) => chIndex.get(ch)!);
+      const viewerIds = ks.map((k) => probeViewerId(fault, k));
+      const tokens = await Promise.all(viewerIds.map((v) => minter.mint(v)));
+      const set = new ProbeSet({
+        urlOf: (i) => urls[(ks[i]! + 1) % gateways]!,
+        channels: chans,
+        viewers: viewerIds,
+        tokens,
+        arrivalOf: (ch, v) => gameOf.get(ch)!.probeArrivals.get(v),
+        intervalMs: probeIntervalMs,
+        ackTimeoutMs: 3_000,
+        localAddress: `127.0.1.${1 + probeSets.length}`,
+      });
+      probeSets.push(set);
+      await set.welcomed(Date.now() + 5_000);
+      return set;
+    };
+    interface ShardFault {
+      shard: string | null;
+      at: number;
+      before: Map<string, OwnerRow>;
+      chans: string[];
+      probes: ProbeSet | null;
+    }
+    const noFault = (): ShardFault => ({ shard: null, at: 0, before: new Map(), chans: [], probes: null });
+    let kill = noFault();
+    let drain = noFault();
+    let routerFault: { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null = null;
     let drainExit: FailoverReport['timeline']['drainExit'] = null;
-    if (drained) {
-      const h = cl.get(drained);
-      void h.exited().then((e) => (drainExit = { ms: Date.now() - drainAt, code: e.code, signal: e.signal }));
-      h.signal('SIGTERM');
-      log(`SIGTERM ${drained} (${[...beforeDrain.values()].filter((r) => r.owner === drained).length} channels)`);
-    } else warnings.push('no live shard owned a channel at the drain');
-    await atFault(faultsAt[2]);
-    const gwName = `gw-${gateways}`;
-    const gwAt = Date.now();
+    let gwName: string | null = null;
+    let gwAt = 0;
     let gwRestartMs: number | null = null;
-    log(`restarting ${gwName}`);
-    const restart = cl
-      .get(gwName)
-      .restart()
-      .then(
-        () => {
-          gwRestartMs = Date.now() - gwAt;
-          log(`${gwName} ready again after ${gwRestartMs} ms`);
-        },
-        (err: unknown) => warnings.push(`${gwName} did not restart: ${(err as Error).message.split('\n')[0]}`),
+    const restarts: Array<Promise<void>> = [];
+    const shardFault = async (kind: 'kill' | 'drain'): Promise<ShardFault> => {
+      const before = await owners(st, channels);
+      const other = kind === 'kill' ? drain.shard : kill.shard;
+      const shard = busiest(
+        before,
+        shardNames.filter((x) => x !== other && cl.get(x).running),
       );
-    await sleep(Math.max(0, actEnd - Date.now()));
-    await restart;
+      if (!shard) {
+        warnings.push(`no live shard owned a channel at the ${kind}`);
+        return noFault();
+      }
+      const chans = [...before.values()].filter((r) => r.owner === shard && gameOf.get(r.id)!.connected).map((r) => r.id);
+      const probes = await probesFor(kind, chans);
+      const at = Date.now();
+      const h = cl.get(shard);
+      if (kind === 'drain') void h.exited().then((e) => (drainExit = { ms: Date.now() - at, code: e.code, signal: e.signal }));
+      h.signal(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
+      probes.arm();
+      log(`${kind === 'kill' ? 'SIGKILL' : 'SIGTERM'} ${shard} (${chans.length} channels with a game, probed)`);
+      return { shard, at, before, chans, probes };
+    };
+    let lastProbes: ProbeSet | null = null;
+    let lastFaultAt = 0;
+    for (let f = 0; f < faults.length; f++) {
+      await atFault(faultsAt[f]!);
+      // One fault at a time: the next waits (up to FAULT_GAP_MS past its time) for the last one's probes to recover.
+      await (lastProbes as ProbeSet | null)?.settle(Date.now() + FAULT_GAP_MS);
+      const fault = faults[f]!;
+      lastFaultAt = Date.now();
+      if (fault === 'kill') lastProbes = (kill = await shardFault('kill')).probes;
+      else if (fault === 'drain') lastProbes = (drain = await shardFault('drain')).probes;
+      else if (fault === 'gateway') {
+        const name = `gw-${gateways}`;
+        gwName = name;
+        gwAt = Date.now();
+        log(`restarting ${name}`);
+        restarts.push(
+          cl
+            .get(name)
+            .restart()
+            .then(
+              () => {
+                gwRestartMs = Date.now() - gwAt;
+                log(`${name} ready again after ${gwRestartMs} ms`);
+              },
+              (err: unknown) => void warnings.push(`${name} did not restart: ${(err as Error).message.split('\n')[0]}`),
+            ),
+        );
+      } else {
+        const step = Math.max(1, Math.floor(liveGames.length / ROUTER_PROBES));
+        const chans = liveGames
+          .filter((_, i) => i % step === 0)
+          .slice(0, ROUTER_PROBES)
+          .map((g) => g.channel);
+        const probes = await probesFor('router', chans);
+        const r = { at: Date.now(), restartMs: null as number | null, chans, probes };
+        lastProbes = probes;
+        routerFault = r;
+        const h = cl.get('router');
+        h.signal('SIGKILL');
+        probes.arm();
+        log(`SIGKILL router (${chans.length} channels probed); restart in ${routerDownMs} ms`);
+        restarts.push(
+          (async () => {
+            await h.exited();
+            await sleep(Math.max(0, r.at + routerDownMs - Date.now()));
+            await h.restart();
+            r.restartMs = Date.now() - r.at;
+            log(`router ready again ${r.restartMs} ms after its kill`);
+          })().catch((err: unknown) => void warnings.push(`router did not restart: ${(err as Error).message.split('\n')[0]}`)),
+        );
+      }
+    }
+    // Acting goes on at least ACT_AFTER_FAULT_MS after the last fault (one delayed by its predecessor's probes included).
+    await sleep(Math.max(0, actEnd - Date.now(), lastFaultAt + ACT_AFTER_FAULT_MS - Date.now()));
+    await Promise.all(restarts);
 
     // End: stop acting, finish the rounds, collect.
     log('acting stops; settling the last rounds');
@@ -411,6 +555,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     await sleep(1_500);
     if (progress) clearInterval(progress);
     progress = null;
+    const probeResults = new Map<ProbeSet, ProbeResult[]>();
+    for (const set of probeSets) probeResults.set(set, await set.stop());
 
     // ---------------------------------------------------------------- analysis
     const fin = [...finals.values()];
@@ -420,6 +566,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     for (const f of fin) for (const k of Object.keys(sum) as Array<keyof FailoverCounters>) sum[k] += f.counters[k];
     const refusedByCode: Record<string, number> = {};
     const failedByCode: Record<string, number> = {};
+    const retriedByCode: Record<string, number> = {};
     const dropsByCode: Record<string, number> = {};
     const reconnectFailedByCode: Record<string, number> = {};
     const reconnect: number[] = [];
@@ -431,6 +578,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     for (const f of fin) {
       for (const [k, v] of Object.entries(f.refusedByCode)) refusedByCode[k] = (refusedByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.connectFailedByCode)) failedByCode[k] = (failedByCode[k] ?? 0) + v;
+      for (const [k, v] of Object.entries(f.connectRetriedByCode)) retriedByCode[k] = (retriedByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.dropsByCode)) dropsByCode[k] = (dropsByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.reconnectFailedByCode)) reconnectFailedByCode[k] = (reconnectFailedByCode[k] ?? 0) + v;
       reconnect.push(...f.reconnectMs);
@@ -448,7 +596,6 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     );
     const epochOf = new Map<string, Map<number, number>>(channels.map((ch) => [ch, new Map()]));
     for (const r of evRows) epochOf.get(r.channel_id)!.set(Number(r.event_id), Number(r.epoch));
-    const gameOf = new Map(games.map((g) => [g.channel, g]));
     // Batches in the event log that the channel's game client never received (a gap in what it saw).
     let batchesNotReceived = 0;
     const notReceivedSamples: string[] = [];
@@ -459,23 +606,52 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         if (notReceivedSamples.length < 20) notReceivedSamples.push(`${g.channel} ev ${ev} (epoch ${ep})`);
       }
     }
-    const recovery = (shard: string | null, at: number, before: Map<string, OwnerRow>): { fig: RecoveryFigures; chans: string[] } => {
-      const chans = shard ? [...before.values()].filter((r) => r.owner === shard).map((r) => r.id) : [];
+    /**
+     * Recovery per probed channel: fault → the first probe intent at the game (an acked probe is required: an intent
+     * in a batch was accepted); move: the router's declared-dead instant → the same arrival.
+     */
+    const declaredDead = (shard: string | null, at: number): number | null =>
+      routerLog.find((l) => l.msg.includes('declared dead') && l.shard === shard && l.seenAt >= at)?.declaredDeadAtMs ?? null;
+    const recovery = (shard: string | null, at: number, probes: ProbeSet | null, deadAt: number | null): RecoveryFigures => {
+      const results = probes ? probeResults.get(probes)! : [];
       const xs: number[] = [];
+      const moves: number[] = [];
       const notRecovered: string[] = [];
-      for (const ch of chans) {
-        const e0 = before.get(ch)!.epoch;
-        const newer = [...epochOf.get(ch)!].filter(([, ep]) => ep > e0).map(([ev]) => ev);
-        const t = gameOf.get(ch)!.firstArrivalOf(newer);
-        if (t === null) notRecovered.push(ch);
-        else xs.push(Math.max(0, t - at));
+      const failedByCode: Record<string, number> = {};
+      let sent = 0;
+      let acked = 0;
+      for (const p of results) {
+        sent += p.sent;
+        acked += p.acked;
+        for (const [k, v] of Object.entries(p.failedByCode)) failedByCode[k] = (failedByCode[k] ?? 0) + v;
+        if (p.arrivedAt === null || p.acked === 0)
+          notRecovered.push(`${p.channel}: sent ${p.sent}, acked ${p.acked}, ${JSON.stringify(p.failedByCode)}`);
+        else {
+          xs.push(Math.max(0, p.arrivedAt - at));
+          if (deadAt !== null) moves.push(Math.max(0, p.arrivedAt - deadAt));
+        }
       }
-      return { fig: { ...msFigures(xs), shard, atMs: shard ? at - t0 : null, channels: chans.length, notRecovered }, chans };
+      return {
+        ...msFigures(xs),
+        shard,
+        atMs: probes ? at - t0 : null,
+        channels: results.length,
+        recovered: xs.length,
+        notRecovered: notRecovered.slice(0, 50),
+        detectionMs: deadAt === null ? null : deadAt - at,
+        moveMs: msFigures(moves),
+        probes: { sent, acked, failedByCode },
+      };
     };
-    const kill = recovery(killed, killAt, beforeKill);
-    const drain = recovery(drained, drainAt, beforeDrain);
+    const killFig = recovery(kill.shard, kill.at, kill.probes, kill.shard ? declaredDead(kill.shard, kill.at) : null);
+    const drainFig = recovery(drain.shard, drain.at, drain.probes, null);
+    const rf = routerFault as { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null;
+    const routerFig = rf ? recovery('router', rf.at, rf.probes, null) : null;
     const killedSet = new Set(kill.chans);
     const drainedSet = new Set(drain.chans.filter((ch) => !killedSet.has(ch)));
+    // Probes' acked intents count like the viewers' (intentsLost).
+    for (const res of probeResults.values())
+      for (const p of res) if (p.acked > 0) ackedByChannel.get(p.channel)!.set(p.viewer, [p.acked, 0, 0]);
 
     // Moves (channels table at the end).
     const endOwners = await owners(st, channels);
@@ -484,8 +660,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         const e = endOwners.get(ch);
         return e !== undefined && e.epoch > before.get(ch)!.epoch && e.owner !== shard;
       }).length;
-    const movedKilled = movedFrom(killed, beforeKill, kill.chans);
-    const movedDrained = movedFrom(drained, beforeDrain, drain.chans);
+    const movedKilled = movedFrom(kill.shard, kill.before, kill.chans);
+    const movedDrained = movedFrom(drain.shard, drain.before, drain.chans);
     let epochBumps = 0;
     for (const [ch, r] of initialOwners) epochBumps += (endOwners.get(ch)?.epoch ?? r.epoch) - r.epoch;
 
@@ -561,6 +737,9 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       ok: boolean,
       kind: FailoverTarget['kind'] = 'correctness',
     ): FailoverTarget => ({ value, limit, ok, kind });
+    const figs = [killFig, drainFig, ...(routerFig ? [routerFig] : [])];
+    const probedN = figs.reduce((n, f) => n + f.channels, 0);
+    const recoveredN = figs.reduce((n, f) => n + f.recovered, 0);
     const targets: Record<string, FailoverTarget> = {
       stakesLost: t(stakesLost, '= 0', stakesLost === 0),
       duplicateEventIds: t(duplicateEventIds, '= 0', duplicateEventIds === 0),
@@ -570,32 +749,37 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       // Channels no fault touched have no excuse (the killed shard's open tick is the only loss a run may show).
       intentsLostOther: t(lost.other, '= 0', lost.other === 0),
       viewersFailed: t(viewersFailed, '= 0', viewersFailed === 0),
-      channelsRecovered: t(
-        kill.fig.notRecovered.length + drain.fig.notRecovered.length,
-        '= 0 (every moved channel batches again)',
-        kill.fig.notRecovered.length + drain.fig.notRecovered.length === 0,
-      ),
+      channelsRecovered: t(`${recoveredN}/${probedN}`, 'all (every moved or probed channel batches again)', recoveredN === probedN),
+      gamesNotConnected: t(gamesNotConnected, '= 0', gamesNotConnected === 0),
+      viewersNotConnected: t(sum.connectFailed, '= 0', sum.connectFailed === 0),
       unexpectedExits: t(unexpectedExits.length, '= 0', unexpectedExits.length === 0),
-      recoveryMsKillMax: t(
-        kill.fig.max,
-        `≤ ${TARGET_KILL_RECOVERY_MS}`,
-        kill.fig.max !== null && kill.fig.max <= TARGET_KILL_RECOVERY_MS,
-        'timing',
-      ),
-      recoveryMsDrainMax: t(
-        drain.fig.max,
-        `≤ ${TARGET_DRAIN_RECOVERY_MS}`,
-        drain.fig.max !== null && drain.fig.max <= TARGET_DRAIN_RECOVERY_MS,
-        'timing',
-      ),
-      reconnectMsMax: t(
-        reconnectFig.max,
-        `≤ ${TARGET_RECONNECT_MS}`,
-        reconnectFig.max !== null && reconnectFig.max <= TARGET_RECONNECT_MS,
-        'timing',
-      ),
+      ...(faults.includes('kill') && {
+        recoveryMsKillMax: t(
+          killFig.max,
+          `≤ ${TARGET_KILL_RECOVERY_MS}`,
+          killFig.max !== null && killFig.max <= TARGET_KILL_RECOVERY_MS,
+          'timing',
+        ),
+      }),
+      ...(faults.includes('drain') && {
+        recoveryMsDrainMax: t(
+          drainFig.max,
+          `≤ ${TARGET_DRAIN_RECOVERY_MS}`,
+          drainFig.max !== null && drainFig.max <= TARGET_DRAIN_RECOVERY_MS,
+          'timing',
+        ),
+      }),
+      ...(faults.includes('gateway') && {
+        reconnectMsMax: t(
+          reconnectFig.max,
+          `≤ ${TARGET_RECONNECT_MS}`,
+          reconnectFig.max !== null && reconnectFig.max <= TARGET_RECONNECT_MS,
+          'timing',
+        ),
+      }),
     };
-    if (sum.viewersDropped === 0) warnings.push('no viewer dropped at the gateway restart: reconnectMs has no sample');
+    if (faults.includes('gateway') && sum.viewersDropped === 0)
+      warnings.push('no viewer dropped at the gateway restart: reconnectMs has no sample');
     if (sum.connectFailed > 0) warnings.push(`${sum.connectFailed} viewers never connected: ${JSON.stringify(failedByCode)}`);
     const correct = Object.values(targets).every((x) => x.ok || x.kind === 'timing');
     report = {
@@ -622,17 +806,24 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         subjectPrefix,
         redisPrefix,
         gatewayPorts: Array.from({ length: gateways }, (_, i) => basePort + i),
+        faults,
         faultsAt,
+        gameConnectDeadlineMs,
+        gameConnectConcurrency,
+        probeIntervalMs,
+        routerDownMs,
       },
       timeline: {
-        killed,
-        killAtMs: killed ? killAt - t0 : null,
-        drained,
-        drainAtMs: drained ? drainAt - t0 : null,
+        killed: kill.shard,
+        killAtMs: kill.shard ? kill.at - t0 : null,
+        drained: drain.shard,
+        drainAtMs: drain.shard ? drain.at - t0 : null,
         drainExit,
         restartedGateway: gwName,
-        gatewayRestartAtMs: gwAt - t0,
+        gatewayRestartAtMs: gwName ? gwAt - t0 : null,
         gatewayRestartMs: gwRestartMs,
+        routerKilledAtMs: rf ? rf.at - t0 : null,
+        routerRestartMs: rf ? rf.restartMs : null,
         unexpectedExits,
       },
       channelsMoved: {
@@ -641,7 +832,20 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         total: movedKilled + movedDrained,
         other: Math.max(0, epochBumps - movedKilled - movedDrained),
       },
-      recoveryMs: { kill: kill.fig, drain: drain.fig },
+      recoveryMs: { kill: killFig, drain: drainFig, router: routerFig },
+      routerLog: routerLog.map((l) => ({ ...l, seenAt: l.seenAt - t0 })),
+      games: {
+        channels: C,
+        connected: liveGames.length,
+        notConnected: gamesNotConnected,
+        notConnectedSample: games
+          .filter((g) => !g.connected)
+          .slice(0, 20)
+          .map((g) => g.channel),
+        connectMs: msFigures(gameConnectMs),
+        connectFailedByCode: sumCodes(games.map((g) => g.connectFailedByCode)),
+        errorsByCode: sumCodes(games.map((g) => g.errors)),
+      },
       intents: {
         sent: sum.actsSent,
         acked: sum.actsAcked,
@@ -682,7 +886,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       reconnectFailedByCode,
       ledgerVerify,
       actAckMs: summarize(actAck),
-      connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, failedByCode },
+      connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, failedByCode, retriedByCode },
       generatorCpuPct: { avg: Math.round(cpuAvg), peak: Math.round(cpuPeak) },
       errorLogLines: errorCount,
       errorLogSamples: errorLines,
@@ -693,9 +897,12 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     };
   } finally {
     if (progress) clearInterval(progress);
+    await Promise.all(probeSets.map((p) => p.stop().catch(() => undefined)));
     for (const c of children) if (c.connected) c.send({ type: 'exit' });
     await Promise.all(children.map((c) => waitExit(c, 10_000)));
     await Promise.all(games.map((g) => g.client.close().catch(() => undefined)));
+    // The figures are in: no drain needed (the last shards would each wait out SHUTDOWN_DEADLINE_MS with nowhere to go).
+    for (const p of cluster?.processes ?? []) p.signal('SIGKILL');
     await cluster?.stop().catch(() => undefined);
     await store?.close().catch(() => undefined);
     await dropSchema(databaseUrl, schema).catch((err: unknown) => {

@@ -30,6 +30,7 @@ import {
   type FailoverWorkerConfig,
   type FailoverWorkerFinal,
   type FailoverWorkerMessage,
+  viewerGateway,
   viewerId,
 } from './ipc.ts';
 
@@ -78,7 +79,7 @@ async function prepare(cfg: FailoverWorkerConfig): Promise<Viewer[]> {
     viewers.push({
       i,
       channel: cfg.channels[i % C]!,
-      gateway: Math.floor(i / C) % cfg.gatewayUrls.length,
+      gateway: viewerGateway(i, C, cfg.gatewayUrls.length),
       token: '',
       client: null,
       open: false,
@@ -103,6 +104,8 @@ function run(
   const c = emptyFailoverCounters(viewers.length);
   const refusedByCode: Record<string, number> = {};
   const connectFailedByCode: Record<string, number> = {};
+  const connectRetriedByCode: Record<string, number> = {};
+  const connectDeadline = t0 + cfg.rampMs + cfg.connectDeadlineMs;
   const dropsByCode: Record<string, number> = {};
   const reconnectFailedByCode: Record<string, number> = {};
   const reconnectMs: number[] = [];
@@ -272,6 +275,10 @@ function run(
           // A reconnect attempt failed: the next gateway, a longer backoff.
           bump(reconnectFailedByCode, `gw-${v.gateway + 1}: ${codeOf(err)}`);
           retry(attempt);
+        } else if (Date.now() < connectDeadline) {
+          // A first connect failed (refused, rate limited, no welcome in time): retried the same way until the deadline.
+          bump(connectRetriedByCode, codeOf(err));
+          retry(attempt);
         } else {
           c.connectFailed++;
           bump(connectFailedByCode, codeOf(err));
@@ -343,6 +350,7 @@ function run(
       stakes,
       refusedByCode,
       connectFailedByCode,
+      connectRetriedByCode,
       dropsByCode,
       reconnectFailedByCode,
       reconnectMs,
