@@ -68,7 +68,7 @@ import { parseArgs } from 'node:util';
 import { connectNatsBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import { defaultConfig } from '@crowdplay/config';
 import { findListeningPid, ProcessWatch, type ProcessSample } from '@crowdplay/loadtest';
-import { isCrowdplayError, type AckBatch, type IntentBatch } from '@crowdplay/protocol';
+import { isCrowdplayError, isRetryable, type AckBatch, type IntentBatch } from '@crowdplay/protocol';
 import { RouterClient } from '@crowdplay/router';
 import { openStore, type Store } from '@crowdplay/store';
 import { serviceUrls, testSchema, uniqueName } from '@crowdplay/testing';
@@ -544,9 +544,18 @@ async function benchFailover(
       const reqs: unknown[] = [VOTE];
       if (withRoundSet.has(c)) reqs.push({ op: 'round.open', tenant: TENANT, round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 3_600_000 });
       for (const req of reqs) {
-        const msg = await r.bus.request(r.subjects.channelCtl(c), encodeJson(req), { timeoutMs: 10_000 });
-        const rep = decodeJson<{ ok: boolean; code?: string }>(msg.data);
-        if (!rep.ok) ctlErrors[rep.code ?? 'no-code'] = (ctlErrors[rep.code ?? 'no-code'] ?? 0) + 1;
+        // A channel a rebalance is moving answers CP_ERR_CHANNEL_UNAVAILABLE (retryable): asked again, as the SDKs do.
+        for (let attempt = 0; ; attempt++) {
+          const msg = await r.bus.request(r.subjects.channelCtl(c), encodeJson(req), { timeoutMs: 10_000 });
+          const rep = decodeJson<{ ok: boolean; code?: string }>(msg.data);
+          if (rep.ok) break;
+          if (isRetryable(rep.code) && attempt < 20) {
+            await sleep(100 * (attempt + 1));
+            continue;
+          }
+          ctlErrors[rep.code ?? 'no-code'] = (ctlErrors[rep.code ?? 'no-code'] ?? 0) + 1;
+          break;
+        }
       }
     });
     if (Object.keys(ctlErrors).length > 0) throw new Error(`failover ${n}: declare / round.open refused ${JSON.stringify(ctlErrors)}`);
