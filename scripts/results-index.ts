@@ -96,7 +96,7 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
-  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'shared', commit: '7c7e6e5' },
+  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '9fab8fb' },
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
