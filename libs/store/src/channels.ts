@@ -59,15 +59,20 @@ export const CHANNEL_SQL = {
     UPDATE channels c SET epoch = c.epoch + 1, owner = p.owner, acquired_at = now()
     FROM p WHERE c.id = p.id AND c.id IN (SELECT id FROM locked)
     RETURNING c.id, c.owner, c.epoch`,
-  /** The bulk release ($1 ids, $2 owners, $3 epochs): clears each owner that still holds its channel at that epoch. */
-  releaseMany: `UPDATE channels c SET owner = NULL
-    FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(id, owner, epoch)
-    WHERE c.id = r.id AND c.owner = r.owner AND c.epoch = r.epoch
+  /** The bulk release ($1 ids, $2 owners, $3 epochs): clears each owner that still holds its channel at that epoch (rows locked in id order, as the bulk acquire locks them). */
+  releaseMany: `WITH r AS (
+      SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS r(id, owner, epoch)
+    ), locked AS (
+      SELECT c.id FROM channels c JOIN r ON r.id = c.id ORDER BY c.id FOR UPDATE OF c
+    )
+    UPDATE channels c SET owner = NULL
+    FROM r WHERE c.id = r.id AND c.owner = r.owner AND c.epoch = r.epoch AND c.id IN (SELECT id FROM locked)
     RETURNING c.id`,
   snapshots: 'SELECT channel_id, epoch, event_id, state, saved_at FROM channel_snapshots WHERE channel_id = ANY($1::text[])',
   /**
    * The set-fenced snapshot write ($1 ids, $2 epochs, $3 event ids, $4 states as JSON text): writes the snapshots at
-   * their channel's current epoch (rows locked FOR SHARE in id order), returns the other channels.
+   * their channel's current epoch (rows locked FOR SHARE in id order), returns the other channels. Rows are upserted
+   * in id order too: two writes of overlapping channels (a periodic pass and a handoff) otherwise deadlock on the index.
    */
   saveSnapshots: `WITH r AS (
       SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[]) AS r(channel_id, epoch, event_id, state)
@@ -76,6 +81,7 @@ export const CHANNEL_SQL = {
     ), ins AS (
       INSERT INTO channel_snapshots (channel_id, epoch, event_id, state, saved_at)
       SELECT r.channel_id, r.epoch, r.event_id, r.state::jsonb, now() FROM r JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch
+      ORDER BY r.channel_id
       ON CONFLICT (channel_id) DO UPDATE SET epoch = EXCLUDED.epoch, event_id = EXCLUDED.event_id, state = EXCLUDED.state, saved_at = now()
       RETURNING 1
     )

@@ -42,6 +42,7 @@ export const EVENT_SQL = {
     ), ins AS (
       INSERT INTO channel_events (channel_id, event_id, epoch, kind, body)
       SELECT r.channel_id, r.event_id, r.epoch, r.kind, r.body FROM r JOIN cur ON cur.id = r.channel_id AND cur.epoch = r.epoch
+      ORDER BY r.channel_id, r.event_id
       ON CONFLICT (channel_id, event_id) DO NOTHING
       RETURNING 1
     )
