@@ -159,7 +159,7 @@ export class Router implements RouterApi {
       reconciled: mx.counter('crowdplay_router_reconciled_total'),
     };
     mx.gauge('crowdplay_router_live_shards', () => this.live().length);
-    mx.gauge('crowdplay_router_placement_queue', () => this.queuedCount());
+    mx.gauge('crowdplay_router_placement_queue', () => this.queued.size);
     mx.gauge('crowdplay_router_unplaced_channels', () => this.unplaced.size);
   }
 
@@ -244,10 +244,6 @@ export class Router implements RouterApi {
   private keeps(shard: string): boolean {
     const st = this.stateOf(shard);
     return st === 'live' || st === 'unknown';
-  }
-
-  private queuedCount(): number {
-    return this.queued.size;
   }
 
   /** Runs a background move, tracked so `check()` callers and `close()` can wait for it. Never rejects. */
@@ -540,18 +536,11 @@ export class Router implements RouterApi {
           return r.ok ? { channel, ok: true } : { channel, ok: false, code: r.code, message: r.message };
         }),
       );
-    const chunks: Array<Array<{ channel: string; epoch: number }>> = [];
-    for (let i = 0; i < items.length; i += CONTROL_BATCH_MAX) chunks.push(items.slice(i, i + CONTROL_BATCH_MAX));
-    const answers = await Promise.all(
-      chunks.map(async (chunk) => {
-        const r = await this.request(member.id, { v: CONTROL_VERSION, op: 'acquire', channels: chunk }, this.batchTimeoutMs());
-        if (r.ok && r.results && r.results.length === chunk.length) return r.results;
-        const code = r.ok ? 'CP_ERR_PROTO_INVALID' : r.code;
-        const message = r.ok ? 'a reply without one result per channel' : r.message;
-        return chunk.map(({ channel }) => ({ channel, ok: false, code, message }));
-      }),
+    return this.batched(
+      items,
+      (it) => it.channel,
+      (chunk) => this.request(member.id, { v: CONTROL_VERSION, op: 'acquire', channels: chunk }, this.batchTimeoutMs()),
     );
-    return answers.flat();
   }
 
   private batchTimeoutMs(): number {
@@ -931,7 +920,7 @@ export class Router implements RouterApi {
     const handed: string[] = [];
     const handoffs =
       member && member.v >= 2
-        ? await this.batched(mine, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'release', channels: chunk, handoff: true }, this.batchTimeoutMs()))
+        ? await this.batched(mine, (ch) => ch, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'release', channels: chunk, handoff: true }, this.batchTimeoutMs()))
         : await Promise.all(
             mine.map(async (channel) => {
               const r = await this.request(from, { op: 'release', channel, handoff: true }, this.opts.requestTimeoutMs);
@@ -964,7 +953,7 @@ export class Router implements RouterApi {
     if (forget.length > 0) {
       const answers =
         member && member.v >= 2
-          ? await this.batched(forget, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'forget', channels: chunk }, this.opts.requestTimeoutMs))
+          ? await this.batched(forget, (ch) => ch, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'forget', channels: chunk }, this.opts.requestTimeoutMs))
           : await Promise.all(forget.map(async (channel) => ({ channel, ok: (await this.request(from, { op: 'forget', channel }, this.opts.requestTimeoutMs)).ok })));
       const unanswered = answers.filter((r) => !r.ok).length;
       if (unanswered > 0) telemetry.logger.warn({ shard: from, channels: unanswered }, 'move: the old owner did not answer forget');
@@ -990,17 +979,25 @@ export class Router implements RouterApi {
     }
   }
 
-  /** Runs a v2 batch request per CONTROL_BATCH_MAX channels; a failed request fails each of its channels. */
-  private async batched(channels: readonly string[], send: (chunk: string[]) => Promise<ShardControlReply>): Promise<ChannelResult[]> {
-    const chunks: string[][] = [];
-    for (let i = 0; i < channels.length; i += CONTROL_BATCH_MAX) chunks.push(channels.slice(i, i + CONTROL_BATCH_MAX));
+  /**
+   * Runs a v2 batch request per CONTROL_BATCH_MAX items; a failed request, or a reply without one result per item,
+   * fails each of its channels with the reply's code.
+   * @returns one result per item, in order
+   */
+  private async batched<T>(
+    items: readonly T[],
+    channelOf: (item: T) => string,
+    send: (chunk: T[]) => Promise<ShardControlReply>,
+  ): Promise<ChannelResult[]> {
+    const chunks: T[][] = [];
+    for (let i = 0; i < items.length; i += CONTROL_BATCH_MAX) chunks.push(items.slice(i, i + CONTROL_BATCH_MAX));
     const answers = await Promise.all(
       chunks.map(async (chunk) => {
         const r = await send(chunk);
         if (r.ok && r.results && r.results.length === chunk.length) return r.results;
         const code = r.ok ? 'CP_ERR_PROTO_INVALID' : r.code;
         const message = r.ok ? 'a reply without one result per channel' : r.message;
-        return chunk.map((channel) => ({ channel, ok: false, code, message }));
+        return chunk.map((it) => ({ channel: channelOf(it), ok: false, code, message }));
       }),
     );
     return answers.flat();
