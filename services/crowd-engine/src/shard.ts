@@ -296,13 +296,16 @@ export class Shard {
             `welcomeGrant must be an integer in [0, ${maxGrant}] (WELCOME_GRANT_MAX_POINTS)`,
           ]);
         }
+        const ev = await this.s.eventIdFor(o);
+        this.stillServing(o);
         if (o.rounds) o.rounds.welcomeGrant = grant;
         o.rt.welcomeGrant = grant;
-        const ev = await this.s.eventIdFor(o);
         const pending = o.rt.pendingIntents;
         o.rt.declare(req.actions, ev, now);
         this.s.pendingIntents -= pending - o.rt.pendingIntents; // a new declaration drops the open tick
         this.updates.scheduleUpdate(o);
+        // Durable before the answer: a later owner (after a crash as after a handoff) restores the declaration.
+        if (!(await this.own.saveSnapshot(o))) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
         reply = { ok: true };
       } else if (req.op === 'state') {
         const size = Buffer.byteLength(JSON.stringify(req.state));
@@ -311,7 +314,9 @@ export class Shard {
           this.s.deps.telemetry.refusals.refuse('engine', 'CP_ERR_GAME_STATE_TOO_BIG', { channel: o.rt.id, size });
           throw new CrowdplayError('CP_ERR_GAME_STATE_TOO_BIG', [max]);
         }
-        o.rt.setGameState(req.state, await this.s.eventIdFor(o), now);
+        const ev = await this.s.eventIdFor(o);
+        this.stillServing(o);
+        o.rt.setGameState(req.state, ev, now);
         this.updates.scheduleUpdate(o);
         reply = { ok: true };
       } else if (req.op === 'absorb') {
@@ -321,6 +326,15 @@ export class Shard {
       reply = toErrorReply(err);
     }
     msg.respond(encodeJson(reply));
+  }
+
+  /**
+   * A game request that awaited (an event id) re-checks before it changes the channel: a handoff or release
+   * begun meanwhile has taken, or will take, its snapshot without it.
+   * @throws CrowdplayError CP_ERR_CHANNEL_UNAVAILABLE (retryable: the gateway sends it again to the new owner)
+   */
+  private stillServing(o: Owned): void {
+    if (o.moving || this.s.owned.get(o.rt.id) !== o) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
   }
 
   /**
@@ -348,7 +362,9 @@ export class Shard {
       if (n > 0) this.s.m.absorbed.add(n, { result });
     if (r.stale) this.s.m.absorbed.add(1, { result: 'stale' });
     if (r.added + r.replaced > 0) {
-      o.rt.setGameState(r.state, await this.s.eventIdFor(o), this.s.now());
+      const ev = await this.s.eventIdFor(o);
+      this.stillServing(o);
+      o.rt.setGameState(r.state, ev, this.s.now());
       this.updates.scheduleUpdate(o);
     }
     if (!(await this.own.saveSnapshot(o))) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);

@@ -150,6 +150,47 @@ describe('channel handoff', () => {
     await verified();
   });
 
+  it('declare - durable when answered ok; one in flight while its channel is handed off is refused as retryable', async () => {
+    const actions = [{ name: 'pull', maxPerTick: 10 }];
+    // Answered ok: the snapshot holds the declaration (a later owner restores it, after a crash too).
+    await channel('declared');
+    assert.equal((await h.ctl('declared', { op: 'declare', actions })).ok, true);
+    const snap = (await h.store.channels.loadSnapshots(['declared'])).get('declared');
+    assert.deepEqual((snap?.state as { actions?: unknown })?.actions, actions);
+
+    // A declare waiting for its event id when the handoff starts: refused, never applied after the final snapshot.
+    await channel('racing');
+    const o = (await owner('racing'))!;
+    const [from, to] = o === 's2' ? [s2, h.shard] : [h.shard, s2];
+    const state = (from as unknown as { s: { eventIdFor: (x: unknown) => Promise<number> } }).s;
+    const eventIdFor = state.eventIdFor;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let waiting = false;
+    state.eventIdFor = async (x) => {
+      waiting = true;
+      await gate;
+      return eventIdFor.call(state, x);
+    };
+    try {
+      const answer = h.ctl('racing', { op: 'declare', actions });
+      await h.waitFor(() => waiting);
+      await from.handOff('racing');
+      release();
+      assert.equal((await answer).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
+    } finally {
+      state.eventIdFor = eventIdFor;
+      release();
+    }
+    from.forget('racing');
+    await to.acquire('racing', await h.store.channels.acquire('racing', to.id));
+    // The gateway's retry reaches the new owner, which takes intents from then on.
+    assert.equal((await h.ctl('racing', { op: 'declare', actions })).ok, true);
+    const s = ++seq;
+    h.send('racing', [{ action: 'pull', viewer: 'rv', seq: s, conn: s }]);
+    assert.equal((await h.waitFor(() => h.acks.find((a) => a.seq === s))).ok, true);
+  });
+
   it('handoff - intents meanwhile are refused as retryable; the next acquire resumes the round and the retry is taken', async () => {
     await channel('paused');
     await fund('pa', 100);
