@@ -221,6 +221,15 @@ export const schema = {
       doc: 'An intent sent back by a moving channel is published again until this long after the gateway got it, then refused (0: no resend).',
       why: "A drain move took at most 452 ms in the failover scenario (docs/benchmarks.md, failover); the viewer SDK's ack timeout is 10 s.",
     }),
+    gameCtlRetryMs: int({
+      env: 'GAME_CTL_RETRY_MS',
+      default: 10_000,
+      min: 0,
+      max: 60_000,
+      unit: 'ms',
+      doc: "A game's declare or state refused as retryable (its channel moving) is sent again until this long after the gateway got it, then refused (0: no retry).",
+      why: "The game SDK retries round requests for 10 s (its retryDeadlineMs); declare and state carry no answer the game could retry on, so the gateway gives them the same window.",
+    }),
     pingIntervalMs: int({
       env: 'WS_PING_INTERVAL_MS',
       default: 30_000,

@@ -216,6 +216,13 @@ export const metricCatalogue = [
     labels: { outcome: ['resent', 'expired'] },
   },
   {
+    name: 'crowdplay_game_ctl_retried_total',
+    type: 'counter',
+    unit: '1',
+    help: "A game's declare and state requests refused as retryable: outcome=resent (sent again), expired (GAME_CTL_RETRY_MS passed: refused to the game)",
+    labels: { outcome: ['resent', 'expired'] },
+  },
+  {
     name: 'crowdplay_updates_sent_total',
     type: 'counter',
     unit: '1',

@@ -39,6 +39,7 @@ import {
   CloseCode,
   CrowdplayError,
   isCrowdplayError,
+  isRetryable,
   formatMessage,
   inboundContext,
   parseInbound,
@@ -107,6 +108,9 @@ export const CLOSE_HANDSHAKE_MS = 5_000;
 /** Backoff bounds of an intent sent back by a moving channel, ms (a drain move took ≤ 452 ms: docs/benchmarks.md "Failover"). */
 const MOVE_RESEND_MIN_MS = 20;
 const MOVE_RESEND_MAX_MS = 500;
+/** First and largest pause between sends of a game's declare or state refused as retryable, ms (doubling, jittered). */
+const GAME_CTL_RETRY_MIN_MS = 50;
+const GAME_CTL_RETRY_MAX_MS = 1_000;
 
 /** What the gateway needs from the process. It owns none of these (it never closes them). */
 export interface GatewayDeps {
@@ -966,16 +970,27 @@ class GatewayImpl implements Gateway {
    */
   private async forwardGame(conn: Conn, msg: GameInbound): Promise<void> {
     const { req, ref } = ctlRequest(conn, msg);
+    // Declare and state have no answer the game could retry on: a retryable refusal (the channel moving, no owner
+    // yet) is sent again here, in order, until GAME_CTL_RETRY_MS; a state with a newer one queued behind it is not.
+    const retries = req.op === 'declare' || req.op === 'state';
+    const limitMs = this.config.gateway.gameCtlRetryMs;
+    const t0 = performance.now();
+    let backoffMs = GAME_CTL_RETRY_MIN_MS;
     let reply: ChannelCtlReply;
-    try {
-      const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), {
-        timeoutMs: this.config.bus.requestTimeoutMs,
-      });
-      reply = decodeJson<ChannelCtlReply>(res.data);
-    } catch (err) {
-      this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');
-      sendErrorFrame(conn, 'CP_ERR_CHANNEL_UNAVAILABLE', formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]), ref);
-      return;
+    for (;;) {
+      reply = await this.ctlOnce(conn, req);
+      if (reply.ok || !retries || !isRetryable(reply.code) || limitMs === 0) break;
+      if (req.op === 'state' && conn.gameQueue.some((m) => m.t === 'state')) return; // superseded
+      const leftMs = limitMs - (performance.now() - t0);
+      if (leftMs <= 0 || this.intakeClosed || conn.state !== 'open') {
+        this.metrics.gameCtlRetried.add(1, { outcome: 'expired' });
+        break;
+      }
+      this.metrics.gameCtlRetried.add(1, { outcome: 'resent' });
+      const delayMs = Math.min(leftMs, backoffMs * (0.5 + Math.random() / 2));
+      backoffMs = Math.min(GAME_CTL_RETRY_MAX_MS, backoffMs * 2);
+      await new Promise<void>((resolve) => this.later(resolve, delayMs));
+      if (conn.state !== 'open') return;
     }
     if (!reply.ok) {
       sendErrorFrame(conn, reply.code, reply.message, ref);
@@ -985,6 +1000,19 @@ class GatewayImpl implements Gateway {
     const result: ResultFrame = { t: 'result', ref, ok: true };
     if (reply.round !== undefined) result.round = reply.round;
     conn.ws.send(JSON.stringify(result));
+  }
+
+  /** One `ch.<C>.ctl` request; a bus failure (no owner answering, a timeout) is CP_ERR_CHANNEL_UNAVAILABLE. Never rejects. */
+  private async ctlOnce(conn: Conn, req: ChannelCtlRequest): Promise<ChannelCtlReply> {
+    try {
+      const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), {
+        timeoutMs: this.config.bus.requestTimeoutMs,
+      });
+      return decodeJson<ChannelCtlReply>(res.data);
+    } catch (err) {
+      this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');
+      return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]) };
+    }
   }
 
   /**

@@ -14,6 +14,8 @@ export interface GatewayMetrics {
   intentBatches: Counter;
   /** Intents and joins published again because their channel was moving (INTENT_MOVE_RESEND_MS), by outcome: resent, expired (the refusal went to the viewer). */
   intentsResent: Counter;
+  /** crowdplay_game_ctl_retried_total{outcome}: a game's declare/state sent again after a retryable refusal. */
+  gameCtlRetried: Counter;
   /** Update frames written to sockets (one per socket per update). */
   updatesSent: Counter;
   /** Updates a socket skipped because its send buffer was over WS_SKIP_BUFFERED_BYTES. */
@@ -63,6 +65,7 @@ export function createGatewayMetrics(
     intentsForwarded: metrics.counter('crowdplay_intents_forwarded_total'),
     intentBatches: metrics.counter('crowdplay_intent_batches_total'),
     intentsResent: metrics.counter('crowdplay_intents_move_resent_total'),
+    gameCtlRetried: metrics.counter('crowdplay_game_ctl_retried_total'),
     updatesSent: metrics.counter('crowdplay_updates_sent_total'),
     updatesSkipped: metrics.counter('crowdplay_updates_skipped_total'),
     broadcastBytes: metrics.histogram('crowdplay_broadcast_bytes'),

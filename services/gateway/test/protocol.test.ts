@@ -19,7 +19,7 @@ let suite: SuiteStore;
 let h: Harness;
 before(async () => {
   suite = await openSuiteStore();
-  h = await startHarness({ store: suite.store, channels: [suite.channel, 'gameroom'], gateway: { protocolErrorLimit: 5 } });
+  h = await startHarness({ store: suite.store, channels: [suite.channel, 'gameroom'], gateway: { protocolErrorLimit: 5, gameCtlRetryMs: 300 } });
 });
 after(async () => {
   await h.close();
@@ -205,6 +205,44 @@ describe('gateway protocol', () => {
     assert.equal(h.shard.ctl.length, ctlBefore);
     assert.equal(game.ws.readyState, game.ws.OPEN);
     await game.close();
+  });
+
+  it('game - a declare or state refused as retryable is sent again, in order, until GAME_CTL_RETRY_MS; any other refusal once', async () => {
+    const game = await connected(h.wsUrl({ role: 'game', channel: 'gameroom', key: suite.acme.apiKey }));
+    const mine = (): Array<{ op: string }> => h.shard.ctl.filter((x) => x.channel === 'gameroom').map((x) => x.req as { op: string });
+    const resent = async (outcome: string): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_game_ctl_retried_total', { outcome });
+    try {
+      const [resentBefore, expiredBefore] = [await resent('resent'), await resent('expired')];
+      const from = mine().length;
+      let refusals = 2;
+      h.shard.ctlReply = (_ch, req) =>
+        req.op === 'declare' && refusals-- > 0
+          ? { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving' }
+          : { ok: true };
+      const actions = [{ name: 'pull', maxPerTick: 10 }];
+      game.send({ t: 'declare', actions });
+      game.send({ t: 'state', state: { after: 1 } });
+      await waitUntil(() => mine().length === from + 4, 'three declares, then the state');
+      assert.deepEqual(mine().slice(from).map((r) => r.op), ['declare', 'declare', 'declare', 'state']);
+      assert.equal(await resent('resent'), resentBefore + 2);
+      // Refused until the deadline: one error frame, counted expired.
+      h.shard.ctlReply = () => ({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving' });
+      const at = Date.now();
+      game.send({ t: 'declare', actions });
+      assert.equal((await game.frame((f) => f.t === 'error')).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
+      assert.ok(Date.now() - at >= 300, 'refused after GAME_CTL_RETRY_MS');
+      assert.equal(await resent('expired'), expiredBefore + 1);
+      // A final refusal is sent once.
+      const n = mine().length;
+      game.frames.length = 0;
+      h.shard.ctlReply = () => ({ ok: false, code: 'CP_ERR_GAME_INVALID_DECLARE', message: 'no' });
+      game.send({ t: 'declare', actions });
+      assert.equal((await game.frame((f) => f.t === 'error')).code, 'CP_ERR_GAME_INVALID_DECLARE');
+      assert.equal(mine().length, n + 1);
+    } finally {
+      h.shard.ctlReply = () => ({ ok: true });
+      await game.close();
+    }
   });
 
   it('game - batches on ch.<C>.game are forwarded as the same bytes; no shard answering gives CP_ERR_CHANNEL_UNAVAILABLE', async () => {
