@@ -136,6 +136,30 @@ export class RoundRepository {
     return out;
   }
 
+  /**
+   * Writes the handed-off books of many open rounds in one statement (a bulk handoff): each row's book and
+   * epoch, only where the round is still `open` and `epoch` is its channel's current one (the channels'
+   * rows are share-locked in id order first, so the fencing trigger agrees and no epoch bump interleaves).
+   * @param rows at most a few thousand; `book` is any JSON value
+   * @returns the `<channel>/<id>` keys written; a row left out was stale or not open
+   */
+  async handOffMany(rows: ReadonlyArray<{ channelId: string; id: string; epoch: number; book: unknown }>): Promise<Set<string>> {
+    if (rows.length === 0) return new Set();
+    const res = await this.db.query<{ channel_id: string; id: string }>(
+      `WITH u AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS u(channel_id, id, epoch, book)
+       ), fenced AS (
+         SELECT c.id, c.epoch FROM channels c WHERE c.id IN (SELECT channel_id FROM u) ORDER BY c.id FOR SHARE
+       )
+       UPDATE rounds r SET book = u.book::jsonb, epoch = u.epoch, updated_at = now()
+         FROM u JOIN fenced f ON f.id = u.channel_id AND f.epoch = u.epoch
+         WHERE r.channel_id = u.channel_id AND r.id = u.id AND r.state = 'open'
+         RETURNING r.channel_id, r.id`,
+      [rows.map((r) => r.channelId), rows.map((r) => r.id), rows.map((r) => r.epoch), rows.map((r) => JSON.stringify(r.book))],
+    );
+    return new Set(res.rows.map((r) => `${r.channel_id}/${r.id}`));
+  }
+
   /** Channels that hold an unfinished round (recovery at start-up). */
   async channelsWithUnfinished(): Promise<string[]> {
     const { rows } = await this.db.query<{ channel_id: string }>('SELECT DISTINCT channel_id FROM rounds WHERE NOT paid ORDER BY 1');

@@ -149,6 +149,49 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       assert.deepEqual(await store.channels.saveSnapshots([]), []);
     });
 
+    it('rounds - bulk handoff writes open rounds at their channel epoch; stale, final or unknown ones are left as they were', async () => {
+      const ids = ['ho-1', 'ho-2'];
+      for (const id of ids) await store.channels.ensure(id, 'acme');
+      const e1 = await store.channels.acquire('ho-1', 'shard-a');
+      const e2 = await store.channels.acquire('ho-2', 'shard-a');
+      const round = (channelId: string, id: string, epoch: number) => ({
+        channelId,
+        id,
+        uid: `${channelId}/${id}`,
+        tenantId: 'acme',
+        kind: 'pool' as const,
+        outcomes: ['x', 'y'],
+        liquidity: null,
+        takeBps: 0,
+        openedAt: 1_700_000_000_000,
+        deadlineAt: 1_700_000_060_000,
+        epoch,
+      });
+      await store.rounds.insert(round('ho-1', 'a', e1));
+      await store.rounds.insert(round('ho-1', 'done', e1));
+      await store.rounds.insert(round('ho-2', 'b', e2));
+      assert.equal(await store.rounds.update('ho-1', 'done', e1, { state: 'cancelled', paid: true }), true);
+      const e2b = await store.channels.acquire('ho-2', 'shard-b'); // ho-2 moved on: its old owner's write is stale
+      const written = await store.rounds.handOffMany([
+        { channelId: 'ho-1', id: 'a', epoch: e1, book: { handoff: 1 } },
+        { channelId: 'ho-1', id: 'done', epoch: e1, book: { handoff: 2 } },
+        { channelId: 'ho-2', id: 'b', epoch: e2, book: { handoff: 3 } },
+        { channelId: 'ho-1', id: 'nope', epoch: e1, book: { handoff: 4 } },
+      ]);
+      assert.deepEqual([...written], ['ho-1/a']);
+      const rows = await Promise.all([store.rounds.get('ho-1', 'a'), store.rounds.get('ho-1', 'done'), store.rounds.get('ho-2', 'b')]);
+      assert.deepEqual(
+        rows.map((r) => [r?.state, r?.book, r?.epoch]),
+        [
+          ['open', { handoff: 1 }, e1],
+          ['cancelled', null, e1],
+          ['open', null, e2],
+        ],
+      );
+      assert.ok(e2b > e2);
+      assert.equal((await store.rounds.handOffMany([])).size, 0);
+    });
+
     it('channels - a move (group → supergroup) is recorded once, resumed until finished, then a no-op', async () => {
       await store.channels.ensure('tgn100', 'acme');
       assert.equal(await store.channels.beginMigration('tgn999', 'tgn998'), 'none', 'a chat that never played');

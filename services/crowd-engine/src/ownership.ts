@@ -13,10 +13,10 @@ import {
   type WalletBatch,
 } from '@crowdplay/protocol';
 import { TransferKinds } from '@crowdplay/ledger';
-import type { RoundRow, Snapshot } from '@crowdplay/store';
+import type { RoundRow, Snapshot, Store } from '@crowdplay/store';
 import { ChannelRuntime, type ChannelSnapshotState } from './channel.ts';
 import type { Intake } from './intake.ts';
-import { ChannelRounds } from './rounds.ts';
+import { ChannelRounds, type HandoffWrite } from './rounds.ts';
 import type { AcquireResult, Owned, ShardState } from './shard-state.ts';
 import type { Outbox, Ticker } from './ticker.ts';
 import type { UpdatePublisher } from './updates.ts';
@@ -348,11 +348,12 @@ export class Ownership {
     await this.ticker.tickSettled();
     const failed = new Map<string, AcquireResult>();
     const going: Owned[] = [];
+    const books = new BookWriter(this.s.deps.store);
     await Promise.all(
       mine.map(async (o) => {
         if (this.s.owned.get(o.rt.id) !== o) return; // dropped meanwhile (moved away at a newer epoch): nothing left to hand off
         try {
-          await o.rounds?.handoff();
+          await o.rounds?.handoff(books.write);
           going.push(o);
         } catch (err) {
           o.moving = false;
@@ -463,6 +464,45 @@ export class Ownership {
 
   async snapshotAll(): Promise<void> {
     await this.saveSnapshotsOf([...this.s.owned.values()]);
+  }
+}
+
+/**
+ * The open rounds' books of one bulk handoff, coalesced: the writes queued in one event-loop turn go out as
+ * statements of at most CONTROL_BATCH_MAX rows (rounds that become idle later go in a later statement).
+ */
+class BookWriter {
+  private queue: Array<{ row: Parameters<HandoffWrite>[0]; done: (written: boolean) => void; fail: (err: unknown) => void }> = [];
+  private scheduled = false;
+
+  constructor(private readonly store: Store) {}
+
+  /** Queues one round's book. @returns whether its row was written (false: stale or not open) @throws the store's error */
+  readonly write: HandoffWrite = (row) =>
+    new Promise<boolean>((done, fail) => {
+      this.queue.push({ row, done, fail });
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+
+  private async flush(): Promise<void> {
+    this.scheduled = false;
+    const queue = this.queue;
+    this.queue = [];
+    const chunks: Array<typeof queue> = [];
+    for (let i = 0; i < queue.length; i += CONTROL_BATCH_MAX) chunks.push(queue.slice(i, i + CONTROL_BATCH_MAX));
+    await Promise.all(
+      chunks.map(async (chunk) => {
+        try {
+          const written = await this.store.rounds.handOffMany(chunk.map((x) => x.row));
+          for (const x of chunk) x.done(written.has(`${x.row.channelId}/${x.row.id}`));
+        } catch (err) {
+          for (const x of chunk) x.fail(err);
+        }
+      }),
+    );
   }
 }
 

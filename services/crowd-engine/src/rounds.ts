@@ -282,6 +282,9 @@ function hashOf(viewer: string, key: string): string {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/** Writes one open round's handed-off book at the channel's epoch; false when the row was not written. */
+export type HandoffWrite = (row: { channelId: string; id: string; epoch: number; book: RoundBook }) => Promise<boolean>;
+
 /** One channel's rounds. See the module comment. */
 export class ChannelRounds {
   private readonly rounds = new Map<string, Round>();
@@ -1088,11 +1091,14 @@ export class ChannelRounds {
    * channel's epoch; the row stays `open` and the next owner resumes it
    * (recover). Locked and finished rounds finish their step in progress
    * first (their rows are already what the next owner needs).
+   * @param write writes one round's book at the epoch (a bulk handoff coalesces them into one statement,
+   *   {@link HandoffWrite}); resolves false when the row was not written (stale or no longer open).
+   *   Default: one UPDATE per round (a row no longer open is skipped).
    * @returns the number of open rounds handed off
    * @throws the store's error (CP_ERR_CHANNEL_STALE_EPOCH: the channel moved
    *   already); the caller may call {@link resumeServing} and go on
    */
-  async handoff(): Promise<number> {
+  async handoff(write: HandoffWrite = (row) => this.writeBook(row)): Promise<number> {
     this.moving = true;
     await Promise.allSettled([...this.openJobs]);
     let n = 0;
@@ -1112,7 +1118,9 @@ export class ChannelRounds {
             live.kind === 'pool'
               ? { ...live, stakes: r.stakes.filter((s) => !s.void).map((s) => [s.viewer, s.outcome, s.points, s.h]), handoff: mark }
               : { ...live, handoff: mark, market: r.market!.handoff() };
-          await this.d.store.rounds.update(this.d.channel, r.id, this.d.epoch(), { state: 'open', book });
+          const epoch = this.d.epoch();
+          if (!(await write({ channelId: this.d.channel, id: r.id, epoch, book })))
+            throw new CrowdplayError('CP_ERR_CHANNEL_STALE_EPOCH', [this.d.channel, epoch]);
           this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'handed_off' });
           n++;
         }),
@@ -1120,6 +1128,11 @@ export class ChannelRounds {
     }
     await Promise.all(jobs);
     return n;
+  }
+
+  private async writeBook(row: Parameters<HandoffWrite>[0]): Promise<boolean> {
+    await this.d.store.rounds.update(row.channelId, row.id, row.epoch, { state: 'open', book: row.book });
+    return true;
   }
 
   /** After a failed handoff: takes stakes, trades and opens again (the channel stays here). */
