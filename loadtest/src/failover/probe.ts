@@ -151,27 +151,38 @@ export class ProbeSet {
       if (p.client.state !== 'open' || p.inFlight >= MAX_IN_FLIGHT) continue;
       p.sent++;
       p.inFlight++;
-      p.client.act(ACTION, OPTIONS[0]).then(
+      const client = p.client;
+      client.act(ACTION, OPTIONS[0]).then(
         (ack) => {
           p.inFlight--;
           if (ack.ok) {
             p.acked++;
             p.firstAckAt ??= Date.now();
           } else bump(p.failedByCode, ack.code ?? 'no-code');
+          this.closeIfDone(p, client);
         },
         (err: unknown) => {
           p.inFlight--;
           bump(p.failedByCode, isCrowdplayError(err) ? err.code : 'unknown');
+          this.closeIfDone(p, client);
         },
       );
     }
     if (this.left === 0) clearInterval(this.timer);
   }
 
+  /**
+   * The probe's intent reached the game: it stops sending, and its socket closes once its acts in flight are
+   * answered (a batch can reach the game before the ack reaches the probe; closing first would refuse that ack).
+   */
   private finish(p: Probe): void {
     p.done = true;
     this.left--;
-    void p.client.close().catch(() => undefined);
+    this.closeIfDone(p, p.client);
+  }
+
+  private closeIfDone(p: Probe, client: ViewerClient): void {
+    if (p.done && (p.inFlight === 0 || client !== p.client)) void client.close().catch(() => undefined);
   }
 
   /** Resolves once every probe's intent reached the game, or at `deadline` (ms since epoch), whichever is first. */
