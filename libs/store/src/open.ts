@@ -164,6 +164,11 @@ export async function migrate(db: Db, schema: string, log: (msg: string) => void
     });
   if (db instanceof PgDb) {
     const client = await db.pool.connect();
+    // Checked out, the connection has no 'error' listener of pg-pool's: a server ending it mid-migration would end
+    // the process; the statement fails instead and the broken connection is discarded.
+    const onError = (): void => undefined;
+    client.on('error', onError);
+    let failed: Error | undefined;
     try {
       // Concurrent starters of one schema wait for each other; other schemas do not.
       await client.query('SELECT pg_advisory_lock(hashtext($1))', [`crowdplay-migrate:${schema}`]);
@@ -173,8 +178,12 @@ export async function migrate(db: Db, schema: string, log: (msg: string) => void
       } finally {
         await client.query('SELECT pg_advisory_unlock(hashtext($1))', [`crowdplay-migrate:${schema}`]);
       }
+    } catch (err) {
+      failed = err as Error;
+      throw err;
     } finally {
-      client.release();
+      client.off('error', onError);
+      client.release(failed);
     }
   } else {
     await db.query(createSchema);
