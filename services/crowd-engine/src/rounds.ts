@@ -142,6 +142,8 @@ class Round {
   inflight = 0;
   private idleWaiters: Array<() => void> = [];
   readonly chains = new Map<string, Chain>();
+  /** Stakes and trades with a client key queued or running, by h: a copy sent meanwhile waits for the first's answer. */
+  readonly pendingKeys = new Map<string, number>();
   /** Serialises lock, settle, cancel and payouts. */
   op: Promise<unknown> = Promise.resolve();
   lockPersisted: boolean;
@@ -275,6 +277,11 @@ export interface ChannelRoundsDeps {
 }
 
 const TRANSFER_KIND: Record<BusTrade['k'], string> = { stake: TransferKinds.stake, buy: TransferKinds.buy, sell: TransferKinds.sell };
+
+/** Whether the round has taken a stake or trade with this h (a replay is answered from it). */
+function knownKey(r: Round, t: BusTrade, h: string): boolean {
+  return t.k === 'stake' ? r.stakeByKey.has(h) : r.market?.trade(h) !== undefined;
+}
 
 function hashOf(viewer: string, key: string): string {
   return createHash('sha256').update(viewer).update('\u0000').update(key).digest('base64url').slice(0, 22);
@@ -710,14 +717,20 @@ export class ChannelRounds {
     const wantPool = t.k === 'stake';
     if (wantPool !== (r.row.kind === 'pool')) return fail('CP_ERR_ROUND_WRONG_KIND');
     if (!r.outcomeIdx.has(t.outcome)) return fail('CP_ERR_ROUND_UNKNOWN_OUTCOME');
-    if (r.state !== 'open' || this.d.now() >= r.row.deadlineAt) return fail('CP_ERR_ROUND_CLOSED');
+    // A key sent again (a retry after a lost ack) while its first send is queued or done gets the first's answer,
+    // even once the round closed or the viewer is at its bound: it adds no work, and a refusal would deny a stake
+    // that commits.
+    const h = t.key === undefined ? undefined : hashOf(it.viewer, t.key);
+    const copy = h !== undefined && (r.pendingKeys.has(h) || knownKey(r, t, h));
+    if (!copy && (r.state !== 'open' || this.d.now() >= r.row.deadlineAt)) return fail('CP_ERR_ROUND_CLOSED');
     let chain = r.chains.get(it.viewer);
     if (!chain) r.chains.set(it.viewer, (chain = { tail: Promise.resolve(), waiting: 0 }));
-    if (chain.waiting >= this.d.config.rounds.maxPendingPerViewer) {
+    if (!copy && chain.waiting >= this.d.config.rounds.maxPendingPerViewer) {
       this.d.telemetry.refusals.refuse('rounds', 'CP_ERR_ROUND_VIEWER_BUSY', { limit: 'ROUND_MAX_PENDING_PER_VIEWER' });
       return fail('CP_ERR_ROUND_VIEWER_BUSY');
     }
     chain.waiting++;
+    if (h !== undefined) r.pendingKeys.set(h, (r.pendingKeys.get(h) ?? 0) + 1);
     const c = chain;
     c.tail = c.tail.then(async () => {
       let ack: BusAck;
@@ -727,6 +740,11 @@ export class ChannelRounds {
         const code: ErrorCode = isCrowdplayError(err) ? err.code : 'CP_ERR_INTERNAL';
         if (code === 'CP_ERR_INTERNAL') this.d.telemetry.logger.error({ err, channel: this.d.channel, round: r.id }, 'trade failed');
         ack = { conn: it.conn, seq: it.seq, ok: false, code };
+      }
+      if (h !== undefined) {
+        const n = (r.pendingKeys.get(h) ?? 1) - 1;
+        if (n === 0) r.pendingKeys.delete(h);
+        else r.pendingKeys.set(h, n);
       }
       this.ack(gw, it, started, ack);
       if (--c.waiting === 0 && r.chains.get(it.viewer) === c) r.chains.delete(it.viewer);
@@ -751,15 +769,16 @@ export class ChannelRounds {
    */
   private async execute(r: Round, gw: string, it: BusIntent, t: BusTrade): Promise<BusAck> {
     if (this.moving) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [this.d.channel]);
-    if (r.state !== 'open' || this.d.now() >= r.row.deadlineAt || this.draining)
+    // Without a client key a stake is never a replay: a random key (a gateway's conn and seq restart with it).
+    const key = t.key ?? `auto:${randomUUID()}`;
+    const h = hashOf(it.viewer, key);
+    // A replay of a key already taken is answered from the round even when it closed meanwhile.
+    if (!(t.key !== undefined && knownKey(r, t, h)) && (r.state !== 'open' || this.d.now() >= r.row.deadlineAt || this.draining))
       throw new CrowdplayError('CP_ERR_ROUND_CLOSED', [r.id, r.state]);
     r.begin();
     try {
       const joined = this.joining.get(it.viewer);
       if (joined) await joined;
-      // Without a client key a stake is never a replay: a random key (a gateway's conn and seq restart with it).
-      const key = t.key ?? `auto:${randomUUID()}`;
-      const h = hashOf(it.viewer, key);
       const o = r.outcomeIdx.get(t.outcome)!;
       await this.d.wallets.ensure(this.d.tenant, it.viewer);
       if (t.k === 'stake') return await this.execStake(r, it, t.points, o, key, h);

@@ -165,6 +165,39 @@ describe('rounds', () => {
     await verified();
   });
 
+  it('stakes - copies of a key sent while the first is queued get its answer, past ROUND_MAX_PENDING_PER_VIEWER and after the close', async () => {
+    await channel('copies');
+    await fund('kc', 100);
+    await ctl('copies', { op: 'round.open', round: 'p', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
+    await ctl('copies', { op: 'round.open', round: 'm', kind: 'market', outcomes: ['x', 'y'], durationMs: 60_000 });
+    // One batch: the first stake and more copies than the viewer's bound (16) behind it.
+    const n = h.config.rounds.maxPendingPerViewer + 4;
+    const seqs = Array.from({ length: n }, () => ++seq);
+    h.send(
+      'copies',
+      seqs.map((s) => ({ action: '', viewer: 'kc', seq: s, conn: s, trade: { k: 'stake' as const, round: 'p', outcome: 'x', points: 10, key: 'again' } })),
+    );
+    const acks = await Promise.all(seqs.map((s) => h.waitFor(() => h.acks.find((a) => a.seq === s))));
+    assert.deepEqual(
+      acks.map((a) => [a.ok, a.code, a.cost]),
+      seqs.map(() => [true, undefined, 10]),
+    );
+    assert.equal(await bal('kc'), 90, 'charged once');
+    const buy = await trade('copies', 'kc', { k: 'buy', round: 'm', outcome: 'x', budget: 20, key: 'b' });
+    assert.equal(buy.ok, true);
+    // Closed: a new stake is refused, a copy of a taken key still gets its answer.
+    assert.equal((await ctl('copies', { op: 'round.settle', round: 'p', outcome: 'y' })).ok, true);
+    assert.equal((await ctl('copies', { op: 'round.settle', round: 'm', outcome: 'y' })).ok, true);
+    refused(await trade('copies', 'kc', { k: 'stake', round: 'p', outcome: 'x', points: 10, key: 'new' }), 'CP_ERR_ROUND_CLOSED');
+    const late = await trade('copies', 'kc', { k: 'stake', round: 'p', outcome: 'x', points: 10, key: 'again' });
+    assert.deepEqual([late.ok, late.cost], [true, 10]);
+    const lateBuy = await trade('copies', 'kc', { k: 'buy', round: 'm', outcome: 'x', budget: 20, key: 'b' });
+    assert.deepEqual([lateBuy.ok, lateBuy.cost, lateBuy.shares], [true, buy.cost, buy.shares]);
+    refused(await trade('copies', 'kc', { k: 'stake', round: 'p', outcome: 'y', points: 10, key: 'again' }), 'CP_ERR_ROUND_DUPLICATE_ID');
+    assert.equal(await bal('kc'), 100 - buy.cost!, 'the stake refunded (nobody on the winning side), the buy lost, once each');
+    await verified();
+  });
+
   it('market - buy, cash out, settle: winning shares pay 1 point, the maker account closes to the treasury', async () => {
     await channel('mk1');
     await fund('ma', 1_000);
