@@ -773,6 +773,14 @@ export const schema = {
       pattern: /^[A-Za-z0-9_:.-]{1,100}$/,
       doc: "Redis key prefix of the bot's send queue and token bucket; every process of one bot uses the same, two bots or deployments different ones.",
     }),
+    sendPauseErrorAfterS: int({
+      env: 'TELEGRAM_SENDQ_PAUSE_ERROR_AFTER_S',
+      default: 300,
+      min: 0,
+      unit: 's',
+      doc: "A bot-wide pause (a 429's retry_after) longer than this is logged at error, not info: every chat's sends stand still until it ends.",
+      why: "Telegram's 429s usually ask for seconds; one of minutes is flood control, and 5 min (more than a round's boards, a command reply's whole wait) is worth a page.",
+    }),
     sendMaxQueued: int({
       env: 'TELEGRAM_SENDQ_MAX_QUEUED',
       default: 100_000,

@@ -2,11 +2,18 @@ import { createHash, randomUUID } from 'node:crypto';
 import { DelayedError, Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
-import { systemClock, type Clock } from './clock.ts';
+import { longTimeout, systemClock, type Clock } from './clock.ts';
 import { CallWindow } from './call-window.ts';
 import { QueueCounters } from './counters.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
-import { resolveQueueOptions, retryBackoffMs, type ResolvedQueueOptions, type SendQueueOptions } from './options.ts';
+import {
+  logPause,
+  resolveQueueOptions,
+  retryBackoffMs,
+  type PauseSource,
+  type ResolvedQueueOptions,
+  type SendQueueOptions,
+} from './options.ts';
 import { RedisBucket } from './redis-bucket.ts';
 import { MAX_REDIRECT_HOPS, checkChatId, checkJobInput } from './shared.ts';
 import type {
@@ -125,7 +132,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private closed = false;
   private closing: Promise<void> | undefined;
   private inFlight = 0;
-  private readonly kickTimers = new Set<NodeJS.Timeout>();
+  private readonly kickTimers = new Set<() => void>();
   private pausedUntilMs = 0;
   /** This process's call starts: at most botRatePerS in any 1,000 ms (call-window.ts). */
   private readonly calls: CallWindow;
@@ -296,10 +303,23 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
 
   async pause(forMs: number): Promise<void> {
     if (!(Number.isFinite(forMs) && forMs >= 0)) throw new RangeError(`forMs must be a finite number >= 0, got ${forMs}`);
+    await this.pauseFrom(forMs, 'pause()');
+  }
+
+  /** A pause of `forMs` (a 429 read here, or `pause()`): the local mirror, then the store. */
+  private async pauseFrom(forMs: number, source: PauseSource): Promise<void> {
     // The local mirror first, synchronously: a worker of this process about to call checks it right before the call.
-    const until = this.clock.now() + forMs;
-    if (until > this.pausedUntilMs) this.pausedUntilMs = until;
+    this.notePause(forMs, source);
     await this.bucket.pause(forMs);
+  }
+
+  /** This process's mirror of the bot-wide pause: set, exported and logged when `forMs` from now moves its end later. */
+  private notePause(forMs: number, source: PauseSource): void {
+    const until = this.clock.now() + forMs;
+    if (until <= this.pausedUntilMs) return;
+    this.pausedUntilMs = until;
+    this.counters.pauseEnd(until);
+    logPause(this.opts.logger, this.o, { forMs, endMs: until, source });
   }
 
   async deactivate(chatId: number): Promise<number> {
@@ -422,15 +442,14 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
    */
   private kickAfter(realMs: number): void {
     const fire = (): void => {
-      this.kickTimers.delete(t);
+      this.kickTimers.delete(cancel);
       if (this.closed) return;
       this.redis
         .zadd(this.queue.keys.marker ?? `${this.keys.bullPrefix}:${this.keys.queueName}:marker`, 0, '0')
         .catch((err: unknown) => this.onError(err, 'marker'));
     };
-    const t = setTimeout(fire, realMs);
-    t.unref();
-    this.kickTimers.add(t);
+    const cancel = longTimeout(realMs, fire, true);
+    this.kickTimers.add(cancel);
   }
 
   /** `process`, inside a `crowdplay.send_job.process` span continuing the enqueuer's trace when tracing is on. */
@@ -497,7 +516,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
           await job.moveToDelayed(Date.now() + this.realMs(t.retryAfterMs), token);
           throw new DelayedError();
         }
-        if (t.limit === 'pause') this.pausedUntilMs = Math.max(this.pausedUntilMs, this.clock.now() + t.retryAfterMs);
+        if (t.limit === 'pause') this.notePause(t.retryAfterMs, 'store');
         return await this.backToFront(t.botWaitMs);
       }
       if (t.waitMs > 0) {
@@ -507,7 +526,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
         // A 429 another process saw while we waited paused the bot in Redis: ask (the slot stays unused).
         const pausedMs = await this.bucket.pausedForMs();
         if (pausedMs > 0) {
-          this.pausedUntilMs = Math.max(this.pausedUntilMs, this.clock.now() + pausedMs);
+          this.notePause(pausedMs, 'store');
           return await this.backToFront(pausedMs);
         }
       }
@@ -589,7 +608,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       const forMs = Math.max(0, Math.ceil(out.retryAfterS * 1000));
       this.counters.send(d.lane, 'retryAfter');
       this.counters.rateLimited(forMs);
-      await this.pause(forMs);
+      await this.pauseFrom(forMs, '429');
       await job.updateData({ ...d, r429: d.r429 + 1 });
       return this.backToFront(forMs);
     }
@@ -678,7 +697,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
 
   private async doClose(timeoutMs: number): Promise<void> {
     this.closed = true;
-    for (const t of this.kickTimers) clearTimeout(t);
+    for (const cancel of this.kickTimers) cancel();
     this.kickTimers.clear();
     if (this.worker !== undefined) {
       const w = this.worker;

@@ -10,7 +10,8 @@ export interface Clock {
   /** Current time, ms. */
   now(): number;
   /**
-   * Calls `fn` once after `ms` of this clock's time (≥ 0).
+   * Calls `fn` once after `ms` of this clock's time (≥ 0; any length: real
+   * timers are chained within Node's limit, {@link longTimeout}).
    * @returns a function that cancels the timer (safe to call twice)
    */
   after(ms: number, fn: () => void): () => void;
@@ -20,6 +21,44 @@ export interface Clock {
    * real delays, BullMQ, refuse it).
    */
   readonly speed: number;
+}
+
+/**
+ * Longest delay a Node timer takes, ms (2^31 − 1, ~24.8 days). A longer one
+ * fires after 1 ms with a TimeoutOverflowWarning, so a timer re-armed for
+ * the same far end would spin.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Calls `fn` once after `ms` real ms, chaining timers of at most
+ * {@link MAX_TIMER_MS} so that any delay (a 429's `retry_after` of weeks)
+ * is honoured without an overflow. Every timer of the send queue goes
+ * through it (via a {@link Clock}'s `after`, or directly for real-time waits).
+ * @param ms delay, real ms (negative or NaN: 0; Infinity: never)
+ * @returns a function that cancels the timer (safe to call twice)
+ */
+export function longTimeout(ms: number, fn: () => void, unref = false): () => void {
+  let left = Number.isNaN(ms) ? 0 : Math.max(0, ms);
+  let t: NodeJS.Timeout | undefined;
+  let cancelled = false;
+  const arm = (): void => {
+    const step = Math.min(left, MAX_TIMER_MS);
+    left -= step;
+    t = setTimeout(() => {
+      t = undefined;
+      if (cancelled) return;
+      if (left > 0) arm();
+      else fn();
+    }, step);
+    if (unref) t.unref();
+  };
+  arm();
+  return () => {
+    cancelled = true;
+    if (t !== undefined) clearTimeout(t);
+    t = undefined;
+  };
 }
 
 /** Wall-clock ms with µs resolution, monotonic within the process (performance.timeOrigin + performance.now()). */
@@ -33,8 +72,7 @@ const preciseNow = (): number => performance.timeOrigin + performance.now();
 export const systemClock: Clock = {
   now: preciseNow,
   after(ms, fn) {
-    const t = setTimeout(fn, Math.max(0, ms));
-    return () => clearTimeout(t);
+    return longTimeout(ms, fn);
   },
   speed: 1,
 };
@@ -50,8 +88,7 @@ export function scaledClock(speed: number): Clock {
   return {
     now: () => t0 + (preciseNow() - t0) * speed,
     after(ms, fn) {
-      const t = setTimeout(fn, Math.max(0, ms) / speed);
-      return () => clearTimeout(t);
+      return longTimeout(Math.max(0, ms) / speed, fn);
     },
     speed,
   };

@@ -24,6 +24,7 @@ function emptyStats(): SendQueueStats {
     bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
     booked: { takes: 0, waitMs: 0 },
     windowWaits: { calls: 0, waitMs: 0 },
+    pauseEndMs: 0,
   };
 }
 
@@ -51,7 +52,8 @@ interface Instruments {
  * is given, exported as `crowdplay_sendq_*`:
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
- * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled), and the gauge depth{lane}.
+ * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled),
+ * and the gauges depth{lane} and pause_end_seconds (the latest bot-wide pause's end, unix s).
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
@@ -85,6 +87,12 @@ export class QueueCounters {
         [d.board, { lane: 'board' }],
       ];
     });
+    metrics.gauge('crowdplay_sendq_pause_end_seconds', () => this.stats.pauseEndMs / 1000);
+  }
+
+  /** This process saw a bot-wide pause ending at `endMs` (the queue's clock, ms); the gauge keeps the latest end. */
+  pauseEnd(endMs: number): void {
+    if (endMs > this.stats.pauseEndMs) this.stats.pauseEndMs = endMs;
   }
 
   send(lane: Lane, kind: OutcomeKind): void {

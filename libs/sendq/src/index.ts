@@ -5,7 +5,7 @@
  */
 export * from './types.ts';
 export { CallWindow } from './call-window.ts';
-export { systemClock, scaledClock, ManualClock, type Clock } from './clock.ts';
+export { systemClock, scaledClock, ManualClock, longTimeout, MAX_TIMER_MS, type Clock } from './clock.ts';
 export {
   DEFAULT_CONCURRENCY,
   DEFAULT_MAX_QUEUED,
@@ -14,6 +14,7 @@ export {
   DEFAULT_RETRY_MAX_MS,
   DEFAULT_MAX_REQUEUES,
   DEFAULT_BOT_BOOK_MS,
+  DEFAULT_PAUSE_ERROR_AFTER_MS,
   retryBackoffMs,
   type SendQueueOptions,
 } from './options.ts';

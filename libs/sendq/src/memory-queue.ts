@@ -2,7 +2,14 @@ import { systemClock, type Clock } from './clock.ts';
 import { QueueCounters } from './counters.ts';
 import { MinHeap } from './heap.ts';
 import { MemoryBucket } from './memory-bucket.ts';
-import { resolveQueueOptions, retryBackoffMs, type ResolvedQueueOptions, type SendQueueOptions } from './options.ts';
+import {
+  logPause,
+  resolveQueueOptions,
+  retryBackoffMs,
+  type PauseSource,
+  type ResolvedQueueOptions,
+  type SendQueueOptions,
+} from './options.ts';
 import { checkChatId, checkJobInput, resolveRedirect, type Redirects } from './shared.ts';
 import type {
   EnqueueResult,
@@ -87,6 +94,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   private readonly counters: QueueCounters;
   private readonly onSettled: SendQueueOptions['onSettled'];
   private readonly onError: (err: unknown, context: string) => void;
+  private readonly logger: SendQueueOptions['logger'];
   private readonly ownsBucket: boolean;
 
   private send: SendFn<P> | undefined;
@@ -121,6 +129,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.counters = new QueueCounters(opts.metrics, opts.refusals, () => ({ ...this.depthByLane }));
     this.onSettled = opts.onSettled;
     this.onError = opts.onError ?? ((err, context) => console.error(`sendq ${context}:`, err));
+    this.logger = opts.logger;
   }
 
   enqueue(input: SendJobInput<P>): Promise<EnqueueResult> {
@@ -199,9 +208,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   async pause(forMs: number): Promise<void> {
     if (!(Number.isFinite(forMs) && forMs >= 0)) throw new RangeError(`forMs must be a finite number >= 0, got ${forMs}`);
     // The local mirror first, synchronously (a worker checks it right before each call), then the bucket.
-    const until = this.clock.now() + forMs;
-    if (until > this.pausedUntilMs) this.pausedUntilMs = until;
-    this.gate(until);
+    this.notePause(forMs, 'pause()');
     await this.bucket.pause(forMs);
     this.dispatch();
   }
@@ -413,6 +420,21 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.dispatch();
   }
 
+  /**
+   * A bot-wide pause of `forMs` from now: the local mirror (checked right before
+   * each call) and the gate, synchronously; logged and exported when it moves
+   * the end later.
+   */
+  private notePause(forMs: number, source: PauseSource): void {
+    const until = this.clock.now() + forMs;
+    if (until > this.pausedUntilMs) {
+      this.pausedUntilMs = until;
+      this.counters.pauseEnd(until);
+      logPause(this.logger, this.o, { forMs, endMs: until, source });
+    }
+    this.gate(until);
+  }
+
   /** Closes the dispatcher until `untilMs` (bot-wide wait). */
   private gate(untilMs: number): void {
     if (untilMs <= this.gateUntilMs && this.gateTimer !== undefined) return;
@@ -478,7 +500,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       this.counters.bucketWait(r.limit);
       const t = this.clock.now();
       if (r.limit === 'chat' || r.limit === 'group') return { kind: 'wait', atMs: t + r.retryAfterMs };
-      if (r.limit === 'pause' && t + r.retryAfterMs > this.pausedUntilMs) this.pausedUntilMs = t + r.retryAfterMs;
+      if (r.limit === 'pause') this.notePause(r.retryAfterMs, 'store');
       this.gate(t + r.botWaitMs);
       return { kind: 'front' };
     }
@@ -513,9 +535,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       const forMs = Math.max(0, Math.ceil(out.retryAfterS * 1000));
       this.counters.send(job.lane, 'retryAfter');
       this.counters.rateLimited(forMs);
-      const until = this.clock.now() + forMs;
-      if (until > this.pausedUntilMs) this.pausedUntilMs = until;
-      this.gate(until);
+      this.notePause(forMs, '429');
       this.bucket.pause(forMs).then(
         () => {},
         (err: unknown) => this.onError(err, 'bucket.pause'),

@@ -1,4 +1,4 @@
-import type { Metrics, Refusals } from '@crowdplay/telemetry';
+import type { Logger, Metrics, Refusals } from '@crowdplay/telemetry';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Clock } from './clock.ts';
 import type { JobResult, SendJob, SendLimits } from './types.ts';
@@ -19,6 +19,8 @@ export const DEFAULT_RETRY_MAX_MS = 30_000;
  * together. Measured: without booking the BullMQ sender made ~17 sends/s of 28 allowed (docs/benchmarks.md).
  */
 export const DEFAULT_BOT_BOOK_MS = 250;
+/** A bot-wide pause longer than this is logged at error, ms (TELEGRAM_PAUSE_ERROR_AFTER_S). */
+export const DEFAULT_PAUSE_ERROR_AFTER_MS = 300_000;
 /** `{requeue}` outcomes allowed per job before it fails (a repost after "message to edit not found" needs one). */
 export const DEFAULT_MAX_REQUEUES = 3;
 
@@ -46,6 +48,10 @@ export interface SendQueueOptions {
   metrics?: Metrics;
   /** Refusal reporting (area `sendq`). */
   refusals?: Refusals;
+  /** Where the queue logs pauses (info; error past `pauseErrorAfterMs`) and dropped jobs (warn). @defaultValue no logging */
+  logger?: Pick<Logger, 'info' | 'warn' | 'error'>;
+  /** A bot-wide pause longer than this is logged at error, ms (TELEGRAM_PAUSE_ERROR_AFTER_S × 1000). @defaultValue {@link DEFAULT_PAUSE_ERROR_AFTER_MS} */
+  pauseErrorAfterMs?: number;
   /** Called in the process that decided a job's end, for every job (after its `result` promise settles). Must not throw. */
   onSettled?: (job: SendJob<unknown>, result: JobResult) => void;
   /** Unexpected errors (a throwing `send`, Redis errors in workers). @defaultValue console.error */
@@ -62,6 +68,7 @@ export interface ResolvedQueueOptions {
   retryMaxMs: number;
   maxRequeues: number;
   botBookMs: number;
+  pauseErrorAfterMs: number;
 }
 
 function positiveInt(name: string, v: number, min: number): string | undefined {
@@ -96,6 +103,7 @@ export function resolveQueueOptions(o: SendQueueOptions): ResolvedQueueOptions {
     retryMaxMs: o.retryMaxMs ?? DEFAULT_RETRY_MAX_MS,
     maxRequeues: o.maxRequeues ?? DEFAULT_MAX_REQUEUES,
     botBookMs: o.botBookMs ?? DEFAULT_BOT_BOOK_MS,
+    pauseErrorAfterMs: o.pauseErrorAfterMs ?? DEFAULT_PAUSE_ERROR_AFTER_MS,
   };
   const bad = [
     positiveInt('concurrency', r.concurrency, 1),
@@ -105,6 +113,7 @@ export function resolveQueueOptions(o: SendQueueOptions): ResolvedQueueOptions {
     positiveInt('retryMaxMs', r.retryMaxMs, 0),
     positiveInt('maxRequeues', r.maxRequeues, 0),
     positiveInt('botBookMs', r.botBookMs, 0),
+    positiveInt('pauseErrorAfterMs', r.pauseErrorAfterMs, 0),
   ].filter((x): x is string => x !== undefined);
   if (bad.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [bad.join('\n')]);
   return r;
@@ -121,4 +130,24 @@ export function checkMaxWait(maxWaitMs: number): void {
 /** Backoff before retry `n` (1-based), ms: min(retryMaxMs, retryBaseMs × 2^(n−1)). */
 export function retryBackoffMs(o: Pick<ResolvedQueueOptions, 'retryBaseMs' | 'retryMaxMs'>, n: number): number {
   return Math.min(o.retryMaxMs, o.retryBaseMs * 2 ** Math.max(0, n - 1));
+}
+
+/** Where a pause came from: a 429 this process read, `pause()`, or the bucket's store (another process's 429). */
+export type PauseSource = '429' | 'pause()' | 'store';
+
+/**
+ * Logs a bot-wide pause as it starts: info with its length and end, error when
+ * it is longer than `pauseErrorAfterMs` (an operator must know: every chat
+ * stands still). Called only when the pause moves this process's end later.
+ */
+export function logPause(
+  logger: SendQueueOptions['logger'],
+  o: Pick<ResolvedQueueOptions, 'pauseErrorAfterMs'>,
+  pause: { forMs: number; endMs: number; source: PauseSource },
+): void {
+  if (logger === undefined) return;
+  const fields = { pauseMs: Math.round(pause.forMs), pauseEnd: new Date(pause.endMs).toISOString(), source: pause.source };
+  if (pause.forMs > o.pauseErrorAfterMs)
+    logger.error({ ...fields, errorAfterMs: o.pauseErrorAfterMs }, 'send queue paused (bot-wide) for longer than TELEGRAM_PAUSE_ERROR_AFTER_S');
+  else logger.info(fields, 'send queue paused (bot-wide)');
 }

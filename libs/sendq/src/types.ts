@@ -214,6 +214,8 @@ export interface SendQueueStats {
   booked: { takes: number; waitMs: number };
   /** Calls held back by this process's call window (at most the bot rate in any second), and the waits (ms, summed). */
   windowWaits: { calls: number; waitMs: number };
+  /** End of the latest bot-wide pause this process saw (a 429, `pause()`, or the store's pause), ms on the queue's clock; 0: none yet. */
+  pauseEndMs: number;
 }
 
 /** Jobs queued (not yet handed to `send`), by lane. */

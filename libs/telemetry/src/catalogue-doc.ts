@@ -4,7 +4,7 @@ import { metricCatalogue, prometheusType, type LabelValues, type MetricDefinitio
 export const METRICS_BEGIN = '<!-- metrics:begin -->';
 export const METRICS_END = '<!-- metrics:end -->';
 
-const UNIT_NAMES: Record<MetricUnit, string> = { ms: 'ms', By: 'bytes', '1': '—', '1/s': 'per s' };
+const UNIT_NAMES: Record<MetricUnit, string> = { ms: 'ms', s: 's', By: 'bytes', '1': '—', '1/s': 'per s' };
 
 const TYPE_NAMES: Record<MetricDefinition['type'], string> = {
   counter: 'counter',

@@ -28,8 +28,8 @@ export const COMMIT_TRANSFERS_BUCKETS = [1, 5, 10, 50, 100, 250, 500, 1_000, 2_0
  */
 export type MetricType = 'counter' | 'observableCounter' | 'upDownCounter' | 'gauge' | 'histogram';
 
-/** UCUM units as OpenTelemetry takes them: milliseconds, bytes, a plain number (a count, a nice value), per second. */
-export type MetricUnit = 'ms' | 'By' | '1' | '1/s';
+/** UCUM units as OpenTelemetry takes them: milliseconds, seconds (a unix time), bytes, a plain number (a count, a nice value), per second. */
+export type MetricUnit = 'ms' | 's' | 'By' | '1' | '1/s';
 
 /** A label's values: the closed list, or a note on what an open set holds (an error code, a tenant id). */
 export type LabelValues = readonly string[] | string;
@@ -997,6 +997,13 @@ export const metricCatalogue = [
     unit: '1',
     help: 'Jobs queued in the send queue (not started), by lane',
     labels: { lane: LANES },
+  },
+  {
+    name: 'crowdplay_sendq_pause_end_seconds',
+    type: 'gauge',
+    unit: 's',
+    help: "End of the latest bot-wide pause (a 429's retry_after) this process saw, unix seconds; 0 before the first: paused while it is later than now",
+    labels: {},
   },
 ] as const satisfies readonly MetricDefinition[];
 

@@ -44,6 +44,8 @@ async function openBot(
     maxRequeues: 6,
     metrics: telemetry.metrics,
     refusals: telemetry.refusals,
+    logger: telemetry.logger,
+    pauseErrorAfterMs: t.sendPauseErrorAfterS * 1000,
     onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
   });
   const client = new TelegramClient({
