@@ -9,6 +9,7 @@ import { sendqKeys, type SendqKeys } from './keys.ts';
 import {
   logPause,
   resolveQueueOptions,
+  widened,
   retryBackoffMs,
   type PauseSource,
   type ResolvedQueueOptions,
@@ -132,6 +133,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private closed = false;
   private closing: Promise<void> | undefined;
   private inFlight = 0;
+  /** Slow start: the worker's concurrency now (1 at start and after each pause, doubled on each success). */
+  private window = 1;
   private readonly kickTimers = new Set<() => void>();
   private pausedUntilMs = 0;
   /** This process's call starts: at most botRatePerS in any 1,000 ms (call-window.ts). */
@@ -320,6 +323,14 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     this.pausedUntilMs = until;
     this.counters.pauseEnd(until);
     logPause(this.opts.logger, this.o, { forMs, endMs: until, source });
+    this.setWindow(1);
+  }
+
+  /** Slow start: BullMQ's worker fetches at most `n` jobs at once (read by its fetch loop). */
+  private setWindow(n: number): void {
+    this.window = n;
+    this.counters.slowStart(n);
+    if (this.worker !== undefined) this.worker.concurrency = n;
   }
 
   async deactivate(chatId: number): Promise<number> {
@@ -405,7 +416,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     this.worker = new Worker(this.keys.queueName, (job: Job<JobData<P>>, token?: string) => this.processTraced(job, token ?? ''), {
       connection: this.workerConn,
       prefix: this.keys.bullPrefix,
-      concurrency: this.o.concurrency,
+      // Slow start: one job at first, more as calls succeed (setWindow), up to TELEGRAM_SENDQ_CONCURRENCY.
+      concurrency: this.window,
       // A bot-wide wait is re-checked at least this often (the bucket decides; BullMQ only stops fetching).
       maximumRateLimitDelay: 5_000,
     });
@@ -522,32 +534,35 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       if (t.waitMs > 0) {
         // A booked slot of the bot rate (≤ botBookMs away, gcra.ts "Booking"): the bucket counts this call at it.
         this.counters.bookedWait(t.waitMs);
+        // A 429 another process saw while we wait is read from the store right before the call (below).
         await new Promise<void>((resolve) => this.clock.after(Math.ceil(t.waitMs), resolve));
-        // A 429 another process saw while we waited paused the bot in Redis: ask (the slot stays unused).
-        const pausedMs = await this.bucket.pausedForMs();
-        if (pausedMs > 0) {
-          this.notePause(pausedMs, 'store');
-          return await this.backToFront(pausedMs);
-        }
       }
-      // This process's call starts within the bot rate in any second (call-window.ts); the place is taken now,
-      // before the call is marked, so a stop between the mark and the call is one round trip wide.
-      const heldAt = this.clock.now();
-      let held = false;
-      for (let w = this.calls.waitMs(this.clock.now()); w > 0; w = this.calls.waitMs(this.clock.now())) {
-        held = true;
-        await new Promise<void>((resolve) => this.clock.after(w, resolve));
-      }
-      if (held) this.counters.windowWait(this.clock.now() - heldAt);
-      this.calls.record(this.clock.now());
       // A 429 seen in this process while we awaited the token (or the slot) wins.
       if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
-      await this.redis.incr(k.called(id));
-      // Immediately before the call (nothing awaited from here to send): the pause again. Not called after all: unmark.
-      if (this.clock.now() < this.pausedUntilMs) {
-        await this.redis.decr(k.called(id));
-        return await this.backToFront(this.pausedUntilMs - this.clock.now());
+      // The mark and the store's pause in one round trip: a pause another process wrote since our take (or
+      // during a booked slot's wait) is felt here, not after the call.
+      const [, storePausedMs] = await Promise.all([this.redis.incr(k.called(id)), this.bucket.pausedForMs()]);
+      if (storePausedMs > 0) this.notePause(storePausedMs, 'store');
+      // This process's call starts within the bot rate in any second (call-window.ts): checked and recorded in the
+      // same turn as the call, so a stall between a take and its call cannot bunch calls past the window.
+      const heldAt = this.clock.now();
+      let held = false;
+      for (;;) {
+        if (this.clock.now() < this.pausedUntilMs) {
+          // Not called after all: unmark.
+          await this.redis.decr(k.called(id));
+          return await this.backToFront(this.pausedUntilMs - this.clock.now());
+        }
+        const w = this.calls.waitMs(this.clock.now());
+        if (w <= 0) break;
+        held = true;
+        await new Promise<void>((resolve) => this.clock.after(w, resolve));
+        const pausedMs = await this.bucket.pausedForMs();
+        if (pausedMs > 0) this.notePause(pausedMs, 'store');
       }
+      if (held) this.counters.windowWait(this.clock.now() - heldAt);
+      // Immediately before the call (nothing awaited from here to send).
+      this.calls.record(this.clock.now());
       // The slot's time, to the µs (a float sum of two ms values near 1.8e12 is off by ~0.2 µs).
       const view = jobView<P>(id, chatId, d, t.waitMs > 0 ? Math.round((t.nowMs + t.waitMs) * 1000) / 1000 : t.nowMs);
       let out: SendOutcome<P>;
@@ -602,6 +617,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     const id = job.id ?? '';
     if ('ok' in out) {
       this.counters.send(d.lane, 'ok');
+      if (this.window < this.o.concurrency) this.setWindow(widened(this.window, this.o.concurrency));
       return this.finish(id, d, out.value === undefined ? { status: 'sent' } : { status: 'sent', value: out.value });
     }
     if ('retryAfterS' in out) {

@@ -25,6 +25,7 @@ function emptyStats(): SendQueueStats {
     booked: { takes: 0, waitMs: 0 },
     windowWaits: { calls: 0, waitMs: 0 },
     pauseEndMs: 0,
+    slowStartWindow: 1,
   };
 }
 
@@ -53,7 +54,8 @@ interface Instruments {
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
  * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled),
- * and the gauges depth{lane} and pause_end_seconds (the latest bot-wide pause's end, unix s).
+ * and the gauges depth{lane}, pause_end_seconds (the latest bot-wide pause's end, unix s) and
+ * slow_start_window (calls let in flight now).
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
@@ -88,6 +90,12 @@ export class QueueCounters {
       ];
     });
     metrics.gauge('crowdplay_sendq_pause_end_seconds', () => this.stats.pauseEndMs / 1000);
+    metrics.gauge('crowdplay_sendq_slow_start_window', () => this.stats.slowStartWindow);
+  }
+
+  /** The slow-start window (calls this process lets in flight now) changed to `n`. */
+  slowStart(n: number): void {
+    this.stats.slowStartWindow = n;
   }
 
   /** This process saw a bot-wide pause ending at `endMs` (the queue's clock, ms); the gauge keeps the latest end. */

@@ -5,6 +5,7 @@ import { MemoryBucket } from './memory-bucket.ts';
 import {
   logPause,
   resolveQueueOptions,
+  widened,
   retryBackoffMs,
   type PauseSource,
   type ResolvedQueueOptions,
@@ -84,7 +85,8 @@ type Next = { kind: 'back' } | { kind: 'front' } | { kind: 'wait'; atMs: number 
  * head job or lets go at once: refused by the chat's own limit → `waiting`;
  * refused bot-wide (pause, bot rate) → back to the FRONT of its ready heap
  * and the whole dispatcher is gated until the bot-wide wait ends (one
- * timer). Nothing sleeps while holding a slot.
+ * timer). Nothing sleeps while holding a slot. Slots open by slow start:
+ * one at first and after each bot-wide pause, doubled on each success.
  */
 export class MemorySendQueue<P> implements SendQueue<P> {
   readonly kind = 'memory' as const;
@@ -102,6 +104,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   private nextId = 0;
   private nextSeq = 0;
   private inFlight = 0;
+  /** Slow start: slots open now (1 at start and after each pause, doubled on each success, at most concurrency). */
+  private window = 1;
   private readonly depthByLane: LaneDepth = { tx: 0, board: 0 };
   private readonly chats = new Map<string, ChatQ<P>>();
   private readonly byKey = new Map<string, QJob<P>>();
@@ -431,6 +435,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       this.pausedUntilMs = until;
       this.counters.pauseEnd(until);
       logPause(this.logger, this.o, { forMs, endMs: until, source });
+      this.window = 1;
+      this.counters.slowStart(1);
     }
     this.gate(until);
   }
@@ -449,7 +455,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
 
   private dispatch(): void {
     if (this.send === undefined || this.closed) return;
-    while (this.inFlight < this.o.concurrency) {
+    while (this.inFlight < this.window) {
       if (this.clock.now() < this.gateUntilMs) {
         this.gate(this.gateUntilMs); // (re-)armed: the gate timer calls dispatch again
         return;
@@ -528,6 +534,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   private apply(job: QJob<P>, out: SendOutcome<P>): Next {
     if ('ok' in out) {
       this.counters.send(job.lane, 'ok');
+      if (this.window < this.o.concurrency) this.counters.slowStart((this.window = widened(this.window, this.o.concurrency)));
       this.settle(job, out.value === undefined ? { status: 'sent' } : { status: 'sent', value: out.value });
       return { kind: 'back' };
     }

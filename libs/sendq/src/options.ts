@@ -151,3 +151,8 @@ export function logPause(
     logger.error({ ...fields, errorAfterMs: o.pauseErrorAfterMs }, 'send queue paused (bot-wide) for longer than TELEGRAM_PAUSE_ERROR_AFTER_S');
   else logger.info(fields, 'send queue paused (bot-wide)');
 }
+
+/** The slow-start window after a success: doubled, at most `concurrency`. */
+export function widened(window: number, concurrency: number): number {
+  return Math.min(concurrency, window * 2);
+}

@@ -216,6 +216,8 @@ export interface SendQueueStats {
   windowWaits: { calls: number; waitMs: number };
   /** End of the latest bot-wide pause this process saw (a 429, `pause()`, or the store's pause), ms on the queue's clock; 0: none yet. */
   pauseEndMs: number;
+  /** Calls this process lets in flight now: 1 at start and after each pause, doubled on each success up to `concurrency` (slow start). */
+  slowStartWindow: number;
 }
 
 /** Jobs queued (not yet handed to `send`), by lane. */
@@ -240,7 +242,8 @@ export interface SendQueue<P> {
   enqueue(job: SendJobInput<P>): Promise<EnqueueResult>;
   /**
    * Starts this process's workers: up to `concurrency` calls of `send` in
-   * flight. Call once.
+   * flight, opened by slow start (one call at first and after each bot-wide
+   * pause, doubled on each success), so a 429 meets few calls in flight. Call once.
    * @throws Error when already started or closed.
    */
   start(send: SendFn<P>): void;

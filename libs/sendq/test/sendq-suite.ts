@@ -200,6 +200,62 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     for (const r of results) assert.equal((await r).status, 'sent');
   });
 
+  void test(`${name} - slow start: a 429 on the first call of a burst right after start meets at most one other call`, TIMEOUT, async (t) => {
+    const h = await setup(t, { concurrency: 8 });
+    const holdMs = 500; // the first call's HTTP time: without slow start the other workers call meanwhile
+    let firstAt = -1;
+    let answeredAt = -1;
+    const { calls, send } = recorder(h, async (_job, i) => {
+      if (i > 0) return { ok: true };
+      firstAt = h.clock.now();
+      await new Promise<void>((r) => h.clock.after(holdMs, r));
+      answeredAt = h.clock.now();
+      return { retryAfterS: 2 };
+    });
+    for (let n = 1; n <= 40; n++) queued(await h.queue.enqueue({ chatId: 900 + n, lane: 'tx', payload: { n } }));
+    assert.equal(h.queue.stats().slowStartWindow, 1, 'one call at start');
+    h.queue.start(send);
+    await h.run(
+      () => calls.filter((c) => c.outcome === 'ok').length >= 40,
+      60_000,
+      () => `${calls.filter((c) => c.outcome === 'ok').length} ok of 40`,
+    );
+    assert.ok(firstAt > 0 && answeredAt > firstAt, 'the first call was answered 429');
+    const others = calls.slice(1);
+    const during = others.filter((c) => c.atMs <= answeredAt);
+    assert.ok(during.length <= 1, `${during.length} other calls reached the stub while the first was in flight: ${JSON.stringify(during)}`);
+    // The queue reads the 429 after the stub answered it, so the pause ends no earlier than answeredAt + retry_after.
+    for (const c of others)
+      if (c.atMs > answeredAt) assert.ok(c.atMs >= answeredAt + 2_000, `call at +${c.atMs - answeredAt} ms after the 429, inside retry_after`);
+    assert.equal(h.queue.stats().slowStartWindow, 8, 'the window opened to the concurrency as calls succeeded');
+  });
+
+  void test(`${name} - pause: a pause in the bucket's store (another process's 429) stops every later call`, TIMEOUT, async (t) => {
+    const h = await setup(t, { concurrency: 4 });
+    const { calls, send } = recorder(h);
+    for (let n = 1; n <= 60; n++) queued(await h.queue.enqueue({ chatId: 1_200 + n, lane: 'tx', payload: { n } }));
+    h.queue.start(send);
+    await h.run(
+      () => calls.length >= 10,
+      30_000,
+      () => `${calls.length} calls`,
+    );
+    // Written to the store only, as another process does: this queue's own mirror does not know of it.
+    await h.queue.bucket.pause(3_000);
+    const visibleAt = h.clock.now();
+    await h.run(
+      () => calls.length >= 60,
+      60_000,
+      () => `${calls.length} calls`,
+    );
+    // A worker whose last check of the store was answered just before the write (one connection: replies in order)
+    // may start in the same event-loop turn as the write's answer: within 50 clock ms (1 real ms on BullMQ's ×50
+    // clock). Any later call waits out the pause.
+    const inside = calls.filter((c) => c.atMs > visibleAt + 50 && c.atMs < visibleAt + 3_000 - 50);
+    assert.deepEqual(inside, [], `no call written while the pause was visible in the store (written at ${visibleAt})`);
+    assert.ok(h.queue.stats().pauseEndMs > 0, 'the queue learned the pause from the store');
+  });
+
   void test(`${name} - pause: queue.pause holds every call until it ends; the bucket reports it`, TIMEOUT, async (t) => {
     const h = await setup(t);
     const { calls, send } = recorder(h);

@@ -1005,6 +1005,13 @@ export const metricCatalogue = [
     help: "End of the latest bot-wide pause (a 429's retry_after) this process saw, unix seconds; 0 before the first: paused while it is later than now",
     labels: {},
   },
+  {
+    name: 'crowdplay_sendq_slow_start_window',
+    type: 'gauge',
+    unit: '1',
+    help: 'Bot API calls this process lets in flight now: 1 at start and after each pause, doubled on each success up to TELEGRAM_SENDQ_CONCURRENCY',
+    labels: {},
+  },
 ] as const satisfies readonly MetricDefinition[];
 
 type Entry = (typeof metricCatalogue)[number];
