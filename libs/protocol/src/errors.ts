@@ -174,6 +174,7 @@ export const ERRORS = {
   CP_ERR_SENDQ_CHAT_DEACTIVATED: { message: 'chat %s is deactivated: its sends are refused until it is re-activated', httpStatus: 403 },
   CP_ERR_SENDQ_FULL: { message: 'the send queue holds its maximum of %s jobs (TELEGRAM_SENDQ_MAX_QUEUED)', httpStatus: 503 },
   CP_ERR_SENDQ_CLOSED: { message: 'the send queue is closed', httpStatus: 503 },
+  CP_ERR_SENDQ_STALE: { message: 'version %s of %s is older than the latest queued for it: dropped', httpStatus: 409 },
   // boards (libs/board)
   CP_ERR_BOARD_JOB_TOO_LARGE: { message: 'the board render job is %s bytes, over BOARD_RENDER_MAX_JOB_BYTES', httpStatus: 413 },
   CP_ERR_BOARD_QUEUE_FULL: { message: 'the board render queue holds its maximum of %s jobs (BOARD_RENDER_MAX_QUEUE)', httpStatus: 503 },

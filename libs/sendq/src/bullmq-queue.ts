@@ -52,6 +52,8 @@ interface JobData<P> {
   key?: string;
   /** Supersession version (INCR of the key's counter) of this job. */
   v?: number;
+  /** The producer's version (`SendJobInput.version`). */
+  pv?: number;
   payload: P;
   isGroup: boolean;
   retries: number;
@@ -70,6 +72,7 @@ function jobView<P>(id: string, chatId: number, d: JobData<P>, grantedAtMs: numb
     chatId,
     lane: d.lane,
     key: d.key,
+    version: d.pv,
     payload: d.payload,
     isGroup: d.isGroup,
     retries: d.retries,
@@ -81,6 +84,23 @@ function jobView<P>(id: string, chatId: number, d: JobData<P>, grantedAtMs: numb
 
 /** A version key lives this long after its last job was enqueued (ms): longer than any job waits. */
 const VERSION_TTL_MS = 7 * 86_400_000;
+/**
+ * Versions of a keyed enqueue, atomically: refuses a producer version older than the highest enqueued for the key,
+ * else records it and takes the next supersession version and enqueue sequence.
+ * KEYS: 1 supersession version, 2 producer version, 3 sequence. ARGV: 1 producer version ('' none), 2 expiry ms.
+ * → {1, v, seq} | {0, highest producer version}
+ */
+const VERSION_LUA = `
+if ARGV[1] ~= '' then
+  local top = redis.call('GET', KEYS[2])
+  if top and tonumber(ARGV[1]) < tonumber(top) then return {0, top} end
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+end
+local v = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, v, redis.call('INCR', KEYS[3])}
+`;
+
 /** BullMQ job name (one kind of job). */
 const JOB_NAME = 'send';
 /** Priority of board jobs; tx jobs have none (BullMQ serves unprioritised jobs first). */
@@ -235,10 +255,20 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     let id: string;
     let seq: number;
     if (input.key !== undefined) {
-      const vk = this.keys.version(input.key);
-      const r = await this.redis.multi().incr(vk).pexpire(vk, VERSION_TTL_MS).incr(this.keys.seq).exec();
-      v = Number(r?.[0]?.[1] ?? 1);
-      seq = Number(r?.[2]?.[1] ?? 0);
+      const k = this.keys;
+      const r = (await this.redis.eval(
+        VERSION_LUA,
+        3,
+        k.version(input.key),
+        k.producerVersion(input.key),
+        k.seq,
+        input.version === undefined ? '' : String(input.version),
+        String(VERSION_TTL_MS),
+      )) as [number, number | string, number?];
+      // A queued job is only ever replaced by a newer version (an older render arriving late is dropped).
+      if (r[0] === 0) return this.refuse('stale', chatId);
+      v = Number(r[1]);
+      seq = Number(r[2] ?? 0);
       id = keyedJobId(input.key, v);
       // A keyed job replaces its queued predecessor, so it counts against the bound only when nothing was replaced.
       if (v === 1 && depth.tx + depth.board >= this.o.maxQueued) return this.refuse('full', chatId);
@@ -250,6 +280,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       chatId,
       lane: input.lane,
       ...(input.key !== undefined ? { key: input.key, v } : {}),
+      ...(input.version !== undefined ? { pv: input.version } : {}),
       payload: input.payload,
       isGroup: input.isGroup ?? chatId < 0,
       retries: 0,

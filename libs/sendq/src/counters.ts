@@ -9,6 +9,7 @@ export const REFUSAL_CODES: Record<RefuseReason, string> = {
   deactivated: 'CP_ERR_SENDQ_CHAT_DEACTIVATED',
   full: 'CP_ERR_SENDQ_FULL',
   closed: 'CP_ERR_SENDQ_CLOSED',
+  stale: 'CP_ERR_SENDQ_STALE',
 };
 
 function emptyStats(): SendQueueStats {
@@ -20,7 +21,7 @@ function emptyStats(): SendQueueStats {
     superseded: 0,
     purged: 0,
     failed: 0,
-    refused: { deactivated: 0, full: 0, closed: 0 },
+    refused: { deactivated: 0, full: 0, closed: 0, stale: 0 },
     bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
     booked: { takes: 0, waitMs: 0 },
     windowWaits: { calls: 0, waitMs: 0 },

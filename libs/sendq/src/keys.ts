@@ -29,6 +29,8 @@ export interface SendqKeys {
   readonly queueName: string;
   /** Latest version (INCR counter) of a supersession key. */
   version(key: string): string;
+  /** Highest producer version (`SendJobInput.version`) enqueued for a supersession key. */
+  producerVersion(key: string): string;
   /** SET of deactivated chat ids. */
   readonly deactivated: string;
   /** HASH old chat id → new chat id (migrations). */
@@ -66,6 +68,7 @@ export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
     bullPrefix: base,
     queueName: 'q',
     version: (k) => `${base}:v:${k}`,
+    producerVersion: (k) => `${base}:pv:${k}`,
     deactivated: `${base}:off`,
     moved: `${base}:moved`,
     chatJobs: (id) => `${base}:cj:${id}`,

@@ -17,6 +17,7 @@ import type {
   JobResult,
   Lane,
   LaneDepth,
+  RefuseReason,
   SendBucket,
   SendFn,
   SendJob,
@@ -37,6 +38,7 @@ interface QJob<P> {
   chatId: number;
   readonly lane: Lane;
   readonly key: string | undefined;
+  readonly version: number | undefined;
   payload: P;
   readonly isGroup: boolean;
   retries: number;
@@ -109,6 +111,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   private readonly depthByLane: LaneDepth = { tx: 0, board: 0 };
   private readonly chats = new Map<string, ChatQ<P>>();
   private readonly byKey = new Map<string, QJob<P>>();
+  /** Highest producer version enqueued per key, least recently enqueued first (at most `maxQueued` keys). */
+  private readonly versions = new Map<string, number>();
   private readonly deactivated = new Set<string>();
   private readonly redirects: Redirects = new Map();
   private readonly ready: Record<Lane, MinHeap<ReadyEntry<P>>> = {
@@ -150,15 +154,22 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     const chatKey = String(chatId);
     if (this.closed) return this.refuse('closed', chatId);
     if (this.deactivated.has(chatKey)) return this.refuse('deactivated', chatId);
+    if (input.key !== undefined && input.version !== undefined) {
+      // A queued job is only ever replaced by a newer version (an older render arriving late is dropped).
+      const top = this.versions.get(input.key);
+      if (top !== undefined && input.version < top) return this.refuse('stale', chatId);
+    }
     const older = input.key === undefined ? undefined : this.byKey.get(input.key);
     if (older === undefined && this.depthByLane.tx + this.depthByLane.board >= this.o.maxQueued) return this.refuse('full', chatId);
     let resolve!: (r: JobResult) => void;
     const result = new Promise<JobResult>((r) => (resolve = r));
+    if (input.key !== undefined && input.version !== undefined) this.noteVersion(input.key, input.version);
     const job: QJob<P> = {
       id: `m${++this.nextId}`,
       chatId,
       lane: input.lane,
       key: input.key,
+      version: input.version,
       payload: input.payload,
       isGroup: input.isGroup ?? chatId < 0,
       retries: 0,
@@ -197,7 +208,17 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     return { status: 'queued', id: job.id, ...(older ? { superseded: older.id } : {}), result };
   }
 
-  private refuse(reason: 'closed' | 'deactivated' | 'full', chatId: number): EnqueueResult {
+  /** Records `version` as the latest of `key` (the map keeps the `maxQueued` most recently enqueued keys). */
+  private noteVersion(key: string, version: number): void {
+    this.versions.delete(key);
+    this.versions.set(key, version);
+    if (this.versions.size > this.o.maxQueued) {
+      const oldest = this.versions.keys().next();
+      if (oldest.done !== true) this.versions.delete(oldest.value);
+    }
+  }
+
+  private refuse(reason: RefuseReason, chatId: number): EnqueueResult {
     this.counters.refused(reason, chatId);
     return { status: 'refused', reason };
   }
@@ -619,6 +640,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       chatId: job.chatId,
       lane: job.lane,
       key: job.key,
+      version: job.version,
       payload: job.payload,
       isGroup: job.isGroup,
       retries: job.retries,

@@ -13,13 +13,18 @@ export function checkChatId(v: unknown, name: string): asserts v is number {
     throw new RangeError(`${name} must be a non-zero safe integer, got ${String(v)}`);
 }
 
-/** @throws RangeError on a bad chatId, lane, key or isGroup. */
+/** @throws RangeError on a bad chatId, lane, key, isGroup or version (a version needs a key). */
 export function checkJobInput(input: SendJobInput<unknown>): void {
   checkChatId(input.chatId, 'chatId');
   if (!LANES.includes(input.lane)) throw new RangeError(`lane must be one of ${LANES.join(', ')}, got ${String(input.lane)}`);
   if (input.key !== undefined && (typeof input.key !== 'string' || input.key === ''))
     throw new RangeError('key must be a non-empty string when given');
   if (input.isGroup !== undefined && typeof input.isGroup !== 'boolean') throw new RangeError('isGroup must be a boolean when given');
+  if (input.version !== undefined) {
+    if (typeof input.version !== 'number' || !Number.isSafeInteger(input.version) || input.version < 0)
+      throw new RangeError(`version must be a safe integer >= 0 when given, got ${String(input.version)}`);
+    if (input.key === undefined) throw new RangeError('version needs a key (it orders the jobs of one key)');
+  }
 }
 
 /** Follows migration redirects from `chatId` (at most MAX_REDIRECT_HOPS). */

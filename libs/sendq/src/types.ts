@@ -111,6 +111,15 @@ export interface SendJobInput<P> {
    * `board:<chatId>`. A job already handed to `send` is never superseded.
    */
   key?: string;
+  /**
+   * Version of the content under `key` (e.g. a board's version), a safe
+   * integer ≥ 0, increasing. A queued job is only ever replaced by a newer
+   * version: one older than the latest enqueued for its key (in process:
+   * among the last `maxQueued` keys; BullMQ: for 7 days) is refused `stale`
+   * and counted; an equal one (the same content again) replaces as a newer
+   * arrival does. Without it, arrival order decides.
+   */
+  version?: number;
   payload: P;
   /** Adds the per-group limit. @defaultValue `chatId < 0` (groups, supergroups and channels have negative ids) */
   isGroup?: boolean;
@@ -122,6 +131,8 @@ export interface SendJob<P> {
   readonly chatId: number;
   readonly lane: Lane;
   readonly key: string | undefined;
+  /** The producer's version of the content under `key`, when it gave one. */
+  readonly version: number | undefined;
   readonly payload: P;
   readonly isGroup: boolean;
   /** Retries so far after `{retry}` outcomes (0 on the first call). */
@@ -170,8 +181,11 @@ export type JobResult =
   /** Retries or requeues exhausted. */
   | { status: 'failed'; reason: string };
 
-/** Why an enqueue was refused (each counted in `crowdplay_sendq_refused_total` and `Refusals`). */
-export type RefuseReason = 'deactivated' | 'full' | 'closed';
+/**
+ * Why an enqueue was refused (each counted in `crowdplay_sendq_refused_total` and `Refusals`); `stale`: a
+ * version older than the latest enqueued for its key (the newer one is what is sent).
+ */
+export type RefuseReason = 'deactivated' | 'full' | 'closed' | 'stale';
 
 /** Answer of {@link SendQueue.enqueue}. */
 export type EnqueueResult =
@@ -235,9 +249,10 @@ export interface SendQueue<P> {
   readonly bucket: SendBucket;
   /**
    * Queues one call. Refused (not thrown) when the chat is deactivated, the
-   * queue is full (`maxQueued`) or closed; every refusal is counted. A chat
+   * queue is full (`maxQueued`) or closed, or `version` is older than the
+   * latest of its key (`stale`); every refusal is counted. A chat
    * moved by `moveChat` is redirected to its new id.
-   * @throws RangeError on a non-integer `chatId`, an unknown `lane` or an empty `key`.
+   * @throws RangeError on a non-integer `chatId`, an unknown `lane`, an empty `key`, or a `version` that is not a safe integer ≥ 0 or comes without a `key`.
    */
   enqueue(job: SendJobInput<P>): Promise<EnqueueResult>;
   /**

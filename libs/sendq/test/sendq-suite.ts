@@ -296,6 +296,38 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     assert.equal(h.queue.stats().superseded, 2);
   });
 
+  void test(`${name} - versions: v2 then v1 of one key: v1 is refused stale and counted, v2 is what is sent`, TIMEOUT, async (t) => {
+    const h = await setup(t);
+    const { calls, send } = recorder(h);
+    const key = 'board:-6';
+    const v2 = queued(await h.queue.enqueue({ chatId: -6, lane: 'board', key, version: 2, payload: { n: 2 } }));
+    assert.deepEqual(await h.queue.enqueue({ chatId: -6, lane: 'board', key, version: 1, payload: { n: 1 } }), {
+      status: 'refused',
+      reason: 'stale',
+    });
+    assert.equal(await h.queue.chatDepth(-6), 1, 'the stale job changed nothing');
+    h.queue.start(send);
+    assert.deepEqual(await outcome(h, v2.result), { status: 'sent' });
+    assert.deepEqual(
+      calls.map((c) => c.n),
+      [2],
+    );
+    // Still older than the latest once v2 was sent; a newer one is queued and sent.
+    assert.deepEqual(await h.queue.enqueue({ chatId: -6, lane: 'board', key, version: 1, payload: { n: 1 } }), {
+      status: 'refused',
+      reason: 'stale',
+    });
+    const v3 = queued(await h.queue.enqueue({ chatId: -6, lane: 'board', key, version: 3, payload: { n: 3 } }));
+    assert.deepEqual(await outcome(h, v3.result), { status: 'sent' });
+    assert.deepEqual(
+      calls.map((c) => c.n),
+      [2, 3],
+    );
+    const s = h.queue.stats();
+    assert.equal(s.refused.stale, 2);
+    assert.equal(s.superseded, 0);
+  });
+
   void test(`${name} - supersession: a job already handed to send is not superseded`, TIMEOUT, async (t) => {
     const h = await setup(t);
     let release!: () => void;
@@ -536,6 +568,9 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     await assert.rejects(h.queue.enqueue({ chatId: 0, lane: 'tx', payload: { n: 1 } }), RangeError);
     await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'urgent' as Lane, payload: { n: 1 } }), RangeError);
     await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'tx', key: '', payload: { n: 1 } }), RangeError);
+    await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', key: 'k5', version: -1, payload: { n: 1 } }), RangeError);
+    await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', key: 'k5', version: 1.5, payload: { n: 1 } }), RangeError);
+    await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', version: 1, payload: { n: 1 } }), /version needs a key/);
     assert.deepEqual(await h.queue.depth(), { tx: 0, board: 0 });
     assert.equal(await h.queue.chatDepth(5), 0);
     h.queue.start(() => Promise.resolve({ ok: true }));

@@ -386,7 +386,8 @@ export class TelegramClient {
 
   /**
    * Queues a board for a chat (lane `board`, key `board:<chatId>`: a newer
-   * board supersedes a queued older one). The sender edits the chat's board
+   * board supersedes a queued older one; an older one than the latest queued
+   * for the chat is refused `stale`). The sender edits the chat's board
    * message, or posts one when there is none; see docs/telegram.md.
    * @param board.version increasing per chat (a version older than the one shown is skipped)
    * @param board.png the PNG bytes
@@ -399,7 +400,7 @@ export class TelegramClient {
     if (board.caption !== undefined) payload.caption = board.caption;
     if (board.replyMarkup !== undefined) payload.reply_markup = board.replyMarkup;
     this.count(this.s.enqueued, 'board');
-    return this.queue.enqueue({ chatId, lane: 'board', key: `board:${chatId}`, payload });
+    return this.queue.enqueue({ chatId, lane: 'board', key: `board:${chatId}`, version: board.version, payload });
   }
 
   /** Records a message id seen in a chat (the bot ingress calls it for each update) so a lost post can be found. */

@@ -945,8 +945,8 @@ export const metricCatalogue = [
     name: 'crowdplay_sendq_refused_total',
     type: 'counter',
     unit: '1',
-    help: 'Enqueues refused, by reason (deactivated, full, closed)',
-    labels: { reason: ['deactivated', 'full', 'closed'] },
+    help: 'Enqueues refused, by reason (deactivated, full, closed, stale: a version older than the latest of its key)',
+    labels: { reason: ['deactivated', 'full', 'closed', 'stale'] },
   },
   {
     name: 'crowdplay_sendq_bucket_waits_total',
