@@ -219,7 +219,7 @@ export const ERRORS = {
   },
   CP_ERR_TELEGRAM_SUPERSEDED: { message: '%s for chat %s was superseded by a newer call (%s)', httpStatus: 409 },
   CP_ERR_TELEGRAM_FAILED: { message: '%s for chat %s failed: %s', httpStatus: 502 },
-  CP_ERR_TELEGRAM_TIMEOUT: { message: 'no result for %s within %s ms (the call stays queued)', httpStatus: 504 },
+  CP_ERR_TELEGRAM_TIMEOUT: { message: 'no result for %s within %s ms (a call not started by then is dropped, never sent late)', httpStatus: 504 },
   CP_ERR_TELEGRAM_GRANT_REUSED: {
     message: 'one Bot API call per send-queue grant: %s was called a second time in one send',
     httpStatus: 500,

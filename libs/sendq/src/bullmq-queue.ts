@@ -61,6 +61,8 @@ interface JobData<P> {
   /** Calls answered 429 (the job went back to the front). */
   r429: number;
   enqueuedAtMs: number;
+  /** Dropped when not handed to `send` this long after `enqueuedAtMs`, ms (`SendJobInput.deadlineMs`). */
+  deadlineMs?: number;
   /** W3C trace context of the span that enqueued the job (`traceparent`), when tracing is on and one was active. */
   tc?: Record<string, string>;
 }
@@ -287,6 +289,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       requeues: 0,
       r429: 0,
       enqueuedAtMs: this.clock.now(),
+      ...(input.deadlineMs !== undefined ? { deadlineMs: input.deadlineMs } : {}),
     };
     const tc = tracingOn() ? traceCarrier() : undefined;
     if (tc !== undefined) data.tc = tc;
@@ -537,6 +540,13 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       if (d.key !== undefined && d.v !== undefined && pre.latest > d.v) {
         this.counters.superseded(d.lane);
         return await this.finish(id, { ...d, chatId }, { status: 'superseded', by: keyedJobId(d.key, pre.latest) });
+      }
+      if (d.deadlineMs !== undefined && this.clock.now() >= d.enqueuedAtMs + d.deadlineMs) {
+        // Its deadline passed while it waited (a pause, a backlog): dropped, never sent late.
+        const now = this.clock.now();
+        const deadlineMs = d.deadlineMs;
+        this.counters.expired(d.lane, this.opts.logger, now, { id, chatId, waitedMs: now - d.enqueuedAtMs, deadlineMs });
+        return await this.finish(id, { ...d, chatId }, { status: 'dropped', reason: `deadline: not sent within ${Math.round(deadlineMs)} ms of enqueue` });
       }
       if (pre.rank !== null && pre.rank > 0 && pre.head !== undefined && pre.head !== id) {
         // Not the chat's head: wait one chat interval per job ahead (per-chat order; no token taken).

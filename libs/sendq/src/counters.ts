@@ -1,5 +1,9 @@
 import type { Metrics, Refusals } from '@crowdplay/telemetry';
+import type { SendQueueOptions } from './options.ts';
 import type { Lane, LaneDepth, LimitName, OutcomeKind, RefuseReason, SendQueueStats } from './types.ts';
+
+/** Expired jobs are logged at most this often, ms (each line carries the count since the previous one). */
+const EXPIRED_LOG_EVERY_MS = 1_000;
 
 /**
  * Refusal codes reported to `Refusals` (area `sendq`). Not yet in the
@@ -21,6 +25,7 @@ function emptyStats(): SendQueueStats {
     superseded: 0,
     purged: 0,
     failed: 0,
+    expired: { tx: 0, board: 0 },
     refused: { deactivated: 0, full: 0, closed: 0, stale: 0 },
     bucketWaits: { pause: 0, bot: 0, group: 0, chat: 0 },
     booked: { takes: 0, waitMs: 0 },
@@ -40,6 +45,7 @@ interface Instruments {
   superseded: Counter;
   purged: Counter;
   failed: Counter;
+  expired: Counter;
   refused: Counter;
   bucketWaits: Counter;
   booked: Counter;
@@ -53,13 +59,15 @@ interface Instruments {
  * The queue's counters: kept in `stats` (this process) and, when a `Metrics`
  * is given, exported as `crowdplay_sendq_*`:
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
- * superseded_total{lane}, purged_total, failed_total, refused_total{reason},
+ * superseded_total{lane}, purged_total, failed_total, expired_total{lane}, refused_total{reason},
  * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled),
  * and the gauges depth{lane}, pause_end_seconds (the latest bot-wide pause's end, unix s) and
  * slow_start_window (calls let in flight now).
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
+  private expiredLoggedAtMs = -Infinity;
+  private expiredSinceLog = 0;
   private readonly m: Instruments | undefined;
 
   constructor(
@@ -75,6 +83,7 @@ export class QueueCounters {
       superseded: metrics.counter('crowdplay_sendq_superseded_total'),
       purged: metrics.counter('crowdplay_sendq_purged_total'),
       failed: metrics.counter('crowdplay_sendq_failed_total'),
+      expired: metrics.counter('crowdplay_sendq_expired_total'),
       refused: metrics.counter('crowdplay_sendq_refused_total'),
       bucketWaits: metrics.counter('crowdplay_sendq_bucket_waits_total'),
       booked: metrics.counter('crowdplay_sendq_booked_total'),
@@ -130,6 +139,20 @@ export class QueueCounters {
   failed(): void {
     this.stats.failed++;
     this.m?.failed.add(1);
+  }
+
+  /** A job's deadline passed while it waited: counted, and logged at warn (one line per second at most, with the count since the last). */
+  expired(lane: Lane, logger: SendQueueOptions['logger'], nowMs: number, job: { id: string; chatId: number; waitedMs: number; deadlineMs: number }): void {
+    this.stats.expired[lane]++;
+    this.m?.expired.add(1, { lane });
+    this.expiredSinceLog++;
+    if (logger === undefined || nowMs - this.expiredLoggedAtMs < EXPIRED_LOG_EVERY_MS) return;
+    logger.warn(
+      { lane, jobId: job.id, chatId: job.chatId, waitedMs: Math.round(job.waitedMs), deadlineMs: job.deadlineMs, expired: this.expiredSinceLog },
+      'send job dropped: its deadline passed while it waited',
+    );
+    this.expiredLoggedAtMs = nowMs;
+    this.expiredSinceLog = 0;
   }
 
   refused(reason: RefuseReason, chatId: number): void {

@@ -44,6 +44,8 @@ interface QJob<P> {
   retries: number;
   requeues: number;
   readonly enqueuedAtMs: number;
+  /** Dropped when not handed to `send` by then, ms on the queue's clock. */
+  readonly deadlineAtMs: number | undefined;
   settled: boolean;
   readonly resolve: (r: JobResult) => void;
 }
@@ -121,6 +123,9 @@ export class MemorySendQueue<P> implements SendQueue<P> {
   };
   private readonly waiting = new MinHeap<WaitEntry<P>>((a, b) => a.atMs < b.atMs);
   private waitTimer: { atMs: number; cancel: () => void } | undefined;
+  /** Queued jobs with a deadline, earliest first; one timer for the earliest. */
+  private readonly deadlines = new MinHeap<QJob<P>>((a, b) => (a.deadlineAtMs ?? Infinity) < (b.deadlineAtMs ?? Infinity));
+  private deadlineTimer: { atMs: number; cancel: () => void } | undefined;
   /** Bot-wide gate (pause or bot rate), ms on `clock`. */
   private gateUntilMs = 0;
   private gateTimer: (() => void) | undefined;
@@ -164,6 +169,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     let resolve!: (r: JobResult) => void;
     const result = new Promise<JobResult>((r) => (resolve = r));
     if (input.key !== undefined && input.version !== undefined) this.noteVersion(input.key, input.version);
+    const enqueuedAtMs = this.clock.now();
     const job: QJob<P> = {
       id: `m${++this.nextId}`,
       chatId,
@@ -174,7 +180,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       isGroup: input.isGroup ?? chatId < 0,
       retries: 0,
       requeues: 0,
-      enqueuedAtMs: this.clock.now(),
+      enqueuedAtMs,
+      deadlineAtMs: input.deadlineMs === undefined ? undefined : enqueuedAtMs + input.deadlineMs,
       settled: false,
       resolve,
     };
@@ -202,6 +209,10 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     if (older !== undefined) {
       this.counters.superseded(older.lane);
       this.settle(older, { status: 'superseded', by: job.id });
+    }
+    if (job.deadlineAtMs !== undefined) {
+      this.deadlines.push(job);
+      this.armDeadlineTimer();
     }
     this.jobAdded(chat);
     this.dispatch();
@@ -339,6 +350,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.waitTimer = undefined;
     this.gateTimer?.();
     this.gateTimer = undefined;
+    this.deadlineTimer?.cancel();
+    this.deadlineTimer = undefined;
     if (this.inFlight > 0) {
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, timeoutMs);
@@ -462,6 +475,51 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.gate(until);
   }
 
+  private armDeadlineTimer(): void {
+    for (let j = this.deadlines.peek(); j !== undefined && j.settled; j = this.deadlines.peek()) this.deadlines.pop();
+    const head = this.deadlines.peek();
+    if (head === undefined || head.deadlineAtMs === undefined || this.closed) {
+      this.deadlineTimer?.cancel();
+      this.deadlineTimer = undefined;
+      return;
+    }
+    if (this.deadlineTimer !== undefined && this.deadlineTimer.atMs <= head.deadlineAtMs) return;
+    this.deadlineTimer?.cancel();
+    const atMs = head.deadlineAtMs;
+    this.deadlineTimer = { atMs, cancel: this.clock.after(atMs - this.clock.now(), () => this.onDeadlineTimer()) };
+  }
+
+  /** Drops every queued job whose deadline passed (a pause or a backlog held it): none is sent late. */
+  private onDeadlineTimer(): void {
+    this.deadlineTimer = undefined;
+    const now = this.clock.now();
+    for (let j = this.deadlines.peek(); j !== undefined && (j.settled || (j.deadlineAtMs ?? Infinity) <= now); j = this.deadlines.peek()) {
+      this.deadlines.pop();
+      if (!j.settled) this.expire(j, now);
+    }
+    this.armDeadlineTimer();
+    this.checkIdle();
+  }
+
+  /** Removes queued job `job` (its deadline passed) from its chat and settles it `dropped`. */
+  private expire(job: QJob<P>, now: number): void {
+    const chat = this.chats.get(String(job.chatId));
+    const list = chat?.lanes[job.lane];
+    const i = list ? list.indexOf(job) : -1;
+    if (chat === undefined || list === undefined || i < 0) return; // in a worker's hands: it checks the deadline itself
+    list.splice(i, 1);
+    this.depthByLane[job.lane]--;
+    if (job.key !== undefined && this.byKey.get(job.key) === job) this.byKey.delete(job.key);
+    if (!chat.busy && !this.hasJobs(chat)) {
+      chat.state = 'idle';
+      this.chats.delete(chat.key);
+    }
+    const waitedMs = now - job.enqueuedAtMs;
+    const deadlineMs = (job.deadlineAtMs ?? now) - job.enqueuedAtMs;
+    this.counters.expired(job.lane, this.logger, now, { id: job.id, chatId: job.chatId, waitedMs, deadlineMs });
+    this.settle(job, { status: 'dropped', reason: `deadline: not sent within ${Math.round(deadlineMs)} ms of enqueue` });
+  }
+
   /** Closes the dispatcher until `untilMs` (bot-wide wait). */
   private gate(untilMs: number): void {
     if (untilMs <= this.gateUntilMs && this.gateTimer !== undefined) return;
@@ -520,6 +578,8 @@ export class MemorySendQueue<P> implements SendQueue<P> {
       this.gate(this.pausedUntilMs);
       return { kind: 'front' };
     }
+    // A job whose deadline passed while it waited is dropped, never sent late.
+    for (let j = this.headJob(chat); j?.deadlineAtMs !== undefined && j.deadlineAtMs <= now; j = this.headJob(chat)) this.expire(j, now);
     const first = this.headJob(chat);
     if (first === undefined) return { kind: 'back' };
     const r = await this.bucket.take(chat.key, first.isGroup);

@@ -13,7 +13,7 @@ export function checkChatId(v: unknown, name: string): asserts v is number {
     throw new RangeError(`${name} must be a non-zero safe integer, got ${String(v)}`);
 }
 
-/** @throws RangeError on a bad chatId, lane, key, isGroup or version (a version needs a key). */
+/** @throws RangeError on a bad chatId, lane, key, isGroup, version (a version needs a key) or deadlineMs. */
 export function checkJobInput(input: SendJobInput<unknown>): void {
   checkChatId(input.chatId, 'chatId');
   if (!LANES.includes(input.lane)) throw new RangeError(`lane must be one of ${LANES.join(', ')}, got ${String(input.lane)}`);
@@ -25,6 +25,8 @@ export function checkJobInput(input: SendJobInput<unknown>): void {
       throw new RangeError(`version must be a safe integer >= 0 when given, got ${String(input.version)}`);
     if (input.key === undefined) throw new RangeError('version needs a key (it orders the jobs of one key)');
   }
+  if (input.deadlineMs !== undefined && !(typeof input.deadlineMs === 'number' && Number.isFinite(input.deadlineMs) && input.deadlineMs > 0))
+    throw new RangeError(`deadlineMs must be a finite number > 0 when given, got ${String(input.deadlineMs)}`);
 }
 
 /** Follows migration redirects from `chatId` (at most MAX_REDIRECT_HOPS). */

@@ -120,6 +120,13 @@ export interface SendJobInput<P> {
    * arrival does. Without it, arrival order decides.
    */
   version?: number;
+  /**
+   * The job is worth sending only this long after enqueue, ms (e.g. a command
+   * reply whose caller waits `resultTimeoutMs`): one not handed to `send`
+   * by then is dropped (`dropped`, reason `deadline …`), logged and counted in
+   * `crowdplay_sendq_expired_total`, never sent late. Finite > 0. @defaultValue none
+   */
+  deadlineMs?: number;
   payload: P;
   /** Adds the per-group limit. @defaultValue `chatId < 0` (groups, supergroups and channels have negative ids) */
   isGroup?: boolean;
@@ -176,7 +183,7 @@ export type JobResult =
   | { status: 'purged' }
   /** `send` answered `{deactivate}` for this job. */
   | { status: 'deactivated'; reason: string }
-  /** `send` answered `{drop}` (or threw: reason `threw`). */
+  /** `send` answered `{drop}` (or threw: reason `threw`), or its deadline passed while it waited (reason `deadline …`). */
   | { status: 'dropped'; reason: string }
   /** Retries or requeues exhausted. */
   | { status: 'failed'; reason: string };
@@ -220,6 +227,8 @@ export interface SendQueueStats {
   purged: number;
   /** Jobs ended `failed` (retries or requeues exhausted). */
   failed: number;
+  /** Jobs dropped because their deadline (`deadlineMs`) passed while they waited, by lane. */
+  expired: Record<Lane, number>;
   /** Enqueues refused, by reason. */
   refused: Record<RefuseReason, number>;
   /** Refused takes, by the limit that refused. */
@@ -252,7 +261,8 @@ export interface SendQueue<P> {
    * queue is full (`maxQueued`) or closed, or `version` is older than the
    * latest of its key (`stale`); every refusal is counted. A chat
    * moved by `moveChat` is redirected to its new id.
-   * @throws RangeError on a non-integer `chatId`, an unknown `lane`, an empty `key`, or a `version` that is not a safe integer ≥ 0 or comes without a `key`.
+   * @throws RangeError on a non-integer `chatId`, an unknown `lane`, an empty `key`, a `version` that is not a safe integer ≥ 0
+   *   or comes without a `key`, or a `deadlineMs` that is not a finite number > 0.
    */
   enqueue(job: SendJobInput<P>): Promise<EnqueueResult>;
   /**

@@ -15,6 +15,7 @@ import {
   type Clock,
   type SendLimits,
   type SendQueue,
+  type SendQueueOptions,
 } from '../src/index.ts';
 
 /** Telegram's documented limits (the defaults of config.telegram). */
@@ -34,6 +35,7 @@ export interface HarnessOptions {
   maxRequeues?: number;
   maxQueued?: number;
   onError?: (err: unknown, context: string) => void;
+  logger?: SendQueueOptions['logger'];
 }
 
 export interface Harness {

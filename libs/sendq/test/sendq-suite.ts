@@ -273,6 +273,36 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     for (const c of calls) assert.ok(c.atMs >= t0 + 5_000, `call at +${c.atMs - t0} ms during a 5,000 ms pause`);
   });
 
+  void test(`${name} - deadline: a tx job whose deadline passes while it waits is dropped, logged and counted, never sent`, TIMEOUT, async (t) => {
+    const warned: Array<Record<string, unknown>> = [];
+    const logger = {
+      info: () => undefined,
+      error: () => undefined,
+      warn: (fields: Record<string, unknown>, msg: string) => void warned.push({ ...fields, msg }),
+    } as unknown as HarnessOptions['logger'];
+    const h = await setup(t, { logger });
+    const { calls, send } = recorder(h);
+    await h.queue.pause(5_000);
+    const late = queued(await h.queue.enqueue({ chatId: 1_301, lane: 'tx', deadlineMs: 2_000, payload: { n: 1 } }));
+    const kept = queued(await h.queue.enqueue({ chatId: 1_302, lane: 'tx', payload: { n: 2 } }));
+    h.queue.start(send);
+    const r = await outcome(h, late.result, 30_000);
+    assert.equal(r.status, 'dropped');
+    assert.match((r as { reason: string }).reason, /^deadline: not sent within 2000 ms/);
+    assert.deepEqual(await outcome(h, kept.result, 30_000), { status: 'sent' });
+    assert.deepEqual(
+      calls.map((c) => c.n),
+      [2],
+      'the expired job never reached send',
+    );
+    assert.deepEqual(h.queue.stats().expired, { tx: 1, board: 0 });
+    const line = warned.find((w) => w.msg === 'send job dropped: its deadline passed while it waited');
+    assert.ok(line, `a log line: ${JSON.stringify(warned)}`);
+    assert.equal(line.lane, 'tx');
+    assert.equal(line.deadlineMs, 2_000);
+    assert.deepEqual(await h.queue.depth(), { tx: 0, board: 0 });
+  });
+
   void test(`${name} - supersession: a newer job with the same key replaces a queued older one`, TIMEOUT, async (t) => {
     const h = await setup(t);
     const { calls, send } = recorder(h);
@@ -571,6 +601,8 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', key: 'k5', version: -1, payload: { n: 1 } }), RangeError);
     await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', key: 'k5', version: 1.5, payload: { n: 1 } }), RangeError);
     await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'board', version: 1, payload: { n: 1 } }), /version needs a key/);
+    for (const deadlineMs of [0, -1, NaN, Infinity])
+      await assert.rejects(h.queue.enqueue({ chatId: 5, lane: 'tx', deadlineMs, payload: { n: 1 } }), RangeError, String(deadlineMs));
     assert.deepEqual(await h.queue.depth(), { tx: 0, board: 0 });
     assert.equal(await h.queue.chatDepth(5), 0);
     h.queue.start(() => Promise.resolve({ ok: true }));

@@ -81,6 +81,11 @@ export interface CallOptions {
   key?: string;
   /** Queue chat id; default the call's `chat_id`, else {@link BOT_LEVEL_CHAT_ID}. */
   chatId?: number;
+  /**
+   * Drop the call (never send it late) when it has not started this long after enqueue, ms. A call made
+   * through `api` gets `resultTimeoutMs`: its caller stops waiting then. @defaultValue none
+   */
+  deadlineMs?: number;
 }
 
 /** What a board job did. */
@@ -302,7 +307,8 @@ export class TelegramClient {
     }
     if (AVATAR_READ_METHODS.has(method)) return this.avatarGate.run(() => this.timed(method, () => prev(method, payload, signal)));
     const params = (await encodeParams(payload ?? {})) as Record<string, unknown>;
-    const r = await this.enqueueEncoded(method, params, {});
+    // Its caller stops waiting after resultTimeoutMs: a call not started by then is dropped, not sent late.
+    const r = await this.enqueueEncoded(method, params, { deadlineMs: this.resultTimeoutMs });
     const chatId = chatIdOf(params) ?? BOT_LEVEL_CHAT_ID;
     if (r.status === 'refused') throw new CrowdplayError('CP_ERR_TELEGRAM_REFUSED', [method, chatId, r.reason]);
     let timer: NodeJS.Timeout | undefined;
@@ -364,6 +370,7 @@ export class TelegramClient {
       chatId,
       lane: opts.lane ?? 'tx',
       ...(opts.key !== undefined ? { key: opts.key } : {}),
+      ...(opts.deadlineMs !== undefined ? { deadlineMs: opts.deadlineMs } : {}),
       ...(chatId === BOT_LEVEL_CHAT_ID ? { isGroup: false } : {}),
       payload: { kind: 'call', method, params, chatId },
     });

@@ -942,6 +942,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_sendq_expired_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Jobs dropped, never sent, because their deadline (a command reply whose caller stopped waiting) passed while they waited, by lane',
+    labels: { lane: LANES },
+  },
+  {
     name: 'crowdplay_sendq_refused_total',
     type: 'counter',
     unit: '1',
