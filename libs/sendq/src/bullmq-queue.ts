@@ -9,6 +9,7 @@ import { sendqKeys, type SendqKeys } from './keys.ts';
 import {
   logPause,
   resolveQueueOptions,
+  SAME_PAUSE_MS,
   widened,
   retryBackoffMs,
   type PauseSource,
@@ -352,10 +353,13 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
 
   /** This process's mirror of the bot-wide pause: set, exported and logged when `forMs` from now moves its end later. */
   private notePause(forMs: number, source: PauseSource): void {
-    const until = this.clock.now() + forMs;
+    const now = this.clock.now();
+    const until = now + forMs;
     if (until <= this.pausedUntilMs) return;
+    const fresh = this.pausedUntilMs <= now || until > this.pausedUntilMs + SAME_PAUSE_MS;
     this.pausedUntilMs = until;
     this.counters.pauseEnd(until);
+    if (!fresh) return;
     logPause(this.opts.logger, this.o, { forMs, endMs: until, source });
     this.setWindow(1);
   }

@@ -5,6 +5,7 @@ import { MemoryBucket } from './memory-bucket.ts';
 import {
   logPause,
   resolveQueueOptions,
+  SAME_PAUSE_MS,
   widened,
   retryBackoffMs,
   type PauseSource,
@@ -464,13 +465,17 @@ export class MemorySendQueue<P> implements SendQueue<P> {
    * the end later.
    */
   private notePause(forMs: number, source: PauseSource): void {
-    const until = this.clock.now() + forMs;
+    const now = this.clock.now();
+    const until = now + forMs;
     if (until > this.pausedUntilMs) {
+      const fresh = this.pausedUntilMs <= now || until > this.pausedUntilMs + SAME_PAUSE_MS;
       this.pausedUntilMs = until;
       this.counters.pauseEnd(until);
-      logPause(this.logger, this.o, { forMs, endMs: until, source });
-      this.window = 1;
-      this.counters.slowStart(1);
+      if (fresh) {
+        logPause(this.logger, this.o, { forMs, endMs: until, source });
+        this.window = 1;
+        this.counters.slowStart(1);
+      }
     }
     this.gate(until);
   }

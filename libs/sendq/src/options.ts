@@ -132,6 +132,12 @@ export function retryBackoffMs(o: Pick<ResolvedQueueOptions, 'retryBaseMs' | 're
   return Math.min(o.retryMaxMs, o.retryBaseMs * 2 ** Math.max(0, n - 1));
 }
 
+/**
+ * A pause read again (the store's remaining time is rounded up to whole ms) ends up to this much later than the one
+ * already known, ms: the same pause, not logged again nor restarting slow start.
+ */
+export const SAME_PAUSE_MS = 2;
+
 /** Where a pause came from: a 429 this process read, `pause()`, or the bucket's store (another process's 429). */
 export type PauseSource = '429' | 'pause()' | 'store';
 
