@@ -16,23 +16,31 @@
 // would not find them). `import.meta.url` in a source file is rewritten to
 // that file's own URL (relative to the bundle), so paths a module computes
 // beside itself (migrations, public/, fonts' packages) stay right; the render
-// pool's thread module becomes render-worker.js beside the bundle.
+// pool's thread module becomes render-worker.js beside the bundle. Beside it
+// too: `sdk-viewer.js`, the hosted viewer client (libs/sdk-viewer built by
+// scripts/build-sdk.mjs, with the package version in its banner), which the
+// gateway serves at GET /sdk-viewer.js (services/gateway/src/http.ts
+// SDK_VIEWER_PREBUILT, whose URL is left relative to the bundle).
 //
 // Usage: node scripts/build.mjs [--outdir DIR]   (default: dist/)
 // Exits non-zero (and writes nothing usable) on any build error.
-import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { buildHostedViewer } from './build-sdk.mjs';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const POOL_WORKER = "new URL('./worker.ts', import.meta.url)";
+const SDK_VIEWER_PREBUILT = "new URL('./sdk-viewer.js', import.meta.url)";
 
 /**
  * Builds the bundle into `outdir`.
  * @param {{ outdir?: string, quiet?: boolean }} [o]
- * @returns {Promise<{ main: string, worker: string, ms: number }>} absolute paths of the two entries (their chunks beside them)
- * @throws Error on a build error, or when libs/board/src/pool.ts no longer names its worker as POOL_WORKER
+ * @returns {Promise<{ main: string, worker: string, ms: number }>} absolute paths of the two entries (their chunks and
+ *   sdk-viewer.js beside them)
+ * @throws Error on a build error, or when libs/board/src/pool.ts no longer names its worker as POOL_WORKER, or
+ *   services/gateway/src/http.ts its prebuilt viewer client as SDK_VIEWER_PREBUILT
  */
 export async function buildProduct(o = {}) {
   const t0 = performance.now();
@@ -50,8 +58,14 @@ export async function buildProduct(o = {}) {
           // The bundle's own URL here: the thread module is render-worker.js beside it.
           src = src.replace(POOL_WORKER, "new URL('./render-worker.js', import.meta.url)");
         } else if (src.includes('import.meta.url')) {
+          const gatewayHttp = args.path.endsWith(join('services', 'gateway', 'src', 'http.ts'));
+          if (gatewayHttp && !src.includes(SDK_VIEWER_PREBUILT))
+            throw new Error(`services/gateway/src/http.ts no longer contains ${SDK_VIEWER_PREBUILT}: update scripts/build.mjs`);
+          // The prebuilt viewer client is beside the bundle: that URL keeps the bundle's own import.meta.url.
+          if (gatewayHttp) src = src.replace(SDK_VIEWER_PREBUILT, '__crowdplaySdkViewerPrebuilt__');
           const rel = relative(outdir, args.path).split('\\').join('/');
           src = src.replaceAll('import.meta.url', `new URL(${JSON.stringify(rel)}, import.meta.url).href`);
+          if (gatewayHttp) src = src.replace('__crowdplaySdkViewerPrebuilt__', SDK_VIEWER_PREBUILT);
         }
         return { contents: src, loader: 'ts' };
       });
@@ -90,6 +104,7 @@ export async function buildProduct(o = {}) {
       js: "import { createRequire as __crowdplayRequire } from 'node:module'; const require = __crowdplayRequire(import.meta.url);",
     },
   });
+  writeFileSync(join(outdir, 'sdk-viewer.js'), await buildHostedViewer());
   // Chunk names carry a content hash: drop the chunks an earlier build left (npm start rebuilds every time).
   const written = new Set(Object.keys(result.metafile.outputs).map((f) => resolve(ROOT, f)));
   for (const f of readdirSync(outdir)) {

@@ -12,8 +12,16 @@ import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { mintDevToken } from './auth.ts';
 
-/** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js. */
+/** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
 export const SDK_VIEWER_ENTRY = fileURLToPath(new URL('../../../libs/sdk-viewer/src/index.ts', import.meta.url));
+/** The viewer SDK's package.json: its version goes in the banner of a client built here. */
+export const SDK_VIEWER_PACKAGE = fileURLToPath(new URL('../../../libs/sdk-viewer/package.json', import.meta.url));
+/**
+ * The hosted viewer client prebuilt by scripts/build.mjs beside the product bundle (dist/sdk-viewer.js);
+ * the build rewrites this URL to be relative to the bundle. Under the sources (tsx) it names a file that does not
+ * exist, and GET /sdk-viewer.js bundles libs/sdk-viewer/src on its first request instead.
+ */
+export const SDK_VIEWER_PREBUILT = fileURLToPath(new URL('./sdk-viewer.js', import.meta.url));
 /** Static files of the viewer page. */
 export const PUBLIC_DIR = fileURLToPath(new URL('../public/', import.meta.url));
 /** Largest POST /v1/tokens/dev body, bytes. */
@@ -53,7 +61,8 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
  * - `GET /metrics` → Prometheus text.
  * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App.
- * - `GET /sdk-viewer.js` → libs/sdk-viewer bundled by esbuild on first request (cached; a failed build is retried next time).
+ * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer
+ *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
  * - `GET /v1/ws` without an upgrade → 426.
  * - `POST /v1/tokens/dev` (standalone only, dev-only) → `{token}` for the dev tenant.
  */
@@ -122,7 +131,7 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   let bundle: Promise<string> | undefined;
   app.get('/sdk-viewer.js', async (_req, reply) => {
     if (!bundle) {
-      const building = buildSdkBundle();
+      const building = hostedSdkBundle();
       bundle = building;
       building.catch(() => {
         if (bundle === building) bundle = undefined;
@@ -160,11 +169,28 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
 }
 
 /**
- * Bundles libs/sdk-viewer for browsers (ESM). esbuild is imported on first
- * use, so a gateway that never serves the page never loads it.
- * @throws the esbuild build error
+ * The hosted viewer client's text: the file at `prebuilt` when it exists (the product bundle's), else
+ * libs/sdk-viewer built here ({@link buildSdkBundle}).
+ * @param prebuilt path of the prebuilt client. @defaultValue SDK_VIEWER_PREBUILT
+ * @throws a read error other than a missing file, or the esbuild build error
+ */
+export async function hostedSdkBundle(prebuilt: string = SDK_VIEWER_PREBUILT): Promise<string> {
+  try {
+    return await readFile(prebuilt, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  return buildSdkBundle();
+}
+
+/**
+ * Bundles libs/sdk-viewer for browsers (ESM), behind the banner the prebuilt client has (the package's name and
+ * version, scripts/build-sdk.mjs). esbuild is imported on first use, so a gateway that never serves the page never
+ * loads it.
+ * @throws the esbuild build error, or a read error of the package's package.json
  */
 export async function buildSdkBundle(): Promise<string> {
+  const { version } = JSON.parse(await readFile(SDK_VIEWER_PACKAGE, 'utf8')) as { version: string };
   const esbuild = await import('esbuild');
   let result;
   try {
@@ -177,6 +203,7 @@ export async function buildSdkBundle(): Promise<string> {
       minify: true,
       write: false,
       logLevel: 'silent',
+      banner: { js: sdkViewerBanner(version) },
     });
   } finally {
     // esbuild keeps a helper process (which holds the event loop open) until stopped;
@@ -186,4 +213,12 @@ export async function buildSdkBundle(): Promise<string> {
   const out = result.outputFiles[0];
   if (!out) throw new Error('esbuild produced no output for the viewer SDK bundle');
   return out.text;
+}
+
+/**
+ * The first line of the hosted viewer client (the same text as scripts/build-sdk.mjs `hostedViewerBanner`).
+ * @param version the package version, e.g. `0.1.0`
+ */
+export function sdkViewerBanner(version: string): string {
+  return `/*! @crowdplay/sdk-viewer ${version} — the crowdplay viewer client for browsers (ESM). */`;
 }

@@ -1,8 +1,13 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { jwtVerify } from 'jose';
 import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
 import { listenOverflows } from '../src/metrics.ts';
+import { hostedSdkBundle, SDK_VIEWER_PACKAGE, sdkViewerBanner } from '../src/http.ts';
+import { hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 
 describe('gateway http', () => {
   it('health - /healthz is 200 from creation; /readyz is 503 until listen, 200 serving, 503 after drain', async () => {
@@ -56,11 +61,33 @@ describe('gateway http', () => {
       assert.equal(sdk.statusCode, 200);
       assert.match(String(sdk.headers['content-type']), /^text\/javascript/);
       assert.match(sdk.body, /ViewerClient/);
+      const { version } = JSON.parse(readFileSync(SDK_VIEWER_PACKAGE, 'utf8')) as { version: string };
+      assert.ok(sdk.body.startsWith(sdkViewerBanner(version)), `banner with the package version ${version}: ${sdk.body.slice(0, 120)}`);
       assert.doesNotMatch(sdk.body, /from\s*["']ws["']|require\(["']ws["']\)/, 'browser bundle: no ws import');
       const again = await h.gateway.app.inject({ url: '/sdk-viewer.js' });
       assert.equal(again.body, sdk.body);
     } finally {
       await h.close();
+    }
+  });
+
+  it('page - the hosted client is the prebuilt file when there is one, else built from the sources with the same banner', async () => {
+    assert.equal(sdkViewerBanner('1.2.3'), hostedViewerBanner('1.2.3'), 'the gateway and scripts/build-sdk.mjs write one banner');
+    const dir = mkdtempSync(join(tmpdir(), 'crowdplay-sdk-'));
+    try {
+      const prebuilt = join(dir, 'sdk-viewer.js');
+      writeFileSync(prebuilt, '/*! prebuilt */ export {};');
+      assert.equal(await hostedSdkBundle(prebuilt), '/*! prebuilt */ export {};');
+      const built = await hostedSdkBundle(join(dir, 'missing.js'));
+      assert.match(built, /^\/\*! @crowdplay\/sdk-viewer \d+\.\d+\.\d+ /);
+      assert.match(built, /ViewerClient/);
+      await assert.rejects(
+        hostedSdkBundle(dir),
+        (err: NodeJS.ErrnoException) => err.code === 'EISDIR',
+        'a read error other than a missing file',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
