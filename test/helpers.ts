@@ -89,7 +89,10 @@ export async function spawnCrowdplay(env: Record<string, string>, readyTimeoutMs
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const baseUrl = await new Promise<string>((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`crowdplay did not start in ${readyTimeoutMs} ms:\n${out}`)), readyTimeoutMs);
+    const t = setTimeout(() => {
+      child.kill('SIGKILL'); // not left running behind the failed suite
+      reject(new Error(`crowdplay did not start in ${readyTimeoutMs} ms:\n${out}`));
+    }, readyTimeoutMs);
     const onData = (): void => {
       const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
       if (m) {
