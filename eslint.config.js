@@ -33,4 +33,9 @@ export default tseslint.config(
     files: ['**/*.mjs', '**/*.js'],
     languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
   },
+  {
+    // Outside projects on Node 20 (docs/guides/first-game.md).
+    files: ['examples/**/*.js'],
+    languageOptions: { globals: { fetch: 'readonly', setTimeout: 'readonly' } },
+  },
 );
