@@ -72,6 +72,14 @@ describe('examples/first-game (the packed SDKs outside the workspace)', () => {
     assert.doesNotMatch(lock, /"examples\//, 'the root lockfile names no example');
   });
 
+  it('is the code docs/guides/first-game.md shows', () => {
+    const guide = readFileSync(join(ROOT, 'docs', 'guides', 'first-game.md'), 'utf8');
+    const shown = /<!-- file: examples\/first-game\/game\.js -->\n```js\n([\s\S]*?)```\n/.exec(guide);
+    assert.ok(shown, 'the guide has a ```js block after <!-- file: examples/first-game/game.js -->');
+    assert.equal(shown[1], readFileSync(join(EXAMPLE, 'game.js'), 'utf8'), 'the guide shows game.js as it is');
+    assert.ok(guide.includes(readFileSync(join(EXAMPLE, 'package.json'), 'utf8')), 'the guide shows package.json as it is');
+  });
+
   it(
     'packs both SDKs, installs them from the tarballs alone, declares, gets batches, opens and settles a round',
     { timeout: 600_000 },
