@@ -142,7 +142,7 @@ export class Authenticator {
    */
   async crowd(channel: string, token: string | null): Promise<CrowdIdentity> {
     if (!token) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
-    const ch = (await this.channels.fetch(channel))?.row ?? null;
+    const ch = await this.channelRow(channel);
     if (!ch) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     const entry = await this.tenants.fetch(ch.tenantId);
     if (!entry?.tenant || !entry.key) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
@@ -168,6 +168,21 @@ export class Authenticator {
     }
     if (payload.ch !== undefined && payload.ch !== channel) throw new CrowdplayError('CP_ERR_AUTH_WRONG_CHANNEL', [channel]);
     return { tenantId: ch.tenantId, viewer: sub };
+  }
+
+  /**
+   * The channel's row (cached), or null. A game creating the channel sets the cache while a viewer's read is in
+   * flight, which aborts that read ("replaced"): the value set is the answer then.
+   * @throws the store's error
+   */
+  private async channelRow(channel: string): Promise<ChannelEntry['row']> {
+    try {
+      return (await this.channels.fetch(channel))?.row ?? null;
+    } catch (err) {
+      const set = this.channels.get(channel);
+      if (set) return set.row;
+      throw err;
+    }
   }
 
   /**

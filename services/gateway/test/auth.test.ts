@@ -14,6 +14,7 @@ import {
   type Harness,
   type SuiteStore,
 } from './helpers.ts';
+import { Authenticator } from '../src/auth.ts';
 
 let suite: SuiteStore;
 let h: Harness;
@@ -61,6 +62,26 @@ async function expectRefused(
   assert.equal(metricValue(text, 'crowdplay_connections'), metricValue(before, 'crowdplay_connections'));
   assert.equal(harness.shard.intents, intentsBefore, 'no intent forwarded');
 }
+
+describe('gateway auth - Authenticator', () => {
+  it('crowd - a viewer whose channel read is in flight while a game creates the channel is authenticated', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    let reads = 0;
+    const channels = Object.create(suite.store.channels) as typeof suite.store.channels;
+    channels.get = async (id) => {
+      if (reads++ === 0) await gate; // only the viewer's read waits
+      return suite.store.channels.get(id);
+    };
+    const auth = new Authenticator({ ...suite.store, channels } as typeof suite.store, { clockSkewS: 5 });
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'racer' });
+    const viewer = auth.crowd('racechan', token);
+    await waitUntil(() => reads >= 1, 'the viewer reading the channel');
+    assert.deepEqual(await auth.game('racechan', suite.acme.apiKey), { tenantId: 'acme' });
+    release();
+    assert.deepEqual(await viewer, { tenantId: 'acme', viewer: 'racer' });
+  });
+});
 
 describe('gateway auth', () => {
   it('crowd - unknown channel is refused with CP_ERR_CHANNEL_UNKNOWN and 4004', async () => {
