@@ -13,8 +13,10 @@
  *
  * A failure without an answer is classified by whether the request can have
  * reached Telegram: a connection that was never made (ECONNREFUSED, DNS
- * failure, unreachable network) cannot have been applied; a reset, a timeout
- * or an answer that is not Telegram's JSON (a proxy's 502 page) may have been.
+ * failure, unreachable network, a timeout of the connect itself: the error's
+ * `syscall` is `connect` or `getaddrinfo`) cannot have been applied; a reset,
+ * a timeout after the connection was made or an answer that is not Telegram's
+ * JSON (a proxy's 502 page) may have been.
  */
 import { GrammyError, HttpError } from 'grammy';
 
@@ -45,11 +47,17 @@ export type ErrorClass =
 /** Errno codes of a connection that was never made: the request cannot have reached Telegram. */
 const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL']);
 
-/** The errno-style code of a network error (node-fetch FetchError `code`, or its `cause`). */
-function errnoCode(err: unknown): string | undefined {
+/** Syscalls of the connection phase: an error in one of them means no byte of the request was sent. */
+const CONNECT_SYSCALLS = new Set(['connect', 'getaddrinfo']);
+
+/** The errno-style code of a network error (node-fetch FetchError `code`, or its `cause`), and its syscall when given. */
+function errnoOf(err: unknown): { code: string; syscall: string | undefined } | undefined {
   for (let e: unknown = err, i = 0; e && typeof e === 'object' && i < 4; e = (e as { cause?: unknown }).cause, i++) {
     const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && /^E[A-Z_]+$/.test(code)) return code;
+    if (typeof code === 'string' && /^E[A-Z_]+$/.test(code)) {
+      const syscall = (e as { syscall?: unknown }).syscall;
+      return { code, syscall: typeof syscall === 'string' ? syscall : undefined };
+    }
   }
   return undefined;
 }
@@ -108,9 +116,12 @@ export function classifyApiError(
 export function classifyError(err: unknown): ErrorClass {
   if (err instanceof GrammyError) return classifyApiError(err.error_code, err.description, err.parameters);
   const inner = err instanceof HttpError ? err.error : err;
-  const code = errnoCode(inner);
+  const errno = errnoOf(inner);
+  const code = errno?.code;
   const detail = `${code ?? ''}${code ? ' ' : ''}${inner instanceof Error ? inner.message : String(inner)}`.slice(0, 200);
-  return { kind: 'network', maybeApplied: !(code !== undefined && NEVER_CONNECTED.has(code)), detail };
+  // A connect that timed out (ETIMEDOUT in `connect`) never sent the request either.
+  const neverConnected = errno !== undefined && (NEVER_CONNECTED.has(errno.code) || CONNECT_SYSCALLS.has(errno.syscall ?? ''));
+  return { kind: 'network', maybeApplied: !neverConnected, detail };
 }
 
 /**

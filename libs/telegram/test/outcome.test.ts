@@ -97,6 +97,17 @@ void test('grammY errors: GrammyError by its answer, HttpError by whether the re
     Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' }),
   );
   assert.deepEqual(classifyError(reset), { kind: 'network', maybeApplied: true, detail: 'ECONNRESET socket hang up' });
+  // A connect that timed out sent nothing; the same errno on a connected socket may have.
+  const connectTimeout = new HttpError(
+    "Network request for 'sendMessage' failed!",
+    Object.assign(new Error('connect ETIMEDOUT 149.154.167.220:443'), { code: 'ETIMEDOUT', syscall: 'connect' }),
+  );
+  assert.equal((classifyError(connectTimeout) as { maybeApplied: boolean }).maybeApplied, false);
+  const readTimeout = new HttpError(
+    "Network request for 'sendMessage' failed!",
+    Object.assign(new Error('read ETIMEDOUT'), { code: 'ETIMEDOUT', syscall: 'read' }),
+  );
+  assert.equal((classifyError(readTimeout) as { maybeApplied: boolean }).maybeApplied, true);
   const timeout = new HttpError("Network request for 'sendPhoto' failed!", new Error("Request to 'sendPhoto' timed out after 30 seconds"));
   assert.equal((classifyError(timeout) as { maybeApplied: boolean }).maybeApplied, true);
   assert.equal((classifyError(new Error('anything')) as { maybeApplied: boolean }).maybeApplied, true);
