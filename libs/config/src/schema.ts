@@ -781,6 +781,14 @@ export const schema = {
       doc: "A bot-wide pause (a 429's retry_after) longer than this is logged at error, not info: every chat's sends stand still until it ends.",
       why: "Telegram's 429s usually ask for seconds; one of minutes is flood control, and 5 min (more than a round's boards, a command reply's whole wait) is worth a page.",
     }),
+    txUnreachedDeadlineMs: int({
+      env: 'TELEGRAM_TX_UNREACHED_DEADLINE_MS',
+      default: 600_000,
+      min: 1_000,
+      unit: 'ms',
+      doc: 'How long a command reply that never reached Telegram (connection refused, DNS failure, connect timeout) is tried again before it is given up.',
+      why: "The queue's 3 retries (1+2+4 s) lost every reply of an outage longer than ~7 s; nothing of such a call was applied, so repeating it cannot post twice, and 10 min covers a network or Telegram outage while a reply still makes sense.",
+    }),
     sendMaxQueued: int({
       env: 'TELEGRAM_SENDQ_MAX_QUEUED',
       default: 100_000,

@@ -33,7 +33,17 @@ import { randomBytes } from 'node:crypto';
 import { Api, InputFile, type Transformer } from 'grammy';
 import type { ApiMethods } from 'grammy/types';
 import { CrowdplayError } from '@crowdplay/protocol';
-import type { EnqueueResult, JobResult, Lane, SendFn, SendJob, SendOutcome, SendQueue } from '@crowdplay/sendq';
+import {
+  DEFAULT_MAX_RETRIES,
+  type EnqueueResult,
+  type JobResult,
+  type Lane,
+  type SendFn,
+  type SendJob,
+  type SendOutcome,
+  type SendQueue,
+} from '@crowdplay/sendq';
+
 import { AVATAR_MAX_BYTES, Avatars, Gate, type AvatarOptions, type AvatarStats } from './avatars.ts';
 import { BOARD_PROBE_IDS, MemoryBoardStore, type BoardStore } from './board-store.ts';
 import { classifyError, isIdempotent, type ErrorClass } from './outcome.ts';
@@ -52,6 +62,11 @@ export type BotCall =
       params: Record<string, unknown>;
       /** The queue chat id it was enqueued for (after a migration the job's chat differs, and `chat_id` follows it). */
       chatId: number;
+      /**
+       * When the call was first queued (the queue's clock, ms), if this job continues one that never reached
+       * Telegram: its deadline (`txUnreachedDeadlineMs`) counts from there.
+       */
+      firstAtMs?: number;
     }
   | {
       kind: 'board';
@@ -121,6 +136,14 @@ export interface TelegramClientOptions {
   resultTimeoutMs?: number;
   /** Lifetime of a chat's post claim (a crashed sender's claim lapses), ms. @defaultValue 60_000 */
   postClaimTtlMs?: number;
+  /**
+   * TELEGRAM_TX_UNREACHED_DEADLINE_MS: how long a call on lane `tx` that never reached Telegram (connection
+   * refused, DNS failure, connect timeout) is tried again, ms from its first enqueue; past the queue's retries
+   * it continues as a new job (its caller in this process follows it). @defaultValue 600_000
+   */
+  txUnreachedDeadlineMs?: number;
+  /** The queue's `maxRetries` (after that many `{retry}` outcomes a tx call continues as a new job). @defaultValue libs/sendq DEFAULT_MAX_RETRIES */
+  queueMaxRetries?: number;
   /** grammY's HTTP timeout per call, s. @defaultValue 30 */
   timeoutSeconds?: number;
   /** Clock, ms. @defaultValue Date.now */
@@ -217,6 +240,12 @@ function chatIdOf(params: unknown): number | undefined {
   return Number.isSafeInteger(n) && n !== 0 ? n : undefined;
 }
 
+/** The reason of a job that never reached Telegram and continues as the job named after it. */
+export const CONTINUED = 'continued as job ';
+
+/** Continued jobs remembered for callers in this process (a caller elsewhere sees the `dropped` reason, and the call is still made). */
+const MAX_CONTINUED = 10_000;
+
 /** `code: description`: how a Telegram error travels in a job's reason (and back into a GrammyError). */
 function tgReason(code: number, description: string): string {
   return `${code}: ${description}`;
@@ -247,6 +276,10 @@ export class TelegramClient {
   private readonly grants = new WeakMap<object, { used: boolean }>();
   private readonly resultTimeoutMs: number;
   private readonly postClaimTtlMs: number;
+  private readonly txUnreachedDeadlineMs: number;
+  private readonly queueMaxRetries: number;
+  /** Jobs continued as a new job (never reached Telegram), by the old job's id: what a caller here follows (bounded). */
+  private readonly continued = new Map<string, EnqueueResult & { status: 'queued' }>();
   private readonly now: () => number;
   private readonly hooks: TelegramHooks;
   /** Makes claim holders unique across processes (queue job ids of in-process queues repeat: m1, m2, …). */
@@ -267,6 +300,8 @@ export class TelegramClient {
     this.boards = o.boards ?? new MemoryBoardStore();
     this.resultTimeoutMs = o.resultTimeoutMs ?? 60_000;
     this.postClaimTtlMs = o.postClaimTtlMs ?? 60_000;
+    this.txUnreachedDeadlineMs = o.txUnreachedDeadlineMs ?? 600_000;
+    this.queueMaxRetries = o.queueMaxRetries ?? DEFAULT_MAX_RETRIES;
     this.now = o.now ?? Date.now;
     this.hooks = o.hooks ?? {};
     this.api = new Api(o.token, { apiRoot: o.apiRoot, timeoutSeconds: o.timeoutSeconds ?? 30 });
@@ -317,12 +352,28 @@ export class TelegramClient {
       timer.unref();
     });
     try {
-      const res = await Promise.race([r.result, timeout]);
+      const res = await Promise.race([this.follow(r.id, r.result), timeout]);
       return this.toApiResponse(method, chatId, res);
     } finally {
       clearTimeout(timer);
     }
   }) as Transformer;
+
+  /**
+   * The end of job `id`, following it into the jobs that continue it in this process (a call that never reached
+   * Telegram continues as a new job past the queue's retries: the old one ends `dropped`, reason CONTINUED…).
+   */
+  private async follow(id: string, result: Promise<JobResult>): Promise<JobResult> {
+    for (;;) {
+      const res = await result;
+      if (res.status !== 'dropped' || !res.reason.startsWith(CONTINUED)) return res;
+      const next = this.continued.get(id);
+      if (!next) return res;
+      this.continued.delete(id);
+      id = next.id;
+      result = next.result;
+    }
+  }
 
   /** Runs one HTTP call of `method`, recording its duration (callMs) with ok = "true" | "false" | "error" (threw). */
   private async timed<R extends { ok: boolean }>(method: string, call: () => Promise<R>): Promise<R> {
@@ -469,8 +520,40 @@ export class TelegramClient {
       await this.noteResult(job.chatId, result);
       return { ok: true, value: result };
     } catch (err) {
-      return this.outcome(job, call.method, classifyError(err), err);
+      const c = classifyError(err);
+      if (job.lane === 'tx' && c.kind === 'network' && !c.maybeApplied) return this.unreached(job, call, c.detail);
+      return this.outcome(job, call.method, c, err);
     }
+  }
+
+  /**
+   * A transactional call that never reached Telegram (nothing can have been applied): tried again until
+   * `txUnreachedDeadlineMs` after it was first queued. Within the queue's retries, `{retry}` (its backoff);
+   * then it continues as a new job with the same payload (a fresh backoff), and a caller in this process
+   * follows it ({@link follow}).
+   */
+  private async unreached(job: SendJob<BotCall>, call: Extract<BotCall, { kind: 'call' }>, detail: string): Promise<SendOutcome<BotCall>> {
+    this.count(this.s.errors, 'network');
+    const firstAtMs = call.firstAtMs ?? job.enqueuedAtMs;
+    const waited = job.grantedAtMs - firstAtMs;
+    if (waited >= this.txUnreachedDeadlineMs)
+      return {
+        drop: true,
+        reason: `never reached Telegram in ${this.txUnreachedDeadlineMs} ms (TELEGRAM_TX_UNREACHED_DEADLINE_MS): ${detail}`,
+      };
+    if (job.retries < this.queueMaxRetries) return { retry: true, reason: detail };
+    const next = await this.queue.enqueue({
+      chatId: job.chatId,
+      lane: job.lane,
+      ...(job.key !== undefined ? { key: job.key } : {}),
+      isGroup: job.isGroup,
+      payload: { ...call, firstAtMs },
+    });
+    if (next.status !== 'queued')
+      return { drop: true, reason: `never reached Telegram, and could not be queued again (${next.reason}): ${detail}` };
+    this.continued.set(job.id, next);
+    if (this.continued.size > MAX_CONTINUED) this.continued.delete(this.continued.keys().next().value!);
+    return { drop: true, reason: `${CONTINUED}${next.id} (never reached Telegram: ${detail})` };
   }
 
   /** The outcome policy shared by raw calls and boards (docs/telegram.md). */

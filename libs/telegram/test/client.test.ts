@@ -12,7 +12,7 @@ import assert from 'node:assert/strict';
 import { GrammyError } from 'grammy';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { deferred, until, within, type Deferred } from '@crowdplay/testing';
-import { MemorySendQueue, type JobResult, type SendQueueOptions } from '@crowdplay/sendq';
+import { ManualClock, MemorySendQueue, type JobResult, type SendQueueOptions } from '@crowdplay/sendq';
 import {
   TelegramStub,
   NOT_MODIFIED,
@@ -452,7 +452,7 @@ void test('5xx: an edit is retried; a sendMessage that may have been applied is 
       (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_FAILED') && /ambiguous/.test(e.message),
     );
     assert.equal(r.stub.calls().filter((c) => c.method === 'sendMessage').length, 1, 'not repeated');
-    // A connection that was never made is retried even for a send.
+    // A connection that was never made is retried even for a send, past the queue's retries, until its deadline.
     const dead = new TelegramStub();
     const deadUrl = await dead.listen();
     await dead.close();
@@ -463,13 +463,20 @@ void test('5xx: an edit is retried; a sendMessage that may have been applied is 
       maxRetries: 2,
       onError: () => {},
     });
-    const c = new TelegramClient({ token: TOKEN, apiRoot: deadUrl, queue: q, avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 } });
+    const c = new TelegramClient({
+      token: TOKEN,
+      apiRoot: deadUrl,
+      queue: q,
+      queueMaxRetries: 2,
+      txUnreachedDeadlineMs: 100,
+      avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
+    });
     q.start(c.sender());
     await assert.rejects(
       c.api.sendMessage(A, 'x'),
-      (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_FAILED') && /retries exhausted \(2\)/.test(e.message),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_FAILED') && /never reached Telegram in 100 ms/.test(e.message),
     );
-    assert.equal(c.stats().sent.sendMessage, 3);
+    assert.ok(c.stats().sent.sendMessage! > 3, `tried past the queue's 2 retries: ${c.stats().sent.sendMessage} calls`);
     await q.close();
   } finally {
     await r.close();
@@ -738,5 +745,108 @@ void test('avatars: a download keeps its slot until its shrink answered: never m
     assert.equal(r.stub.stats().byMethod.file, 6);
   } finally {
     await r.close();
+  }
+});
+
+/**
+ * Moves `clock` on in 250 ms steps, each once no call is in flight (every call made has its outcome), until
+ * `done()` or `untilMs`: the queue's backoffs and deadlines run on it, the calls in real time.
+ */
+async function runClock(
+  clock: ManualClock,
+  r: { queue: MemorySendQueue<BotCall>; client: TelegramClient },
+  done: () => boolean,
+  what: string,
+  untilMs = Infinity,
+): Promise<void> {
+  const calls = (): number => Object.values(r.client.stats().sent).reduce((a, b) => a + b, 0);
+  const outcomes = (): number => Object.values(r.queue.stats().sends.tx).reduce((a, b) => a + b, 0);
+  await until(
+    what,
+    () => {
+      if (done() || clock.now() >= untilMs) return true;
+      if (calls() === outcomes()) clock.advance(Math.min(250, untilMs - clock.now()));
+      return false;
+    },
+    { intervalMs: 5, timeoutMs: 30_000 },
+  );
+}
+
+void test('a command reply queued during a minute of refused connections is delivered once Telegram answers; past the deadline it is given up', async () => {
+  const clock = new ManualClock();
+  const stub = new TelegramStub({ limits: false, now: () => clock.now() });
+  const url = await stub.listen();
+  const port = Number(new URL(url).port);
+  await stub.close(); // Telegram unreachable: every connection refused
+  // The queue's own retries (3, backoff 1, 2, 4 s) on the same fake clock as the client.
+  const queue = new MemorySendQueue<BotCall>({
+    limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+    clock,
+    onError: () => {},
+  });
+  const client = new TelegramClient({
+    token: TOKEN,
+    apiRoot: url,
+    queue,
+    txUnreachedDeadlineMs: 300_000,
+    now: () => clock.now(),
+    avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
+  });
+  queue.start(client.sender());
+  try {
+    let settled = false;
+    const reply = client.api.sendMessage(A, 'welcome').finally(() => (settled = true));
+    const t0 = clock.now();
+    await runClock(clock, { queue, client }, () => settled, 'the outage', t0 + 60_000);
+    assert.equal(settled, false, 'still trying after a minute');
+    const tries = client.stats().sent.sendMessage!;
+    assert.ok(tries > 4, `tried past the queue's 3 retries: ${tries} calls`);
+    // Telegram answers again.
+    await stub.listen(port);
+    const back = clock.now();
+    await runClock(clock, { queue, client }, () => settled, 'the reply');
+    const msg = await reply;
+    assert.equal(msg.text, 'welcome');
+    assert.deepEqual(
+      stub.messages(A).map((m) => m.text),
+      ['welcome'],
+      'delivered once',
+    );
+    assert.ok(clock.now() - back <= 4_000, `delivered ${clock.now() - back} ms after Telegram answered again`);
+
+    // Past the deadline a reply that never reached Telegram is given up (a port nothing listens on, so no
+    // kept-alive connection of the first part is reused).
+    const dead = new TelegramStub();
+    const deadUrl = await dead.listen();
+    await dead.close();
+    const q2 = new MemorySendQueue<BotCall>({
+      limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+      clock,
+      onError: () => {},
+    });
+    const c2 = new TelegramClient({
+      token: TOKEN,
+      apiRoot: deadUrl,
+      queue: q2,
+      txUnreachedDeadlineMs: 300_000,
+      now: () => clock.now(),
+      avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
+    });
+    q2.start(c2.sender());
+    let failed = false;
+    const late = c2.api.sendMessage(A, 'too late').catch((e: unknown) => {
+      failed = true;
+      return e;
+    });
+    const lateAt = clock.now();
+    await runClock(clock, { queue: q2, client: c2 }, () => failed, 'the deadline');
+    const err = await late;
+    assert.ok(isCrowdplayError(err, 'CP_ERR_TELEGRAM_FAILED') && /never reached Telegram in 300000 ms/.test(err.message), String(err));
+    assert.ok(clock.now() - lateAt >= 300_000, 'given up at the deadline, not before');
+    assert.ok(c2.stats().sent.sendMessage! > 20, `tried all along: ${c2.stats().sent.sendMessage} calls`);
+    await q2.close(1_000);
+  } finally {
+    await queue.close(1_000);
+    await stub.close();
   }
 });

@@ -58,6 +58,7 @@ async function openBot(
       ttlMs: t.avatarTtlMs,
       ...(shrinkAvatar ? { shrink: shrinkAvatar } : {}),
     },
+    txUnreachedDeadlineMs: t.txUnreachedDeadlineMs,
     onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
     callMs: telemetry.metrics.histogram('crowdplay_telegram_call_ms'),
   });
