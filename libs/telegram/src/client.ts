@@ -43,9 +43,8 @@ import {
   type SendOutcome,
   type SendQueue,
 } from '@crowdplay/sendq';
-
 import { AVATAR_MAX_BYTES, Avatars, Gate, type AvatarOptions, type AvatarStats } from './avatars.ts';
-import { BOARD_PROBE_IDS, MemoryBoardStore, type BoardStore } from './board-store.ts';
+import { MemoryBoardStore, sharesMessageIds, type BoardRecord, type BoardStore } from './board-store.ts';
 import { classifyError, isIdempotent, type ErrorClass } from './outcome.ts';
 
 /** A file inside a queued call: base64 bytes (JSON-serialisable for BullMQ). */
@@ -175,6 +174,8 @@ export interface TelegramClientStats {
     ambiguousPosts: number;
     /** Edits of candidate ids after an ambiguous post. */
     probes: number;
+    /** Lost posts found after the board was posted again (private chats, basic groups), and deleted. */
+    reconciled: number;
   };
   deactivated: number;
   migrated: number;
@@ -252,6 +253,9 @@ function tgReason(code: number, description: string): string {
 }
 
 /** The client (see the module doc). One per process. */
+/** A board job's payload. */
+type Board = Extract<BotCall, { kind: 'board' }>;
+
 /** The avatar stats that are values now rather than running totals (exported as a gauge). */
 const AVATAR_GAUGES: ReadonlyArray<keyof AvatarStats> = ['waiting', 'peakInFlight', 'cacheBytes', 'cacheEntries'];
 
@@ -288,7 +292,17 @@ export class TelegramClient {
     enqueued: {},
     sent: {},
     errors: {},
-    boards: { posted: 0, edited: 0, unchanged: 0, recovered: 0, stale: 0, missing: 0, ambiguousPosts: 0, probes: 0 },
+    boards: {
+      posted: 0,
+      edited: 0,
+      unchanged: 0,
+      recovered: 0,
+      stale: 0,
+      missing: 0,
+      ambiguousPosts: 0,
+      probes: 0,
+      reconciled: 0,
+    },
     deactivated: 0,
     migrated: 0,
   };
@@ -507,17 +521,20 @@ export class TelegramClient {
     return fn.length <= 1 ? fn(signal) : fn(params, signal);
   }
 
-  private async noteResult(chatId: number, result: unknown): Promise<void> {
-    if (isPlainObject(result) && typeof result.message_id === 'number') await this.boards.noteMessageId(chatId, result.message_id);
+  /** Notes the message id of our own call's answer (a call started at `startedAtMs`): the board store's numbering. */
+  private async noteResult(chatId: number, result: unknown, startedAtMs: number): Promise<void> {
+    if (isPlainObject(result) && typeof result.message_id === 'number')
+      await this.boards.noteOwnSend(chatId, result.message_id, startedAtMs);
   }
 
   private async sendCall(job: SendJob<BotCall>, call: Extract<BotCall, { kind: 'call' }>): Promise<SendOutcome<BotCall>> {
     const params = decodeParams(call.params) as Record<string, unknown>;
     // Migration moves a job to the new chat id: address the job's chat, not the one it was queued with.
     if (job.chatId !== call.chatId && chatIdOf(params) === call.chatId) params.chat_id = job.chatId;
+    const startedAtMs = this.now();
     try {
       const result = await this.granted(call.method, params);
-      await this.noteResult(job.chatId, result);
+      await this.noteResult(job.chatId, result, startedAtMs);
       return { ok: true, value: result };
     } catch (err) {
       const c = classifyError(err);
@@ -621,32 +638,39 @@ export class TelegramClient {
     return { ok: true, value: d };
   }
 
-  private async sendBoard(job: SendJob<BotCall>, b: Extract<BotCall, { kind: 'board' }>): Promise<SendOutcome<BotCall>> {
+  private async sendBoard(job: SendJob<BotCall>, b: Board): Promise<SendOutcome<BotCall>> {
     const chatId = job.chatId;
     const st = await this.boards.get(chatId);
+    const u = st.unconfirmed;
     if (st.messageId !== undefined) {
+      // Posted again after an ambiguous post in the bot-wide numbering: look for the lost one first.
+      if (u?.shared) return this.reconcile(job, b, st.messageId, u);
       if (st.version !== undefined && b.version <= st.version) return this.delivered(job, st.version, st.messageId, 'stale');
-      return this.boardEdit(job, b, st.messageId, false);
+      return this.boardEdit(job, b, st.messageId);
     }
-    if (st.unconfirmed) {
-      const u = st.unconfirmed;
-      if (u.next <= u.afterId + BOARD_PROBE_IDS) return this.boardEdit(job, b, u.next, true);
-      await this.boards.patch(chatId, { unconfirmed: undefined });
+    if (u) {
+      if (!u.shared) return this.probe(job, b, u.next, u);
+      // No bound yet on where the lost post can be: post (its own id is the bound), then look below it.
+      if (u.shared.boundId === undefined) return this.boardPost(job, b, st, true);
+      const candidate = await this.nextCandidate(u.next, u.shared.boundId);
+      if (candidate === undefined) {
+        // Every id it could have taken is another chat's, or not in this chat: it did not land.
+        await this.boards.patch(chatId, { unconfirmed: undefined });
+        return this.boardPost(job, b, { ...st, unconfirmed: undefined }, false);
+      }
+      return this.probe(job, b, candidate, u);
     }
-    return this.boardPost(job, b, st.lastSeenId);
+    return this.boardPost(job, b, st, false);
   }
 
-  /** Edits the board in message `messageId`; `probe`: a candidate after an ambiguous post. */
-  private async boardEdit(
-    job: SendJob<BotCall>,
-    b: Extract<BotCall, { kind: 'board' }>,
-    messageId: number,
-    probe: boolean,
-  ): Promise<SendOutcome<BotCall>> {
-    const chatId = job.chatId;
-    if (probe) this.s.boards.probes++;
-    let c: ErrorClass;
-    let err: unknown;
+  /** The first id from `from` below `bound` that no chat of the bot-wide numbering is known to hold, or undefined. */
+  private async nextCandidate(from: number, bound: number): Promise<number | undefined> {
+    for (let id = from; id < bound; id++) if ((await this.boards.sharedOwner(id)) === undefined) return id;
+    return undefined;
+  }
+
+  /** editMessageMedia of the board on `messageId`: null when it shows the board now (edited or "not modified"), else the failure. */
+  private async editTo(chatId: number, b: Board, messageId: number): Promise<{ unchanged: boolean } | { c: ErrorClass; err: unknown }> {
     try {
       await this.granted('editMessageMedia', {
         chat_id: chatId,
@@ -654,51 +678,131 @@ export class TelegramClient {
         media: this.boardMedia(b),
         ...(b.reply_markup !== undefined ? { reply_markup: b.reply_markup } : {}),
       });
+      return { unchanged: false };
+    } catch (err) {
+      const c = classifyError(err);
+      if (c.kind === 'not_modified') return { unchanged: true };
+      return { c, err };
+    }
+  }
+
+  /** A board call that failed: the shared outcome policy. */
+  private boardFailed(job: SendJob<BotCall>, method: string, c: ErrorClass, err: unknown): Promise<SendOutcome<BotCall>> {
+    return this.outcome(job, method, c, err);
+  }
+
+  /** Edits the board in message `messageId` (the chat's stored board). */
+  private async boardEdit(job: SendJob<BotCall>, b: Board, messageId: number): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    const r = await this.editTo(chatId, b, messageId);
+    if (!('c' in r)) {
       await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined });
       await this.boards.noteMessageId(chatId, messageId);
-      return this.delivered(job, b.version, messageId, probe ? 'recovered' : 'edited');
-    } catch (e) {
-      err = e;
-      c = classifyError(e);
+      return this.delivered(job, b.version, messageId, r.unchanged ? 'unchanged' : 'edited');
     }
-    if (c.kind === 'not_modified') {
-      await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined });
-      return this.delivered(job, b.version, messageId, probe ? 'recovered' : 'unchanged');
-    }
-    if (!probe && c.kind === 'edit_target_missing') {
+    if (r.c.kind === 'edit_target_missing') {
       // The board message is gone: forget it; the requeued job (or whichever board job runs next) posts once.
-      this.count(this.s.errors, c.kind);
+      this.count(this.s.errors, r.c.kind);
       this.s.boards.missing++;
       await this.boards.patch(chatId, { messageId: undefined });
       return { requeue: true, reason: 'board message missing: reposting' };
     }
-    if (probe && (c.kind === 'edit_target_missing' || c.kind === 'rejected')) {
-      this.count(this.s.errors, c.kind);
-      const st = await this.boards.get(chatId);
-      if (c.kind === 'edit_target_missing' && /not found/i.test(c.description)) {
-        // No message with this id: ids are sequential, so the lost post did not land (barring a deletion in between). Post.
-        await this.boards.patch(chatId, { unconfirmed: undefined });
-        return { requeue: true, reason: `message ${messageId} does not exist: the lost post did not land` };
-      }
-      // Someone else's message (or not a photo): try the next candidate id (or post, once they are used up).
-      if (st.unconfirmed) await this.boards.patch(chatId, { unconfirmed: { ...st.unconfirmed, next: messageId + 1 } });
-      return { requeue: true, reason: `message ${messageId} is not the lost board` };
+    return this.boardFailed(job, 'editMessageMedia', r.c, r.err);
+  }
+
+  /** Whether a probe's failure says the candidate is not the lost post (someone else's, not a photo, no such message here). */
+  private static notOurs(c: ErrorClass): boolean {
+    return c.kind === 'edit_target_missing' || c.kind === 'rejected';
+  }
+
+  /** Edits candidate `messageId` after an ambiguous post (`u`): found, not it (next candidate), or (own numbering) not landed. */
+  private async probe(
+    job: SendJob<BotCall>,
+    b: Board,
+    messageId: number,
+    u: NonNullable<BoardRecord['unconfirmed']>,
+  ): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    this.s.boards.probes++;
+    const r = await this.editTo(chatId, b, messageId);
+    if (!('c' in r)) {
+      await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined });
+      await this.boards.noteMessageId(chatId, messageId);
+      return this.delivered(job, b.version, messageId, 'recovered');
     }
-    return this.outcome(job, 'editMessageMedia', c, err);
+    if (!TelegramClient.notOurs(r.c)) return this.boardFailed(job, 'editMessageMedia', r.c, r.err);
+    this.count(this.s.errors, r.c.kind);
+    if (!u.shared && r.c.kind === 'edit_target_missing' && /not found/i.test(r.c.description)) {
+      // The chat numbers its own messages: no message has this id yet, so the lost post did not land
+      // (barring a deletion in between). Post.
+      await this.boards.patch(chatId, { unconfirmed: undefined });
+      return { requeue: true, reason: `message ${messageId} does not exist: the lost post did not land` };
+    }
+    // Someone else's message, another chat's id, or not a photo: the next candidate.
+    await this.boards.patch(chatId, { unconfirmed: { ...u, next: messageId + 1 } });
+    return { requeue: true, reason: `message ${messageId} is not the lost board` };
+  }
+
+  /**
+   * The board was posted again (`messageId`) after an ambiguous post in the bot-wide numbering: the lost post,
+   * if it landed, is one of the ids below the bound that no chat is known to hold. Each is edited; the one that
+   * takes the edit is the lost post and is deleted. When none is left, the chat's board is `messageId` alone.
+   */
+  private async reconcile(
+    job: SendJob<BotCall>,
+    b: Board,
+    messageId: number,
+    u: NonNullable<BoardRecord['unconfirmed']>,
+  ): Promise<SendOutcome<BotCall>> {
+    const chatId = job.chatId;
+    const sh = u.shared!;
+    if (sh.foundId !== undefined) {
+      try {
+        await this.granted('deleteMessage', { chat_id: chatId, message_id: sh.foundId });
+      } catch (err) {
+        const c = classifyError(err);
+        if (c.kind !== 'delete_target_missing') return this.boardFailed(job, 'deleteMessage', c, err);
+      }
+      this.s.boards.reconciled++;
+      await this.boards.patch(chatId, { unconfirmed: undefined });
+      if (b.version <= (await this.boards.get(chatId)).version!) return this.delivered(job, b.version, messageId, 'posted');
+      return { requeue: true, reason: `the lost post ${sh.foundId} is deleted: ${messageId} is the board` };
+    }
+    const candidate = await this.nextCandidate(u.next, sh.boundId ?? messageId);
+    if (candidate === undefined) {
+      // Looked through: the chat's one board is `messageId` (this job's post, or an earlier one's).
+      await this.boards.patch(chatId, { unconfirmed: undefined });
+      const shown = (await this.boards.get(chatId)).version;
+      if (shown !== undefined && b.version <= shown) return this.delivered(job, shown, messageId, 'posted');
+      return this.boardEdit(job, b, messageId);
+    }
+    this.s.boards.probes++;
+    const r = await this.editTo(chatId, b, candidate);
+    if (!('c' in r)) {
+      await this.boards.patch(chatId, { unconfirmed: { ...u, next: candidate + 1, shared: { ...sh, foundId: candidate } } });
+      return { requeue: true, reason: `message ${candidate} is the lost post: deleting it` };
+    }
+    if (!TelegramClient.notOurs(r.c)) return this.boardFailed(job, 'editMessageMedia', r.c, r.err);
+    this.count(this.s.errors, r.c.kind);
+    await this.boards.patch(chatId, { unconfirmed: { ...u, next: candidate + 1 } });
+    return { requeue: true, reason: `message ${candidate} is not the lost board` };
   }
 
   private claimId(job: SendJob<BotCall>): string {
     return `${this.instance}:${job.id}`;
   }
 
-  private async boardPost(
-    job: SendJob<BotCall>,
-    b: Extract<BotCall, { kind: 'board' }>,
-    lastSeenId: number,
-  ): Promise<SendOutcome<BotCall>> {
+  /**
+   * Posts the board. `reconcile`: an ambiguous post in the bot-wide numbering is still unresolved (`st.unconfirmed`):
+   * it stays, bounded by this post's id, and is looked for on the next run.
+   */
+  private async boardPost(job: SendJob<BotCall>, b: Board, st: BoardRecord, reconcile: boolean): Promise<SendOutcome<BotCall>> {
     const chatId = job.chatId;
     if (!(await this.boards.claimPost(chatId, this.claimId(job), this.now(), this.postClaimTtlMs)))
       return { retry: true, reason: 'another board post is in flight for this chat' };
+    // Where a lost post would be: after the highest id known before it, in the chat's numbering or the bot's.
+    const afterId = sharesMessageIds(chatId) ? Math.max(st.lastSeenId, await this.boards.sharedHighId()) : st.lastSeenId;
+    const startedAtMs = this.now();
     let result: unknown;
     try {
       result = await this.granted('sendPhoto', {
@@ -710,25 +814,41 @@ export class TelegramClient {
     } catch (e) {
       const c = classifyError(e);
       if (c.kind === 'server' || (c.kind === 'network' && c.maybeApplied)) {
-        // It may have landed: never post it again blindly. Probe the ids after the last one seen first.
+        // It may have landed: never post it again blindly. Look for it first (board-store.ts).
         this.count(this.s.errors, c.kind);
         this.s.boards.ambiguousPosts++;
+        const earlier = reconcile ? st.unconfirmed : undefined;
         await this.boards.patch(chatId, {
-          unconfirmed: { afterId: lastSeenId, next: lastSeenId + 1, version: b.version },
+          // A second lost post while one is unresolved: look from the older one's start (both are after it).
+          unconfirmed: {
+            afterId: earlier?.afterId ?? afterId,
+            next: earlier?.next ?? afterId + 1,
+            version: b.version,
+            ...(sharesMessageIds(chatId) ? { shared: { failedAtMs: this.now() } } : {}),
+          },
           postClaim: undefined,
         });
-        return { requeue: true, reason: 'ambiguous board post: probing before posting again' };
+        return { requeue: true, reason: 'ambiguous board post: looking for it before posting again' };
       }
       await this.boards.releasePost(chatId, this.claimId(job));
-      return this.outcome(job, 'sendPhoto', c, e);
+      return this.boardFailed(job, 'sendPhoto', c, e);
     }
     const messageId = isPlainObject(result) && typeof result.message_id === 'number' ? result.message_id : undefined;
     if (messageId === undefined) {
       await this.boards.releasePost(chatId, this.claimId(job));
       return { drop: true, reason: 'sendPhoto answered without a message_id' };
     }
-    await this.boards.patch(chatId, { messageId, version: b.version, unconfirmed: undefined, postClaim: undefined });
-    await this.boards.noteMessageId(chatId, messageId);
+    const u = reconcile ? st.unconfirmed : undefined;
+    await this.boards.patch(chatId, {
+      messageId,
+      version: b.version,
+      // This post started after the lost one failed: the lost one, if it landed, is below it.
+      unconfirmed: u?.shared ? { ...u, shared: { ...u.shared, boundId: Math.min(u.shared.boundId ?? messageId, messageId) } } : undefined,
+      postClaim: undefined,
+    });
+    await this.boards.noteOwnSend(chatId, messageId, startedAtMs);
+    // The lost post may be there too: look for it before this job ends (reconcile), so the chat keeps one board.
+    if (u?.shared) return { requeue: true, reason: 'posted again after an ambiguous post: looking for the lost one' };
     return this.delivered(job, b.version, messageId, 'posted');
   }
 }

@@ -850,3 +850,53 @@ void test('a command reply queued during a minute of refused connections is deli
     await stub.close();
   }
 });
+
+void test('an ambiguous first post in a supergroup with many messages in between is found, not posted twice', async () => {
+  const r = await rig();
+  try {
+    await r.client.api.sendMessage(A, '/start reply'); // 1: the highest id the sender knows
+    for (let i = 0; i < 5; i++) r.stub.userMessage(A); // 2…6: people talking, unseen by the bot (privacy mode)
+    r.stub.inject({ kind: 'drop-after-apply', chatId: A, method: 'sendPhoto' }); // lands as 7, the answer is lost
+    const v1 = await result(r.client.enqueueBoard(A, { version: 1, png: png(1) }));
+    assert.deepEqual(v1, { status: 'sent', value: { chatId: A, version: 1, messageId: 7, action: 'recovered' } });
+    assert.equal(photoMessages(r.stub, A), 1);
+    assert.equal(r.stub.calls().filter((c) => c.method === 'sendPhoto').length, 1, 'posted once');
+  } finally {
+    await r.close();
+  }
+});
+
+void test("an ambiguous first post in a basic group whose next id went to another chat: one photo, the other chat's message untouched", async () => {
+  const r = await rig({ stub: { limits: false, messageIds: 'telegram' } });
+  const G = -4001; // a basic group: its ids are the bot's, shared with private chats and other basic groups
+  const X = 555_001; // a private chat
+  try {
+    await r.client.api.sendMessage(G, '/start reply'); // 1
+    r.stub.userMessage(X, 'elsewhere'); // 2: another chat's message, which the bot has not seen yet
+    r.stub.inject({ kind: 'drop-after-apply', chatId: G, method: 'sendPhoto' }); // lands as 3, the answer is lost
+    const v1 = await result(r.client.enqueueBoard(G, { version: 1, png: png(1) }));
+    assert.equal(v1.status, 'sent', JSON.stringify(v1));
+    assert.equal(photoMessages(r.stub, G), 1, 'exactly one photo in the group');
+    assert.equal(r.stub.board(G)!.messageId, (v1 as { value: BoardDelivery }).value.messageId);
+    assert.deepEqual(
+      r.stub.messages(X).map((m) => [m.message_id, m.text, m.edits]),
+      [[2, 'elsewhere', 0]],
+    );
+    assert.equal(r.client.stats().boards.reconciled, 1, 'the lost post was found and deleted');
+    // The next board edits the one board.
+    const v2 = await result(r.client.enqueueBoard(G, { version: 2, png: png(2) }));
+    assert.equal((v2 as { value: BoardDelivery }).value.action, 'edited');
+    assert.equal(photoMessages(r.stub, G), 1);
+
+    // A post that did not land (dropped before): posted once, nothing deleted.
+    const G2 = -4002;
+    await r.client.noteMessageId(X, 2); // the bot saw the other chat's message by now
+    r.stub.inject({ kind: 'drop-before-apply', chatId: G2, method: 'sendPhoto' });
+    const w1 = await result(r.client.enqueueBoard(G2, { version: 1, png: png(3) }));
+    assert.equal((w1 as { value: BoardDelivery }).value.action, 'posted');
+    assert.equal(photoMessages(r.stub, G2), 1);
+    assert.equal(r.client.stats().boards.reconciled, 1);
+  } finally {
+    await r.close();
+  }
+});

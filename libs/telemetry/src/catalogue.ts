@@ -635,7 +635,7 @@ export const metricCatalogue = [
     name: 'crowdplay_router_failover_move_ms',
     type: 'histogram',
     unit: 'ms',
-    help: "A shard declared dead → its channels acquired by live shards (the move after detection), ms",
+    help: 'A shard declared dead → its channels acquired by live shards (the move after detection), ms',
     labels: {},
     buckets: LATENCY_BUCKETS_MS,
   },
@@ -723,8 +723,10 @@ export const metricCatalogue = [
     name: 'crowdplay_telegram_boards_total',
     type: 'observableCounter',
     unit: '1',
-    help: 'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes)',
-    labels: { action: ['posted', 'edited', 'unchanged', 'recovered', 'stale', 'missing', 'ambiguousPosts', 'probes'] },
+    help: 'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes, reconciled)',
+    labels: {
+      action: ['posted', 'edited', 'unchanged', 'recovered', 'stale', 'missing', 'ambiguousPosts', 'probes', 'reconciled'],
+    },
     formerly: 'crowdplay_telegram_boards',
   },
   {

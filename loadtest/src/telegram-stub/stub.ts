@@ -10,7 +10,9 @@
  *   `{"ok":false,"error_code":429,"description":"Too Many Requests: retry after N","parameters":{"retry_after":N}}`.
  *   Counted: every method except the reads in {@link UNLIMITED_METHODS}.
  *   A call admitted through the ceilings counts even when it then fails (400).
- * - Messages stored per chat with sequential ids, so an edit of a deleted or
+ * - Messages stored per chat with sequential ids (per chat, or as Telegram
+ *   numbers them: private chats and basic groups share one sequence, see
+ *   `StubOptions.messageIds`), so an edit of a deleted or
  *   unknown message fails as Telegram's does (400 "Bad Request: message to
  *   edit not found"), and editing in the same content (same photo bytes,
  *   caption, text and reply markup) fails with "message is not modified".
@@ -178,6 +180,13 @@ export interface StubOptions {
   avatarFor?: (userId: number) => Uint8Array | null;
   /** Largest request body, bytes (default 20 MiB; Telegram's photo limit is 10 MB). */
   maxBodyBytes?: number;
+  /**
+   * How message ids are numbered. `per-chat` (default): 1, 2, 3… in every chat. `telegram`: as Telegram
+   * numbers them for a bot: supergroups and channels (ids ≤ −10^12) per chat, private chats and basic groups
+   * from one sequence shared by all of them (an id is then in one chat only: an edit of it in another chat
+   * answers "message to edit not found").
+   */
+  messageIds?: 'per-chat' | 'telegram';
 }
 
 type Params = Record<string, unknown>;
@@ -275,6 +284,8 @@ export class TelegramStub {
   private readonly avatarCache = new Map<number, Uint8Array | null>();
   private readonly maxBodyBytes: number;
   private readonly inFlight = new Map<string, number>();
+  /** Next id of the sequence private chats and basic groups share (`messageIds: 'telegram'`). */
+  private nextSharedId = 1;
   /** Base URL once listening, e.g. `http://127.0.0.1:40123` (use as TELEGRAM_API_ROOT). */
   url = '';
 
@@ -368,7 +379,7 @@ export class TelegramStub {
   /** A user message in the chat (takes the next message id, as people talking in a group do). */
   userMessage(chatId: number, text = 'hi'): number {
     const c = this.chat(chatId);
-    const id = c.nextMessageId++;
+    const id = this.takeId(c);
     c.messages.set(id, {
       message_id: id,
       chat_id: chatId,
@@ -390,6 +401,7 @@ export class TelegramStub {
     this.faults = [];
     this.records = [];
     this.avatarCache.clear();
+    this.nextSharedId = 1;
     this.resetCounters();
   }
 
@@ -450,6 +462,12 @@ export class TelegramStub {
 
   private unix(): number {
     return Math.floor(this.now() / 1000);
+  }
+
+  /** The next message id of chat `c` (its own sequence, or the shared one: {@link StubOptions.messageIds}). */
+  private takeId(c: ChatState): number {
+    if (this.opts.messageIds === 'telegram' && c.id > -1_000_000_000_000) return this.nextSharedId++;
+    return c.nextMessageId++;
   }
 
   private chat(id: number): ChatState {
@@ -809,7 +827,7 @@ export class TelegramStub {
         const text = str(p, 'text');
         if (!text) throw new ApiError(400, 'Bad Request: message text is empty');
         const m: StoredMessage = {
-          message_id: c.nextMessageId++,
+          message_id: this.takeId(c),
           chat_id: c.id,
           kind: 'text',
           fromBot: true,
@@ -827,7 +845,7 @@ export class TelegramStub {
         const photo = this.resolvePhoto(p.photo, 'photo', files);
         const { uploaded, ...stored } = photo;
         const m: StoredMessage = {
-          message_id: c.nextMessageId++,
+          message_id: this.takeId(c),
           chat_id: c.id,
           kind: 'photo',
           fromBot: true,
