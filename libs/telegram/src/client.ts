@@ -143,6 +143,12 @@ export interface TelegramClientOptions {
   txUnreachedDeadlineMs?: number;
   /** The queue's `maxRetries` (after that many `{retry}` outcomes a tx call continues as a new job). @defaultValue libs/sendq DEFAULT_MAX_RETRIES */
   queueMaxRetries?: number;
+  /**
+   * The board producer hands on again a board that was not delivered (ChatBoards learning each job's result):
+   * a board call that got no answer (network, 5xx) then ends its job at once (`dropped`) instead of waiting in
+   * the queue's retry backoff, and the chat goes back to the scheduler. @defaultValue false
+   */
+  boardsHandedBack?: boolean;
   /** grammY's HTTP timeout per call, s. @defaultValue 30 */
   timeoutSeconds?: number;
   /** Clock, ms. @defaultValue Date.now */
@@ -176,6 +182,8 @@ export interface TelegramClientStats {
     probes: number;
     /** Lost posts found after the board was posted again (private chats, basic groups), and deleted. */
     reconciled: number;
+    /** Board calls that got no answer (network, 5xx) and were handed back to the producer (`boardsHandedBack`). */
+    unreachable: number;
   };
   deactivated: number;
   migrated: number;
@@ -302,6 +310,7 @@ export class TelegramClient {
       ambiguousPosts: 0,
       probes: 0,
       reconciled: 0,
+      unreachable: 0,
     },
     deactivated: 0,
     migrated: 0,
@@ -686,8 +695,17 @@ export class TelegramClient {
     }
   }
 
-  /** A board call that failed: the shared outcome policy. */
+  /**
+   * A board call that failed: no answer (network, 5xx) with `boardsHandedBack` ends the job so the producer
+   * hands the chat's newest board on again at its own pace; the rest is the shared outcome policy.
+   */
   private boardFailed(job: SendJob<BotCall>, method: string, c: ErrorClass, err: unknown): Promise<SendOutcome<BotCall>> {
+    if (this.o.boardsHandedBack && (c.kind === 'network' || c.kind === 'server')) {
+      this.count(this.s.errors, c.kind);
+      this.s.boards.unreachable++;
+      const detail = c.kind === 'server' ? tgReason(c.code, c.description) : c.detail;
+      return Promise.resolve({ drop: true, reason: `no answer from Telegram (the board is handed on again): ${detail}` });
+    }
     return this.outcome(job, method, c, err);
   }
 

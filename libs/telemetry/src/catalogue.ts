@@ -723,9 +723,9 @@ export const metricCatalogue = [
     name: 'crowdplay_telegram_boards_total',
     type: 'observableCounter',
     unit: '1',
-    help: 'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes, reconciled)',
+    help: 'Board jobs by what they did (posted, edited, unchanged, recovered, stale, missing, ambiguousPosts, probes, reconciled, unreachable)',
     labels: {
-      action: ['posted', 'edited', 'unchanged', 'recovered', 'stale', 'missing', 'ambiguousPosts', 'probes', 'reconciled'],
+      action: ['posted', 'edited', 'unchanged', 'recovered', 'stale', 'missing', 'ambiguousPosts', 'probes', 'reconciled', 'unreachable'],
     },
     formerly: 'crowdplay_telegram_boards',
   },

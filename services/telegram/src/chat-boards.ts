@@ -6,11 +6,17 @@
  * one; in this process, or a board-renderer's with REDIS_URL) whose consumer
  * queues each PNG on the bot's send queue (lane `board`, key `board:<chat>`: a newer board
  * supersedes a queued one there too).
+ *
+ * Each board's end comes back ({@link ChatBoards.queued}, from the render
+ * worker in this process): delivered, or not (the chat is dirty again in the
+ * scheduler), or the chat stopped accepting the bot (kicked, blocked: its board
+ * stops here, no more renders).
  */
 import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson, encodeJson } from '@crowdplay/bus';
 import type { Board, Card, Square } from '@crowdplay/board';
 import type { ChannelUpdate } from '@crowdplay/protocol';
+import type { EnqueueResult, JobResult } from '@crowdplay/sendq';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { RenderQueue } from './render-queue.ts';
@@ -323,6 +329,54 @@ export class ChatBoards {
    */
   rendered(chatId: number, version: number): void {
     if (this.chats.has(chatId)) this.d.scheduler.upgraded(chatId, version, this.now());
+  }
+
+  /**
+   * Chat `chatId`'s board at `version` was rendered here and handed to the send queue, which answered `r`
+   * (the render worker calls it with `client.enqueueBoard`'s answer). Queued: as {@link rendered}, then the
+   * job's end tells the scheduler whether the board is shown (`delivered`) or not (`undelivered`: the chat is
+   * due again); refused because the chat is deactivated, or purged or deactivated while queued: the chat's
+   * board stops here. Nothing for a chat this process does not hold.
+   */
+  queued(chatId: number, version: number, r: EnqueueResult): void {
+    const w = this.chats.get(chatId);
+    if (!w) return;
+    if (r.status === 'refused') {
+      if (r.reason === 'deactivated') this.deactivated(chatId);
+      else this.d.scheduler.undelivered(chatId, version);
+      return;
+    }
+    this.rendered(chatId, version);
+    void r.result.then((res) => this.settled(chatId, w, version, res));
+  }
+
+  private settled(chatId: number, w: Watched, version: number, res: JobResult): void {
+    // Stopped or moved since: what became of the board concerns no board here.
+    if (this.chats.get(chatId) !== w) return;
+    switch (res.status) {
+      case 'sent':
+        this.d.scheduler.delivered(chatId, version);
+        return;
+      case 'superseded':
+        // A newer board of the chat replaced it in the queue: that one's end decides.
+        return;
+      case 'purged':
+      case 'deactivated':
+        this.deactivated(chatId);
+        return;
+      case 'dropped':
+      case 'failed':
+        this.d.scheduler.undelivered(chatId, version);
+        return;
+    }
+  }
+
+  /**
+   * The chat stopped accepting the bot (kicked, blocked, chat gone: the send queue deactivated it): its board
+   * stops here, and nothing of it is rendered again until it is watched again (`/start` after the bot is re-added).
+   */
+  deactivated(chatId: number): void {
+    this.unwatchHere(chatId);
   }
 
   /** Starts looking for due boards every tickMs. */

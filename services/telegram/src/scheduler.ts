@@ -26,6 +26,16 @@
  * (drainPerS: backlog before + handed on since − backlog now, over the time
  * between readings, smoothed over ~5 s).
  *
+ * Delivery: a board handed on is not yet a board shown. The caller reports
+ * each board's end: `delivered` (Telegram shows it), or `undelivered` (the
+ * send failed, was dropped or ran out of retries, or the render was
+ * refused): the chat is then dirty again and goes at the next pass, as any
+ * change would, so a send that fails is never a dead end. With
+ * `confirmTimeoutMs`, a board neither delivered nor undelivered by then (a
+ * render that threw, an outcome lost across processes) counts as
+ * undelivered. So after an outage every chat whose newest board did not
+ * land is handed on again, at most one interval after Telegram answers.
+ *
  * Late binding: a board handed on may be drawn at a newer version than it
  * was taken with (the render pool asks the gateway for the chat's newest
  * state as the render starts, ChatBoards.latest); once that board is on the
@@ -118,6 +128,11 @@ export interface RefreshSchedulerOptions {
    * 0 = no limit. @defaultValue 0
    */
   maxBacklog?: number;
+  /**
+   * A board handed on and neither `delivered` nor `undelivered` this long after, ms, counts as undelivered
+   * (its chat is due again). 0 = never: a board handed on counts as shown until told otherwise. @defaultValue 0
+   */
+  confirmTimeoutMs?: number;
 }
 
 /** Slowest drain rate the interval assumes, boards/s (a stalled sender would otherwise make it infinite). */
@@ -127,9 +142,10 @@ const DRAIN_TAU_MS = 5_000;
 
 interface ChatEntry {
   cards: number;
-  /** Version of the newest state seen, and of the one last sent (rendered and queued). */
+  /** Version of the newest state seen, of the one last sent (rendered and queued), and of the newest one delivered. */
   version: number;
   sentVersion: number;
+  deliveredVersion: number;
   dirtySinceMs: number;
   lastSentMs: number;
 }
@@ -158,6 +174,8 @@ export class RefreshScheduler {
     }
     if (o.maxBacklog !== undefined && !(Number.isInteger(o.maxBacklog) && o.maxBacklog >= 0))
       throw new RangeError(`maxBacklog must be an integer ≥ 0, got ${o.maxBacklog}`);
+    if (o.confirmTimeoutMs !== undefined && !(Number.isFinite(o.confirmTimeoutMs) && o.confirmTimeoutMs >= 0))
+      throw new RangeError(`confirmTimeoutMs must be a finite number ≥ 0, got ${o.confirmTimeoutMs}`);
     this.intervalMs = o.minIntervalMs;
     this.drainPerS = o.sendBudgetPerS;
     this.local = new MemoryBoardBudget(o.sendBudgetPerS, o.renderBudgetMsPerS);
@@ -191,11 +209,11 @@ export class RefreshScheduler {
   changed(chatId: number, version: number, cards: number, nowMs: number): void {
     const e = this.chats.get(chatId);
     if (!e) {
-      this.chats.set(chatId, { cards, version, sentVersion: -1, dirtySinceMs: nowMs, lastSentMs: -Infinity });
+      this.chats.set(chatId, { cards, version, sentVersion: -1, deliveredVersion: -1, dirtySinceMs: nowMs, lastSentMs: -Infinity });
       return;
     }
     if (version <= e.version) return;
-    if (e.version === e.sentVersion) e.dirtySinceMs = nowMs;
+    if (e.version <= e.sentVersion) e.dirtySinceMs = nowMs;
     e.version = version;
     e.cards = cards;
   }
@@ -225,7 +243,24 @@ export class RefreshScheduler {
   /** The chat's send did not happen (render refused): it is dirty again. */
   failed(chatId: number): void {
     const e = this.chats.get(chatId);
-    if (e) e.sentVersion = -1;
+    if (e) e.sentVersion = e.deliveredVersion;
+  }
+
+  /** The chat's board at `version` is shown (Telegram answered the send, or already showed it). */
+  delivered(chatId: number, version: number): void {
+    const e = this.chats.get(chatId);
+    if (e && version > e.deliveredVersion) e.deliveredVersion = version;
+  }
+
+  /**
+   * The chat's board at `version` will not be shown (the send failed, was dropped or ran out of retries):
+   * unless a newer version was handed on since (its own end decides), or one at least as new was delivered,
+   * the chat is dirty again and goes at the next pass (minIntervalMs after its last hand-on).
+   */
+  undelivered(chatId: number, version: number): void {
+    const e = this.chats.get(chatId);
+    if (!e || version < e.sentVersion || version <= e.deliveredVersion) return;
+    e.sentVersion = e.deliveredVersion;
   }
 
   /** Forgets a chat (stopped, bot removed). */
@@ -278,8 +313,11 @@ export class RefreshScheduler {
     let costMs = 0;
     let dirty = 0;
     const ready: Array<{ chatId: number; e: ChatEntry; cost: number }> = [];
+    const confirmMs = this.o.confirmTimeoutMs ?? 0;
     for (const [chatId, e] of this.chats) {
-      if (e.version === e.sentVersion) continue;
+      // Handed on long ago and never confirmed: lost on the way (a render that threw, an outcome not heard).
+      if (confirmMs > 0 && e.sentVersion > e.deliveredVersion && nowMs - e.lastSentMs >= confirmMs) e.sentVersion = e.deliveredVersion;
+      if (e.version <= e.sentVersion) continue;
       const cost = this.o.costMs(e.cards);
       dirty++;
       costMs += cost;

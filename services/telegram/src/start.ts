@@ -12,8 +12,8 @@ import type { Bus, Subjects } from '@crowdplay/bus';
 import { RenderPool, renderCost, type RenderPoolOptions } from '@crowdplay/board';
 import type { Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
-import { openSendQueue, type SendQueue } from '@crowdplay/sendq';
-import { RedisUpdates, TelegramClient, startParamSecret, type BotCall, type SharedUpdates } from '@crowdplay/telegram';
+import { openSendQueue, type EnqueueResult, type SendQueue } from '@crowdplay/sendq';
+import { RedisUpdates, TelegramClient, startParamSecret, type BotCall, type SharedUpdates, type TelegramHooks } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
@@ -31,6 +31,7 @@ async function openBot(
   telemetry: Telemetry,
   prefixes: QueuePrefixes = {},
   shrinkAvatar?: (bytes: Uint8Array) => Promise<Uint8Array | null>,
+  extra: { hooks?: TelegramHooks; boardsHandedBack?: boolean } = {},
 ): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
   const t = config.telegram;
   const queue = await openSendQueue<BotCall>({
@@ -59,6 +60,8 @@ async function openBot(
       ...(shrinkAvatar ? { shrink: shrinkAvatar } : {}),
     },
     txUnreachedDeadlineMs: t.txUnreachedDeadlineMs,
+    ...(extra.hooks ? { hooks: extra.hooks } : {}),
+    ...(extra.boardsHandedBack ? { boardsHandedBack: true } : {}),
     onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
     callMs: telemetry.metrics.histogram('crowdplay_telegram_call_ms'),
   });
@@ -96,20 +99,23 @@ function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefix
  * Starts the render worker on `renders`: a RenderPool (BOARD_RENDER_CONCURRENCY
  * threads behind its semaphore) whose PNGs go to the send queue through
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
+ * @param onQueued the send queue's answer for each board (a gateway's `ChatBoards.queued`: late binding, and
+ *   whether the board was delivered)
+ * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's concurrency
  */
-function startRenderWorker(
-  config: Config,
+export function startRenderWorker(
   renders: RenderQueue,
   pool: RenderPool,
   client: TelegramClient,
-  onQueued: (chatId: number, version: number) => void = () => undefined,
+  onQueued: (chatId: number, version: number, r: EnqueueResult) => void = () => undefined,
+  jobConcurrency?: number,
 ): void {
   renders.start({
     pool,
-    jobConcurrency: config.board.renderJobsInFlight,
+    ...(jobConcurrency !== undefined ? { jobConcurrency } : {}),
     onRendered: async (chatId, version, png) => {
       const r = await client.enqueueBoard(chatId, { version, png });
-      if (r.status === 'queued') onQueued(chatId, version);
+      onQueued(chatId, version, r);
       return r;
     },
   });
@@ -133,6 +139,13 @@ function newRenderPool(config: Config, telemetry: Telemetry, latest?: RenderPool
 
 /** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
 export const GROUP_MIN_INTERVAL_MS = 3_000;
+
+/**
+ * In one process (no REDIS_URL), a board handed on and not known delivered or undelivered after this long is
+ * handed on again (a render that threw, a hand-on that failed), ms. Generous: a board waiting in a backlog is
+ * only superseded by the new one.
+ */
+export const BOARD_CONFIRM_TIMEOUT_MS = 60_000;
 
 export interface TelegramPart {
   bot: TelegramBot;
@@ -201,17 +214,34 @@ export async function startTelegram(deps: {
   const pool = config.board.enabled && (!config.redis.url || deps.render !== false) ? newRenderPool(config, telemetry, latest) : null;
   // Avatars are kept as the 24 px thumbnails a card draws, shrunk on a render thread (a gateway without
   // render threads keeps the photos as Telegram serves them).
-  const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined);
+  // Without REDIS_URL every board's end is seen here (in-process render and send queues): a board that was not
+  // delivered goes back to the scheduler, which hands it on again, instead of waiting in the queue's retries.
+  // In the cluster a board may be rendered and sent in other processes: the queue keeps retrying it.
+  const oneProcess = !config.redis.url;
+  const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined, {
+    // A chat that stopped accepting the bot stops its board here (no more renders for it).
+    hooks: { onDeactivate: (chatId) => boardsHere?.deactivated(chatId) },
+    boardsHandedBack: oneProcess,
+  });
   if (deps.send !== false) queue.start(client.sender());
   const renders = await openRenders(config, telemetry, deps.prefixes);
-  // A board drawn at a newer version than handed on (late binding) tells this gateway's scheduler once it is queued.
-  if (pool) startRenderWorker(config, renders, pool, client, (chatId, version) => boardsHere?.rendered(chatId, version));
+  // Each board's send-queue answer tells this gateway's scheduler: late binding (drawn newer than handed on),
+  // delivered or not, or the chat deactivated.
+  if (pool)
+    startRenderWorker(
+      renders,
+      pool,
+      client,
+      (chatId, version, r) => boardsHere?.queued(chatId, version, r),
+      config.board.renderJobsInFlight,
+    );
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
     maxBacklog: config.board.maxBacklog,
+    confirmTimeoutMs: oneProcess ? BOARD_CONFIRM_TIMEOUT_MS : 0,
   });
   // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).
   const budget = config.redis.url
@@ -331,7 +361,7 @@ export async function startBoardRenderer(deps: {
     throw err;
   }
   const pool = newRenderPool(config, telemetry);
-  startRenderWorker(config, renders, pool, client);
+  startRenderWorker(renders, pool, client, undefined, config.board.renderJobsInFlight);
   telemetry.logger.info({ renders: renders.kind, concurrency: pool.concurrency, queue: queue.kind }, 'board-renderer is rendering');
   return {
     renders,

@@ -267,3 +267,32 @@ test('ChatBoards.latest / rendered - a render of a board that waited draws the c
   assert.deepEqual(r.queued, [boardVersion(1, 0), boardVersion(2, 0)], 'the change went out in that render: not handed on again');
   r.boards.close();
 });
+
+test('ChatBoards.queued - a board not delivered makes its chat due again; a deactivated chat stops', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  r.publish(1, 1, { 'tg:7': ['g....'] });
+  await r.flush();
+  await r.boards.tick();
+  const v = r.queued[0]!;
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.queued.length, 1, 'handed on: not due');
+  r.boards.queued(CHAT, v, { status: 'queued', id: 'j1', result: Promise.resolve({ status: 'failed', reason: 'retries exhausted' }) });
+  await r.flush();
+  await r.boards.tick();
+  assert.deepEqual(r.queued, [v, v], 'the failed board is handed on again');
+  r.boards.queued(CHAT, v, { status: 'queued', id: 'j2', result: Promise.resolve({ status: 'sent' }) });
+  await r.flush();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.queued.length, 2, 'delivered: clean');
+  r.boards.queued(CHAT, v, { status: 'refused', reason: 'deactivated' });
+  assert.deepEqual(r.boards.watching, []);
+  r.publish(2, 1, { 'tg:7': ['g....', 'g....'] });
+  await r.flush();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.queued.length, 2, 'nothing rendered for a deactivated chat');
+  r.boards.close();
+});

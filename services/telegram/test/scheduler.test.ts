@@ -170,3 +170,37 @@ test('scheduler - upgraded: a render that drew a newer state leaves the chat cle
   const expected = 10 + (1 - Math.exp(-1_000 / 5_000)) * (2 - 10);
   assert.ok(Math.abs(d.drainPerS - expected) < 1e-9, `drain ${d.drainPerS}, expected ${expected}`);
 });
+
+test('scheduler - a board not delivered makes its chat due again, unless a newer one was handed on or delivered; unconfirmed past confirmTimeoutMs counts as lost', () => {
+  const s = new RefreshScheduler({
+    renderBudgetMsPerS: 100,
+    sendBudgetPerS: 10,
+    minIntervalMs: 3_000,
+    costMs: cost,
+    confirmTimeoutMs: 60_000,
+  });
+  s.changed(1, 5, 4, 0);
+  s.sent(1, 5, 0);
+  assert.deepEqual(s.due(10_000), [], 'handed on');
+  s.undelivered(1, 5);
+  assert.deepEqual(s.due(10_000), [{ chatId: 1, version: 5, cards: 4 }], 'not delivered: due again');
+  s.sent(1, 5, 10_000);
+  s.changed(1, 7, 4, 11_000);
+  s.sent(1, 7, 13_000);
+  s.undelivered(1, 5); // the older board's end: the newer one decides
+  assert.deepEqual(s.due(20_000), []);
+  s.delivered(1, 7);
+  s.undelivered(1, 7); // a late duplicate end of a delivered board changes nothing
+  assert.deepEqual(s.due(100_000), [], 'delivered: clean for good, past the confirm timeout too');
+  s.changed(1, 8, 4, 100_000);
+  s.sent(1, 8, 100_000);
+  assert.deepEqual(s.due(159_999), []);
+  assert.deepEqual(s.due(160_000), [{ chatId: 1, version: 8, cards: 4 }], 'never confirmed in 60 s: lost, due again');
+  s.delivered(99, 1); // an unknown chat: nothing
+  assert.equal(s.size, 1);
+  for (const bad of [-1, Number.NaN, Infinity])
+    assert.throws(
+      () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, minIntervalMs: 0, costMs: cost, confirmTimeoutMs: bad }),
+      RangeError,
+    );
+});
