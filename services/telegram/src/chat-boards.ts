@@ -10,7 +10,9 @@
  * Each board's end comes back ({@link ChatBoards.queued}, from the render
  * worker in this process): delivered, or not (the chat is dirty again in the
  * scheduler), or the chat stopped accepting the bot (kicked, blocked: its board
- * stops here, no more renders).
+ * stops here, no more renders). A chat that moved to a supergroup keeps its
+ * last state on the new chat's board until the new chat's channel shows it
+ * (merged in by the router), so the first board there is never empty.
  */
 import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson, encodeJson } from '@crowdplay/bus';
@@ -33,6 +35,13 @@ interface Watched {
   sub: Subscription;
   state: PuzzleState | null;
   ev: number;
+  /**
+   * A chat moved here (group → supergroup): the old chat's last state, shown merged with this chat's until this
+   * chat's channel holds all of it (the router merges it in) or plays another puzzle.
+   */
+  carried: PuzzleState | null;
+  /** Added to every board version of the chat: past the old chat's versions after a move, else 0. */
+  vbase: number;
   /**
    * The players' avatars for this chat, held for the puzzle's life (not only
    * in the client's shared cache, which may evict them before the final
@@ -58,6 +67,38 @@ export const AVATAR_REV_SPAN = 1024;
  */
 export function boardVersion(ev: number, avatarRev: number): number {
   return ev * AVATAR_REV_SPAN + Math.min(avatarRev, AVATAR_REV_SPAN - 1);
+}
+
+/** The board version of a watched chat now. */
+function versionOf(w: Watched): number {
+  return w.vbase + boardVersion(w.ev, w.avatarRev);
+}
+
+type Player = PuzzleState['players'][string];
+
+/** Whether player state `a` is further along than `b` (solved beats not, then more guesses): the router's absorb rule. */
+function ahead(a: Player, b: Player): boolean {
+  if (a.solved !== b.solved) return a.solved;
+  return a.marks.length > b.marks.length;
+}
+
+/**
+ * The state a moved chat shows: `state` (the new chat's channel) with the players of `carried` (the old chat's
+ * last state) it lacks or is behind on, as the router's absorb merges them; `state` alone for another puzzle.
+ * `complete`: `state` already holds all of `carried`.
+ */
+export function mergeCarried(carried: PuzzleState, state: PuzzleState | null): { state: PuzzleState; complete: boolean } {
+  if (!state) return { state: carried, complete: false };
+  if (state.puzzle !== carried.puzzle) return { state, complete: true };
+  const players = { ...state.players };
+  let complete = true;
+  for (const [viewer, p] of Object.entries(carried.players)) {
+    const mine = players[viewer];
+    if (mine && !ahead(p, mine)) continue;
+    players[viewer] = p;
+    complete = false;
+  }
+  return complete ? { state, complete } : { state: { ...state, players }, complete };
 }
 
 const SQUARE: Record<string, Square> = { g: 'green', y: 'yellow', '.': 'grey' };
@@ -226,18 +267,25 @@ export class ChatBoards {
     this.unwatchHere(op.chat);
   }
 
-  private watchHere(chatId: number, title: string): void {
+  /** Watches the chat here; `from`: the board of the chat it moved from (its state is carried over). */
+  private watchHere(chatId: number, title: string, from?: Watched): void {
     const w = this.chats.get(chatId);
     if (w) {
       w.title = title;
+      if (from?.state && !w.carried) {
+        w.carried = from.state;
+        this.changedHere(chatId, w);
+      }
       return;
     }
     const entry: Watched = {
       title,
       state: null,
       ev: 0,
+      carried: from?.state ?? null,
+      vbase: from ? versionOf(from) + 1 : 0,
       sub: undefined as unknown as Subscription,
-      avatars: new Map(),
+      avatars: new Map(from?.avatars ?? []),
       reading: new Set(),
       avatarRev: 0,
     };
@@ -245,6 +293,19 @@ export class ChatBoards {
       this.onUpdate(chatId, entry, msg.data),
     );
     this.chats.set(chatId, entry);
+    // A moved chat's board is due at once, with the state it had: not an empty board while the state moves.
+    if (entry.carried) this.changedHere(chatId, entry);
+  }
+
+  /** The state the chat's board shows (its own, merged with what it carried over from a move). */
+  private shown(w: Watched): PuzzleState | null {
+    return w.carried ? mergeCarried(w.carried, w.state).state : w.state;
+  }
+
+  /** Tells the scheduler the chat's board is at its current version. */
+  private changedHere(chatId: number, w: Watched): void {
+    const s = this.shown(w);
+    if (s) this.d.scheduler.changed(chatId, versionOf(w), Object.keys(s.players).length, this.now());
   }
 
   private unwatchHere(chatId: number): void {
@@ -259,7 +320,7 @@ export class ChatBoards {
     const w = this.chats.get(oldId);
     if (!w) return;
     this.unwatchHere(oldId);
-    if (this.d.enabled !== false) this.watchHere(newId, w.title);
+    if (this.d.enabled !== false) this.watchHere(newId, w.title, w);
   }
 
   private onUpdate(chatId: number, w: Watched, data: Uint8Array): void {
@@ -278,8 +339,10 @@ export class ChatBoards {
       for (const id of w.avatars.keys()) if (!(`tg:${id}` in state.players)) w.avatars.delete(id);
     }
     w.state = state;
+    // The moved state is in this chat's channel now (or the chat plays another puzzle): show the channel alone.
+    if (w.carried && mergeCarried(w.carried, state).complete) w.carried = null;
     for (const viewer of Object.keys(state.players)) this.readAvatar(chatId, w, viewer);
-    this.d.scheduler.changed(chatId, boardVersion(w.ev, w.avatarRev), Object.keys(state.players).length, this.now());
+    this.changedHere(chatId, w);
   }
 
   /**
@@ -302,7 +365,7 @@ export class ChatBoards {
         if (this.chats.get(chatId) !== w || !bytes || !w.state) return;
         w.avatars.set(id, bytes);
         w.avatarRev++;
-        this.d.scheduler.changed(chatId, boardVersion(w.ev, w.avatarRev), Object.keys(w.state.players).length, this.now());
+        this.changedHere(chatId, w);
       });
   }
 
@@ -316,10 +379,11 @@ export class ChatBoards {
    */
   latest(chatId: string, version: number): { version: number; board: Board } | null {
     const w = this.chats.get(Number(chatId));
-    if (!w?.state) return null;
-    const now = boardVersion(w.ev, w.avatarRev);
+    const state = w ? this.shown(w) : null;
+    if (!w || !state) return null;
+    const now = versionOf(w);
     if (!(now > version)) return null;
-    return { version: now, board: this.withAvatars(w, boardOf(w.title, w.state)) };
+    return { version: now, board: this.withAvatars(w, boardOf(w.title, state)) };
   }
 
   /**
@@ -408,13 +472,14 @@ export class ChatBoards {
       if (this.d.scheduler.heldByBacklog > 0) this.heldByBacklog.add(this.d.scheduler.heldByBacklog);
       const jobs = due.map(async ({ chatId, version: dueVersion }) => {
         const w = this.chats.get(chatId);
-        if (!w?.state) return;
+        const state = w ? this.shown(w) : null;
+        if (!w || !state) return;
         // The board drawn is the chat's state and avatars now, which may be newer than the version due (a state or an
         // avatar that arrived while the budget was asked): it goes out as that newer version, so the change is not
         // drawn a second time as an identical picture (Telegram: "message is not modified", a send wasted).
-        const version = Math.max(dueVersion, boardVersion(w.ev, w.avatarRev));
+        const version = Math.max(dueVersion, versionOf(w));
         this.d.scheduler.sent(chatId, version, this.now());
-        const board = this.withAvatars(w, boardOf(w.title, w.state));
+        const board = this.withAvatars(w, boardOf(w.title, state));
         // The render queue's consumer renders it and queues the PNG on the send queue (startTelegram wires it).
         const out = await this.d.renders.submit(chatId, version, board);
         if (out.status === 'refused') this.d.scheduler.failed(chatId);

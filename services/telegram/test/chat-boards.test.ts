@@ -268,6 +268,76 @@ test('ChatBoards.latest / rendered - a render of a board that waited draws the c
   r.boards.close();
 });
 
+test('ChatBoards - after a group → supergroup move the first board in the new chat shows the moved state, merged until the new channel holds it', async () => {
+  const bus = new InProcessBus();
+  const subj = subjects('cb-move');
+  let now = 1_000_000;
+  const OLD = -4242;
+  const NEW = -1004242;
+  const rendered: Array<{ chat: number; version: number; board: Board }> = [];
+  const renders = {
+    submit: (chat: number, version: number, board: Board) => {
+      rendered.push({ chat, version, board });
+      return Promise.resolve({ status: 'queued' });
+    },
+  } as unknown as RenderQueue;
+  const client = { avatars: { get: () => Promise.resolve(null) } } as unknown as TelegramClient;
+  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now: () => now });
+  const publish = (chat: number, ev: number, players: Record<string, { marks: string[]; solved?: boolean }>): void =>
+    bus.publish(
+      subj.channelOut(telegramChannelId(chat)),
+      encodeJson({
+        t: 'update',
+        channel: 'x',
+        ev,
+        at: now,
+        actions: [],
+        tally: {},
+        game: { puzzle: 3, players: Object.fromEntries(Object.entries(players).map(([v, p]) => [v, { solved: false, ...p }])) },
+      }),
+    );
+  const flush = () => new Promise<void>((r) => setImmediate(r));
+  const rows = (b: Board): Record<string, number> => Object.fromEntries(b.cards.map((c) => [c.id, c.rows.length]));
+  boards.watch(OLD, 'group');
+  publish(OLD, 900, { 'tg:7': { marks: ['g....', 'gy...'] }, 'tg:8': { marks: ['y....'] } });
+  await flush();
+  await boards.tick();
+  assert.deepEqual(
+    rendered.map((x) => x.chat),
+    [OLD],
+  );
+
+  boards.move(OLD, NEW);
+  now += 10;
+  await boards.tick();
+  assert.equal(rendered.length, 2, "the new chat's board is due at once");
+  const first = rendered[1]!;
+  assert.equal(first.chat, NEW);
+  assert.deepEqual(rows(first.board), { '7': 2, '8': 1 }, 'the first board in the new chat shows the moved state');
+  assert.ok(first.version > rendered[0]!.version, "newer than any of the old chat's boards");
+
+  // The new chat's channel before the state moved in (one player of its own): shown merged.
+  publish(NEW, 5, { 'tg:9': { marks: ['.....'] }, 'tg:8': { marks: [] } });
+  await flush();
+  now += 3_000;
+  await boards.tick();
+  assert.deepEqual(rows(rendered[2]!.board), { '7': 2, '8': 1, '9': 1 });
+  assert.ok(rendered[2]!.version > first.version);
+  // The router merged it in: the channel alone from now on.
+  publish(NEW, 6, { 'tg:9': { marks: ['.....'] }, 'tg:8': { marks: ['y....'] }, 'tg:7': { marks: ['g....', 'gy...'] } });
+  await flush();
+  now += 3_000;
+  await boards.tick();
+  publish(NEW, 7, { 'tg:9': { marks: ['.....'] }, 'tg:8': { marks: ['y....'] } }); // (a player left the new channel's state)
+  await flush();
+  now += 3_000;
+  await boards.tick();
+  assert.deepEqual(rows(rendered[4]!.board), { '8': 1, '9': 1 }, 'the moved state is no longer carried');
+  assert.deepEqual(boards.watching, [NEW]);
+  boards.close();
+});
+
 test('ChatBoards.queued - a board not delivered makes its chat due again; a deactivated chat stops', async () => {
   const r = rig();
   r.boards.watch(CHAT, 'chat');
