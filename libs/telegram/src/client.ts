@@ -530,10 +530,15 @@ export class TelegramClient {
     return fn.length <= 1 ? fn(signal) : fn(params, signal);
   }
 
-  /** Notes the message id of our own call's answer (a call started at `startedAtMs`): the board store's numbering. */
-  private async noteResult(chatId: number, result: unknown, startedAtMs: number): Promise<void> {
-    if (isPlainObject(result) && typeof result.message_id === 'number')
-      await this.boards.noteOwnSend(chatId, result.message_id, startedAtMs);
+  /**
+   * Notes the message id of our own call's answer (a call of `method` started at `startedAtMs`) in the board
+   * store's numbering. Only a call that makes a message (send*, copy*, forward*) takes a new id and so bounds an
+   * unconfirmed post; an edit answers with its message's old id.
+   */
+  private async noteResult(chatId: number, method: string, result: unknown, startedAtMs: number): Promise<void> {
+    if (!isPlainObject(result) || typeof result.message_id !== 'number') return;
+    if (isIdempotent(method)) await this.boards.noteMessageId(chatId, result.message_id);
+    else await this.boards.noteOwnSend(chatId, result.message_id, startedAtMs);
   }
 
   private async sendCall(job: SendJob<BotCall>, call: Extract<BotCall, { kind: 'call' }>): Promise<SendOutcome<BotCall>> {
@@ -543,7 +548,7 @@ export class TelegramClient {
     const startedAtMs = this.now();
     try {
       const result = await this.granted(call.method, params);
-      await this.noteResult(job.chatId, result, startedAtMs);
+      await this.noteResult(job.chatId, call.method, result, startedAtMs);
       return { ok: true, value: result };
     } catch (err) {
       const c = classifyError(err);

@@ -900,3 +900,28 @@ void test("an ambiguous first post in a basic group whose next id went to anothe
     await r.close();
   }
 });
+
+void test("an edit's answer does not bound a lost post in the bot-wide numbering (its id is the edited message's, not a new one)", async () => {
+  const r = await rig({ stub: { limits: false, messageIds: 'telegram' } });
+  const G = -4101;
+  const X = 555_101;
+  try {
+    await r.client.api.sendMessage(X, 'reply'); // 1, in X
+    await r.client.api.sendMessage(G, '/start reply'); // 2, in G
+    // A board post in G that landed as 3 while its answer was lost (made here without the client) …
+    const lost = await fetch(`${r.stub.url}/bot${TOKEN}/sendPhoto`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ chat_id: G, photo: 'https://example.org/board.png' }),
+    });
+    assert.equal(((await lost.json()) as { result: { message_id: number } }).result.message_id, 3);
+    await r.client.boards.patch(G, { unconfirmed: { afterId: 2, next: 3, version: 1, shared: { failedAtMs: Date.now() - 1_000 } } });
+    // … then an edit in X, after the failure: it answers with message 1.
+    await r.client.api.editMessageText(X, 1, 'edited');
+    const v1 = await result(r.client.enqueueBoard(G, { version: 1, png: png(1) }));
+    assert.equal(v1.status, 'sent', JSON.stringify(v1));
+    assert.equal(photoMessages(r.stub, G), 1, 'one board: the lost post was looked for above the edit, not below it');
+  } finally {
+    await r.close();
+  }
+});
