@@ -414,6 +414,14 @@ export class ChatBoards {
     void r.result.then((res) => this.settled(chatId, w, version, res));
   }
 
+  /**
+   * Chat `chatId`'s board at `version` was not handed to the send queue (its render threw, or the hand-on did):
+   * the chat is due again at the next pass. Nothing for a chat this process does not hold.
+   */
+  notHandedOn(chatId: number, version: number): void {
+    if (this.chats.has(chatId)) this.d.scheduler.undelivered(chatId, version);
+  }
+
   private settled(chatId: number, w: Watched, version: number, res: JobResult): void {
     // Stopped or moved since: what became of the board concerns no board here.
     if (this.chats.get(chatId) !== w) return;

@@ -320,6 +320,7 @@ export class BullmqRenderQueue implements RenderQueue {
       } catch (err) {
         this.counters.failed();
         this.onError(err, `render of chat ${chatId} version ${version}`);
+        consumer.onFailed?.(chatId, version);
       }
       // The pool refuses only when closed (this worker never hands it more than its concurrency): the job fails and is retried.
       if (out?.status === 'refused') throw new Error(`the render pool refused chat ${chatId}'s board: ${out.reason}`);
@@ -331,6 +332,7 @@ export class BullmqRenderQueue implements RenderQueue {
         } catch (err) {
           this.counters.failed();
           this.onError(err, `handing chat ${chatId}'s board version ${version} on`);
+          consumer.onFailed?.(chatId, out.version);
         }
       }
       // Done up to the version drawn: a newer one the pool's `latest` drew makes the versions submitted up to it moot.

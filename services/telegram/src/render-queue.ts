@@ -13,8 +13,8 @@
  *
  * Both: a newer version of a chat replaces its queued (not yet started) one;
  * a chat's versions are rendered one at a time, in order; a render that
- * throws is counted and not retried; a job over BOARD_RENDER_MAX_JOB_BYTES is
- * refused. Shared behaviour suite: test/render-queue-suite.ts.
+ * throws is counted and not retried (the consumer's `onFailed` hears of it);
+ * a job over BOARD_RENDER_MAX_JOB_BYTES is refused. Shared behaviour suite: test/render-queue-suite.ts.
  */
 import { validateBoard, type Board, type BoardMetrics, type BoardRefusals, type RenderPool } from '@crowdplay/board';
 
@@ -35,6 +35,11 @@ export interface RenderConsumer {
   /** The render pool (its semaphore bounds the renders on threads). */
   readonly pool: RenderPool;
   readonly onRendered: OnRendered;
+  /**
+   * A job of chat `chatId` at `version` ended without a board handed on: its render threw, or `onRendered`
+   * threw (counted in `failed`; not retried). The producer's cue to hand the chat on again. Must not throw.
+   */
+  readonly onFailed?: (chatId: number, version: number) => void;
   /**
    * BullMQ: jobs this process works on at once (BOARD_RENDER_JOBS_IN_FLIGHT).
    * More than the pool's threads, so one job's Redis round trips and send-queue
@@ -284,11 +289,13 @@ export class MemoryRenderQueue implements RenderQueue {
         } catch (err) {
           this.counters.failed();
           this.onError(err, 'handing a rendered board on');
+          consumer.onFailed?.(chatId, out.version);
         }
       },
       (err: unknown) => {
         this.counters.failed();
         this.onError(err, 'render');
+        consumer.onFailed?.(chatId, version);
       },
     );
     this.inFlight.add(job);

@@ -28,13 +28,13 @@
  *
  * Delivery: a board handed on is not yet a board shown. The caller reports
  * each board's end: `delivered` (Telegram shows it), or `undelivered` (the
- * send failed, was dropped or ran out of retries, or the render was
- * refused): the chat is then dirty again and goes at the next pass, as any
- * change would, so a send that fails is never a dead end. With
- * `confirmTimeoutMs`, a board neither delivered nor undelivered by then (a
- * render that threw, an outcome lost across processes) counts as
- * undelivered. So after an outage every chat whose newest board did not
- * land is handed on again, at most one interval after Telegram answers.
+ * send failed, was dropped or ran out of retries, or the render threw or
+ * was refused): the chat is then dirty again and goes at the next pass, as
+ * any change would, so a send that fails is never a dead end. With
+ * `confirmTimeoutMs`, a board neither delivered nor undelivered by then (an
+ * end not heard) counts as undelivered. So after an outage every chat whose
+ * newest board did not land is handed on again, at most one interval after
+ * Telegram answers.
  *
  * Late binding: a board handed on may be drawn at a newer version than it
  * was taken with (the render pool asks the gateway for the chat's newest

@@ -99,23 +99,28 @@ function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefix
  * Starts the render worker on `renders`: a RenderPool (BOARD_RENDER_CONCURRENCY
  * threads behind its semaphore) whose PNGs go to the send queue through
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
- * @param onQueued the send queue's answer for each board (a gateway's `ChatBoards.queued`: late binding, and
- *   whether the board was delivered)
+ * @param hooks.onQueued the send queue's answer for each board (a gateway's `ChatBoards.queued`: late binding,
+ *   and whether the board was delivered); `hooks.onFailed`: a board not handed on (its render threw)
  * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's concurrency
  */
 export function startRenderWorker(
   renders: RenderQueue,
   pool: RenderPool,
   client: TelegramClient,
-  onQueued: (chatId: number, version: number, r: EnqueueResult) => void = () => undefined,
+  hooks: {
+    onQueued?: (chatId: number, version: number, r: EnqueueResult) => void;
+    onFailed?: (chatId: number, version: number) => void;
+  } = {},
   jobConcurrency?: number,
 ): void {
+  const { onQueued, onFailed } = hooks;
   renders.start({
     pool,
     ...(jobConcurrency !== undefined ? { jobConcurrency } : {}),
+    ...(onFailed ? { onFailed } : {}),
     onRendered: async (chatId, version, png) => {
       const r = await client.enqueueBoard(chatId, { version, png });
-      onQueued(chatId, version, r);
+      onQueued?.(chatId, version, r);
       return r;
     },
   });
@@ -142,7 +147,7 @@ export const GROUP_MIN_INTERVAL_MS = 3_000;
 
 /**
  * In one process (no REDIS_URL), a board handed on and not known delivered or undelivered after this long is
- * handed on again (a render that threw, a hand-on that failed), ms. Generous: a board waiting in a backlog is
+ * handed on again (an end not heard), ms. Generous: a board waiting in a backlog is
  * only superseded by the new one.
  */
 export const BOARD_CONFIRM_TIMEOUT_MS = 60_000;
@@ -232,7 +237,10 @@ export async function startTelegram(deps: {
       renders,
       pool,
       client,
-      (chatId, version, r) => boardsHere?.queued(chatId, version, r),
+      {
+        onQueued: (chatId, version, r) => boardsHere?.queued(chatId, version, r),
+        onFailed: (chatId, version) => boardsHere?.notHandedOn(chatId, version),
+      },
       config.board.renderJobsInFlight,
     );
   const scheduler = new RefreshScheduler({
@@ -361,7 +369,7 @@ export async function startBoardRenderer(deps: {
     throw err;
   }
   const pool = newRenderPool(config, telemetry);
-  startRenderWorker(renders, pool, client, undefined, config.board.renderJobsInFlight);
+  startRenderWorker(renders, pool, client, {}, config.board.renderJobsInFlight);
   telemetry.logger.info({ renders: renders.kind, concurrency: pool.concurrency, queue: queue.kind }, 'board-renderer is rendering');
   return {
     renders,

@@ -80,12 +80,15 @@ async function rig() {
   } as unknown as RenderPool;
   const renders = new MemoryRenderQueue();
   let unsettled = 0;
-  startRenderWorker(renders, pool, client, (chatId, version, r) => {
-    if (r.status === 'queued') {
-      unsettled++;
-      void r.result.finally(() => unsettled--);
-    }
-    boards?.queued(chatId, version, r);
+  startRenderWorker(renders, pool, client, {
+    onQueued: (chatId, version, r) => {
+      if (r.status === 'queued') {
+        unsettled++;
+        void r.result.finally(() => unsettled--);
+      }
+      boards?.queued(chatId, version, r);
+    },
+    onFailed: (chatId, version) => boards?.notHandedOn(chatId, version),
   });
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: 1000,

@@ -366,3 +366,19 @@ test('ChatBoards.queued - a board not delivered makes its chat due again; a deac
   assert.equal(r.queued.length, 2, 'nothing rendered for a deactivated chat');
   r.boards.close();
 });
+
+test('ChatBoards.notHandedOn - a board whose render threw makes its chat due again at the next pass', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  r.publish(1, 1, { 'tg:7': ['g....'] });
+  await r.flush();
+  await r.boards.tick();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.queued.length, 1, 'handed on: not due');
+  r.boards.notHandedOn(CHAT, r.queued[0]!);
+  r.boards.notHandedOn(-1, 1); // a chat this process does not hold: nothing
+  await r.boards.tick();
+  assert.equal(r.queued.length, 2, 'handed on again');
+  r.boards.close();
+});

@@ -64,6 +64,8 @@ export interface RQHarness {
   readonly delivered: Delivered[];
   readonly metrics: ReturnType<typeof fakeMetrics>;
   readonly errors: Array<[unknown, string]>;
+  /** The consumer's `onFailed` calls: [chat, version] of jobs that handed no board on. */
+  readonly failed: Array<[number, number]>;
   /** Delivered versions of one chat, in delivery order. */
   versions(chatId: number): number[];
   close(): Promise<void>;
@@ -98,8 +100,10 @@ function harness(
   after: () => Promise<void>,
 ): RQHarness {
   const delivered: Delivered[] = [];
+  const failed: Array<[number, number]> = [];
   queue.start({
     pool: gate.pool,
+    onFailed: (chatId, version) => failed.push([chatId, version]),
     onRendered: async (chatId, version, png) => {
       await sleep(1);
       delivered.push({ seq: deliverySeq++, chatId, version, png });
@@ -112,6 +116,7 @@ function harness(
     delivered,
     metrics: m,
     errors,
+    failed,
     versions: (chatId) => delivered.filter((d) => d.chatId === chatId).map((d) => d.version),
     close() {
       closing ??= (async () => {

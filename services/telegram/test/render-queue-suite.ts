@@ -146,20 +146,25 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
     });
   });
 
-  void test(`${name} - a render that throws is counted, not retried, and the chat's next version renders`, TIMEOUT, async (t) => {
-    await withHarness(t, factory, { concurrency: 1 }, async (h) => {
-      h.gate.open();
-      assert.equal((await h.queue.submit(3, 1, board(2, 'boom'))).status, 'queued');
-      await waitFor('the failure counted', () => h.queue.stats().failed === 1);
-      assert.equal((await h.queue.submit(3, 2, board())).status, 'queued');
-      await waitFor('v2 delivered', () => h.versions(3).includes(2));
-      await sleep(300);
-      assert.equal(h.gate.threw(), 1, 'the failed render ran once');
-      assert.deepEqual(h.versions(3), [2]);
-      assert.equal(h.metrics.sum('crowdplay_render_queue_failed_total'), 1);
-      assert.ok(h.errors.some(([e]) => e instanceof Error && e.message === 'boom'));
-    });
-  });
+  void test(
+    `${name} - a render that throws is counted, not retried, told to the consumer, and the chat's next version renders`,
+    TIMEOUT,
+    async (t) => {
+      await withHarness(t, factory, { concurrency: 1 }, async (h) => {
+        h.gate.open();
+        assert.equal((await h.queue.submit(3, 1, board(2, 'boom'))).status, 'queued');
+        await waitFor('the failure counted', () => h.queue.stats().failed === 1);
+        assert.equal((await h.queue.submit(3, 2, board())).status, 'queued');
+        await waitFor('v2 delivered', () => h.versions(3).includes(2));
+        await sleep(300);
+        assert.equal(h.gate.threw(), 1, 'the failed render ran once');
+        assert.deepEqual(h.versions(3), [2]);
+        assert.equal(h.metrics.sum('crowdplay_render_queue_failed_total'), 1);
+        assert.ok(h.errors.some(([e]) => e instanceof Error && e.message === 'boom'));
+        assert.deepEqual(h.failed, [[3, 1]], 'the consumer heard which board was not handed on');
+      });
+    },
+  );
 
   void test(`${name} - a full queue refuses a new chat (counted) but a queued chat's newer version still replaces`, TIMEOUT, async (t) => {
     await withHarness(t, factory, { concurrency: 1, maxQueue: 2 }, async (h) => {
