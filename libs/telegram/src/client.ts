@@ -66,6 +66,8 @@ export type BotCall =
        * Telegram: its deadline (`txUnreachedDeadlineMs`) counts from there.
        */
       firstAtMs?: number;
+      /** The call's own deadline from its first enqueue, ms (`CallOptions.deadlineMs`): a continuation carries what is left. */
+      deadlineMs?: number;
     }
   | {
       kind: 'board';
@@ -446,7 +448,7 @@ export class TelegramClient {
       ...(opts.key !== undefined ? { key: opts.key } : {}),
       ...(opts.deadlineMs !== undefined ? { deadlineMs: opts.deadlineMs } : {}),
       ...(chatId === BOT_LEVEL_CHAT_ID ? { isGroup: false } : {}),
-      payload: { kind: 'call', method, params, chatId },
+      payload: { kind: 'call', method, params, chatId, ...(opts.deadlineMs !== undefined ? { deadlineMs: opts.deadlineMs } : {}) },
     });
   }
 
@@ -572,11 +574,16 @@ export class TelegramClient {
         drop: true,
         reason: `never reached Telegram in ${this.txUnreachedDeadlineMs} ms (TELEGRAM_TX_UNREACHED_DEADLINE_MS): ${detail}`,
       };
+    // A call with a deadline of its own (a reply its caller waits for) continues only for what is left of it.
+    const leftMs = call.deadlineMs === undefined ? undefined : call.deadlineMs - waited;
+    if (leftMs !== undefined && leftMs <= 0)
+      return { drop: true, reason: `deadline ${call.deadlineMs} ms passed; never reached Telegram: ${detail}` };
     if (job.retries < this.queueMaxRetries) return { retry: true, reason: detail };
     const next = await this.queue.enqueue({
       chatId: job.chatId,
       lane: job.lane,
       ...(job.key !== undefined ? { key: job.key } : {}),
+      ...(leftMs !== undefined ? { deadlineMs: leftMs } : {}),
       isGroup: job.isGroup,
       payload: { ...call, firstAtMs },
     });

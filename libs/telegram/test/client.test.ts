@@ -789,6 +789,7 @@ void test('a command reply queued during a minute of refused connections is deli
     apiRoot: url,
     queue,
     txUnreachedDeadlineMs: 300_000,
+    resultTimeoutMs: 400_000, // the caller waits past the outage (its own deadline: below)
     now: () => clock.now(),
     avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
   });
@@ -829,6 +830,7 @@ void test('a command reply queued during a minute of refused connections is deli
       apiRoot: deadUrl,
       queue: q2,
       txUnreachedDeadlineMs: 300_000,
+      resultTimeoutMs: 400_000,
       now: () => clock.now(),
       avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
     });
@@ -845,6 +847,35 @@ void test('a command reply queued during a minute of refused connections is deli
     assert.ok(clock.now() - lateAt >= 300_000, 'given up at the deadline, not before');
     assert.ok(c2.stats().sent.sendMessage! > 20, `tried all along: ${c2.stats().sent.sendMessage} calls`);
     await q2.close(1_000);
+
+    // A reply its caller waits for only 90 s is not sent after that, even within TELEGRAM_TX_UNREACHED_DEADLINE_MS.
+    const q3 = new MemorySendQueue<BotCall>({
+      limits: { botRatePerS: 1000, groupRatePerMin: 60_000, chatRatePerS: 1000 },
+      clock,
+      onError: () => {},
+    });
+    const c3 = new TelegramClient({
+      token: TOKEN,
+      apiRoot: deadUrl,
+      queue: q3,
+      txUnreachedDeadlineMs: 300_000,
+      resultTimeoutMs: 90_000,
+      now: () => clock.now(),
+      avatars: { concurrency: 1, cacheBytes: 0, ttlMs: 1000 },
+    });
+    q3.start(c3.sender());
+    let ended = false;
+    const short = c3.api.sendMessage(A, 'short wait').catch((e: unknown) => {
+      ended = true;
+      return e;
+    });
+    const shortAt = clock.now();
+    await runClock(clock, { queue: q3, client: c3 }, () => ended, 'the caller deadline', shortAt + 200_000);
+    assert.ok(ended, 'given up within its own deadline');
+    const e3 = await short;
+    assert.ok(isCrowdplayError(e3, 'CP_ERR_TELEGRAM_FAILED') && /deadline/.test(e3.message), String(e3));
+    assert.ok(clock.now() - shortAt <= 95_000, `given up ${clock.now() - shortAt} ms after it was queued`);
+    await q3.close(1_000);
   } finally {
     await queue.close(1_000);
     await stub.close();
