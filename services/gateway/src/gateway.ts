@@ -1002,7 +1002,10 @@ class GatewayImpl implements Gateway {
     conn.ws.send(JSON.stringify(result));
   }
 
-  /** One `ch.<C>.ctl` request; a bus failure (no owner answering, a timeout) is CP_ERR_CHANNEL_UNAVAILABLE. Never rejects. */
+  /**
+   * One `ch.<C>.ctl` request; a bus failure (no owner answering, a timeout) is CP_ERR_CHANNEL_UNAVAILABLE, counted
+   * as a refusal (logged once per interval: under overload every game's retries fail alike). Never rejects.
+   */
   private async ctlOnce(conn: Conn, req: ChannelCtlRequest): Promise<ChannelCtlReply> {
     try {
       const res = await this.bus.request(this.subjects.channelCtl(conn.channel), encodeJson(req), {
@@ -1010,7 +1013,7 @@ class GatewayImpl implements Gateway {
       });
       return decodeJson<ChannelCtlReply>(res.data);
     } catch (err) {
-      this.logger.warn({ err, channel: conn.channel, op: req.op }, 'channel ctl request failed');
+      this.refuse('CP_ERR_CHANNEL_UNAVAILABLE', conn, { op: req.op, bus: (err as { code?: string }).code ?? String(err) });
       return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]) };
     }
   }

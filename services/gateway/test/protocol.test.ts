@@ -253,8 +253,12 @@ describe('gateway protocol', () => {
     const raw = game.raw.find((r) => r.data.equals(batch));
     assert.ok(raw);
     assert.equal(raw.isBinary, false);
+    const refusals = async (): Promise<number> =>
+      metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason: 'CP_ERR_CHANNEL_UNAVAILABLE' });
+    const refusedBefore = await refusals();
     game.send({ t: 'state', state: {} }); // nobody answers ch.orphan.ctl
     assert.equal((await game.frame((f) => f.t === 'error')).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
+    assert.ok((await refusals()) > refusedBefore, 'each unanswered request counted as a refusal');
     await game.close();
     await waitUntil(() => h.gateway.stats().games === 0, 'game gone');
     // After the game left, its batches go nowhere (unsubscribed).
