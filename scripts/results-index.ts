@@ -102,6 +102,11 @@ const runs: Record<string, RunInfo> = {
     machine: 'shared',
     commit: '53ce07f',
   },
+  'failover-3000ch.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '9b90d22',
+  },
 };
 
 const CROWD_2000 = ['crowd-2000-pglite.json', 'crowd-2000-postgres.json'];
@@ -984,6 +989,67 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms',
           files: ['failover-3000.json'],
+        },
+      ],
+    },
+    {
+      title: 'Failover at the sized shape: 3 shards, 2 gateways, 3,000 channels with one viewer each',
+      decisions: ['0025-bulk-control-plane.md', '0026-router-lease.md'],
+      intro: [
+        'The same rig with one game client and one viewer per channel, 30 s pool rounds, the default faults (SIGKILL of the ' +
+          'busiest shard, the drain of the busiest live one, a gateway restart) and a probe per moved channel; every process, ' +
+          'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
+          'Fields: loadtest/README.md ("failover").',
+      ],
+      rows: [
+        {
+          figure: 'stakes lost; ledger verify; duplicate / non-monotonic event ids',
+          target: '0; ok; 0 / 0',
+          seed: '—',
+          value: '{stakesLost} of {stakes.acked} acked; {ledgerVerify}; {duplicateEventIds} / {nonMonotonicEventIds}',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'acked intents lost: drained channels / other channels / the killed shard’s open tick',
+          target: '0 / 0 / —',
+          seed: '—',
+          value: '{intentsLost.drained} / {intentsLost.other} / {intentsLost.killed}',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'moved channels batching again (kill; drain)',
+          target: 'all',
+          seed: '—',
+          value: '{recoveryMs.kill.recovered}/{recoveryMs.kill.channels}; {recoveryMs.drain.recovered}/{recoveryMs.drain.channels}',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'viewers welcomed / never welcomed; failed after a drop',
+          target: 'all / 0; 0',
+          seed: '—',
+          value: '{connections.connected} / {connections.failed}; {viewersFailed}',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'recovery after SIGKILL, p50 / max; detection',
+          target: 'max ≤ 5,000 ms',
+          seed: '—',
+          value: '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.kill.detectionMs} ms',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'recovery after the drain, p50 / max',
+          target: 'max ≤ 2,000 ms',
+          seed: '—',
+          value: '{recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'act ack p50 / p99; rounds unpaid at the end',
+          target: '—; 0',
+          seed: '—',
+          value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms; {rounds.unpaidAtEnd}',
+          files: ['failover-3000ch.json'],
         },
       ],
     },
