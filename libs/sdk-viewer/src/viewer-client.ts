@@ -445,17 +445,23 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
 
   /**
    * {@link #send}, again with jittered backoff while the ack is a retryable refusal (RETRYABLE_CODES) and the
-   * retry deadline allows another attempt; the last ack is returned. Each attempt has a fresh `seq`.
+   * retry deadline allows another attempt. A retry refused CP_ERR_INTENT_RATE_LIMITED (the retries themselves
+   * spent the viewer's intent budget) is retried too, and never returned in place of the server's own answer:
+   * past the deadline the last other refusal is. A first attempt refused so is returned at once (the app sends
+   * too fast). Each attempt has a fresh `seq`.
    */
   async #request(build: (seq: number) => CrowdInbound): Promise<ActAck> {
     const deadline = Date.now() + this.#retryDeadlineMs;
+    let answer: ActAck | undefined;
     for (let attempt = 0; ; attempt++) {
       const ack = await this.#send(build);
-      if (ack.ok || !isRetryable(ack.code)) return ack;
+      const throttled = attempt > 0 && ack.code === 'CP_ERR_INTENT_RATE_LIMITED';
+      if (!throttled) answer = ack;
+      if (ack.ok || !(throttled || isRetryable(ack.code))) return ack;
       const delay = Math.max(1, backoffDelayMs(attempt, this.#retryBackoff, this.#random));
-      if (Date.now() + delay > deadline || this.#conn.state !== 'open') return ack;
+      if (Date.now() + delay > deadline || this.#conn.state !== 'open') return answer ?? ack;
       await new Promise((r) => setTimeout(r, delay));
-      if (this.#conn.state !== 'open') return ack;
+      if (this.#conn.state !== 'open') return answer ?? ack;
     }
   }
 

@@ -187,6 +187,39 @@ test('sdk-viewer - a retryable refusal (the channel is moving) is sent again wit
   await c.close();
 });
 
+test('sdk-viewer - a retry refused CP_ERR_INTENT_RATE_LIMITED is retried and never answers in place of the server; a first one is returned', async (t) => {
+  const frames: Array<{ t: string; seq: number; action?: string }> = [];
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      const m = JSON.parse(String(raw)) as { t: string; seq: number; action?: string };
+      frames.push(m);
+      const tries = frames.filter((f) => f.action === m.action).length;
+      // 'then-ok': unavailable, rate limited, accepted; 'never': unavailable, then rate limited for good; 'fast': rate limited.
+      const code =
+        m.action === 'fast'
+          ? 'CP_ERR_INTENT_RATE_LIMITED'
+          : tries === 1
+            ? 'CP_ERR_STORE_UNAVAILABLE'
+            : m.action === 'never' || tries === 2
+              ? 'CP_ERR_INTENT_RATE_LIMITED'
+              : undefined;
+      ws.send(JSON.stringify(code ? { t: 'ack', seq: m.seq, ok: false, code } : { t: 'ack', seq: m.seq, ok: true, cost: 0 }));
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server, { retryDeadlineMs: 300 });
+  await c.connect();
+  const ok = await c.act('then-ok');
+  assert.deepEqual([ok.ok, frames.filter((f) => f.action === 'then-ok').length], [true, 3]);
+  const never = await c.act('never');
+  assert.deepEqual([never.ok, never.code], [false, 'CP_ERR_STORE_UNAVAILABLE'], "past the deadline: the server's answer");
+  assert.ok(frames.filter((f) => f.action === 'never').length > 2, 'retried while rate limited');
+  const fast = await c.act('fast');
+  assert.deepEqual([fast.ok, fast.code, frames.filter((f) => f.action === 'fast').length], [false, 'CP_ERR_INTENT_RATE_LIMITED', 1]);
+  await c.close();
+});
+
 test('sdk-viewer - an act or stake without an ack rejects after ackTimeoutMs; a late ack is only an ack event; others are unaffected', async (t) => {
   const server = await startServer((ws) => {
     welcome(ws);
