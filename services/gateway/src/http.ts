@@ -10,6 +10,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { CHANNEL_ID_RE, CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
+import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 import { mintDevToken } from './auth.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
@@ -184,41 +185,20 @@ export async function hostedSdkBundle(prebuilt: string = SDK_VIEWER_PREBUILT): P
 }
 
 /**
- * Bundles libs/sdk-viewer for browsers (ESM), behind the banner the prebuilt client has (the package's name and
- * version, scripts/build-sdk.mjs). esbuild is imported on first use, so a gateway that never serves the page never
- * loads it.
+ * Bundles libs/sdk-viewer for browsers (ESM) exactly as the product build does (scripts/build-sdk.mjs
+ * `buildHostedViewer`: one set of build options, one banner). esbuild is imported on first use, so a gateway that
+ * never serves the page never loads it.
  * @throws the esbuild build error, or a read error of the package's package.json
  */
 export async function buildSdkBundle(): Promise<string> {
-  const { version } = JSON.parse(await readFile(SDK_VIEWER_PACKAGE, 'utf8')) as { version: string };
-  const esbuild = await import('esbuild');
-  let result;
   try {
-    result = await esbuild.build({
-      entryPoints: [SDK_VIEWER_ENTRY],
-      bundle: true,
-      format: 'esm',
-      platform: 'browser',
-      target: 'es2022',
-      minify: true,
-      write: false,
-      logLevel: 'silent',
-      banner: { js: sdkViewerBanner(version) },
-    });
+    return await buildHostedViewer();
   } finally {
     // esbuild keeps a helper process (which holds the event loop open) until stopped;
     // the bundle is built once, so stop it (a later call would start it again).
-    await esbuild.stop();
+    await (await import('esbuild')).stop();
   }
-  const out = result.outputFiles[0];
-  if (!out) throw new Error('esbuild produced no output for the viewer SDK bundle');
-  return out.text;
 }
 
-/**
- * The first line of the hosted viewer client (the same text as scripts/build-sdk.mjs `hostedViewerBanner`).
- * @param version the package version, e.g. `0.1.0`
- */
-export function sdkViewerBanner(version: string): string {
-  return `/*! @crowdplay/sdk-viewer ${version} — the crowdplay viewer client for browsers (ESM). */`;
-}
+/** The first line of the hosted viewer client (scripts/build-sdk.mjs `hostedViewerBanner`). */
+export const sdkViewerBanner = hostedViewerBanner;
