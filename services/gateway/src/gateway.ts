@@ -792,13 +792,17 @@ class GatewayImpl implements Gateway {
    * channel's current update (the snapshot), then the live batches. A shard
    * logs a batch before it publishes it, so a batch the replay read can reach
    * this gateway live after the replay: `conn.lastBatchEv` keeps sendToGame
-   * from sending it twice.
+   * from sending it twice. The log is read only once the bus confirmed the
+   * subscription (`flush`: NATS answers its PING after the SUB): a batch logged
+   * after the read is then published to a live subscription, never into the
+   * gap between the two (a busy gateway's SUB can wait seconds in its buffer).
    */
   private async resumeGame(conn: Conn): Promise<void> {
     const from = conn.lastEventId ?? 0;
     let replayedUpTo = from;
     let reason: ResyncFrame['reason'] | null = null;
     try {
+      await this.bus.flush();
       const s = await this.store.events.since(conn.channel, from, this.config.eventLog.resumeMaxEvents);
       if (from < s.floor) reason = 'pruned';
       else if (s.more) reason = 'behind';

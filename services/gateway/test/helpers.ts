@@ -209,6 +209,8 @@ export interface HarnessOptions {
   ledger?: Ledger;
   /** The gateway's clock for its upgrade budget (GatewayDeps.now). */
   now?: () => number;
+  /** The bus (default: a new InProcessBus); closed with the harness. */
+  bus?: InProcessBus;
 }
 
 export interface Harness {
@@ -229,7 +231,7 @@ export interface Harness {
 
 /** Starts a gateway on 127.0.0.1:0 with its own bus, shard, telemetry and subject prefix. */
 export async function startHarness(opts: HarnessOptions): Promise<Harness> {
-  const bus = new InProcessBus({ onError: (err) => console.error('bus handler error', err) });
+  const bus = opts.bus ?? new InProcessBus({ onError: (err) => console.error('bus handler error', err) });
   const prefix = uniqueName('gw');
   const subj = subjects(prefix);
   const config = defaultConfig({

@@ -6,7 +6,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { encodeJson } from '@crowdplay/bus';
+import { encodeJson, InProcessBus, type BusHandler, type SubscribeOptions, type Subscription } from '@crowdplay/bus';
 import {
   connected,
   metricValue,
@@ -37,6 +37,54 @@ async function logAndPublish(ev: number): Promise<void> {
   const b = batch(ev);
   await suite.store.events.append([{ channel: suite.channel, eventId: ev, epoch, kind: 'batch', body: JSON.stringify(b) }]);
   h.bus.publish(h.subj.channelGame(suite.channel), encodeJson(b));
+}
+
+/** logAndPublish on another harness's bus. */
+async function logAndPublishOn(harness: { bus: InProcessBus; subj: typeof h.subj }, ev: number): Promise<void> {
+  const b = batch(ev);
+  await suite.store.events.append([{ channel: suite.channel, eventId: ev, epoch, kind: 'batch', body: JSON.stringify(b) }]);
+  harness.bus.publish(harness.subj.channelGame(suite.channel), encodeJson(b));
+}
+
+/**
+ * An in-process bus whose subscriptions start late, as a NATS subscription does until the server has read its SUB: a
+ * subscription whose subject `gate` answers with a promise receives only what is published after that promise settled.
+ * `flush()` (the client's PING, answered after the SUB) waits for every such subscription; `flushed` settles at the
+ * first flush.
+ */
+class LateSubscribeBus extends InProcessBus {
+  gate: ((subject: string) => Promise<void> | undefined) | undefined;
+  private readonly late: Array<Promise<void>> = [];
+  private markFlushed!: () => void;
+  readonly flushed = new Promise<void>((r) => (this.markFlushed = r));
+
+  override subscribe(subject: string, handler: BusHandler, opts?: SubscribeOptions): Subscription {
+    const gate = this.gate?.(subject);
+    if (!gate) return super.subscribe(subject, handler, opts);
+    let sub: Subscription | null = null;
+    let cancelled = false;
+    this.late.push(
+      gate.then(() => {
+        if (!cancelled) sub = super.subscribe(subject, handler, opts);
+      }),
+    );
+    return {
+      unsubscribe: () => {
+        cancelled = true;
+        sub?.unsubscribe();
+      },
+      drain: async () => {
+        cancelled = true;
+        await sub?.drain();
+      },
+    };
+  }
+
+  override async flush(): Promise<void> {
+    this.markFlushed();
+    await Promise.all(this.late);
+    return super.flush();
+  }
 }
 
 function game(lastEventId?: number): ReturnType<typeof connected> {
@@ -150,6 +198,39 @@ describe('gateway resume', () => {
     assert.ok(g.frames.some((f) => f.t === 'round'));
     assert.equal((await skipped()) - skippedBefore, 1);
     await g.close();
+  });
+
+  it('game - a batch logged and published while the subscription is not yet active at the bus is replayed, not lost', async () => {
+    // NATS starts delivering to a subscription once the server has read its SUB, which a busy gateway may send late. The
+    // shard logs the batch after the subscribe was asked, and publishes it before the subscription is active: only a
+    // log read made after the bus confirmed the subscription (flush) finds it.
+    const bus = new LateSubscribeBus();
+    const h2 = await startHarness({ store: suite.store, channels: [suite.channel], bus });
+    const since = suite.store.events.since.bind(suite.store.events);
+    let sinceDone!: () => void;
+    const sinceRead = new Promise<void>((r) => (sinceDone = r));
+    suite.store.events.since = async (...args) => {
+      try {
+        return await since(...args);
+      } finally {
+        sinceDone();
+      }
+    };
+    try {
+      bus.gate = (subject) =>
+        subject === h2.subj.channelGame(suite.channel)
+          ? Promise.race([bus.flushed, sinceRead]).then(() => logAndPublishOn(h2, 200))
+          : undefined;
+      const g = await connected(h2.wsUrl({ role: 'game', channel: suite.channel, key: suite.acme.apiKey, lastEventId: 100 }));
+      await sinceRead;
+      h2.bus.publish(h2.subj.channelGame(suite.channel), encodeJson(batch(201))); // live, after the subscription is active
+      await g.frame((f) => f.t === 'batch' && f.ev === 201, 'the live batch 201');
+      assert.deepEqual(evs(g.frames), [200, 201], 'batch 200 reached the game (replayed from the log)');
+      await g.close();
+    } finally {
+      suite.store.events.since = since;
+      await h2.close();
+    }
   });
 
   it('game - a game ahead of the log (nothing replayed, e.g. a fresh database) gets live batches below its lastEventId', async () => {
