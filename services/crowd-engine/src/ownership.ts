@@ -167,7 +167,10 @@ export class Ownership {
         await bus.flush();
         for (const o of live) this.updates.scheduleUpdate(o);
         if (live.length > 0) {
+          let unfinishedRounds = 0;
+          for (const o of live) unfinishedRounds += rounds.get(o.rt.id)?.length ?? 0;
           const ms = {
+            unfinishedRounds,
             readMs: Math.round(tRead - t0),
             leaseMs: Math.round(tLease - tRead),
             startMs: Math.round(tStart - tLease),

@@ -1035,7 +1035,8 @@ export class ChannelRounds {
       else if (row.state === 'cancelled') finish(r, this.serial(r, () => this.finishCancel(r, 'recovered')));
       // 'locked' resumes: settle, cancel or expiry finish it.
     }
-    if (rows.length > 0) this.d.telemetry.logger.info({ channel: this.d.channel, rounds: rows.length }, 'recovering unfinished rounds');
+    // Per channel at debug: a bulk acquire of 1,500 channels would log a line each; its batch line counts the rounds.
+    if (rows.length > 0) this.d.telemetry.logger.debug({ channel: this.d.channel, rounds: rows.length }, 'recovering unfinished rounds');
     // A handed-off round is checked before the channel serves (it stays open). Refunds and payouts of what a
     // crashed owner left are written in the background: each round's steps are serialised (`serial`), it
     // refuses stakes once it is not open, and a move of a channel waiting for them would otherwise last as long
@@ -1096,7 +1097,7 @@ export class ChannelRounds {
       return this.cancelRound(r, 'cancelled');
     }
     this.d.metrics.roundEvents.add(1, { kind: r.row.kind, event: 'resumed' });
-    this.d.telemetry.logger.info({ channel: this.d.channel, round: r.id, entries: r.entries }, 'handed-off round resumed open');
+    this.d.telemetry.logger.debug({ channel: this.d.channel, round: r.id, entries: r.entries }, 'handed-off round resumed open');
     return undefined;
   }
 
