@@ -185,6 +185,15 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
         assert.equal(r.viewersReconnected, r.viewersDropped);
         assert.equal(r.timeline.restartedGateway, null, 'only the faults asked for');
         assert.equal(r.errorLogLines, 0, r.errorLogSamples.join('\n'));
+        assert.equal(r.games.ended, 0, r.games.endedSample.join('\n'));
+        // Steady-phase CPU: every cluster process, NATS, PostgreSQL, the workers and the harness, each read.
+        assert.ok(r.steadyCpu && r.steadyCpu.seconds > 0 && r.steadyCpu.channels === 300, JSON.stringify(r.steadyCpu));
+        const cpuNames = r.steadyCpu.processes.map((p) => p.name);
+        for (const n of ['sequencer', 'router', 'shard-1', 'gw-1', 'nats-server', 'postgres', 'viewer workers', 'harness (games, probes)'])
+          assert.ok(cpuNames.includes(n), `${n} in ${cpuNames.join(', ')}`);
+        for (const p of r.steadyCpu.processes)
+          assert.ok(p.cpuPct !== null && p.cpuPct >= 0 && p.usPerChannelSecond !== null, JSON.stringify(p));
+        assert.ok(r.steadyCpu.machineBusyPct !== null && r.steadyCpu.machineBusyPct > 0);
         // The run removed its schema.
         const c = new pg.Client({ connectionString: process.env.DATABASE_URL || 'postgresql://postgres@127.0.0.1:5432/test' });
         await c.connect();

@@ -55,6 +55,10 @@ export class ChannelGame {
   resyncs = 0;
   welcomes = 0;
   errors: Record<string, number> = {};
+  /** Socket closes by close code (also the ones followed by a reconnect). */
+  readonly closesByCode: Record<string, number> = {};
+  /** The newest batch arrival, ms since epoch (null before the first). */
+  lastArrivalAt: number | null = null;
   readonly rounds: GameRound[] = [];
   private maxEv = -1;
   private running = true;
@@ -85,6 +89,7 @@ export class ChannelGame {
     });
     client.on('resync', () => this.resyncs++);
     client.on('error', (e) => (this.errors[e.code] = (this.errors[e.code] ?? 0) + 1));
+    client.on('close', (code) => (this.closesByCode[code] = (this.closesByCode[code] ?? 0) + 1));
     client.declare([{ name: ACTION, options: [...OPTIONS], maxPerTick: 100_000 }], { welcomeGrant: this.o.welcomeGrant });
     return client;
   }
@@ -127,6 +132,7 @@ export class ChannelGame {
       return;
     }
     this.arrivedAt.set(b.ev, at);
+    this.lastArrivalAt = at;
     if (b.ev < this.maxEv) this.nonMonotonic++;
     else this.maxEv = b.ev;
     const a = b.actions[ACTION];
@@ -192,6 +198,12 @@ export class ChannelGame {
       }
       if (this.running) await sleep(300);
     }
+  }
+
+  /** One line on the client's life for a report sample: its state now, welcomes, closes by code, the last batch's arrival (ms after `t0`). */
+  describe(t0: number): string {
+    const last = this.lastArrivalAt === null ? '–' : `+${this.lastArrivalAt - t0} ms`;
+    return `game ${this.client.state}, ${this.welcomes} welcomes, closes ${JSON.stringify(this.closesByCode)}, last batch ${last}`;
   }
 
   /** The first arrival of a batch with an id in `evs` (ms since epoch), or null. */

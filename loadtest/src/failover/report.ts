@@ -4,6 +4,7 @@
  */
 import type { MachineInfo } from '../crowd/report.ts';
 import type { LatencySummary } from '../hist.ts';
+import type { SteadyCpu } from './cpu.ts';
 
 /** Nearest-rank percentiles of ms samples (null when there are none). */
 export interface MsFigures {
@@ -123,6 +124,11 @@ export interface FailoverReport {
     connectFailedByCode: Record<string, number>;
     /** Every `error` event of the game clients (welcome timeouts, refused sockets…), by code. */
     errorsByCode: Record<string, number>;
+    /** Every socket close of the game clients, by close code (those followed by a reconnect too). */
+    closesByCode: Record<string, number>;
+    /** Game clients that had ended (state closed: a close code they do not retry) when acting stopped, and a sample. */
+    ended: number;
+    endedSample: string[];
   };
   intents: {
     sent: number;
@@ -172,6 +178,8 @@ export interface FailoverReport {
     retriedByCode: Record<string, number>;
   };
   generatorCpuPct: { avg: number; peak: number };
+  /** CPU of every process of the rig from the end of the ramp to the first fault (cpu.ts); null when the run ended first. */
+  steadyCpu: SteadyCpu | null;
   errorLogLines: number;
   errorLogSamples: string[];
   targets: Record<string, FailoverTarget>;
@@ -190,7 +198,7 @@ export function formatFailoverReport(r: FailoverReport): string {
     `failover: ${c.gateways} gateways, ${c.shards} shards, ${c.viewers} viewers over ${c.channels} channels, ${c.durationS} s`,
     `  killed ${fmt(r.timeline.killed)} at +${fmt(r.timeline.killAtMs)} ms, drained ${fmt(r.timeline.drained)} at +${fmt(r.timeline.drainAtMs)} ms (exit after ${fmt(r.timeline.drainExit?.ms)} ms), restarted ${fmt(r.timeline.restartedGateway)} at +${fmt(r.timeline.gatewayRestartAtMs)} ms (${fmt(r.timeline.gatewayRestartMs)} ms), router killed at +${fmt(r.timeline.routerKilledAtMs)} ms (back after ${fmt(r.timeline.routerRestartMs)} ms)`,
     `  channelsMoved        killed ${r.channelsMoved.killed}, drained ${r.channelsMoved.drained}, total ${r.channelsMoved.total} (other moves ${r.channelsMoved.other})`,
-    `  games                ${r.games.connected}/${r.games.channels} connected (connectMs p50 ${fmt(r.games.connectMs.p50)}, max ${fmt(r.games.connectMs.max)}), not connected ${r.games.notConnected}`,
+    `  games                ${r.games.connected}/${r.games.channels} connected (connectMs p50 ${fmt(r.games.connectMs.p50)}, max ${fmt(r.games.connectMs.max)}), not connected ${r.games.notConnected}, ended ${r.games.ended}`,
     ...(['kill', 'drain', 'router'] as const).flatMap((k) => {
       const f = r.recoveryMs[k];
       if (!f || f.atMs === null) return [];
@@ -208,6 +216,12 @@ export function formatFailoverReport(r: FailoverReport): string {
     `  act ack ms           p50 ${fmt(r.actAckMs.p50)}, p99 ${fmt(r.actAckMs.p99)}, max ${fmt(r.actAckMs.max)} (${r.actAckMs.count})`,
     `  connections          ${r.connections.connected}/${r.connections.requested}, failed ${r.connections.failed}`,
     `  error log lines      ${r.errorLogLines}`,
+    ...(r.steadyCpu === null
+      ? []
+      : [
+          `  steady cpu           ${r.steadyCpu.seconds} s before the first fault, machine ${fmt(r.steadyCpu.machineBusyPct)} % busy of ${fmt(r.steadyCpu.cores)} cores; % of a core (µs per channel-second):`,
+          `                       ${r.steadyCpu.processes.map((p) => `${p.name} ${fmt(p.cpuPct)} (${fmt(p.usPerChannelSecond)})`).join(', ')}`,
+        ]),
     'targets:',
     ...Object.entries(r.targets).map(
       ([k, t]) => `  ${t.ok ? 'met   ' : 'MISSED'} ${k.padEnd(26)} ${fmt(t.value).padEnd(12)} ${t.limit} (${t.kind})`,

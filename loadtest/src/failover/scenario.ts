@@ -24,8 +24,10 @@ import { openStore, type Store } from '@crowdplay/store';
 import { machineInfo } from '../crowd/scenario.ts';
 import { forkTs, waitExit } from '../fork.ts';
 import { addEncoded, newHistogram, summarize } from '../hist.ts';
+import { findListeningPid } from '../proc.ts';
 import { createTokenMinter } from '../tokens.ts';
 import { buildProductBundle, dropSchema, purgeSendqKeys } from '../rollover/product.ts';
+import { SteadyCpuWatch, type SteadyCpu } from './cpu.ts';
 import { ChannelGame } from './games.ts';
 import { ProbeSet, probeViewerId, type ProbeResult } from './probe.ts';
 import {
@@ -255,6 +257,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const unexpectedExits: string[] = [];
   let report: FailoverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
+  let steadyCpu: SteadyCpu | null = null;
   const probeSets: ProbeSet[] = [];
   /** The router's `shard declared dead` and `channels moved` lines, as they arrived. */
   const routerLog: RouterLogLine[] = [];
@@ -405,6 +408,18 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     for (const c of children) c.send({ type: 'start', t0 });
     const steadyAt = t0 + rampS * 1000;
     const actEnd = steadyAt + o.durationS * 1000;
+    // Steady-phase CPU per process: from the end of the ramp to the first fault.
+    const natsPid = findListeningPid(Number(new URL(natsUrl).port || 4222));
+    const cpuWatch = new SteadyCpuWatch(
+      [
+        ...cl.processes.flatMap((p) => (p.pid === undefined ? [] : [{ name: p.name, pid: p.pid }])),
+        ...(natsPid === null ? [] : [{ name: 'nats-server', pid: natsPid }]),
+        ...children.flatMap((c) => (c.pid === undefined ? [] : [{ name: 'viewer workers', pid: c.pid }])),
+        { name: 'harness (games, probes)', pid: process.pid },
+      ],
+      C,
+    );
+    const cpuWatchStarted = sleep(Math.max(0, steadyAt - Date.now())).then(() => cpuWatch.start());
     progress = setInterval(() => {
       const s = emptyFailoverCounters();
       for (const c of latest.values()) for (const k of Object.keys(s) as Array<keyof FailoverCounters>) s[k] += c[k];
@@ -479,6 +494,10 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     let lastFaultAt = 0;
     for (let f = 0; f < faults.length; f++) {
       await atFault(faultsAt[f]!);
+      if (f === 0) {
+        await cpuWatchStarted;
+        steadyCpu = cpuWatch.stop();
+      }
       // One fault at a time: the next waits (up to FAULT_GAP_MS past its time) for the last one's probes to recover.
       await (lastProbes as ProbeSet | null)?.settle(Date.now() + FAULT_GAP_MS);
       const fault = faults[f]!;
@@ -529,10 +548,15 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     }
     // Acting goes on at least ACT_AFTER_FAULT_MS after the last fault (one delayed by its predecessor's probes included).
     await sleep(Math.max(0, actEnd - Date.now(), lastFaultAt + ACT_AFTER_FAULT_MS - Date.now()));
+    if (steadyCpu === null) {
+      await cpuWatchStarted;
+      steadyCpu = cpuWatch.stop();
+    }
     await Promise.all(restarts);
 
     // End: stop acting, finish the rounds, collect.
     log('acting stops; settling the last rounds');
+    const endedGames = games.filter((g) => g.connected && g.client.state === 'closed');
     for (const c of children) c.send({ type: 'stop', drainMs: 8_000, reconnectWaitMs: 30_000 });
     await Promise.all(games.map((g) => g.stopRounds(30_000)));
     const finalDeadline = Date.now() + 45_000;
@@ -678,7 +702,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         for (const [viewer, a] of acked) {
           const got = g.counted.get(viewer) ?? [0, 0, 0];
           if (a.some((x, k) => x > got[k]!))
-            lostSamples.push(`${g.channel} (${cls}) ${viewer}: acked ${a.join('/')}, counted ${got.join('/')}`);
+            lostSamples.push(`${g.channel} (${cls}) ${viewer}: acked ${a.join('/')}, counted ${got.join('/')}; ${g.describe(t0)}`);
         }
       lost[cls] += n;
       lost.total += n;
@@ -845,6 +869,9 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         connectMs: msFigures(gameConnectMs),
         connectFailedByCode: sumCodes(games.map((g) => g.connectFailedByCode)),
         errorsByCode: sumCodes(games.map((g) => g.errors)),
+        closesByCode: sumCodes(games.map((g) => g.closesByCode)),
+        ended: endedGames.length,
+        endedSample: endedGames.slice(0, 10).map((g) => `${g.channel}: ${g.describe(t0)}`),
       },
       intents: {
         sent: sum.actsSent,
@@ -888,6 +915,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       actAckMs: summarize(actAck),
       connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, failedByCode, retriedByCode },
       generatorCpuPct: { avg: Math.round(cpuAvg), peak: Math.round(cpuPeak) },
+      steadyCpu,
       errorLogLines: errorCount,
       errorLogSamples: errorLines,
       targets,

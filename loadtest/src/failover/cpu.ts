@@ -1,0 +1,124 @@
+/**
+ * The failover scenario's steady-phase CPU figures: every process of the rig
+ * (the cluster's children, nats-server, the machine's PostgreSQL, the viewer
+ * workers and this coordinator with its game clients and probes) watched from
+ * the end of the ramp to the first fault, as a share of a core and as CPU µs per
+ * channel-second, beside the whole machine's utilisation. They say which process
+ * a run saturated and what one channel costs each, at the run's shape.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { clockTicksPerSecond, machineCpuTicks, processCpuMs, ProcessWatch, type ProcessSample } from '../proc.ts';
+
+/** One watched process (or group: `postgres` sums every postgres process) over the steady phase. */
+export interface SteadyCpuRow {
+  name: string;
+  /** 100 = one core. */
+  cpuPct: number | null;
+  /** CPU µs per channel-second: cpuMs × 1,000 ÷ (channels × seconds). */
+  usPerChannelSecond: number | null;
+}
+
+/** The steady phase's CPU figures (FailoverReport.steadyCpu). */
+export interface SteadyCpu {
+  /** Length of the window, s (end of the ramp → the first fault, or the end of acting when no fault is selected). */
+  seconds: number;
+  channels: number;
+  /** The machine's busy share of all its cores (/proc/stat: total − idle − iowait), %, and its core count. */
+  machineBusyPct: number | null;
+  cores: number | null;
+  /** Highest cpuPct first. */
+  processes: SteadyCpuRow[];
+}
+
+/** CPU time of every process whose comm is `postgres`, ms (other users of the server included); null when none was readable. */
+function postgresCpuMs(ticksPerS: number): number | null {
+  let sum = 0;
+  let seen = 0;
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return null;
+  }
+  for (const d of pids) {
+    try {
+      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== 'postgres') continue;
+    } catch {
+      continue; // gone meanwhile
+    }
+    const ms = processCpuMs(Number(d), ticksPerS);
+    if (ms === null) continue;
+    sum += ms;
+    seen++;
+  }
+  return seen === 0 ? null : sum;
+}
+
+/** Cores counted in /proc/stat (`cpuN` lines); null when unreadable. */
+function coreCount(): number | null {
+  try {
+    return readFileSync('/proc/stat', 'utf8')
+      .split('\n')
+      .filter((l) => /^cpu\d+ /.test(l)).length;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Watches the named processes, the machine's PostgreSQL processes and the
+ * machine between `start()` and `stop()`. PostgreSQL is summed over every
+ * `postgres` process alive at both ends (backends that came or went between
+ * are missed: the rig's pools are opened before the window).
+ */
+export class SteadyCpuWatch {
+  private readonly ticksPerS = clockTicksPerSecond();
+  private readonly watch: ProcessWatch;
+  private t0 = 0;
+  private pg0: number | null = null;
+  private machine0: ReturnType<typeof machineCpuTicks> = null;
+  private result: SteadyCpu | null = null;
+
+  /**
+   * @param procs name and pid of each process (a name given twice is summed: the viewer workers)
+   * @param channels the run's channel count (the per-channel-second divisor)
+   */
+  constructor(
+    procs: ReadonlyArray<{ name: string; pid: number }>,
+    private readonly channels: number,
+  ) {
+    this.watch = new ProcessWatch(procs, 5_000);
+  }
+
+  start(): void {
+    this.t0 = performance.now();
+    this.pg0 = postgresCpuMs(this.ticksPerS);
+    this.machine0 = machineCpuTicks();
+    this.watch.start();
+  }
+
+  /** Ends the window (again: the first result). */
+  stop(): SteadyCpu {
+    if (this.result) return this.result;
+    const samples: ProcessSample[] = this.watch.stop();
+    const pg1 = postgresCpuMs(this.ticksPerS);
+    const m1 = machineCpuTicks();
+    const seconds = (performance.now() - this.t0) / 1000;
+    const byName = new Map<string, number | null>();
+    for (const s of samples) {
+      const prev = byName.get(s.name);
+      byName.set(s.name, s.cpuMs === null || prev === null ? null : (prev ?? 0) + s.cpuMs);
+    }
+    byName.set('postgres', this.pg0 === null || pg1 === null ? null : pg1 - this.pg0);
+    const row = (name: string, cpuMs: number | null): SteadyCpuRow => ({
+      name,
+      cpuPct: cpuMs === null || seconds <= 0 ? null : Math.round(cpuMs / seconds / 10),
+      usPerChannelSecond: cpuMs === null || seconds <= 0 ? null : Math.round((cpuMs * 1000) / (this.channels * seconds)),
+    });
+    const processes = [...byName].map(([name, ms]) => row(name, ms)).sort((a, b) => (b.cpuPct ?? -1) - (a.cpuPct ?? -1));
+    const m0 = this.machine0;
+    const machineBusyPct = m0 && m1 && m1.total > m0.total ? Math.round(((m1.busy - m0.busy) / (m1.total - m0.total)) * 100) : null;
+    this.result = { seconds: Math.round(seconds * 10) / 10, channels: this.channels, machineBusyPct, cores: coreCount(), processes };
+    return this.result;
+  }
+}
