@@ -16,7 +16,7 @@
  *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
- *         [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
+ *         [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
  *         [--faults kill,drain,gateway,router]
  *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
  *
@@ -48,7 +48,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
-       [--ramp-s R] [--round-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
+       [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
        [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)`;
 
 function num(name: string, v: string | undefined): number | undefined {
@@ -230,6 +230,7 @@ async function failoverMain(argv: string[]): Promise<number> {
       json: { type: 'string' },
       'ramp-s': { type: 'string' },
       'round-ms': { type: 'string' },
+      'round-unsettled-ms': { type: 'string' },
       log: { type: 'string' },
       workers: { type: 'string' },
       'viewers-per-address': { type: 'string' },
@@ -250,6 +251,7 @@ async function failoverMain(argv: string[]): Promise<number> {
     durationS: required('duration', num('duration', values.duration)),
     rampS: num('ramp-s', values['ramp-s']),
     roundMs: num('round-ms', values['round-ms']),
+    roundUnsettledMaxMs: num('round-unsettled-ms', values['round-unsettled-ms']),
     logFile: values.log,
     workers: num('workers', values.workers),
     viewersPerAddress: num('viewers-per-address', values['viewers-per-address']),

@@ -89,6 +89,8 @@ export interface FailoverReport {
     gameConnectConcurrency: number;
     probeIntervalMs: number;
     routerDownMs: number;
+    /** The cluster's ROUND_UNSETTLED_MAX_MS, ms. */
+    roundUnsettledMaxMs: number;
   };
   timeline: {
     killed: string | null;

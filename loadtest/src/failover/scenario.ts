@@ -59,6 +59,8 @@ const ROUTER_PROBES = 100;
 const FAULT_GAP_MS = 15_000;
 /** Viewers act at least this long after the last fault, ms. */
 const ACT_AFTER_FAULT_MS = 5_000;
+/** Longest the end waits for every logged batch to reach its game before counting, ms. */
+const DELIVERY_WAIT_MS = 30_000;
 /** Viewers per worker process when --workers is not given. */
 const VIEWERS_PER_WORKER = 1_500;
 
@@ -94,6 +96,12 @@ export interface FailoverOptions {
   probeIntervalMs?: number;
   /** How long the router stays down at a `router` fault, ms. @defaultValue 3,000 */
   routerDownMs?: number;
+  /**
+   * The cluster's ROUND_UNSETTLED_MAX_MS: the bound within which a round the game could not settle is cancelled and
+   * refunded by the server. The end waits up to this long (+ 10 s) for every round to be paid, so `stakesLost`
+   * checks that bound. @defaultValue 30,000
+   */
+  roundUnsettledMaxMs?: number;
   /** Extra environment of every cluster process. */
   clusterEnv?: Record<string, string>;
   /** Every cluster process's log lines are also written here (prefixed by the process). */
@@ -231,6 +239,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const gameConnectConcurrency = int('gameConnectConcurrency', o.gameConnectConcurrency ?? 200, 1);
   const probeIntervalMs = int('probeIntervalMs', o.probeIntervalMs ?? 100, 10, 100);
   const routerDownMs = int('routerDownMs', o.routerDownMs ?? 3_000, 0);
+  const roundUnsettledMaxMs = int('roundUnsettledMaxMs', o.roundUnsettledMaxMs ?? 30_000, 100);
   const natsUrl = o.natsUrl ?? FAILOVER_DEFAULTS.NATS_URL;
   const redisUrl = o.redisUrl ?? FAILOVER_DEFAULTS.REDIS_URL;
   const databaseUrl = o.databaseUrl ?? FAILOVER_DEFAULTS.DATABASE_URL;
@@ -300,6 +309,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         HOST: '127.0.0.1',
         PORT: String(basePort),
         LOG_LEVEL: 'info',
+        ROUND_UNSETTLED_MAX_MS: String(roundUnsettledMaxMs),
         ...o.clusterEnv,
       },
       entry: { execArgv: [], script: bundle },
@@ -565,9 +575,10 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         finalWaiters.push(r);
         setTimeout(r, 1_000);
       });
-    // The last batches (a tick, the bus) and the rounds' payouts.
+    // The last batches (a tick, the bus) and the rounds' payouts: a round its game could not settle is cancelled and
+    // refunded by the server within ROUND_UNSETTLED_MAX_MS of its deadline (all deadlines have passed by now).
     let unpaid = -1;
-    for (const until = Date.now() + 20_000; ;) {
+    for (const until = Date.now() + Math.max(20_000, roundUnsettledMaxMs + 10_000); ;) {
       const { rows } = await st.db.query<{ n: string }>(
         'SELECT count(*) AS n FROM rounds WHERE channel_id = ANY($1) AND NOT (paid AND state IN ($2, $3))',
         [channels, 'settled', 'cancelled'],
@@ -576,7 +587,19 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       if (unpaid === 0 || Date.now() > until) break;
       await sleep(500);
     }
-    await sleep(1_500);
+    // Every batch logged by now reaches its game before the count: under overload the gateways can be tens of
+    // seconds behind the shards, and a batch still on its way is not a lost one.
+    const { rows: newest } = await st.db.query<{ channel_id: string; ev: string }>(
+      `SELECT channel_id, max(event_id) AS ev FROM channel_events WHERE kind = 'batch' AND channel_id = ANY($1) GROUP BY channel_id`,
+      [channels],
+    );
+    const undelivered = (): number => newest.filter((r) => !gameOf.get(r.channel_id)!.arrivedAt.has(Number(r.ev))).length;
+    for (const until = Date.now() + DELIVERY_WAIT_MS; undelivered() > 0 && Date.now() < until;) await sleep(250);
+    const stillUndelivered = undelivered();
+    if (stillUndelivered > 0)
+      warnings.push(
+        `${stillUndelivered} channels' newest logged batch had not reached their game ${DELIVERY_WAIT_MS} ms after acting stopped`,
+      );
     if (progress) clearInterval(progress);
     progress = null;
     const probeResults = new Map<ProbeSet, ProbeResult[]>();
@@ -836,6 +859,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         gameConnectConcurrency,
         probeIntervalMs,
         routerDownMs,
+        roundUnsettledMaxMs,
       },
       timeline: {
         killed: kill.shard,
