@@ -26,7 +26,7 @@ export interface SteadyCpu {
   /** The machine's busy share of all its cores (/proc/stat: total − idle − iowait), %, and its core count. */
   machineBusyPct: number | null;
   cores: number | null;
-  /** Highest cpuPct first. */
+  /** In the order the processes were given (first appearance of a name), then postgres. */
   processes: SteadyCpuRow[];
 }
 
@@ -115,7 +115,7 @@ export class SteadyCpuWatch {
       cpuPct: cpuMs === null || seconds <= 0 ? null : Math.round(cpuMs / seconds / 10),
       usPerChannelSecond: cpuMs === null || seconds <= 0 ? null : Math.round((cpuMs * 1000) / (this.channels * seconds)),
     });
-    const processes = [...byName].map(([name, ms]) => row(name, ms)).sort((a, b) => (b.cpuPct ?? -1) - (a.cpuPct ?? -1));
+    const processes = [...byName].map(([name, ms]) => row(name, ms));
     const m0 = this.machine0;
     const machineBusyPct = m0 && m1 && m1.total > m0.total ? Math.round(((m1.busy - m0.busy) / (m1.total - m0.total)) * 100) : null;
     this.result = { seconds: Math.round(seconds * 10) / 10, channels: this.channels, machineBusyPct, cores: coreCount(), processes };

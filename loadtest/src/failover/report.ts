@@ -222,7 +222,10 @@ export function formatFailoverReport(r: FailoverReport): string {
       ? []
       : [
           `  steady cpu           ${r.steadyCpu.seconds} s before the first fault, machine ${fmt(r.steadyCpu.machineBusyPct)} % busy of ${fmt(r.steadyCpu.cores)} cores; % of a core (µs per channel-second):`,
-          `                       ${r.steadyCpu.processes.map((p) => `${p.name} ${fmt(p.cpuPct)} (${fmt(p.usPerChannelSecond)})`).join(', ')}`,
+          `                       ${[...r.steadyCpu.processes]
+            .sort((a, b) => (b.cpuPct ?? -1) - (a.cpuPct ?? -1))
+            .map((p) => `${p.name} ${fmt(p.cpuPct)} (${fmt(p.usPerChannelSecond)})`)
+            .join(', ')}`,
         ]),
     'targets:',
     ...Object.entries(r.targets).map(
