@@ -40,14 +40,20 @@ export interface HttpContext {
   state(): string;
 }
 
+/**
+ * Where the gateway serves the word puzzle's Telegram Mini App: the URL registered with @BotFather's
+ * /newapp and opened by the bot's menu button is `<public URL>` + this (docs/guides/telegram-bot.md).
+ */
+export const MINI_APP_PATH = '/tg/';
+
 /** Static assets of the page: path → file and content type. */
 const STATIC: Record<string, { file: string; type: string }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8' },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
   // The word puzzle's Telegram Mini App (docs/telegram.md).
-  '/tg/': { file: 'tg/index.html', type: 'text/html; charset=utf-8' },
-  '/tg/app.js': { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
+  [MINI_APP_PATH]: { file: 'tg/index.html', type: 'text/html; charset=utf-8' },
+  [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
 
 function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | string): FastifyReply {
