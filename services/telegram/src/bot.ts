@@ -70,6 +70,39 @@ export interface TelegramBotDeps {
   telemetry: Telemetry;
 }
 
+/**
+ * The commands the bot handles, with the description Telegram lists for each
+ * (`crowdplay telegram setup` sends this list with setMyCommands). The bot's
+ * switch is typed on these names: a command listed here and not handled, or
+ * handled and not listed, does not compile.
+ */
+export const BOT_COMMANDS = [
+  { command: 'start', description: "Start today's word puzzle and this chat's live board" },
+  { command: 'board', description: 'Post the board again' },
+  { command: 'stop', description: "Stop this chat's live board" },
+] as const satisfies ReadonlyArray<{ command: string; description: string }>;
+
+/** A command of {@link BOT_COMMANDS}. */
+export type BotCommandName = (typeof BOT_COMMANDS)[number]['command'];
+
+/**
+ * The update types the bot reads: a message (commands, migration service
+ * messages, message ids), an edited message, and its own membership in a chat.
+ * `crowdplay telegram setup` gives Telegram exactly these as setWebhook's
+ * `allowed_updates`; {@link TelegramBot.handle} reads an update only through them.
+ */
+export const BOT_UPDATE_TYPES = ['message', 'edited_message', 'my_chat_member'] as const;
+
+/** An update type of {@link BOT_UPDATE_TYPES}. */
+export type BotUpdateType = (typeof BOT_UPDATE_TYPES)[number];
+
+const COMMAND_NAMES: ReadonlySet<string> = new Set(BOT_COMMANDS.map((c) => c.command));
+
+/** True when `name` is one of {@link BOT_COMMANDS}. */
+export function isBotCommand(name: string): name is BotCommandName {
+  return COMMAND_NAMES.has(name);
+}
+
 /** A command of the bot in `text` (`/start`, `/start@thisbot args`), or null. Commands addressed to another bot are ignored. */
 export function parseCommand(text: string | undefined, botUsername: string): string | null {
   const m = /^\/([a-z_]{1,32})(?:@([A-Za-z0-9_]{1,64}))?(?:\s|$)/.exec(text ?? '');
@@ -94,16 +127,17 @@ export class TelegramBot {
   async handle(update: Record<string, unknown>): Promise<void> {
     // Orders this update's board ops across gateways (ChatBoards cluster mode).
     const at = typeof update.update_id === 'number' ? update.update_id : undefined;
-    const msg = (update.message ?? update.edited_message) as Message | undefined;
+    const field = (type: BotUpdateType): unknown => update[type];
+    const msg = (field('message') ?? field('edited_message')) as Message | undefined;
     if (msg?.chat && Number.isSafeInteger(msg.chat.id)) {
       await this.d.client.noteMessageId(msg.chat.id, msg.message_id);
       if (msg.migrate_to_chat_id !== undefined) return this.migrate(msg.chat.id, msg.migrate_to_chat_id, at);
       if (msg.migrate_from_chat_id !== undefined) return this.migrate(msg.migrate_from_chat_id, msg.chat.id, at);
       const cmd = parseCommand(msg.text, this.d.botUsername);
-      if (cmd) await this.command(cmd, msg.chat, at);
+      if (cmd && isBotCommand(cmd)) await this.command(cmd, msg.chat, at);
       return;
     }
-    const member = update.my_chat_member as { chat?: Chat; new_chat_member?: { status?: string } } | undefined;
+    const member = field('my_chat_member') as { chat?: Chat; new_chat_member?: { status?: string } } | undefined;
     if (member?.chat && Number.isSafeInteger(member.chat.id)) {
       const status = member.new_chat_member?.status;
       if (status === 'left' || status === 'kicked') {
@@ -139,7 +173,7 @@ export class TelegramBot {
     }
   }
 
-  private async command(cmd: string, chat: Chat, at: number | undefined): Promise<void> {
+  private async command(cmd: BotCommandName, chat: Chat, at: number | undefined): Promise<void> {
     const title = chat.title ?? 'Word puzzle';
     const reply = (text: string, markup?: unknown): void => {
       void this.d.client.api
@@ -165,8 +199,10 @@ export class TelegramBot {
         this.d.boards.unwatch(chat.id, at);
         reply('The board is stopped. /start brings it back.');
         return;
-      default:
-        return;
+      default: {
+        const unhandled: never = cmd;
+        throw new TypeError(`command /${String(unhandled)} is listed in BOT_COMMANDS but not handled`);
+      }
     }
   }
 }

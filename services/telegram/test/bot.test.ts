@@ -2,7 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { chatFromStartParam, startParamSecret } from '@crowdplay/telegram';
-import { TelegramBot, parseCommand, boardOf, type ChannelMove } from '../src/index.ts';
+import { TelegramBot, parseCommand, boardOf, BOT_COMMANDS, BOT_UPDATE_TYPES, type ChannelMove } from '../src/index.ts';
 
 test('bot - commands: its own, with or without @username; another bot’s and plain text are ignored', () => {
   assert.equal(parseCommand('/start', 'cp_bot'), 'start');
@@ -64,6 +64,38 @@ test('bot - /start creates the channel, starts the board and answers with a Mini
   const url = new URL((sent[0]!.markup as { inline_keyboard: Array<Array<{ url: string }>> }).inline_keyboard[0]![0]!.url);
   assert.equal(`${url.origin}${url.pathname}`, 'https://t.me/cp_bot/play');
   assert.equal(chatFromStartParam(url.searchParams.get('startapp')!, secret), -100777, 'the link names this chat, signed');
+});
+
+test('bot - every command it lists for Telegram is one it acts on; a command it does not list changes nothing', async () => {
+  const { bot, log } = fakes();
+  for (const [i, { command }] of BOT_COMMANDS.entries()) {
+    const before = log.length;
+    await bot.handle({ update_id: 10 + i, message: { message_id: 10 + i, chat: { id: -5 }, text: `/${command}` } });
+    assert.ok(log.length > before + 1, `/${command} did more than note the message id: ${log.slice(before).join(', ')}`);
+  }
+  const before = log.length;
+  await bot.handle({ update_id: 20, message: { message_id: 20, chat: { id: -5 }, text: '/help' } });
+  assert.deepEqual(log.slice(before), ['note -5 20']);
+});
+
+test('bot - it reads the update types it asks Telegram for (allowed_updates), and no other', async () => {
+  const { bot, log } = fakes();
+  const chat = { id: -6, title: 'Crew' };
+  const samples: Record<(typeof BOT_UPDATE_TYPES)[number], unknown> = {
+    message: { message_id: 1, chat, text: '/board' },
+    edited_message: { message_id: 2, chat, text: '/board' },
+    my_chat_member: { chat, new_chat_member: { status: 'kicked' } },
+  };
+  for (const [i, type] of BOT_UPDATE_TYPES.entries()) {
+    const before = log.length;
+    await bot.handle({ update_id: 30 + i, [type]: samples[type] });
+    assert.ok(log.length > before, `${type} was acted on`);
+  }
+  const before = log.length;
+  for (const type of ['channel_post', 'callback_query', 'chat_member', 'chat_join_request', 'message_reaction']) {
+    await bot.handle({ update_id: 40, [type]: { message_id: 3, chat, text: '/start', new_chat_member: { status: 'kicked' } } });
+  }
+  assert.deepEqual(log.slice(before), [], 'updates of other types change nothing');
 });
 
 test('bot - /stop, removal, re-adding and migration act on the queue and the board', async () => {
