@@ -313,3 +313,157 @@ void test('control API over HTTP: faults, chat states, stats, boards, reset', as
     assert.deepEqual(stub.calls(), []);
   });
 });
+
+void test('bot settings: setWebhook keeps url, secret and allowed_updates; getWebhookInfo shows them but the secret; bad ones refused, nothing kept', async () => {
+  await withStub({}, async (stub, call) => {
+    const bad = async (params: Record<string, unknown>, description: string): Promise<void> => {
+      assert.deepEqual(
+        await call('setWebhook', params),
+        { status: 400, body: { ok: false, error_code: 400, description } },
+        JSON.stringify(params),
+      );
+    };
+    await bad({ url: 'http://bot.example.org/hook' }, 'Bad Request: bad webhook: An HTTPS URL must be provided for webhook');
+    await bad(
+      { url: 'https://bot.example.org:8080/hook' },
+      'Bad Request: bad webhook: Webhook can be set up only on ports 80, 88, 443 or 8443',
+    );
+    await bad({ url: 'not a url' }, 'Bad Request: invalid webhook URL specified');
+    await bad(
+      { url: 'https://bot.example.org/hook', secret_token: 'has:colon' },
+      'Bad Request: secret token contains unallowed characters',
+    );
+    await bad({ url: 'https://bot.example.org/hook', secret_token: 'x'.repeat(257) }, 'Bad Request: secret token is too long');
+    assert.equal(stub.webhook().url, '', 'a refused setWebhook kept nothing');
+
+    const ok = await call('setWebhook', {
+      url: 'https://bot.example.org:8443/hook',
+      secret_token: 'Abc_123-xyz',
+      allowed_updates: ['message', 'my_chat_member', 'no_such_type'],
+    });
+    assert.deepEqual(ok, { status: 200, body: { ok: true, result: true } });
+    assert.deepEqual(stub.webhook(), {
+      url: 'https://bot.example.org:8443/hook',
+      secretToken: 'Abc_123-xyz',
+      allowedUpdates: ['message', 'my_chat_member'],
+      maxConnections: 40,
+      pendingUpdateCount: 0,
+    });
+    const info = await call('getWebhookInfo');
+    assert.deepEqual(info.body.result, {
+      url: 'https://bot.example.org:8443/hook',
+      has_custom_certificate: false,
+      pending_update_count: 0,
+      max_connections: 40,
+      allowed_updates: ['message', 'my_chat_member'],
+    });
+    // Telegram's delivery state, set by the test: shown by getWebhookInfo.
+    stub.setWebhookDelivery({
+      pendingUpdateCount: 3,
+      lastErrorMessage: 'Wrong response from the webhook: 401 Unauthorized',
+      lastErrorDate: 1_700_000_000,
+    });
+    const failing = (await call('getWebhookInfo')).body.result as Record<string, unknown>;
+    assert.equal(failing.pending_update_count, 3);
+    assert.equal(failing.last_error_message, 'Wrong response from the webhook: 401 Unauthorized');
+    assert.equal(failing.last_error_date, 1_700_000_000);
+    // allowed_updates absent: the previous list stays; an empty list: every type again.
+    await call('setWebhook', { url: 'https://bot.example.org/hook2' });
+    assert.deepEqual(stub.webhook().allowedUpdates, ['message', 'my_chat_member']);
+    assert.equal(stub.webhook().lastErrorMessage, undefined, 'a new URL starts with no delivery error');
+    await call('setWebhook', { url: 'https://bot.example.org/hook2', allowed_updates: [] });
+    assert.equal(stub.webhook().allowedUpdates, undefined);
+    // Form-encoded, as some clients send it: allowed_updates as a JSON string.
+    const form = await fetch(`${stub.url}/bot${TOKEN}/setWebhook`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ url: 'https://bot.example.org/form', allowed_updates: '["edited_message"]' }).toString(),
+    });
+    assert.equal(form.status, 200);
+    assert.deepEqual(stub.webhook().allowedUpdates, ['edited_message']);
+    assert.deepEqual(await call('deleteWebhook'), { status: 200, body: { ok: true, result: true } });
+    assert.equal(stub.webhook().url, '');
+    assert.deepEqual((await call('getWebhookInfo')).body.result, { url: '', has_custom_certificate: false, pending_update_count: 3 });
+  });
+});
+
+void test('bot settings: setMyCommands with the Bot API checks, per scope and language; getMe reports the profile', async () => {
+  await withStub({ bot: { username: 'quiz_bot' } }, async (stub, call) => {
+    const bad = async (commands: unknown, description: string): Promise<void> => {
+      assert.deepEqual(await call('setMyCommands', { commands }), { status: 400, body: { ok: false, error_code: 400, description } });
+    };
+    await bad([{ command: 'Start', description: 'x' }], 'Bad Request: BOT_COMMAND_INVALID');
+    await bad([{ command: '/', description: 'x' }], 'Bad Request: command must be non-empty');
+    await bad([{ command: 'a'.repeat(33), description: 'x' }], 'Bad Request: command length must not exceed 32');
+    await bad([{ command: 'start', description: '  ' }], 'Bad Request: command description must be non-empty');
+    await bad([{ command: 'start', description: 'x'.repeat(257) }], 'Bad Request: command description length must not exceed 256');
+    await bad([{ command: 'start' }], 'Bad Request: can\'t parse BotCommand: Can\'t find field "description"');
+    await bad(
+      Array.from({ length: 101 }, (_, i) => ({ command: `c${i}`, description: 'x' })),
+      'Bad Request: BOT_COMMANDS_TOO_MUCH',
+    );
+    assert.deepEqual(stub.commands(), [], 'refused lists kept nothing');
+    assert.equal((await call('setMyCommands', { commands: [{ command: '/start', description: ' Play ' }] })).status, 200);
+    assert.equal(
+      (
+        await call('setMyCommands', {
+          commands: [{ command: 'stop', description: 'Stop' }],
+          scope: { type: 'all_group_chats' },
+          language_code: 'de',
+        })
+      ).status,
+      200,
+    );
+    assert.deepEqual(stub.commands(), [{ command: 'start', description: 'Play' }], 'a leading / dropped, the description trimmed');
+    assert.deepEqual(stub.commands({ type: 'all_group_chats' }, 'de'), [{ command: 'stop', description: 'Stop' }]);
+    assert.deepEqual((await call('getMyCommands')).body.result, [{ command: 'start', description: 'Play' }]);
+    assert.equal((await call('deleteMyCommands')).status, 200);
+    assert.deepEqual(stub.commands(), []);
+    const me = (await call('getMe')).body.result as Record<string, unknown>;
+    assert.equal(me.username, 'quiz_bot');
+    assert.equal(me.can_join_groups, true);
+    assert.equal(me.can_read_all_group_messages, false, 'privacy mode on, as for a new bot');
+  });
+});
+
+void test('bot settings: setChatMenuButton checks the button and its https Web App URL; default and per chat', async () => {
+  await withStub({}, async (stub, call) => {
+    const bad = async (menu_button: unknown, description: string): Promise<void> => {
+      assert.deepEqual(await call('setChatMenuButton', { menu_button }), {
+        status: 400,
+        body: { ok: false, error_code: 400, description },
+      });
+    };
+    await bad('"x"', "Bad Request: can't parse menu button: MenuButton must be an Object");
+    await bad({ type: 'url' }, "Bad Request: can't parse menu button: MenuButton has unsupported type");
+    await bad(
+      { type: 'web_app', web_app: { url: 'https://a.example/tg/' } },
+      'Bad Request: can\'t parse menu button: Can\'t find field "text"',
+    );
+    await bad({ type: 'web_app', text: 'Play' }, 'Bad Request: can\'t parse menu button: Can\'t find field "web_app"');
+    await bad({ type: 'web_app', text: ' ', web_app: { url: 'https://a.example/tg/' } }, 'Bad Request: menu button text must be non-empty');
+    await bad(
+      { type: 'web_app', text: 'Play', web_app: { url: 'http://a.example/tg/' } },
+      "Bad Request: menu button Web App URL 'http://a.example/tg/' is invalid: Only HTTPS links are allowed",
+    );
+    assert.deepEqual(stub.menuButton(), { type: 'commands' }, 'refused buttons kept nothing');
+    const button = { type: 'web_app', text: 'Play', web_app: { url: 'https://a.example/tg/' } };
+    assert.equal((await call('setChatMenuButton', { menu_button: button })).status, 200);
+    assert.deepEqual(stub.menuButton(), button);
+    assert.deepEqual((await call('getChatMenuButton')).body.result, button);
+    assert.equal((await call('setChatMenuButton', { chat_id: USER_CHAT, menu_button: { type: 'commands' } })).status, 200);
+    assert.deepEqual(stub.menuButton(USER_CHAT), { type: 'commands' });
+    assert.deepEqual(stub.menuButton(USER_CHAT + 1), button, 'another chat has the default');
+    assert.equal(
+      (await call('setChatMenuButton', { chat_id: 'abc', menu_button: button })).body.description,
+      'Bad Request: invalid chat_id specified',
+    );
+    // Bot settings are not counted against the send ceilings.
+    for (let i = 0; i < 40; i++) assert.equal((await call('getChatMenuButton')).status, 200);
+    const bot = (await (await fetch(`${stub.url}/__stub/bot`)).json()) as { menuButton: unknown; me: { username: string } };
+    assert.deepEqual(bot.menuButton, button);
+    assert.equal(bot.me.username, 'crowdplay_stub_bot');
+    await fetch(`${stub.url}/__stub/reset`, { method: 'POST' });
+    assert.deepEqual(stub.menuButton(), { type: 'commands' }, 'reset forgets the bot settings');
+  });
+});

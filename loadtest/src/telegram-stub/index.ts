@@ -1,4 +1,5 @@
-/** The Telegram Bot API stub (see stub.ts) and its ceilings (limits.ts). */
+/** The Telegram Bot API stub (see stub.ts), its ceilings (limits.ts) and the bot's settings it keeps (bot-settings.ts). */
 export * from './limits.ts';
 export * from './stub.ts';
 export * from './multipart.ts';
+export * from './bot-settings.ts';

@@ -3,11 +3,14 @@
  *
  *   npx tsx loadtest/src/telegram-stub/main.ts --port 8081 [--host 127.0.0.1] [--token T]…
  *       [--bot-per-s 30] [--group-per-min 20] [--chat-per-s 1] [--tolerance-ms 0] [--no-limits] [--keep-uploads]
+ *       [--bot-username crowdplay_stub_bot]
  *
  * Point the product at it with TELEGRAM_API_ROOT=http://127.0.0.1:8081.
  * Control API: GET /__stub/stats, /__stub/boards, /__stub/calls?since=SEQ,
- * /__stub/chats/<id>; POST /__stub/faults (a FaultRule or an array),
- * /__stub/faults/clear, /__stub/reset, /__stub/chats/<id>/{kick,forget,readd,migrate?to=ID}.
+ * /__stub/chats/<id>, /__stub/bot (getMe, webhook, commands, menu buttons); POST /__stub/faults
+ * (a FaultRule or an array), /__stub/faults/clear, /__stub/reset,
+ * /__stub/chats/<id>/{kick,forget,readd,migrate?to=ID}, /__stub/webhook/delivery
+ * ({pendingUpdateCount, lastErrorMessage}: what getWebhookInfo reports).
  * Stops on SIGINT/SIGTERM, printing the final stats to stderr.
  */
 import { parseArgs } from 'node:util';
@@ -25,6 +28,7 @@ const { values } = parseArgs({
     'tolerance-ms': { type: 'string' },
     'no-limits': { type: 'boolean', default: false },
     'keep-uploads': { type: 'boolean', default: false },
+    'bot-username': { type: 'string' },
   },
 });
 
@@ -41,6 +45,7 @@ function positive(name: string, v: string | undefined, dflt: number): number {
 const stub = new TelegramStub({
   ...(values.token ? { tokens: values.token } : {}),
   keepUploads: values['keep-uploads'],
+  ...(values['bot-username'] ? { bot: { username: values['bot-username'] } } : {}),
   limits: values['no-limits']
     ? false
     : {

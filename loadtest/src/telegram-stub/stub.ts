@@ -23,6 +23,9 @@
  *   slow answers, a connection dropped before or after the call is applied,
  *   raw HTTP answers (a proxy's 502 page).
  * - Profile photos for avatar reads (getUserProfilePhotos, getFile, download).
+ * - The bot's own settings (bot-settings.ts): its webhook, command lists and
+ *   menu buttons, with the Bot API's parameter checks; getMe answers with the
+ *   bot's profile ({@link StubOptions.bot}).
  * Every call is recorded ({@link CallRecord}) and counted ({@link StubStats}),
  * and each chat's last board (its newest photo message) is kept for load
  * reports.
@@ -32,6 +35,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { boundaryOf, parseMultipart, type Part } from './multipart.ts';
 import { StubLimiter, TELEGRAM_LIMITS, type LimitScope, type StubLimits } from './limits.ts';
+import { BadRequest, BotSettings, type StubBotCommand, type StubMenuButton, type StubWebhook } from './bot-settings.ts';
 
 /** Methods the ceilings do not count (reads and bot settings). */
 export const UNLIMITED_METHODS: ReadonlySet<string> = new Set([
@@ -49,6 +53,8 @@ export const UNLIMITED_METHODS: ReadonlySet<string> = new Set([
   'setMyCommands',
   'getMyCommands',
   'deleteMyCommands',
+  'setChatMenuButton',
+  'getChatMenuButton',
 ]);
 
 /** Telegram's description of "not modified" (400), verbatim. */
@@ -187,6 +193,11 @@ export interface StubOptions {
    * answers "message to edit not found").
    */
   messageIds?: 'per-chat' | 'telegram';
+  /**
+   * The bot's profile as getMe answers it. Default: username `crowdplay_stub_bot`, may join groups, privacy
+   * mode on (`can_read_all_group_messages` false), as @BotFather leaves a new bot.
+   */
+  bot?: { username?: string; canJoinGroups?: boolean; canReadAllGroupMessages?: boolean };
 }
 
 type Params = Record<string, unknown>;
@@ -253,6 +264,7 @@ const JSON_FIELDS = new Set([
   'allowed_updates',
   'commands',
   'scope',
+  'menu_button',
 ]);
 
 function int(p: Params, name: string): number | undefined {
@@ -284,6 +296,8 @@ export class TelegramStub {
   private readonly avatarCache = new Map<number, Uint8Array | null>();
   private readonly maxBodyBytes: number;
   private readonly inFlight = new Map<string, number>();
+  private readonly settings = new BotSettings();
+  private readonly me: Record<string, unknown>;
   /** Next id of the sequence private chats and basic groups share (`messageIds: 'telegram'`). */
   private nextSharedId = 1;
   /** Base URL once listening, e.g. `http://127.0.0.1:40123` (use as TELEGRAM_API_ROOT). */
@@ -296,6 +310,15 @@ export class TelegramStub {
     this.maxBodyBytes = opts.maxBodyBytes ?? 20 * 1024 * 1024;
     const limits = opts.limits === false ? undefined : (opts.limits ?? TELEGRAM_LIMITS);
     this.limiter = limits ? new StubLimiter(limits) : undefined;
+    this.me = {
+      id: BOT_ID,
+      is_bot: true,
+      first_name: 'crowdplay stub',
+      username: opts.bot?.username ?? 'crowdplay_stub_bot',
+      can_join_groups: opts.bot?.canJoinGroups ?? true,
+      can_read_all_group_messages: opts.bot?.canReadAllGroupMessages ?? false,
+      supports_inline_queries: false,
+    };
     this.resetCounters();
   }
 
@@ -394,8 +417,17 @@ export class TelegramStub {
     return id;
   }
 
-  /** Drops every chat, message, fault, record and counter. */
+  /**
+   * Telegram's webhook delivery state as getWebhookInfo reports it (the stub delivers no updates): updates
+   * waiting, and the last delivery error (`lastErrorMessage: null` clears it; its date defaults to now).
+   */
+  setWebhookDelivery(d: { pendingUpdateCount?: number; lastErrorMessage?: string | null; lastErrorDate?: number }): void {
+    this.settings.setDelivery(d, this.unix());
+  }
+
+  /** Drops every chat, message, fault, record, counter and bot setting. */
   reset(): void {
+    this.settings.reset();
     this.chats.clear();
     this.photos.clear();
     this.faults = [];
@@ -415,6 +447,21 @@ export class TelegramStub {
   /** Counters since start or the last reset. */
   stats(): StubStats {
     return structuredClone({ ...this.counters, chats: this.chats.size });
+  }
+
+  /** The webhook as setWebhook stored it (with its secret_token, which getWebhookInfo never shows) and its delivery state. */
+  webhook(): StubWebhook {
+    return this.settings.webhook();
+  }
+
+  /** The command list setMyCommands stored for a scope and language (default: the bot's default list). */
+  commands(scope?: Record<string, unknown>, languageCode = ''): StubBotCommand[] {
+    return this.settings.commands(scope, languageCode);
+  }
+
+  /** A chat's menu button, or (no chat) the bot's default one; `{type: 'commands'}` until one is set. */
+  menuButton(chatId?: number): StubMenuButton {
+    return this.settings.menuButton(chatId);
   }
 
   /** The messages the bot sees in a chat, by id. */
@@ -734,7 +781,7 @@ export class TelegramStub {
   private messageJson(m: StoredMessage, markup: unknown): Record<string, unknown> {
     const out: Record<string, unknown> = {
       message_id: m.message_id,
-      from: { id: BOT_ID, is_bot: true, first_name: 'crowdplay stub', username: 'crowdplay_stub_bot' },
+      from: { id: BOT_ID, is_bot: true, first_name: 'crowdplay stub', username: this.me.username },
       chat: { id: m.chat_id, type: chatType(m.chat_id), ...(m.chat_id < 0 ? { title: `chat ${m.chat_id}` } : { first_name: 'user' }) },
       date: m.date,
     };
@@ -806,18 +853,38 @@ export class TelegramStub {
       return this.chat(chatId);
     };
     const now = this.now();
+    const settings = <T>(f: (b: BotSettings) => T): { result: T } => {
+      try {
+        return { result: f(this.settings) };
+      } catch (err) {
+        if (err instanceof BadRequest) throw new ApiError(400, `Bad Request: ${err.description}`);
+        throw err;
+      }
+    };
     switch (method) {
       case 'getMe':
-        return { result: { id: BOT_ID, is_bot: true, first_name: 'crowdplay stub', username: 'crowdplay_stub_bot' } };
-      case 'setWebhook':
-      case 'deleteWebhook':
-      case 'setMyCommands':
-      case 'deleteMyCommands':
+        return { result: { ...this.me } };
       case 'answerCallbackQuery':
       case 'sendChatAction':
         return { result: true };
+      case 'setWebhook':
+        return settings((b) => b.setWebhook(p));
+      case 'deleteWebhook':
+        return settings((b) => b.setWebhook({ url: '', drop_pending_updates: p.drop_pending_updates }));
       case 'getWebhookInfo':
-        return { result: { url: '', has_custom_certificate: false, pending_update_count: 0 } };
+        return settings((b) => b.webhookInfo());
+      case 'setMyCommands':
+        return settings((b) => b.setMyCommands(p));
+      case 'getMyCommands':
+        return settings((b) => b.getMyCommands(p));
+      case 'deleteMyCommands':
+        return settings((b) => b.deleteMyCommands(p));
+      case 'setChatMenuButton':
+      case 'getChatMenuButton': {
+        if (p.chat_id !== undefined && p.chat_id !== null && p.chat_id !== '' && (chatId === undefined || chatId <= 0))
+          throw new ApiError(400, 'Bad Request: invalid chat_id specified');
+        return settings((b) => (method === 'setChatMenuButton' ? b.setChatMenuButton(p, chatId) : b.getChatMenuButton(chatId)));
+      }
       case 'getChat': {
         const c = needChat();
         return { result: { id: c.id, type: chatType(c.id), ...(c.id < 0 ? { title: `chat ${c.id}` } : {}) } };
@@ -994,6 +1061,11 @@ export class TelegramStub {
     const json = (): unknown => (body.length ? JSON.parse(body.toString('utf8')) : {});
     if (req.method === 'GET' && path === 'stats') return this.send(res, 200, this.stats());
     if (req.method === 'GET' && path === 'boards') return this.send(res, 200, this.boards());
+    if (req.method === 'GET' && path === 'bot') return this.send(res, 200, { me: this.me, ...this.settings.snapshot() });
+    if (req.method === 'POST' && path === 'webhook/delivery') {
+      this.setWebhookDelivery(json() as Parameters<TelegramStub['setWebhookDelivery']>[0]);
+      return this.send(res, 200, { ok: true });
+    }
     if (req.method === 'GET' && path === 'calls') return this.send(res, 200, this.calls(Number(url.searchParams.get('since') ?? 0)));
     if (req.method === 'POST' && path === 'reset') {
       this.reset();
