@@ -224,6 +224,9 @@ export const ERRORS = {
     message: 'one Bot API call per send-queue grant: %s was called a second time in one send',
     httpStatus: 500,
   },
+  // `crowdplay telegram setup` (services/cli): refused before any Bot API call, or a call Telegram refused
+  CP_ERR_TELEGRAM_PUBLIC_URL_INVALID: { message: 'public URL "%s" refused: %s', httpStatus: 400 },
+  CP_ERR_TELEGRAM_SETUP_FAILED: { message: '%s failed: %s', httpStatus: 502 },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

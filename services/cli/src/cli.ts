@@ -9,6 +9,8 @@
  *   crowdplay tenant rotate-secret <id>
  *   crowdplay tenant list
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
+ *   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
+ *                                        the bot's webhook, commands and menu button, then a check (telegram-setup.ts)
  *   crowdplay settings                   the settings table (Markdown)
  *
  * Run through main.ts, which sets the allocator defaults first. With main.ts,
@@ -25,6 +27,7 @@ import { startCluster } from './cluster.ts';
 import { runUntilSignal, startHealthServer } from './health.ts';
 import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
+import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
 
 const USAGE = `usage:
   crowdplay start
@@ -32,6 +35,7 @@ const USAGE = `usage:
   crowdplay cluster [--gateways G] [--shards S] [--routers R] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
   crowdplay ledger verify
+  crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
   crowdplay settings`;
 
 function fail(msg: string, code = 2): never {
@@ -120,6 +124,37 @@ async function clusterCommand(gateways: number, shards: number, routers: number,
   process.exit(1);
 }
 
+/**
+ * `crowdplay telegram setup`: the Bot API calls of telegram-setup.ts, one printed line each. Exit 0 when every call
+ * succeeded and the check passed; 1 when Telegram refused a call or the check failed; 2 when refused before any call
+ * (a missing token or secret, a public URL Telegram cannot use). Opens neither the store nor Redis.
+ */
+async function telegramCommand(
+  config: Config,
+  args: string[],
+  v: { publicUrl: string | undefined; dryRun: boolean; deadlineS: string | undefined },
+): Promise<void> {
+  if (args.length !== 1 || args[0] !== 'setup') fail(USAGE);
+  const deadlineS = v.deadlineS === undefined ? SETUP_DEADLINE_S : Number(v.deadlineS);
+  if (!Number.isInteger(deadlineS) || deadlineS < 1)
+    fail(`crowdplay telegram setup: --deadline-s must be a positive integer, got ${v.deadlineS}`);
+  const print = (line: string): void => void process.stdout.write(`${line}\n`);
+  try {
+    const report = await telegramSetup({
+      telegram: config.telegram,
+      publicUrl: v.publicUrl,
+      dryRun: v.dryRun,
+      deadlineMs: deadlineS * 1_000,
+      print,
+    });
+    if (!report.ok) process.exitCode = 1;
+  } catch (err) {
+    if (!isCrowdplayError(err)) throw err;
+    const refused = err.code !== 'CP_ERR_TELEGRAM_SETUP_FAILED';
+    fail(`crowdplay telegram setup: ${err.code}: ${err.message}${refused ? ' (nothing was sent to Telegram)' : ''}`, refused ? 2 : 1);
+  }
+}
+
 /** `crowdplay ledger verify`: prints each failed invariant; exit code 1 when any failed. */
 async function ledgerCommand(config: Config, args: string[]): Promise<void> {
   if (args.length !== 1 || args[0] !== 'verify') fail(USAGE);
@@ -149,6 +184,9 @@ async function main(): Promise<void> {
         // Two routers: the development cluster shows a standby taking over (the tests ask for it where they test it).
         routers: { type: 'string', default: '2' },
         renderers: { type: 'string', default: '0' },
+        'public-url': { type: 'string' },
+        'dry-run': { type: 'boolean', default: false },
+        'deadline-s': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -159,7 +197,7 @@ async function main(): Promise<void> {
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
   // Words the command does not take are named before anything starts (a typo must not start something else).
-  const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 2, ledger: 1 };
+  const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 2, ledger: 1, telegram: 1 };
   if (!(cmd in takes)) fail(`unknown command "${cmd}"\n${USAGE}`);
   if (rest.length > takes[cmd]!) fail(`crowdplay ${cmd}: unexpected argument "${rest[takes[cmd]!]}"\n${USAGE}`);
   if (cmd === 'service' && rest[0] !== undefined && !SERVICES.includes(rest[0] as ServiceName))
@@ -218,6 +256,9 @@ async function main(): Promise<void> {
       break;
     case 'ledger':
       await ledgerCommand(config, rest);
+      break;
+    case 'telegram':
+      await telegramCommand(config, rest, { publicUrl: values['public-url'], dryRun: values['dry-run'], deadlineS: values['deadline-s'] });
       break;
     default:
       fail(USAGE);

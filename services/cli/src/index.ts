@@ -1,3 +1,4 @@
 export * from './compose.ts';
 export * from './cluster.ts';
 export * from './health.ts';
+export * from './telegram-setup.ts';
