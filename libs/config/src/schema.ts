@@ -190,6 +190,15 @@ export const schema = {
       doc: 'Time one event-loop turn may spend taking WebSocket upgrades; later ones wait for the next turns, oldest first (0: no limit).',
       why: 'At a rollover every player opens the app within seconds: the upgrades one poll returned took 117 ms of the event loop at once, ~0.2 ms each (pinned 1,000-chat rollover rig, docs/benchmarks.md).',
     }),
+    upgradeWaitMs: int({
+      env: 'WS_UPGRADE_WAIT_MS',
+      default: 5_000,
+      min: 0,
+      max: 600_000,
+      unit: 'ms',
+      doc: 'Longest a WebSocket upgrade waits for its turn (WS_UPGRADE_TURN_BUDGET_MS); past it the gateway answers 503 CP_ERR_LIMIT_OVERLOADED (retryable; 0: no limit).',
+      why: "A third of the SDKs' 15 s welcome deadline: an upgrade older than that would mostly be answered after its client gave up (docs/decisions/0028-upgrade-wait-deadline.md).",
+    }),
     maxConnections: int({
       env: 'WS_MAX_CONNECTIONS',
       default: 50_000,

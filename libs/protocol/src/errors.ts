@@ -131,6 +131,8 @@ export const ERRORS = {
   CP_ERR_CLIENT_REQUEST_TIMEOUT: { message: 'no answer to %s within %s ms', httpStatus: 504 },
   // limits (appended)
   CP_ERR_LIMIT_MAX_CONNECTIONS: { message: 'the gateway holds its maximum of %s connections; try another', httpStatus: 503 },
+  /** A WebSocket upgrade that waited longer than WS_UPGRADE_WAIT_MS for the gateway to take it; retry with backoff. */
+  CP_ERR_LIMIT_OVERLOADED: { message: 'the gateway could not take the connection within %s ms; retry with backoff', httpStatus: 503 },
   // markets (libs/lmsr: the LMSR cash-out market)
   CP_ERR_MARKET_INVALID_BOOK: { message: 'invalid market: %s', httpStatus: 400 },
   CP_ERR_MARKET_INVALID_QUANTITY: { message: 'invalid %s %s: must be %s', httpStatus: 400 },
@@ -295,6 +297,7 @@ export const RETRYABLE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'CP_ERR_CHANNEL_UNAVAILABLE',
   'CP_ERR_CHANNEL_PLACEMENT_OVERLOADED',
   'CP_ERR_INTENT_OVERLOADED',
+  'CP_ERR_LIMIT_OVERLOADED',
   'CP_ERR_STORE_UNAVAILABLE',
   'CP_ERR_LEDGER_OVERLOADED',
   'CP_ERR_LEDGER_UNAVAILABLE',

@@ -191,7 +191,7 @@ export const metricCatalogue = [
     name: 'crowdplay_connections_refused_total',
     type: 'counter',
     unit: '1',
-    help: 'WebSocket connections refused before their welcome, by reason: the upgrade (CP_ERR_LIMIT_CONNECTION_RATE, CP_ERR_LIMIT_MAX_CONNECTIONS, CP_ERR_LIMIT_DRAINING) or the setup (auth, channel, router: the error code)',
+    help: 'WebSocket connections refused before their welcome, by reason: the upgrade (CP_ERR_LIMIT_CONNECTION_RATE, CP_ERR_LIMIT_MAX_CONNECTIONS, CP_ERR_LIMIT_OVERLOADED, CP_ERR_LIMIT_DRAINING) or the setup (auth, channel, router: the error code)',
     labels: { reason: ERROR_CODE },
   },
   {

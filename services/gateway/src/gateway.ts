@@ -256,7 +256,9 @@ class GatewayImpl implements Gateway {
   /** Timers of `later` (intents and joins sent back by a moving channel), cleared on close. */
   private readonly laterTimers = new Set<ReturnType<typeof setTimeout>>();
   /** Upgrade requests waiting for a turn with WS_UPGRADE_TURN_BUDGET_MS left (onUpgrade), oldest first. */
-  private readonly upgradesWaiting: Array<{ req: IncomingMessage; socket: Duplex; head: Buffer }> = [];
+  private readonly upgradesWaiting: Array<{ req: IncomingMessage; socket: Duplex; head: Buffer; at: number }> = [];
+  /** The clock of the upgrade budget and of WS_UPGRADE_WAIT_MS, ms. */
+  private readonly clock: () => number;
   private upgradeDrain: NodeJS.Immediate | null = null;
   /** The event-loop time upgrades may take per turn (WS_UPGRADE_TURN_BUDGET_MS). */
   private readonly upgradeBudget: TurnBudget;
@@ -294,7 +296,8 @@ class GatewayImpl implements Gateway {
     this.logger = telemetry.logger.child({ component: 'gateway', gatewayId: this.id });
     this.subjects = makeSubjects(config.bus.subjectPrefix);
     const g = config.gateway;
-    this.upgradeBudget = new TurnBudget(g.upgradeTurnBudgetMs, deps.now);
+    this.clock = deps.now ?? (() => performance.now());
+    this.upgradeBudget = new TurnBudget(g.upgradeTurnBudgetMs, this.clock);
     this.metrics = createGatewayMetrics(
       telemetry.metrics,
       () => this.fanout.size,
@@ -522,7 +525,11 @@ class GatewayImpl implements Gateway {
    * turn instead of every upgrade one poll returned. Waiting sockets count
    * towards WS_MAX_CONNECTIONS (one past it is refused at once, 503); one
    * reset or destroyed while it waits is skipped (a client's FIN is not seen
-   * until its turn: the socket is not read while it waits).
+   * until its turn: the socket is not read while it waits). One that waited
+   * longer than WS_UPGRADE_WAIT_MS is answered 503 CP_ERR_LIMIT_OVERLOADED
+   * (retryable) at its turn, without authentication: a gateway that has
+   * fallen behind spends its turns on clients still waiting for an answer,
+   * and the others retry with backoff instead of timing out in silence.
    */
   private onUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     socket.on('error', () => undefined); // a reset during the handshake must not crash the process
@@ -531,7 +538,7 @@ class GatewayImpl implements Gateway {
         this.refuseOverMaxConnections(socket, req.socket.remoteAddress ?? '');
         return;
       }
-      this.upgradesWaiting.push({ req, socket, head });
+      this.upgradesWaiting.push({ req, socket, head, at: this.clock() });
       this.metrics.upgradesDeferred.add(1);
       this.upgradeDrain ??= setImmediate(() => this.drainUpgrades());
       return;
@@ -543,13 +550,23 @@ class GatewayImpl implements Gateway {
   private drainUpgrades(): void {
     this.upgradeDrain = null;
     let taken = 0;
+    const waitMs = this.config.gateway.upgradeWaitMs;
     while (this.upgradesWaiting.length > taken && !this.upgradeBudget.spent()) {
       const u = this.upgradesWaiting[taken++]!;
       if (u.socket.destroyed) continue;
-      this.takeUpgrade(u.req, u.socket, u.head);
+      if (waitMs > 0 && this.clock() - u.at > waitMs) this.refuseOverloaded(u.socket, u.req.socket.remoteAddress ?? '');
+      else this.takeUpgrade(u.req, u.socket, u.head);
     }
     this.upgradesWaiting.splice(0, taken);
     if (this.upgradesWaiting.length > 0) this.upgradeDrain = setImmediate(() => this.drainUpgrades());
+  }
+
+  /** Answers an upgrade that waited past WS_UPGRADE_WAIT_MS for its turn: 503 CP_ERR_LIMIT_OVERLOADED, counted. */
+  private refuseOverloaded(socket: Duplex, address: string): void {
+    const waitMs = this.config.gateway.upgradeWaitMs;
+    this.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_LIMIT_OVERLOADED' });
+    this.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_OVERLOADED', { limit: 'WS_UPGRADE_WAIT_MS', value: waitMs, address });
+    rejectUpgrade(socket, 503, 'CP_ERR_LIMIT_OVERLOADED', formatMessage('CP_ERR_LIMIT_OVERLOADED', [waitMs]));
   }
 
   /** Answers an upgrade over WS_MAX_CONNECTIONS (sockets held and waiting): 503, counted. */

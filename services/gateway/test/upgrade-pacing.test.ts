@@ -66,7 +66,7 @@ describe('gateway - upgrade pacing (WS_UPGRADE_TURN_BUDGET_MS)', () => {
     // Every read of the clock is a full budget later: one upgrade a turn, the others wait.
     const h = await startHarness({
       store: unusedStore(),
-      gateway: { upgradeTurnBudgetMs: 20, maxConnections: 5 },
+      gateway: { upgradeTurnBudgetMs: 20, maxConnections: 5, upgradeWaitMs: 0 },
       now: () => (clock += 1_000),
     });
     try {
@@ -86,6 +86,36 @@ describe('gateway - upgrade pacing (WS_UPGRADE_TURN_BUDGET_MS)', () => {
       await h.close();
     }
   });
+
+  for (const waitMs of [2_500, 0]) {
+    it(`WS_UPGRADE_WAIT_MS ${waitMs}: ${waitMs > 0 ? 'an upgrade that waited past it is answered 503 CP_ERR_LIMIT_OVERLOADED, counted, and opens nothing' : 'no upgrade is refused for its wait'}`, async () => {
+      let clock = 0;
+      // Every read of the clock is a full budget later: one upgrade a turn, and the waiting ones age 1 s per read.
+      const h = await startHarness({
+        store: unusedStore(),
+        gateway: { upgradeTurnBudgetMs: 20, upgradeWaitMs: waitMs },
+        now: () => (clock += 1_000),
+      });
+      try {
+        const socks = await rawUpgrades(h.port, 12);
+        await waitUntil(() => socks.every((s) => status(s.response()) !== 0), 'every upgrade answered');
+        const codes = socks.map((s) => status(s.response()));
+        const refused = socks.filter((s) => status(s.response()) === 503);
+        const text = await h.metricsText();
+        if (waitMs > 0) {
+          assert.ok(refused.length >= 1, `some refused: ${codes.join(',')}`);
+          assert.ok(codes[0] === 101, `the first one, taken at once, is in: ${codes.join(',')}`);
+          for (const r of refused) assert.match(r.response(), /"code":"CP_ERR_LIMIT_OVERLOADED"/);
+          assert.equal(codes.filter((c) => c === 101).length + refused.length, 12, codes.join(','));
+        } else assert.deepEqual(codes, Array.from({ length: 12 }, () => 101));
+        assert.equal(metricValue(text, 'crowdplay_connections_refused_total', { reason: 'CP_ERR_LIMIT_OVERLOADED' }), refused.length);
+        assert.equal(metricValue(text, 'crowdplay_upgrades_waiting'), 0, 'none left waiting');
+        for (const s of socks) s.socket.destroy();
+      } finally {
+        await h.close();
+      }
+    });
+  }
 
   it('close() answers the upgrades still waiting (503 draining) instead of leaving them hanging', async () => {
     let clock = 0;
