@@ -409,6 +409,14 @@ export const schema = {
       unit: 'per second',
       doc: 'Most channels the router moves per second to even out channels per live shard; a move hands the channel off like a drain (0: never rebalance).',
     }),
+    rebalanceCooldownMs: int({
+      env: 'ROUTER_REBALANCE_COOLDOWN_MS',
+      default: 60_000,
+      min: 0,
+      unit: 'ms',
+      doc: 'How long a channel a rebalance moved is left where it is by later rebalances.',
+      why: 'Without it a cold start moved the same channels back and forth (one 4 times in 5 s) while placements changed the counts; a minute is far above a placement burst and far below the time a spread stays uneven.',
+    }),
     batchTimeoutMs: int({
       env: 'ROUTER_BATCH_TIMEOUT_MS',
       default: 10_000,

@@ -196,6 +196,7 @@ export async function startServices(
           requestTimeoutMs: config.bus.requestTimeoutMs,
           checkMs: config.router.checkMs,
           rebalanceMovesPerS: config.router.rebalanceMovesPerS,
+          rebalanceCooldownMs: config.router.rebalanceCooldownMs,
           batchTimeoutMs: config.router.batchTimeoutMs,
           reconcileMs: config.router.reconcileMs,
           placementCoalesceMs: config.router.placementCoalesceMs,

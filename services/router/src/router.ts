@@ -56,6 +56,8 @@ export interface RouterOptions {
   reconcileMs?: number;
   /** Channels moved per second to even out the spread (ROUTER_REBALANCE_MOVES_PER_S); 0 or unset: never. */
   rebalanceMovesPerS?: number;
+  /** How long a channel a rebalance moved is not moved by another, ms (ROUTER_REBALANCE_COOLDOWN_MS); default 60,000. */
+  rebalanceCooldownMs?: number;
   /** Intents/s that weigh as much as one channel in a shard's load (ROUTER_INTENTS_PER_CHANNEL); default 200. */
   intentsPerChannel?: number;
   /** Placements a channel gets (another shard each time it can) before it is left to the next check (ROUTER_MOVE_ACQUIRE_ATTEMPTS); default 3. */
@@ -86,6 +88,8 @@ type Reason = 'assign' | 'failover' | 'drain' | 'rebalance' | 'reconcile' | 'res
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
 const BUSY_CHECKS = 20;
+/** Default of RouterOptions.rebalanceCooldownMs, ms. */
+const REBALANCE_COOLDOWN_MS = 60_000;
 const MOVE_ACQUIRE_ATTEMPTS = 3;
 const BATCH_TIMEOUT_MS = 10_000;
 const PLACEMENT_COALESCE_MS = 5;
@@ -125,7 +129,7 @@ export class Router implements RouterApi {
   private checking: Promise<void> | null = null;
   private reconciling: Promise<void> | null = null;
   private readonly budget: MoveBudget;
-  /** Channels whose owner refused a rebalance release, until ms. */
+  /** Channels a rebalance leaves where they are, until ms: their owner refused a handoff, or a rebalance just moved them. */
   private readonly busy = new Map<string, number>();
   /** The process behind each shard id, from its heartbeats. */
   private readonly instances = new Map<string, string>();
@@ -628,6 +632,9 @@ export class Router implements RouterApi {
     }
     const rate = this.opts.rebalanceMovesPerS ?? 0;
     if (rate <= 0) return;
+    // First joins being placed spread themselves (planPlacement); a rebalance now would work from counts about to change
+    // and fight them, moving the same channels back and forth.
+    if (this.queued.size > 0 || this.assignPlacing > 0) return;
     const owned = new Map<string, string[]>();
     for (const m of this.live()) owned.set(m.id, []);
     let unsettled = false;
@@ -777,6 +784,8 @@ export class Router implements RouterApi {
       }
       return this.assignments.get(mv.channel) ?? known;
     }
+    // Left where it is for a while: the next rebalance picks another channel (planMoves takes the lowest id it may move).
+    this.busy.set(mv.channel, this.now() + (this.opts.rebalanceCooldownMs ?? REBALANCE_COOLDOWN_MS));
     return { channel: mv.channel, shard: m.shard!, epoch: m.epoch };
   }
 

@@ -193,7 +193,7 @@ function setup(ids: string[]) {
   };
   const changes: AssignmentChange[] = [];
   bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(...decodeAssignments(msg.data)));
-  const newRouter = (opts: { moveAcquireAttempts?: number } = {}) =>
+  const newRouter = (opts: { moveAcquireAttempts?: number; rebalanceCooldownMs?: number } = {}) =>
     new Router(
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now, ...opts },
@@ -352,6 +352,46 @@ describe('Router with fake shards and a fake clock', () => {
       );
     }
     assert.ok(!t.ops.some((op) => op.includes('ifIdle')), 'no release that cancels rounds');
+    await router.close();
+  });
+
+  it('rebalance: a channel it moved stays put for ROUTER_REBALANCE_COOLDOWN_MS, so the spread never moves it back and forth', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4'];
+    const t = setup(ids);
+    const router = t.newRouter({ rebalanceCooldownMs: 5_000 });
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    for (const c of ids) await router.assign(c);
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    await router.check();
+    assert.deepEqual([...t.owned.get('b')!].sort(), ['c1', 'c2'], 'the two lowest ids moved to b');
+    const epochs = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
+    // a empties (its channels are released): b is now the fuller one, and its lowest id is the channel just moved.
+    for (const c of ['c3', 'c4']) await router.release(c);
+    t.owned.get('a')!.clear();
+    for (const wait of [1_000, 1_000, 1_000]) {
+      t.clock.advance(wait);
+      a.beat();
+      b.beat();
+      await tick();
+      await router.check();
+      assert.deepEqual([...t.owned.get('b')!].sort(), ['c1', 'c2'], 'within the cooldown nothing moves back');
+    }
+    for (const c of ['c1', 'c2'])
+      assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: 'b', epoch: epochs.get(c) });
+    // Past it, the spread is evened out again.
+    t.clock.advance(2_500);
+    a.beat();
+    b.beat();
+    await tick();
+    await router.check();
+    assert.equal(t.owned.get('a')!.size, 1);
+    assert.equal(t.owned.get('b')!.size, 1);
     await router.close();
   });
 
