@@ -30,15 +30,14 @@ export interface SteadyCpu {
   processes: SteadyCpuRow[];
 }
 
-/** CPU time of every process whose comm is `postgres`, ms (other users of the server included); null when none was readable. */
-function postgresCpuMs(ticksPerS: number): number | null {
-  let sum = 0;
-  let seen = 0;
+/** CPU time so far of every process whose comm is `postgres` (other users of the server included), ms by pid. */
+function postgresCpuMs(ticksPerS: number): Map<number, number> {
+  const out = new Map<number, number>();
   let pids: string[];
   try {
     pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
   } catch {
-    return null;
+    return out;
   }
   for (const d of pids) {
     try {
@@ -47,8 +46,19 @@ function postgresCpuMs(ticksPerS: number): number | null {
       continue; // gone meanwhile
     }
     const ms = processCpuMs(Number(d), ticksPerS);
-    if (ms === null) continue;
-    sum += ms;
+    if (ms !== null) out.set(Number(d), ms);
+  }
+  return out;
+}
+
+/** CPU used between two readings of {@link postgresCpuMs} by the processes alive at both, ms; null when none was. */
+function postgresCpuDeltaMs(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number | null {
+  let sum = 0;
+  let seen = 0;
+  for (const [pid, ms] of after) {
+    const was = before.get(pid);
+    if (was === undefined) continue;
+    sum += ms - was;
     seen++;
   }
   return seen === 0 ? null : sum;
@@ -75,7 +85,7 @@ export class SteadyCpuWatch {
   private readonly ticksPerS = clockTicksPerSecond();
   private readonly watch: ProcessWatch;
   private t0 = 0;
-  private pg0: number | null = null;
+  private pg0: ReadonlyMap<number, number> = new Map();
   private machine0: ReturnType<typeof machineCpuTicks> = null;
   private result: SteadyCpu | null = null;
 
@@ -109,7 +119,7 @@ export class SteadyCpuWatch {
       const prev = byName.get(s.name);
       byName.set(s.name, s.cpuMs === null || prev === null ? null : (prev ?? 0) + s.cpuMs);
     }
-    byName.set('postgres', this.pg0 === null || pg1 === null ? null : pg1 - this.pg0);
+    byName.set('postgres', postgresCpuDeltaMs(this.pg0, pg1));
     const row = (name: string, cpuMs: number | null): SteadyCpuRow => ({
       name,
       cpuPct: cpuMs === null || seconds <= 0 ? null : Math.round(cpuMs / seconds / 10),
