@@ -100,12 +100,12 @@ const runs: Record<string, RunInfo> = {
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
-    commit: '53ce07f',
+    commit: '7c7101e',
   },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '9b90d22',
+    machine: 'shared',
+    commit: '7c7101e',
   },
 };
 
@@ -858,7 +858,8 @@ export const RESULTS: ResultsIndex = {
           files: ['cluster-control.json'],
         },
         {
-          figure: 'kill of a shard holding about 1,500 channels, half with an open round: channels; detection (ROUTER_SHARD_TIMEOUT_MS 3,000)',
+          figure:
+            'kill of a shard holding about 1,500 channels, half with an open round: channels; detection (ROUTER_SHARD_TIMEOUT_MS 3,000)',
           target: '—',
           seed: '—',
           value: '{failover.0.channels}; {failover.0.detectionMs} ms',
@@ -999,6 +1000,8 @@ export const RESULTS: ResultsIndex = {
         'The same rig with one game client and one viewer per channel, 30 s pool rounds, the default faults (SIGKILL of the ' +
           'busiest shard, the drain of the busiest live one, a gateway restart) and a probe per moved channel; every process, ' +
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
+          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 100 %, so every ' +
+          'timing past that point measures queues, not the control plane (`npm run bench -- cluster-control` measures that alone). ' +
           'Fields: loadtest/README.md ("failover").',
       ],
       rows: [
@@ -1049,6 +1052,42 @@ export const RESULTS: ResultsIndex = {
           target: '—; 0',
           seed: '—',
           value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms; {rounds.unpaidAtEnd}',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'steady phase before the first fault: length; the machine’s busy share of its 2 cores',
+          target: '—',
+          seed: '—',
+          value: '{steadyCpu.seconds} s; {steadyCpu.machineBusyPct} %',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'the same: % of a core (CPU µs per channel-second) of gateway 1 / gateway 2 / nats-server',
+          target: '—',
+          seed: '—',
+          value:
+            '{steadyCpu.processes.5.cpuPct} ({steadyCpu.processes.5.usPerChannelSecond}) / {steadyCpu.processes.6.cpuPct} ' +
+            '({steadyCpu.processes.6.usPerChannelSecond}) / {steadyCpu.processes.7.cpuPct} ({steadyCpu.processes.7.usPerChannelSecond})',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'the same: shards 1 / 2 / 3; router; sequencer',
+          target: '—',
+          seed: '—',
+          value:
+            '{steadyCpu.processes.2.cpuPct} ({steadyCpu.processes.2.usPerChannelSecond}) / {steadyCpu.processes.3.cpuPct} ' +
+            '({steadyCpu.processes.3.usPerChannelSecond}) / {steadyCpu.processes.4.cpuPct} ({steadyCpu.processes.4.usPerChannelSecond}); ' +
+            '{steadyCpu.processes.1.cpuPct} ({steadyCpu.processes.1.usPerChannelSecond}); {steadyCpu.processes.0.cpuPct} ' +
+            '({steadyCpu.processes.0.usPerChannelSecond})',
+          files: ['failover-3000ch.json'],
+        },
+        {
+          figure: 'the same: PostgreSQL (every backend of the machine’s server); the load generators: viewer workers, games and probes',
+          target: '—',
+          seed: '—',
+          value:
+            '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
+            '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
           files: ['failover-3000ch.json'],
         },
       ],
