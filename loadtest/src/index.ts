@@ -34,6 +34,8 @@ export type { SpawnedReferenceServer } from './reference-spawn.ts';
 export {
   findListeningPid,
   processCpuMs,
+  cpuMsByComm,
+  cpuDeltaMs,
   clockTicksPerSecond,
   machineCpuTicks,
   processRssBytes,

@@ -35,6 +35,52 @@ export function processCpuMs(pid: number, ticksPerS: number): number | null {
   return ((utime + stime) * 1000) / ticksPerS;
 }
 
+/** Every process id listed in /proc (empty when /proc is unreadable). */
+function pidsInProc(): string[] {
+  try {
+    return readdirSync('/proc').filter((d) => /^\d+$/.test(d));
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * CPU time used so far (user + system, ms) by every process whose
+ * /proc/<pid>/comm is `comm` (e.g. `postgres`: every backend of the server,
+ * whoever it serves), by pid. Empty when none is readable.
+ */
+export function cpuMsByComm(comm: string, ticksPerS: number): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const d of pidsInProc()) {
+    try {
+      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== comm) continue;
+    } catch {
+      continue; // gone meanwhile
+    }
+    const ms = processCpuMs(Number(d), ticksPerS);
+    if (ms !== null) out.set(Number(d), ms);
+  }
+  return out;
+}
+
+/**
+ * CPU used between two readings of {@link cpuMsByComm}, ms: the sum of the
+ * differences over the processes present in both (one that started or ended
+ * in between is left out, never counted with its whole life). Null when none
+ * was present in both.
+ */
+export function cpuDeltaMs(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number | null {
+  let sum = 0;
+  let seen = 0;
+  for (const [pid, ms] of after) {
+    const was = before.get(pid);
+    if (was === undefined) continue;
+    sum += ms - was;
+    seen++;
+  }
+  return seen === 0 ? null : sum;
+}
+
 /** Socket inodes in LISTEN state (st = 0A) on `port`, from /proc/net/tcp and tcp6. */
 function listeningInodes(port: number): Set<string> {
   const inodes = new Set<string>();
@@ -66,13 +112,7 @@ export function findListeningPid(port: number): number | null {
   const inodes = listeningInodes(port);
   if (inodes.size === 0) return null;
   const targets = new Set([...inodes].map((i) => `socket:[${i}]`));
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
-  } catch {
-    return null;
-  }
-  for (const pid of pids) {
+  for (const pid of pidsInProc()) {
     let fds: string[];
     try {
       fds = readdirSync(`/proc/${pid}/fd`);

@@ -1,8 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { until } from '@crowdplay/testing';
-import { clockTicksPerSecond, parseWatchPid, processCpuMs, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
+import { clockTicksPerSecond, cpuDeltaMs, cpuMsByComm, parseWatchPid, processCpuMs, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
 
 test('parseWatchPid - name=pid, anything else throws naming the flag', () => {
   assert.deepEqual(parseWatchPid('shard-1=1234'), { name: 'shard-1', pid: 1234 });
@@ -13,6 +14,26 @@ test('parseWatchPid - name=pid, anything else throws naming the flag', () => {
       bad,
     );
   }
+});
+
+test('cpuDeltaMs - sums over the processes in both readings; one that came or went counts for nothing', () => {
+  const before = new Map([
+    [10, 1_000],
+    [11, 5_000], // ended before the second reading: its 5 s must not come off the figure
+  ]);
+  const after = new Map([
+    [10, 1_250],
+    [12, 9_000], // started after the first reading: its whole life is not the window's
+  ]);
+  assert.equal(cpuDeltaMs(before, after), 250);
+  assert.equal(cpuDeltaMs(new Map([[1, 5]]), new Map([[2, 7]])), null, 'no process in both');
+});
+
+test('cpuMsByComm - finds this process by its comm, and nothing for a comm no process has', () => {
+  const comm = readFileSync(`/proc/${process.pid}/comm`, 'utf8').trim();
+  const mine = cpuMsByComm(comm, clockTicksPerSecond());
+  assert.ok(mine.has(process.pid), `pid ${process.pid} among ${[...mine.keys()].join(', ')}`);
+  assert.equal(cpuMsByComm('no-such-comm-here', clockTicksPerSecond()).size, 0);
 });
 
 test('ProcessWatch - CPU and RSS of a busy process; nulls for one that is gone', async () => {

@@ -6,8 +6,8 @@
  * channel-second, beside the whole machine's utilisation. They say which process
  * a run saturated and what one channel costs each, at the run's shape.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import { clockTicksPerSecond, machineCpuTicks, processCpuMs, ProcessWatch, type ProcessSample } from '../proc.ts';
+import { readFileSync } from 'node:fs';
+import { clockTicksPerSecond, cpuDeltaMs, cpuMsByComm, machineCpuTicks, ProcessWatch, type ProcessSample } from '../proc.ts';
 
 /** One watched process (or group: `postgres` sums every postgres process) over the steady phase. */
 export interface SteadyCpuRow {
@@ -28,40 +28,6 @@ export interface SteadyCpu {
   cores: number | null;
   /** In the order the processes were given (first appearance of a name), then postgres. */
   processes: SteadyCpuRow[];
-}
-
-/** CPU time so far of every process whose comm is `postgres` (other users of the server included), ms by pid. */
-function postgresCpuMs(ticksPerS: number): Map<number, number> {
-  const out = new Map<number, number>();
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((d) => /^\d+$/.test(d));
-  } catch {
-    return out;
-  }
-  for (const d of pids) {
-    try {
-      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== 'postgres') continue;
-    } catch {
-      continue; // gone meanwhile
-    }
-    const ms = processCpuMs(Number(d), ticksPerS);
-    if (ms !== null) out.set(Number(d), ms);
-  }
-  return out;
-}
-
-/** CPU used between two readings of {@link postgresCpuMs} by the processes alive at both, ms; null when none was. */
-function postgresCpuDeltaMs(before: ReadonlyMap<number, number>, after: ReadonlyMap<number, number>): number | null {
-  let sum = 0;
-  let seen = 0;
-  for (const [pid, ms] of after) {
-    const was = before.get(pid);
-    if (was === undefined) continue;
-    sum += ms - was;
-    seen++;
-  }
-  return seen === 0 ? null : sum;
 }
 
 /** Cores counted in /proc/stat (`cpuN` lines); null when unreadable. */
@@ -102,7 +68,7 @@ export class SteadyCpuWatch {
 
   start(): void {
     this.t0 = performance.now();
-    this.pg0 = postgresCpuMs(this.ticksPerS);
+    this.pg0 = cpuMsByComm('postgres', this.ticksPerS);
     this.machine0 = machineCpuTicks();
     this.watch.start();
   }
@@ -111,7 +77,7 @@ export class SteadyCpuWatch {
   stop(): SteadyCpu {
     if (this.result) return this.result;
     const samples: ProcessSample[] = this.watch.stop();
-    const pg1 = postgresCpuMs(this.ticksPerS);
+    const pg1 = cpuMsByComm('postgres', this.ticksPerS);
     const m1 = machineCpuTicks();
     const seconds = (performance.now() - this.t0) / 1000;
     const byName = new Map<string, number | null>();
@@ -119,7 +85,7 @@ export class SteadyCpuWatch {
       const prev = byName.get(s.name);
       byName.set(s.name, s.cpuMs === null || prev === null ? null : (prev ?? 0) + s.cpuMs);
     }
-    byName.set('postgres', postgresCpuDeltaMs(this.pg0, pg1));
+    byName.set('postgres', cpuDeltaMs(this.pg0, pg1));
     const row = (name: string, cpuMs: number | null): SteadyCpuRow => ({
       name,
       cpuPct: cpuMs === null || seconds <= 0 ? null : Math.round(cpuMs / seconds / 10),

@@ -61,13 +61,13 @@
  *   succeeded); a missed target alone does not fail the run
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { connectNatsBus, decodeJson, encodeJson, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import { defaultConfig } from '@crowdplay/config';
-import { findListeningPid, ProcessWatch, type ProcessSample } from '@crowdplay/loadtest';
+import { clockTicksPerSecond, cpuDeltaMs, cpuMsByComm, findListeningPid, ProcessWatch, type ProcessSample } from '@crowdplay/loadtest';
 import { isCrowdplayError, isRetryable, type AckBatch, type IntentBatch } from '@crowdplay/protocol';
 import { RouterClient } from '@crowdplay/router';
 import { openStore, type Store } from '@crowdplay/store';
@@ -258,26 +258,6 @@ class InfraWatch {
   }
 }
 
-/** Sum of the CPU time of every `postgres` process on the machine, ms (other users of the server included). */
-function allPostgresCpuMs(): number | null {
-  const tick = 100;
-  let sum = 0;
-  let seen = 0;
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== 'postgres') continue;
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      sum += ((Number(rest[11]) + Number(rest[12])) * 1000) / tick;
-      seen++;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return seen === 0 ? null : sum;
-}
-
 interface Rig {
   cluster: Cluster;
   bus: Bus;
@@ -400,7 +380,7 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
       ['router', 'shard-1', 'shard-2', 'shard-3', 'sequencer'].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })),
     );
     await r.infra.start();
-    const pg0 = allPostgresCpuMs();
+    const pg0 = cpuMsByComm('postgres', clockTicksPerSecond());
     const logFrom = r.tap.lines.length;
     watch.start();
     const t0 = Date.now();
@@ -425,7 +405,8 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
     const readyMs = Math.max(0, ...probes.firstAckAt.values()) - t0;
     const processes = watch.stop();
     const infra = r.infra.stop();
-    const pg1 = allPostgresCpuMs();
+    const pg1 = cpuMsByComm('postgres', clockTicksPerSecond());
+    const pgMs = cpuDeltaMs(pg0, pg1);
     probes.close();
     const logs = r.tap.lines.slice(logFrom);
     const assigned = logs.filter((l) => l.proc === 'router' && /^channels? assigned$/.test(String(l.line.msg)));
@@ -472,7 +453,7 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
       processes,
       natsServer: infra.nats,
       postgresBackends: infra.postgres,
-      allPostgresCpuMs: pg0 === null || pg1 === null ? null : Math.round(pg1 - pg0),
+      allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
       warnings: r.tap.warnings(t0),
       target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
     };
