@@ -6,7 +6,7 @@
  * channel-second, beside the whole machine's utilisation. They say which process
  * a run saturated and what one channel costs each, at the run's shape.
  */
-import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
 import { clockTicksPerSecond, cpuDeltaMs, cpuMsByComm, machineCpuTicks, ProcessWatch, type ProcessSample } from '../proc.ts';
 
 /** One watched process (or group: `postgres` sums every postgres process) over the steady phase. */
@@ -25,20 +25,9 @@ export interface SteadyCpu {
   channels: number;
   /** The machine's busy share of all its cores (/proc/stat: total − idle − iowait), %, and its core count. */
   machineBusyPct: number | null;
-  cores: number | null;
+  cores: number;
   /** In the order the processes were given (first appearance of a name), then postgres. */
   processes: SteadyCpuRow[];
-}
-
-/** Cores counted in /proc/stat (`cpuN` lines); null when unreadable. */
-function coreCount(): number | null {
-  try {
-    return readFileSync('/proc/stat', 'utf8')
-      .split('\n')
-      .filter((l) => /^cpu\d+ /.test(l)).length;
-  } catch {
-    return null;
-  }
 }
 
 /**
@@ -94,7 +83,7 @@ export class SteadyCpuWatch {
     const processes = [...byName].map(([name, ms]) => row(name, ms));
     const m0 = this.machine0;
     const machineBusyPct = m0 && m1 && m1.total > m0.total ? Math.round(((m1.busy - m0.busy) / (m1.total - m0.total)) * 100) : null;
-    this.result = { seconds: Math.round(seconds * 10) / 10, channels: this.channels, machineBusyPct, cores: coreCount(), processes };
+    this.result = { seconds: Math.round(seconds * 10) / 10, channels: this.channels, machineBusyPct, cores: cpus().length, processes };
     return this.result;
   }
 }
