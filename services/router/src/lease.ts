@@ -201,8 +201,16 @@ export class LeasedRouter implements RouterApi {
     mx.gauge('crowdplay_router_lease_active', () => (this.isActive() ? 1 : 0));
   }
 
-  /** True while this process holds the lease and its lease has not run out by its own clock. */
+  /**
+   * True while this process holds the lease, its lease has not run out by its own clock, and its Router has
+   * started (answers `router.ctl`). False while the Router is still starting after a won lease.
+   */
   isActive(): boolean {
+    return this.announced && this.holds();
+  }
+
+  /** The lease is held and not run out by this process's clock (whether or not its Router has started). */
+  private holds(): boolean {
     return this.router !== null && this.clock() < this.validUntilMs;
   }
 
@@ -237,7 +245,7 @@ export class LeasedRouter implements RouterApi {
     } catch (err) {
       if (!this.failing) this.deps.telemetry.logger.warn({ err, holder: this.lease.holder }, 'router lease: Postgres did not answer');
       this.failing = true;
-      if (this.router && !this.isActive()) this.standDown('lease expired');
+      if (this.router && !this.holds()) this.standDown('lease expired');
       return;
     }
     if (this.failing) this.deps.telemetry.logger.info({ holder: this.lease.holder }, 'router lease: Postgres answers again');
@@ -252,7 +260,7 @@ export class LeasedRouter implements RouterApi {
       if (this.router) this.standDown('lease expired');
       return;
     }
-    if (this.router && (grant.term !== this.term || !this.isActive())) this.standDown(grant.term !== this.term ? 'new term' : 'lease expired');
+    if (this.router && (grant.term !== this.term || !this.holds())) this.standDown(grant.term !== this.term ? 'new term' : 'lease expired');
     this.term = grant.term;
     this.validUntilMs = grant.validUntilMs;
     this.armExpiry();
@@ -264,7 +272,7 @@ export class LeasedRouter implements RouterApi {
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
     this.expiryTimer = setTimeout(() => {
       this.expiryTimer = null;
-      if (this.router && !this.isActive()) this.standDown('lease expired');
+      if (this.router && !this.holds()) this.standDown('lease expired');
     }, Math.max(0, this.validUntilMs - this.clock()));
   }
 
@@ -273,7 +281,7 @@ export class LeasedRouter implements RouterApi {
     const r = new Router(this.deps, {
       ...this.opts,
       isActive: () => {
-        if (this.router === r && this.isActive()) return true;
+        if (this.router === r && this.holds()) return true;
         if (this.router === r) this.standDown('lease expired');
         return false;
       },
