@@ -38,7 +38,12 @@ export interface Store {
   readonly rounds: RoundRepository;
   /** The event log (resume of game connections, retention). */
   readonly events: EventLogRepository;
-  /** Closes the pool (or PGlite). Safe to call twice. */
+  /**
+   * A Db of its own connection on the same database and schema, for a statement that must not wait behind
+   * the pool (the router lease's renewal); closed with the store. PGlite is one session: its own Db.
+   */
+  dedicated(): Db;
+  /** Closes the pool (or PGlite) and every dedicated Db. Safe to call twice. */
   close(): Promise<void>;
 }
 
@@ -60,11 +65,14 @@ function quoteIdent(name: string): string {
 export async function openStore(opts: StoreOptions): Promise<Store> {
   const schema = quoteIdent(opts.schema);
   let db: Db;
-  if (opts.url) {
-    const pool = new pg.Pool({ connectionString: opts.url, max: opts.poolMax, options: `-c search_path=${schema}` });
+  const pgPool = (max: number): PgDb => {
+    const pool = new pg.Pool({ connectionString: opts.url, max, options: `-c search_path=${schema}` });
     // A pooled connection that dies is discarded by pg; it must not crash the process.
     pool.on('error', () => undefined);
-    db = new PgDb(pool);
+    return new PgDb(pool);
+  };
+  if (opts.url) {
+    db = pgPool(opts.poolMax);
   } else {
     const { PGlite } = await import('@electric-sql/pglite');
     let dataDir: string | undefined;
@@ -89,6 +97,8 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     await db.close();
     throw err;
   }
+  const sides: Db[] = [];
+  const main = db;
   return {
     kind: db.kind,
     db,
@@ -97,7 +107,16 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     sequencer: new SequencerRepository(db),
     rounds: new RoundRepository(db),
     events: new EventLogRepository(db),
-    close: () => db.close(),
+    dedicated: () => {
+      if (main.kind === 'pglite') return main;
+      const side = pgPool(1);
+      sides.push(side);
+      return side;
+    },
+    close: async () => {
+      await Promise.all(sides.map((d) => d.close()));
+      await main.close();
+    },
   };
 }
 

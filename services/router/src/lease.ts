@@ -190,7 +190,8 @@ export class LeasedRouter implements RouterApi {
     private readonly opts: LeasedRouterOptions,
   ) {
     this.clock = () => performance.now();
-    this.lease = new RouterLease(deps.store.db, {
+    // Its own connection: a renewal queued in the pool behind the router's bulk statements let the lease lapse.
+    this.lease = new RouterLease(deps.store.dedicated(), {
       leaseMs: opts.leaseMs,
       ...(opts.holder !== undefined ? { holder: opts.holder } : {}),
       ...(opts.leaseName !== undefined ? { name: opts.leaseName } : {}),
@@ -240,8 +241,12 @@ export class LeasedRouter implements RouterApi {
 
   private async tick(first = false): Promise<void> {
     let grant: LeaseGrant | null;
+    const t0 = this.clock();
     try {
       grant = await this.lease.acquire();
+      // A renewal slower than the interval between renewals is the lease's warning sign: another such lapses it.
+      const ms = Math.round(this.clock() - t0);
+      if (ms > this.opts.leaseMs / 3) this.deps.telemetry.logger.warn({ holder: this.lease.holder, ms, leaseMs: this.opts.leaseMs }, 'router lease: slow renewal');
     } catch (err) {
       if (!this.failing) this.deps.telemetry.logger.warn({ err, holder: this.lease.holder }, 'router lease: Postgres did not answer');
       this.failing = true;

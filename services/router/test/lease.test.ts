@@ -158,4 +158,31 @@ describe('LeasedRouter: two replicas on one bus', () => {
       await telemetry.close();
     }
   });
+
+  it('renews on a connection of its own: a pool held by long statements does not let the lease lapse', async () => {
+    const busy = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 1, pgliteDir: 'memory', migrate: false });
+    const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 60_000 });
+    const r = new LeasedRouter(
+      { bus: new InProcessBus(), subjects: makeSubjects(`leasebusy${process.pid}`), store: busy, telemetry },
+      { holder: 'busy', leaseName: `busy-${process.pid}`, leaseMs: 600, shardTimeoutMs: 3_000, waitForShardMs: 100, requestTimeoutMs: 500 },
+    );
+    let sleeping: Promise<unknown> | undefined;
+    try {
+      await r.start();
+      assert.equal(r.isActive(), true);
+      // The pool's one connection sleeps for three leases; renewals every 200 ms must not queue behind it.
+      sleeping = busy.db.query('SELECT pg_sleep(1.8)');
+      const t0 = performance.now();
+      while (performance.now() - t0 < 1_700) {
+        assert.equal(r.isActive(), true, `active at ${Math.round(performance.now() - t0)} ms`);
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      assert.equal((await r.lease.current())?.term, 1, 'one tenure throughout');
+    } finally {
+      await sleeping;
+      await r.close();
+      await busy.close();
+      await telemetry.close();
+    }
+  });
 });
