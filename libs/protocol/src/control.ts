@@ -134,9 +134,13 @@ export type Heartbeat = Static<typeof Heartbeat>;
 // ---------------------------------------------------------------- anyone → router (`router.ctl`)
 
 const VAny = Type.Optional(Type.Integer({ minimum: 1 }));
-/** The router's requests: placement of one channel, look-ups, moves, and a drain of a whole shard (v2). */
+/** The router's requests: placement of one channel or (v2) of a batch, look-ups, moves, and a drain of a whole shard (v2). */
 export const RouterControl = Type.Union([
   Type.Object({ v: VAny, op: Type.Literal('assign'), channel: Channel }, { additionalProperties: false }),
+  Type.Object(
+    { v: V2, op: Type.Literal('assign'), channels: Type.Array(Channel, { minItems: 1, maxItems: CONTROL_BATCH_MAX }) },
+    { additionalProperties: false },
+  ),
   Type.Object({ v: VAny, op: Type.Literal('lookup'), channel: Channel }, { additionalProperties: false }),
   Type.Object({ v: VAny, op: Type.Literal('release'), channel: Channel }, { additionalProperties: false }),
   Type.Object({ v: VAny, op: Type.Literal('membership') }, { additionalProperties: false }),

@@ -22,6 +22,8 @@ describe('control messages', () => {
     const batch = { v: CONTROL_VERSION, op: 'acquire', channels: [{ channel: 'c1', epoch: 3 }] };
     assert.deepEqual(decodeControl(ShardControl, enc(batch)), batch);
     assert.deepEqual(decodeControl(RouterControl, enc({ op: 'assign', channel: 'c1' })), { op: 'assign', channel: 'c1' });
+    const assigns = { v: 2, op: 'assign', channels: ['c1', 'c2'] };
+    assert.deepEqual(decodeControl(RouterControl, enc(assigns)), assigns);
     assert.deepEqual(decodeControl(RouterControl, enc({ v: 2, op: 'drain', shard: 's1' })), { v: 2, op: 'drain', shard: 's1' });
   });
 

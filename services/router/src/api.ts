@@ -4,7 +4,7 @@
  * operators and tests use `lookup`, `release` and `membership`.
  */
 import { decodeJson, encodeJson, type Bus, type Subjects } from '@crowdplay/bus';
-import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CONTROL_BATCH_MAX, CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 
 /** Where a channel lives: its shard and the epoch of that ownership. */
 export interface Assignment {
@@ -60,8 +60,18 @@ export interface Move {
   epoch: number;
 }
 
+/** One channel's answer to a batched assign: its owner and epoch, or the code that refused it (retryable or not). */
+export interface AssignResult {
+  channel: string;
+  shard?: string;
+  epoch?: number;
+  code?: ErrorCode;
+  message?: string;
+}
+
 export type RouterRequest =
   | { op: 'assign'; channel: string }
+  | { v: 2; op: 'assign'; channels: string[] }
   | { op: 'lookup'; channel: string }
   | { op: 'release'; channel: string }
   | { op: 'membership' }
@@ -70,7 +80,15 @@ export type RouterRequest =
   | { v: 2; op: 'drain'; shard: string };
 
 export type RouterReply =
-  | { ok: true; assignment?: Assignment | null; shards?: ShardInfo[]; migration?: Migration; move?: Move; moves?: Move[] }
+  | {
+      ok: true;
+      assignment?: Assignment | null;
+      assigned?: AssignResult[];
+      shards?: ShardInfo[];
+      migration?: Migration;
+      move?: Move;
+      moves?: Move[];
+    }
   | { ok: false; code: ErrorCode; message: string };
 
 /** The router's operations, as a service or through the bus. */
@@ -101,8 +119,19 @@ export interface RouterApi {
   migrate(from: string, to: string): Promise<Migration>;
 }
 
-/** RouterApi over bus request/reply. */
+/** How long a client that found the router unable to take batched assigns (an older version) asks one by one, ms. */
+const BATCH_RETRY_MS = 60_000;
+
+/**
+ * RouterApi over bus request/reply. The `assign`s made in one turn of the event loop (a burst of first joins)
+ * go as one batched request of up to CONTROL_BATCH_MAX channels; a router too old to take one is asked one by
+ * one for BATCH_RETRY_MS.
+ */
 export class RouterClient implements RouterApi {
+  private pending = new Map<string, Array<{ resolve: (a: Assignment) => void; reject: (err: unknown) => void }>>();
+  private flushing = false;
+  private singlesUntilMs = 0;
+
   constructor(
     private readonly bus: Bus,
     private readonly subjects: Subjects,
@@ -115,18 +144,74 @@ export class RouterClient implements RouterApi {
       const msg = await this.bus.request(this.subjects.routerCtl(), encodeJson(req), { timeoutMs: this.timeoutMs });
       reply = decodeJson<RouterReply>(msg.data);
     } catch (err) {
-      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', ['channel' in req ? req.channel : 'from' in req ? req.from : 'shard' in req ? req.shard : '*'], {
-        cause: err,
-      });
+      const what = 'channel' in req ? req.channel : 'from' in req ? req.from : 'shard' in req ? req.shard : '*';
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [what], { cause: err });
     }
     if (!reply.ok) throw new CrowdplayError(reply.code, [], { cause: reply.message });
     return reply;
   }
 
-  async assign(channel: string): Promise<Assignment> {
-    const r = await this.call({ op: 'assign', channel });
-    if (!r.assignment) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
-    return r.assignment;
+  /**
+   * The channel's owner, placing it first if it has none (see RouterApi.assign); batched with the other
+   * assigns of this turn.
+   * @throws CrowdplayError the router's code for this channel (CP_ERR_CHANNEL_UNKNOWN, CP_ERR_CHANNEL_MIGRATED,
+   *   CP_ERR_CHANNEL_UNAVAILABLE and CP_ERR_CHANNEL_PLACEMENT_OVERLOADED: retryable), or CP_ERR_CHANNEL_UNAVAILABLE
+   *   when the router did not answer within the client's timeout
+   */
+  assign(channel: string): Promise<Assignment> {
+    return new Promise<Assignment>((resolve, reject) => {
+      const waiters = this.pending.get(channel);
+      if (waiters) waiters.push({ resolve, reject });
+      else this.pending.set(channel, [{ resolve, reject }]);
+      if (!this.flushing) {
+        this.flushing = true;
+        setImmediate(() => this.flushAssigns());
+      }
+    });
+  }
+
+  /** Sends the assigns gathered this turn: one request per CONTROL_BATCH_MAX channels, or one each to an older router. */
+  private flushAssigns(): void {
+    this.flushing = false;
+    const batch = this.pending;
+    this.pending = new Map();
+    const channels = [...batch.keys()];
+    const settle = (channel: string, a: Assignment | null, err?: unknown): void => {
+      for (const w of batch.get(channel) ?? []) {
+        if (a) w.resolve(a);
+        else w.reject(err ?? new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]));
+      }
+    };
+    const one = (channel: string): void => {
+      this.call({ op: 'assign', channel }).then(
+        (r) => settle(channel, r.assignment ?? null),
+        (err: unknown) => settle(channel, null, err),
+      );
+    };
+    if (channels.length === 1 || performance.now() < this.singlesUntilMs) {
+      for (const ch of channels) one(ch);
+      return;
+    }
+    for (let i = 0; i < channels.length; i += CONTROL_BATCH_MAX) {
+      const chunk = channels.slice(i, i + CONTROL_BATCH_MAX);
+      this.call({ v: 2, op: 'assign', channels: chunk }).then(
+        (r) => {
+          const byChannel = new Map((r.assigned ?? []).map((x) => [x.channel, x]));
+          for (const ch of chunk) {
+            const x = byChannel.get(ch);
+            if (x?.shard !== undefined && x.epoch !== undefined) settle(ch, { channel: ch, shard: x.shard, epoch: x.epoch });
+            else settle(ch, null, new CrowdplayError(x?.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [ch], { cause: x?.message }));
+          }
+        },
+        (err: unknown) => {
+          // A router that does not know batches refuses the request's shape: ask it one by one for a while.
+          if (isCrowdplayError(err) && err.code === 'CP_ERR_PROTO_INVALID') {
+            this.singlesUntilMs = performance.now() + BATCH_RETRY_MS;
+            for (const ch of chunk) one(ch);
+          } else for (const ch of chunk) settle(ch, null, err);
+        },
+      );
+    }
   }
 
   async lookup(channel: string): Promise<Assignment | null> {

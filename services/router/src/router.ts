@@ -38,7 +38,7 @@ import {
 } from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { Assignment, AssignmentChange, Migration, Move, RouterApi, RouterReply, ShardInfo } from './api.ts';
+import type { Assignment, AssignmentChange, AssignResult, Migration, Move, RouterApi, RouterReply, ShardInfo } from './api.ts';
 import { MoveBudget, planMoves, planPlacement, shardState, type MemberLoad, type PlannedMove, type ShardState } from './balance.ts';
 
 export interface RouterOptions {
@@ -291,6 +291,25 @@ export class Router implements RouterApi {
       this.scheduleFlush();
     });
     return this.withDeadline(channel, mine);
+  }
+
+  /**
+   * {@link assign} of each channel of a batch (a gateway's first joins of one turn): they share the placements
+   * of the channels queued meanwhile, and each answers on its own.
+   * @returns one result per channel, in order: its assignment, or the code that refused it
+   */
+  private assignBatch(channels: readonly string[]): Promise<AssignResult[]> {
+    return Promise.all(
+      channels.map((channel) =>
+        this.assign(channel).then(
+          (a): AssignResult => ({ channel, shard: a.shard, epoch: a.epoch }),
+          (err: unknown): AssignResult =>
+            isCrowdplayError(err)
+              ? { channel, code: err.code, message: err.message }
+              : { channel, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router error' },
+        ),
+      ),
+    );
   }
 
   /** `p`, or CP_ERR_CHANNEL_UNAVAILABLE once ROUTER assignDeadlineMs passed (the placement goes on). */
@@ -1063,7 +1082,7 @@ export class Router implements RouterApi {
       const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {
         case 'assign':
-          reply = { ok: true, assignment: await this.assign(req.channel) };
+          reply = 'channels' in req ? { ok: true, assigned: await this.assignBatch(req.channels) } : { ok: true, assignment: await this.assign(req.channel) };
           break;
         case 'lookup':
           reply = { ok: true, assignment: await this.lookup(req.channel) };

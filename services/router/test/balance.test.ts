@@ -14,6 +14,7 @@ import {
   CachingRouter,
   MoveBudget,
   Router,
+  RouterClient,
   pickLeastLoaded,
   planMoves,
   planPlacement,
@@ -503,6 +504,94 @@ describe('Router with fake shards and a fake clock', () => {
     assert.equal(cache.cached('e0'), undefined);
     assert.equal(cache.cached('e11')?.shard, 'a');
     cache.close();
+    await router.close();
+  });
+});
+
+describe('RouterClient batches the assigns of one turn', () => {
+  it('one request carries them; each channel answers on its own, an unknown one with its code', async () => {
+    const t = setup(['c1', 'c2', 'c3', 'c4', 'c5']);
+    const router = t.newRouter();
+    await router.start();
+    for (const id of ['a', 'b']) t.shard(id).beat();
+    await tick();
+    const requests: Array<{ op: string; channel?: string; channels?: string[] }> = [];
+    t.bus.subscribe(t.subjects.routerCtl(), (msg) => requests.push(decodeJson(msg.data)));
+    const client = new RouterClient(t.bus, t.subjects, 1_000);
+    const asked = ['c1', 'c2', 'c3', 'c4', 'c5', 'nope', 'c1'];
+    const got = await Promise.allSettled(asked.map((c) => client.assign(c)));
+    assert.equal(requests.length, 1, 'one request for the turn');
+    assert.deepEqual(requests[0]!.channels, ['c1', 'c2', 'c3', 'c4', 'c5', 'nope'], 'each channel once');
+    for (const [i, c] of asked.entries()) {
+      const r = got[i]!;
+      if (c === 'nope') {
+        assert.equal(r.status, 'rejected');
+        assert.equal((r as PromiseRejectedResult).reason.code, 'CP_ERR_CHANNEL_UNKNOWN');
+        continue;
+      }
+      assert.equal(r.status, 'fulfilled', c);
+      const a = (r as PromiseFulfilledResult<{ shard: string; epoch: number }>).value;
+      assert.deepEqual({ shard: a.shard, epoch: a.epoch }, { shard: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch });
+    }
+    assert.equal(await client.assign('c2').then((a) => a.shard), t.rows.get('c2')!.owner, 'a lone assign goes as before');
+    assert.equal(requests.at(-1)!.channel, 'c2');
+    await router.close();
+  });
+
+  it('a router that refuses the batch (an older version) is asked one channel at a time, and stays so', async () => {
+    const t = setup([]);
+    const requests: Array<{ op: string; channel?: string; channels?: string[] }> = [];
+    t.bus.subscribe(
+      t.subjects.routerCtl(),
+      (msg) => {
+        const req = decodeJson<{ op: string; channel?: string; channels?: string[] }>(msg.data);
+        requests.push(req);
+        msg.respond(
+          encodeJson(
+            req.channels
+              ? { ok: false, code: 'CP_ERR_PROTO_INVALID', message: '/ must not have additional properties' }
+              : { ok: true, assignment: { channel: req.channel, shard: 's1', epoch: 1 } },
+          ),
+        );
+      },
+      { queue: 'router' },
+    );
+    const client = new RouterClient(t.bus, t.subjects, 1_000);
+    const first = await Promise.all(['x1', 'x2', 'x3'].map((c) => client.assign(c)));
+    assert.deepEqual(
+      first.map((a) => a.channel),
+      ['x1', 'x2', 'x3'],
+    );
+    assert.deepEqual(
+      requests.map((r) => r.channels?.length ?? r.channel),
+      [3, 'x1', 'x2', 'x3'],
+    );
+    await Promise.all(['y1', 'y2'].map((c) => client.assign(c)));
+    assert.deepEqual(
+      requests.slice(4).map((r) => r.channel),
+      ['y1', 'y2'],
+      'no batch is tried again at once',
+    );
+  });
+
+  it('bad batches are refused with a code and place nothing', async () => {
+    const t = setup(['c1', 'c2']);
+    const router = t.newRouter();
+    await router.start();
+    t.shard('a').beat();
+    await tick();
+    const ask = async (body: object): Promise<{ ok: boolean; code?: string }> =>
+      decodeJson((await t.bus.request(t.subjects.routerCtl(), encodeJson(body), { timeoutMs: 1_000 })).data);
+    const bad: Array<[object, string]> = [
+      [{ v: 2, op: 'assign', channels: [] }, 'CP_ERR_PROTO_INVALID'],
+      [{ v: 2, op: 'assign', channels: Array.from({ length: 1_001 }, (_, i) => `c${i}`) }, 'CP_ERR_PROTO_INVALID'],
+      [{ v: 2, op: 'assign', channels: ['c1', 'not a channel!'] }, 'CP_ERR_PROTO_INVALID'],
+      [{ v: 2, op: 'assign', channels: ['c1'], channel: 'c2' }, 'CP_ERR_PROTO_INVALID'],
+      [{ v: 3, op: 'assign', channels: ['c1'] }, 'CP_ERR_PROTO_VERSION'],
+    ];
+    for (const [body, code] of bad) assert.deepEqual(await ask(body).then((r) => ({ ok: r.ok, code: r.code })), { ok: false, code }, JSON.stringify(body).slice(0, 60));
+    for (const c of ['c1', 'c2']) assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: null, epoch: 0 });
+    assert.equal(t.owned.get('a')!.size, 0);
     await router.close();
   });
 });
