@@ -1,5 +1,6 @@
 /**
  * `npm run bench -- cluster-control [--json FILE] [--only place,failover,steady]
+ *   [--child-exec-argv "NODE OPTIONS"]
  *   [--channels 10000] [--concurrency 2000] [--failover-channels 1500,5000] [--failover-join]
  *   [--steady-channels 1500] [--steady-seconds 20] [--warmup-seconds 2]`
  *
@@ -23,7 +24,9 @@
  *   A probe unanswered for 1 s is sent again (counted). Channels per second
  *   placed (assign answered) and ready (probe acked), end to end from the
  *   first assign; the router's `channels assigned` and the shards' `channels
- *   acquired` log lines summarised (batch sizes, ms per step).
+ *   acquired` log lines summarised (batch sizes, ms per step: the router's
+ *   read, owner write and shards' acquires; the shards' read, lease, start
+ *   and subscribe).
  * - `failover` (for each of `--failover-channels` n): 3 × n channels placed
  *   over 3 shards; on each channel of the middle shard by count (neither the
  *   source nor the target of a rebalance move, so no control request to it
@@ -57,6 +60,9 @@
  *
  * Prints a table and, with --json FILE, writes every figure with the
  * parameters, the machine and `uptime`'s load before and after.
+ * `--child-exec-argv` (space-separated) is passed to each cluster child's
+ * node, e.g. `--child-exec-argv "--cpu-prof --cpu-prof-dir=/tmp/prof"` to
+ * profile them.
  * @returns 0, or 1 when a part saw errors (assigns or probes that never
  *   succeeded); a missed target alone does not fail the run
  */
@@ -85,6 +91,7 @@ const OPTIONS = {
   'steady-channels': { type: 'string', default: '1500' },
   'steady-seconds': { type: 'string', default: '20' },
   'warmup-seconds': { type: 'string', default: '2' },
+  'child-exec-argv': { type: 'string', default: '' },
 } as const;
 
 const PARTS = ['place', 'failover', 'steady'] as const;
@@ -270,7 +277,13 @@ interface Rig {
 }
 
 /** A cluster of `shards` shards and one gateway on a schema and prefix of its own, with this process's bus and store. */
-async function rig(script: string, shards: number): Promise<Rig> {
+/** What each cluster child runs: the bundle, with node options. */
+interface ChildEntry {
+  execArgv: string[];
+  script: string;
+}
+
+async function rig(entry: ChildEntry, shards: number): Promise<Rig> {
   const urls = await serviceUrls();
   const schema = await testSchema();
   const prefix = uniqueName('bench');
@@ -295,7 +308,7 @@ async function rig(script: string, shards: number): Promise<Rig> {
         HOST: '127.0.0.1',
         TELEGRAM_BOT_TOKEN: '',
       },
-      entry: { execArgv: [], script },
+      entry,
       out: tap.out,
     });
   } catch (err) {
@@ -369,8 +382,8 @@ function fieldSummary(lines: readonly LogLine[], key: string): ReturnType<typeof
   return summary(lines.map((l) => Number(l.line[key])).filter((v) => Number.isFinite(v)));
 }
 
-async function benchPlace(p: Params, script: string, rows: Array<[string, string]>): Promise<{ report: unknown; failed: boolean }> {
-  const r = await rig(script, 3);
+async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, string]>): Promise<{ report: unknown; failed: boolean }> {
+  const r = await rig(entry, 3);
   try {
     const names = await createChannels(r.store, 'pl', p.channels);
     const probes = new Probes(r.bus, r.subjects, names);
@@ -440,6 +453,9 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
         statements: assigned.length,
         channelsPerPlacement: summary(assigned.map(batchSize)),
         ms: fieldSummary(assigned, 'ms'),
+        readMs: fieldSummary(assigned, 'readMs'),
+        writeMs: fieldSummary(assigned, 'writeMs'),
+        acquireMs: fieldSummary(assigned, 'acquireMs'),
       },
       shardAcquires: {
         batches: acquired.length,
@@ -468,7 +484,7 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
     rows.push(['  assign → probe ack', `ms ${JSON.stringify(summary(probeToAck))}; probes resent ${resent}; acks ${JSON.stringify(probes.codes)}`]);
     rows.push([
       '  router placements',
-      `${assigned.length} statements, channels each ${JSON.stringify(summary(assigned.map(batchSize)))}, ms ${JSON.stringify(report.routerPlacements.ms)}`,
+      `${assigned.length} statements, channels each ${JSON.stringify(summary(assigned.map(batchSize)))}, ms ${JSON.stringify(report.routerPlacements.ms)}; p50 read ${report.routerPlacements.readMs.p50}, write ${report.routerPlacements.writeMs.p50}, acquire ${report.routerPlacements.acquireMs.p50} ms`,
     ]);
     rows.push([
       '  shard acquires',
@@ -487,10 +503,10 @@ async function benchPlace(p: Params, script: string, rows: Array<[string, string
 async function benchFailover(
   n: number,
   join: boolean,
-  script: string,
+  entry: ChildEntry,
   rows: Array<[string, string]>,
 ): Promise<{ report: unknown; failed: boolean }> {
-  const r = await rig(script, join ? 1 : 3);
+  const r = await rig(entry, join ? 1 : 3);
   const config = defaultConfig();
   try {
     let names: string[];
@@ -685,8 +701,8 @@ interface SteadyPhase {
   cpuUsPerChannelSecond: Record<string, number | null>;
 }
 
-async function benchSteady(p: Params, script: string, rows: Array<[string, string]>): Promise<{ report: unknown; failed: boolean }> {
-  const r = await rig(script, 1);
+async function benchSteady(p: Params, entry: ChildEntry, rows: Array<[string, string]>): Promise<{ report: unknown; failed: boolean }> {
+  const r = await rig(entry, 1);
   try {
     const names = await createChannels(r.store, 'st', p.steadyChannels);
     const a = await assignAll(r.router, names, 500);
@@ -825,9 +841,10 @@ export async function main(args: readonly string[]): Promise<number> {
   mkdirSync(outdir, { recursive: true });
   try {
     const { main: script } = await buildProduct({ outdir, quiet: true });
+    const entry: ChildEntry = { execArgv: String(values['child-exec-argv']).split(' ').filter(Boolean), script };
     if (p.parts.includes('place')) {
       console.error(`cluster-control: place ${p.channels} channels`);
-      const x = await benchPlace(p, script, rows);
+      const x = await benchPlace(p, entry, rows);
       report.place = x.report;
       if (x.failed) exitCode = 1;
     }
@@ -835,7 +852,7 @@ export async function main(args: readonly string[]): Promise<number> {
       const list: unknown[] = [];
       for (const n of p.failoverChannels) {
         console.error(`cluster-control: failover of ${n} channels`);
-        const x = await benchFailover(n, p.failoverJoin, script, rows);
+        const x = await benchFailover(n, p.failoverJoin, entry, rows);
         list.push(x.report);
         if (x.failed) exitCode = 1;
       }
@@ -843,7 +860,7 @@ export async function main(args: readonly string[]): Promise<number> {
     }
     if (p.parts.includes('steady')) {
       console.error(`cluster-control: steady cost of ${p.steadyChannels} channels`);
-      const x = await benchSteady(p, script, rows);
+      const x = await benchSteady(p, entry, rows);
       report.steady = x.report;
       if (x.failed) exitCode = 1;
     }

@@ -422,6 +422,8 @@ export class Router implements RouterApi {
     const t0 = performance.now();
     const out = new Map<string, Assignment | CrowdplayError>();
     const rows = await store.channels.getMany(channels);
+    // Where a placement's time went, for its log line: the rows read, the owners written, the shards' acquires.
+    const phase = { readMs: Math.round(performance.now() - t0), writeMs: 0, acquireMs: 0 };
     let todo: string[] = [];
     for (const ch of channels) {
       const row = rows.get(ch);
@@ -475,7 +477,10 @@ export class Router implements RouterApi {
       }
       // Counted at once, before the acquires answer: placements in flight together would otherwise pick the same shards.
       for (const [shard, chs] of plan) this.members.get(shard)!.channels += chs.length;
+      const tWrite = performance.now();
       const epochs = await store.channels.acquireMany([...plan].flatMap(([shard, chs]) => chs.map((channel) => ({ channel, shard }))));
+      const tAcquire = performance.now();
+      phase.writeMs += Math.round(tAcquire - tWrite);
       const next: string[] = [];
       const released: Array<{ channel: string; shard: string; epoch: number }> = [];
       await Promise.all(
@@ -515,6 +520,7 @@ export class Router implements RouterApi {
           }
         }),
       );
+      phase.acquireMs += Math.round(performance.now() - tAcquire);
       // The shard did not take them: clear the owners (at their epochs only) so nobody believes they are served.
       if (released.length > 0) await store.channels.releaseMany(released).catch((err: unknown) => telemetry.logger.warn({ err }, 'router: release of refused acquires failed'));
       todo = next;
@@ -528,7 +534,7 @@ export class Router implements RouterApi {
       telemetry.logger.info(
         placedChanges.length === 1
           ? { ...placedChanges[0], reason: opts.reason, ms }
-          : { channels: placedChanges.length, reason: opts.reason, ms },
+          : { channels: placedChanges.length, reason: opts.reason, ms, ...phase },
         placedChanges.length === 1 ? 'channel assigned' : 'channels assigned',
       );
     }
