@@ -146,6 +146,8 @@ export interface FailoverWorkerFinal {
   reconnectFailedByCode: Record<string, number>;
   /** Per dropped-and-reconnected outage: ms from the close to the next welcome. */
   reconnectMs: number[];
+  /** Per viewer welcomed: ms from its turn on the ramp to its first welcome (retries included). */
+  welcomeMs: number[];
   /** Gateway index of each viewer that dropped and was not welcomed again. */
   failedByGateway: Record<number, number>;
   /** Dropped viewers per gateway index. */

@@ -86,6 +86,7 @@ export interface FailoverReport {
     faults: string[];
     faultsAt: number[];
     gameConnectDeadlineMs: number;
+    viewerConnectDeadlineMs: number;
     gameConnectConcurrency: number;
     probeIntervalMs: number;
     routerDownMs: number;
@@ -175,6 +176,8 @@ export interface FailoverReport {
     requested: number;
     connected: number;
     failed: number;
+    /** Ms from a viewer's turn on the ramp to its first welcome. */
+    welcomeMs: MsFigures;
     failedByCode: Record<string, number>;
     /** Failed first-connect attempts that were retried. */
     retriedByCode: Record<string, number>;
@@ -216,7 +219,7 @@ export function formatFailoverReport(r: FailoverReport): string {
     `  viewers              dropped ${r.viewersDropped}, reconnected ${r.viewersReconnected}, failed ${r.viewersFailed}, reconnectMs p50 ${fmt(r.reconnectMs.p50)} max ${fmt(r.reconnectMs.max)}`,
     `  ledgerVerify         ${r.ledgerVerify === 'ok' ? 'ok' : JSON.stringify(r.ledgerVerify).slice(0, 300)}`,
     `  act ack ms           p50 ${fmt(r.actAckMs.p50)}, p99 ${fmt(r.actAckMs.p99)}, max ${fmt(r.actAckMs.max)} (${r.actAckMs.count})`,
-    `  connections          ${r.connections.connected}/${r.connections.requested}, failed ${r.connections.failed}`,
+    `  connections          ${r.connections.connected}/${r.connections.requested}, failed ${r.connections.failed}, welcomeMs p50 ${fmt(r.connections.welcomeMs.p50)} max ${fmt(r.connections.welcomeMs.max)}`,
     `  error log lines      ${r.errorLogLines}`,
     ...(r.steadyCpu === null
       ? []

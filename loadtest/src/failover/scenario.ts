@@ -90,6 +90,11 @@ export interface FailoverOptions {
   faultsAt?: readonly number[];
   /** Every game client is welcomed by then or counted in gamesNotConnected, ms after the cluster is up. @defaultValue max(60,000, 20 · channels) */
   gameConnectDeadlineMs?: number;
+  /**
+   * A viewer's first connect is retried until this long after the ramp, ms, then counted in viewersNotConnected (the
+   * games' window: a cold start places every channel first). @defaultValue max(30,000, 20 · channels)
+   */
+  viewerConnectDeadlineMs?: number;
   /** Game connects in flight at once. @defaultValue 200 */
   gameConnectConcurrency?: number;
   /** Interval between one probe's intents, ms. @defaultValue 100 */
@@ -236,6 +241,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   if (faultsAt.length !== faults.length || !faultsAt.every((x, i) => x > 0 && x < 1 && (i === 0 || x > faultsAt[i - 1]!)))
     throw invalid(`faultsAt must be ${faults.length} increasing fractions in (0, 1), got ${faultsAt.join(',')}`);
   const gameConnectDeadlineMs = int('gameConnectDeadlineMs', o.gameConnectDeadlineMs ?? Math.max(60_000, 20 * C), 1_000);
+  const viewerConnectDeadlineMs = int('viewerConnectDeadlineMs', o.viewerConnectDeadlineMs ?? Math.max(30_000, 20 * C), 1_000);
   const gameConnectConcurrency = int('gameConnectConcurrency', o.gameConnectConcurrency ?? 200, 1);
   const probeIntervalMs = int('probeIntervalMs', o.probeIntervalMs ?? 100, 10, 100);
   const routerDownMs = int('routerDownMs', o.routerDownMs ?? 3_000, 0);
@@ -406,7 +412,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         actIntervalMs,
         ackTimeoutMs,
         welcomeDeadlineMs: 15_000,
-        connectDeadlineMs: 30_000,
+        connectDeadlineMs: viewerConnectDeadlineMs,
         stakePoints,
         backoff: { initialMs: 250, maxMs: 2_000 },
       };
@@ -617,6 +623,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const dropsByCode: Record<string, number> = {};
     const reconnectFailedByCode: Record<string, number> = {};
     const reconnect: number[] = [];
+    const welcome: number[] = [];
     const stakes: AckedStake[] = [];
     const ackedByChannel = new Map<string, Map<string, number[]>>(channels.map((ch) => [ch, new Map()]));
     const actAck = newHistogram();
@@ -629,6 +636,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       for (const [k, v] of Object.entries(f.dropsByCode)) dropsByCode[k] = (dropsByCode[k] ?? 0) + v;
       for (const [k, v] of Object.entries(f.reconnectFailedByCode)) reconnectFailedByCode[k] = (reconnectFailedByCode[k] ?? 0) + v;
       reconnect.push(...f.reconnectMs);
+      welcome.push(...f.welcomeMs);
       stakes.push(...f.stakes);
       for (const [i, row] of Object.entries(f.acked)) ackedByChannel.get(channels[Number(i) % C]!)!.set(viewerId(Number(i)), row);
       addEncoded(actAck, f.actAck);
@@ -856,6 +864,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         faults,
         faultsAt,
         gameConnectDeadlineMs,
+        viewerConnectDeadlineMs,
         gameConnectConcurrency,
         probeIntervalMs,
         routerDownMs,
@@ -937,7 +946,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       reconnectFailedByCode,
       ledgerVerify,
       actAckMs: summarize(actAck),
-      connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, failedByCode, retriedByCode },
+      connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, welcomeMs: msFigures(welcome), failedByCode, retriedByCode },
       generatorCpuPct: { avg: Math.round(cpuAvg), peak: Math.round(cpuPeak) },
       steadyCpu,
       errorLogLines: errorCount,

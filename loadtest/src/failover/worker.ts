@@ -109,6 +109,7 @@ function run(
   const dropsByCode: Record<string, number> = {};
   const reconnectFailedByCode: Record<string, number> = {};
   const reconnectMs: number[] = [];
+  const welcomeMs: number[] = [];
   const stakes: AckedStake[] = [];
   const actAck = newHistogram();
   const timers = new Set<NodeJS.Timeout>();
@@ -233,6 +234,7 @@ function run(
       if (!v.everWelcomed) {
         v.everWelcomed = true;
         c.connected++;
+        welcomeMs.push(Date.now() - (t0 + v.i * stepMs));
       }
       if (v.droppedAt !== null) {
         reconnectMs.push(Date.now() - v.droppedAt);
@@ -354,6 +356,7 @@ function run(
       dropsByCode,
       reconnectFailedByCode,
       reconnectMs,
+      welcomeMs,
       failedByGateway,
       droppedByGateway,
       actAck: encodeHistogram(actAck),
