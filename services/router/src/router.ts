@@ -184,7 +184,9 @@ export class Router implements RouterApi {
     }
     if (this.assignments.size > 0) telemetry.logger.info({ channels: this.assignments.size }, 'router: assignments rebuilt from Postgres');
     this.subs.push(bus.subscribe(subjects.shardHeartbeat(), (msg) => this.onHeartbeat(msg)));
-    this.subs.push(bus.subscribe(subjects.routerCtl(), (msg) => void this.onCtl(msg), { queue: 'router' }));
+    // Not a queue group: every router that subscribed gets each request and the active one answers, so a hung
+    // router (which keeps its subscription until NATS drops its connection) is never the only one asked.
+    this.subs.push(bus.subscribe(subjects.routerCtl(), (msg) => void this.onCtl(msg)));
     // A shard that releases channels on its own (drain, release) says so here: they have no owner until assigned again.
     this.subs.push(
       bus.subscribe(subjects.routerAssignments(), (msg) => {
@@ -1080,10 +1082,8 @@ export class Router implements RouterApi {
 
   private async onCtl(msg: BusMessage): Promise<void> {
     let reply: RouterReply;
-    if (this.opts.isActive?.() === false) {
-      msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router standing down' } satisfies RouterReply));
-      return;
-    }
+    // Standing down: the active router answers (or nobody, and the caller's timeout says so, retryable).
+    if (this.opts.isActive?.() === false) return;
     try {
       const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {

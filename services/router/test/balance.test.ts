@@ -508,6 +508,36 @@ describe('Router with fake shards and a fake clock', () => {
   });
 });
 
+describe('router.ctl with a hung router on the bus', () => {
+  it('every request is answered by the live router: a hung one that kept its subscription takes none away', async () => {
+    const t = setup(['c1']);
+    const live = t.newRouter();
+    // A hung router (SIGSTOP): its subscriptions stay on the bus, its handlers never run.
+    const hungBus = new Proxy(t.bus, {
+      get(target, prop, receiver) {
+        if (prop === 'subscribe')
+          return (subject: string, _handler: unknown, opts?: { queue?: string }) => target.subscribe(subject, () => undefined, opts);
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 60_000 });
+    const hung = new Router({ bus: hungBus, subjects: t.subjects, store: fakeStore([]).store, telemetry }, { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000 });
+    await hung.start();
+    await live.start();
+    t.shard('a').beat();
+    await tick();
+    const client = new RouterClient(t.bus, t.subjects, 300);
+    const answers = await Promise.allSettled(Array.from({ length: 6 }, () => client.membership()));
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      Array(6).fill('fulfilled'),
+    );
+    await hung.close();
+    await live.close();
+  });
+});
+
 describe('RouterClient batches the assigns of one turn', () => {
   it('one request carries them; each channel answers on its own, an unknown one with its code', async () => {
     const t = setup(['c1', 'c2', 'c3', 'c4', 'c5']);
