@@ -168,6 +168,8 @@ function setup(ids: string[]) {
   const refuseHandoff = new Set<string>();
   /** Acquires each shard refuses before it takes one (as a shard whose sequencer lease timed out does). */
   const refuseAcquires = new Map<string, number>();
+  /** Shards whose acquires wait unanswered here (as a slow shard's do) until the test runs the held replies. */
+  const heldAcquires = new Map<string, Array<() => void>>();
   const shard = (id: string) => {
     owned.set(id, new Set());
     bus.subscribe(subjects.shardCtl(id), (msg) => {
@@ -176,6 +178,13 @@ function setup(ids: string[]) {
       const mine = owned.get(id)!;
       if (req.op === 'release' && req.handoff && refuseHandoff.has(id)) {
         msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'handoff failed' }));
+        return;
+      }
+      if (req.op === 'acquire' && heldAcquires.has(id)) {
+        heldAcquires.get(id)!.push(() => {
+          mine.add(req.channel);
+          msg.respond(encodeJson({ ok: true, channels: mine.size }));
+        });
         return;
       }
       if (req.op === 'acquire' && (refuseAcquires.get(id) ?? 0) > 0) {
@@ -199,7 +208,7 @@ function setup(ids: string[]) {
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now, ...opts },
     );
-  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires };
+  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires, heldAcquires };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -393,6 +402,47 @@ describe('Router with fake shards and a fake clock', () => {
     await router.check();
     assert.equal(t.owned.get('a')!.size, 1);
     assert.equal(t.owned.get('b')!.size, 1);
+    await router.close();
+  });
+
+  it('rebalance: none while first joins are being placed; the spread resumes once they are', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7'];
+    const t = setup(ids);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    for (const c of ids.slice(0, 6)) await router.assign(c);
+    const b = t.shard('b');
+    t.heldAcquires.set('b', []);
+    a.beat();
+    b.beat();
+    await tick();
+    // c7's placement goes to the empty shard b, whose acquire is held: a first join is in flight.
+    const joining = router.assign('c7');
+    // Joins gather for ROUTER_PLACEMENT_COALESCE_MS (5 ms) before their placement starts.
+    for (let i = 0; i < 500 && t.heldAcquires.get('b')!.length === 0; i++) await new Promise((r) => setTimeout(r, 1));
+    assert.equal(t.heldAcquires.get('b')!.length, 1, 'c7 is being acquired by b');
+    const opsBefore = t.ops.length;
+    t.clock.advance(1_000);
+    a.beat();
+    b.beat();
+    await tick();
+    await router.check();
+    assert.deepEqual(t.ops.slice(opsBefore), [], 'no rebalance move while a placement is in flight');
+    for (const reply of t.heldAcquires.get('b')!.splice(0)) reply();
+    t.heldAcquires.delete('b');
+    assert.equal((await joining).shard, 'b');
+    t.clock.advance(1_000);
+    a.beat();
+    b.beat();
+    await tick();
+    await router.check();
+    assert.ok(
+      t.ops.slice(opsBefore).some((op) => op.startsWith('a release handoff')),
+      `the spread resumes: ${JSON.stringify(t.ops.slice(opsBefore))}`,
+    );
     await router.close();
   });
 
