@@ -21,7 +21,7 @@ import { PgDb } from '@crowdplay/store';
 import { GameClient } from '@crowdplay/sdk-game';
 import { EXPORTER_SERIES_NAMES, exportedSeriesNames, metricCatalogue, prometheusType, type MetricDefinition } from '@crowdplay/telemetry';
 import { serviceUrls, uniqueName } from '@crowdplay/testing';
-import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 import { openSocket, startStandalone, until, type InProcess, type TestSocket } from '../helpers.ts';
 
 const TOKEN = '434343:TEST-token-for-the-metrics-suite';

@@ -17,7 +17,7 @@ import assert from 'node:assert/strict';
 import { startCluster, type Cluster } from '@crowdplay/cli';
 import { openStore, type Store } from '@crowdplay/store';
 import { serviceUrls, testSchema, type ServiceUrls } from '@crowdplay/testing';
-import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 import { builtProduct, clusterTestEnv, spawnService, type ServiceProcess } from '../helpers.ts';
 import { checkRun, sleep, startWorkload, type Workload } from '../cluster-run.ts';
 import { ownNats, ownRedis, type OwnServer } from '../servers.ts';

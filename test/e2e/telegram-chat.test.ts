@@ -10,7 +10,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { signInitData } from '@crowdplay/telegram';
-import { TelegramStub } from '../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 import { openSocket, startStandalone, until, type InProcess } from '../helpers.ts';
 
 const TOKEN = '424242:TEST-token-for-the-chat-suite';

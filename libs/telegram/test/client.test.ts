@@ -1,5 +1,5 @@
 /**
- * The Bot API client against the Telegram stub (loadtest/src/telegram-stub)
+ * The Bot API client against the Telegram stub (@crowdplay/telegram/testing)
  * through grammY with the send-queue transformer and the in-process queue:
  * each outcome of docs/telegram.md, end to end over HTTP.
  */
@@ -19,7 +19,7 @@ import {
   EDIT_NOT_FOUND,
   TELEGRAM_LIMITS,
   type StubOptions,
-} from '../../../loadtest/src/telegram-stub/index.ts';
+} from '../src/testing/index.ts';
 import { TelegramClient, MemoryBoardStore, BOT_LEVEL_CHAT_ID, type BoardDelivery, type BotCall } from '../src/index.ts';
 import { Avatars, Gate, type AvatarApi } from '../src/index.ts';
 

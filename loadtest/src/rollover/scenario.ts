@@ -14,7 +14,7 @@ import { signInitData } from '@crowdplay/telegram';
 import { boardOf } from '@crowdplay/telegram-service';
 import { machineInfo } from '../crowd/scenario.ts';
 import { summarize } from '../hist.ts';
-import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '../telegram-stub/stub.ts';
+import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/telegram/testing';
 import { StubThread } from '../telegram-stub/thread.ts';
 import { defaultConfig } from '@crowdplay/config';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';

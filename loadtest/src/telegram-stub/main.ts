@@ -14,8 +14,7 @@
  * Stops on SIGINT/SIGTERM, printing the final stats to stderr.
  */
 import { parseArgs } from 'node:util';
-import { TELEGRAM_LIMITS } from './limits.ts';
-import { TelegramStub } from './stub.ts';
+import { TELEGRAM_LIMITS, TelegramStub } from '@crowdplay/telegram/testing';
 
 const { values } = parseArgs({
   options: {

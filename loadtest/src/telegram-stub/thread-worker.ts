@@ -6,7 +6,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { sampleAvatar } from '@crowdplay/board';
 import { LoopLagLog } from '../rollover/lag.ts';
-import { TelegramStub } from './stub.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 import type { StubAnswers, StubRequest, StubThreadOptions } from './thread.ts';
 
 const opts = workerData as StubThreadOptions;

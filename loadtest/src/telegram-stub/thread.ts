@@ -11,7 +11,7 @@
  * queries the rollover needs, each a round trip.
  */
 import { Worker } from 'node:worker_threads';
-import type { BoardView, CallRecord, StoredMessage, StubStats } from './stub.ts';
+import type { BoardView, CallRecord, StoredMessage, StubStats } from '@crowdplay/telegram/testing';
 
 /** What the thread builds its stub from (structured-cloned: no functions). */
 export interface StubThreadOptions {

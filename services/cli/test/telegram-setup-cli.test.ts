@@ -11,7 +11,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { TelegramStub } from '../../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 
 const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 const TOKEN = '123456:stub-token_A';

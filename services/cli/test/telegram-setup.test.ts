@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
-import { TelegramStub, type StubOptions } from '../../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub, type StubOptions } from '@crowdplay/telegram/testing';
 import { BOT_COMMANDS, BOT_UPDATE_TYPES } from '@crowdplay/telegram-service';
 import { publicBaseUrl, telegramSetup, type TelegramSetupOptions } from '@crowdplay/cli';
 

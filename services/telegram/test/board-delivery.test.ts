@@ -12,7 +12,7 @@ import { ManualClock, MemorySendQueue } from '@crowdplay/sendq';
 import { TelegramClient, telegramChannelId, type BotCall } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { until } from '@crowdplay/testing';
-import { TelegramStub } from '../../../loadtest/src/telegram-stub/index.ts';
+import { TelegramStub } from '@crowdplay/telegram/testing';
 import { ChatBoards, boardOf } from '../src/chat-boards.ts';
 import { MemoryRenderQueue } from '../src/render-queue.ts';
 import { RefreshScheduler } from '../src/scheduler.ts';

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { TelegramStub, NOT_MODIFIED, EDIT_NOT_FOUND, type StubOptions } from '../src/telegram-stub/index.ts';
+import { TelegramStub, NOT_MODIFIED, EDIT_NOT_FOUND, type StubOptions } from '../src/testing/index.ts';
 
 const TOKEN = '123:stubtoken';
 const GROUP = -1001000000001;
