@@ -2,3 +2,4 @@ export * from './services.ts';
 export * from './isolation.ts';
 export * from './refusals.ts';
 export * from './events.ts';
+export * from './redis.ts';

@@ -16,7 +16,9 @@ import { CachingRouter, LeasedRouter, RouterClient, type Router } from '@crowdpl
 import { SequencerService } from '@crowdplay/sequencer';
 import { openStore, PgDb, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
-import { startBoardRenderer, startTelegram, startTelegramSender, type TelegramPart } from '@crowdplay/telegram-service';
+import { startBoardRenderer } from '@crowdplay/board-renderer';
+import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
+import { startTelegramSender } from '@crowdplay/telegram-sender';
 
 export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer', 'telegram-sender', 'board-renderer'] as const;
 export type ServiceName = (typeof SERVICES)[number];

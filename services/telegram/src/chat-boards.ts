@@ -21,7 +21,7 @@ import type { ChannelUpdate } from '@crowdplay/protocol';
 import type { EnqueueResult, JobResult } from '@crowdplay/sendq';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { RenderQueue } from './render-queue.ts';
+import type { RenderQueue } from '@crowdplay/board-renderer';
 import type { BoardBudget, RefreshScheduler } from './scheduler.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */

@@ -2,13 +2,4 @@ export * from './scheduler.ts';
 export * from './chat-boards.ts';
 export * from './bot.ts';
 export * from './start.ts';
-export * from './render-queue.ts';
-export {
-  BullmqRenderQueue,
-  DEFAULT_RENDER_PREFIX,
-  STALE_MS,
-  renderQueueKeys,
-  type BullmqRenderQueueOptions,
-} from './render-queue-bullmq.ts';
-export * from './render-queue-open.ts';
 export * from './budget-redis.ts';

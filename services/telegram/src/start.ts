@@ -4,142 +4,27 @@
  * call passes, the render queue (in-process, or BullMQ with REDIS_URL) and
  * its worker with the render pool (unless a board-renderer service renders),
  * the refresh scheduler, the live boards and the bot that handles the
- * webhook's updates. Off (null) without TELEGRAM_BOT_TOKEN. Also the
- * `telegram-sender` and `board-renderer` services.
+ * webhook's updates. Off (null) without TELEGRAM_BOT_TOKEN. The
+ * `telegram-sender` and `board-renderer` services are packages of their own.
  */
 import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
-import { RenderPool, renderCost, type RenderPoolOptions } from '@crowdplay/board';
+import { renderCost, type RenderPool, type RenderPoolOptions } from '@crowdplay/board';
+import { newRenderPool, openRenders, startRenderWorker, type RenderQueue } from '@crowdplay/board-renderer';
 import type { Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
-import { openSendQueue, type EnqueueResult, type SendQueue } from '@crowdplay/sendq';
-import { RedisUpdates, TelegramClient, startParamSecret, type BotCall, type SharedUpdates, type TelegramHooks } from '@crowdplay/telegram';
+import type { SendQueue } from '@crowdplay/sendq';
+import { RedisUpdates, startParamSecret, type BotCall, type SharedUpdates, type TelegramClient } from '@crowdplay/telegram';
+import { openBot, type QueuePrefixes } from '@crowdplay/telegram-sender';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { TelegramBot, type TelegramBotDeps } from './bot.ts';
 import { ChatBoards } from './chat-boards.ts';
-import { openRenderQueue } from './render-queue-open.ts';
-import type { RenderQueue } from './render-queue.ts';
 import { RedisBoardBudget } from './budget-redis.ts';
 import { RefreshScheduler } from './scheduler.ts';
-
-/**
- * The bot's send queue (in-process, or BullMQ + the Redis Lua bucket with
- * REDIS_URL) and the Bot API client whose every call passes it.
- */
-async function openBot(
-  config: Config,
-  telemetry: Telemetry,
-  prefixes: QueuePrefixes = {},
-  shrinkAvatar?: (bytes: Uint8Array) => Promise<Uint8Array | null>,
-  extra: { hooks?: TelegramHooks; boardsHandedBack?: boolean } = {},
-): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
-  const t = config.telegram;
-  const queue = await openSendQueue<BotCall>({
-    redisUrl: config.redis.url,
-    prefix: prefixes.sendq ?? t.sendPrefix,
-    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
-    concurrency: t.sendConcurrency,
-    botBookMs: t.sendBookMs,
-    maxQueued: t.sendMaxQueued,
-    // A lost post is looked for by probing message ids after a repost: more than the default 3 requeues (libs/telegram docs).
-    maxRequeues: 6,
-    metrics: telemetry.metrics,
-    refusals: telemetry.refusals,
-    logger: telemetry.logger,
-    pauseErrorAfterMs: t.sendPauseErrorAfterS * 1000,
-    onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
-  });
-  const client = new TelegramClient({
-    token: t.botToken,
-    apiRoot: t.apiRoot.replace(/\/$/, ''),
-    queue,
-    avatars: {
-      concurrency: t.avatarConcurrency,
-      cacheBytes: t.avatarCacheBytes,
-      ttlMs: t.avatarTtlMs,
-      ...(shrinkAvatar ? { shrink: shrinkAvatar } : {}),
-    },
-    txUnreachedDeadlineMs: t.txUnreachedDeadlineMs,
-    ...(extra.hooks ? { hooks: extra.hooks } : {}),
-    ...(extra.boardsHandedBack ? { boardsHandedBack: true } : {}),
-    onError: (err) => telemetry.logger.error({ err }, 'telegram client error'),
-    callMs: telemetry.metrics.histogram('crowdplay_telegram_call_ms'),
-  });
-  client.exportMetrics(telemetry.metrics);
-  return { queue, client };
-}
-
-/** Redis key prefixes of the queues (tests isolate themselves with them). @defaultValue each queue's default */
-export interface QueuePrefixes {
-  /** The send queue's (libs/sendq DEFAULT_PREFIX). */
-  sendq?: string;
-  /** The render queue's (DEFAULT_RENDER_PREFIX). */
-  render?: string;
-}
 
 /** The Redis key prefix of the bot's shared webhook updates and board budget, derived from the send queue's. */
 export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'updates' | 'budget'): string {
   return `${prefixes.sendq ?? config.telegram.sendPrefix}:${what}`;
-}
-
-/** The render queue chosen by REDIS_URL (in-process, or BullMQ), not started. */
-function openRenders(config: Config, telemetry: Telemetry, prefixes: QueuePrefixes = {}): Promise<RenderQueue> {
-  return openRenderQueue({
-    redisUrl: config.redis.url,
-    prefix: prefixes.render ?? config.board.renderPrefix,
-    maxQueue: config.board.renderMaxQueue,
-    maxJobBytes: config.board.renderMaxJobBytes,
-    metrics: telemetry.metrics,
-    refusals: telemetry.refusals,
-    onError: (err, context) => telemetry.logger.error({ err, context }, 'board render queue error'),
-  });
-}
-
-/**
- * Starts the render worker on `renders`: a RenderPool (BOARD_RENDER_CONCURRENCY
- * threads behind its semaphore) whose PNGs go to the send queue through
- * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
- * @param hooks.onQueued the send queue's answer for each board (a gateway's `ChatBoards.queued`: late binding,
- *   and whether the board was delivered); `hooks.onFailed`: a board not handed on (its render threw)
- * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's concurrency
- */
-export function startRenderWorker(
-  renders: RenderQueue,
-  pool: RenderPool,
-  client: TelegramClient,
-  hooks: {
-    onQueued?: (chatId: number, version: number, r: EnqueueResult) => void;
-    onFailed?: (chatId: number, version: number) => void;
-  } = {},
-  jobConcurrency?: number,
-): void {
-  const { onQueued, onFailed } = hooks;
-  renders.start({
-    pool,
-    ...(jobConcurrency !== undefined ? { jobConcurrency } : {}),
-    ...(onFailed ? { onFailed } : {}),
-    onRendered: async (chatId, version, png) => {
-      const r = await client.enqueueBoard(chatId, { version, png });
-      onQueued?.(chatId, version, r);
-      return r;
-    },
-  });
-}
-
-/**
- * A RenderPool of BOARD_RENDER_CONCURRENCY threads at BOARD_RENDER_NICE (BOARD_MAX_PNG_BYTES, BOARD_RENDER_MAX_QUEUE).
- * @param latest the pool's late binding (a gateway's ChatBoards.latest: a render draws its chat's newest state)
- */
-function newRenderPool(config: Config, telemetry: Telemetry, latest?: RenderPoolOptions['latest']): RenderPool {
-  return new RenderPool({
-    ...(latest ? { latest } : {}),
-    ...(config.board.renderConcurrency > 0 ? { concurrency: config.board.renderConcurrency } : {}),
-    threadNice: config.board.renderNice,
-    maxPngBytes: config.board.maxPngBytes,
-    maxQueue: config.board.renderMaxQueue,
-    metrics: telemetry.metrics,
-    refusals: telemetry.refusals,
-  });
 }
 
 /** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
@@ -318,66 +203,3 @@ export async function startTelegram(deps: {
   };
 }
 
-/**
- * The `telegram-sender` service: the send queue's worker alone (BullMQ on
- * REDIS_URL, the Redis Lua bucket): it makes every Bot API call the gateways
- * enqueue.
- * @throws CrowdplayError CP_ERR_CONFIG_INVALID without TELEGRAM_BOT_TOKEN or REDIS_URL
- */
-export async function startTelegramSender(deps: { config: Config; telemetry: Telemetry }): Promise<{ close(): Promise<void> }> {
-  const { config, telemetry } = deps;
-  const t = config.telegram;
-  if (!t.botToken) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_BOT_TOKEN: the telegram-sender needs the bot token']);
-  if (!config.redis.url) {
-    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['REDIS_URL: the telegram-sender takes its jobs from the BullMQ queue on Redis']);
-  }
-  const { queue, client } = await openBot(config, telemetry);
-  queue.start(client.sender());
-  telemetry.logger.info({ queue: queue.kind, bucket: queue.bucket.kind }, 'telegram-sender is sending');
-  return { close: () => queue.close(5_000) };
-}
-
-/**
- * The `board-renderer` service: the render queue's worker alone (BullMQ on
- * REDIS_URL): it takes the render jobs the gateways submit, renders them in
- * its RenderPool (BOARD_RENDER_CONCURRENCY threads behind the semaphore) and
- * queues each PNG on the bot's send queue (BullMQ; a `telegram-sender` or a
- * gateway sends it).
- * @throws CrowdplayError CP_ERR_CONFIG_INVALID without TELEGRAM_BOT_TOKEN or REDIS_URL
- */
-export async function startBoardRenderer(deps: {
-  config: Config;
-  telemetry: Telemetry;
-  /** Redis key prefixes (tests). */
-  prefixes?: QueuePrefixes;
-}): Promise<{ renders: RenderQueue; pool: RenderPool; close(): Promise<void> }> {
-  const { config, telemetry } = deps;
-  if (!config.telegram.botToken) {
-    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_BOT_TOKEN: the board-renderer queues the boards for the bot']);
-  }
-  if (!config.redis.url) {
-    throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [
-      'REDIS_URL: the board-renderer takes its jobs from the BullMQ render queue on Redis',
-    ]);
-  }
-  const { queue, client } = await openBot(config, telemetry, deps.prefixes);
-  let renders: RenderQueue;
-  try {
-    renders = await openRenders(config, telemetry, deps.prefixes);
-  } catch (err) {
-    await queue.close(1_000);
-    throw err;
-  }
-  const pool = newRenderPool(config, telemetry);
-  startRenderWorker(renders, pool, client, {}, config.board.renderJobsInFlight);
-  telemetry.logger.info({ renders: renders.kind, concurrency: pool.concurrency, queue: queue.kind }, 'board-renderer is rendering');
-  return {
-    renders,
-    pool,
-    async close() {
-      await renders.close();
-      await pool.close();
-      await queue.close(5_000);
-    },
-  };
-}

@@ -8,15 +8,14 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
 import type { Board, RenderPool } from '@crowdplay/board';
+import { MemoryRenderQueue, startRenderWorker } from '@crowdplay/board-renderer';
 import { ManualClock, MemorySendQueue } from '@crowdplay/sendq';
 import { TelegramClient, telegramChannelId, type BotCall } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { until } from '@crowdplay/testing';
 import { TelegramStub } from '@crowdplay/telegram/testing';
 import { ChatBoards, boardOf } from '../src/chat-boards.ts';
-import { MemoryRenderQueue } from '../src/render-queue.ts';
 import { RefreshScheduler } from '../src/scheduler.ts';
-import { startRenderWorker } from '../src/start.ts';
 
 const telemetry = createTelemetry({ service: 'board-delivery-test', level: 'silent', refusalLogIntervalMs: 60_000 });
 const TOKEN = '4242:delivery-test';

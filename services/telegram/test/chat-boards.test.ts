@@ -5,7 +5,7 @@ import type { Board } from '@crowdplay/board';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { AVATAR_REV_SPAN, ChatBoards, boardVersion } from '../src/chat-boards.ts';
-import type { RenderQueue } from '../src/render-queue.ts';
+import type { RenderQueue } from '@crowdplay/board-renderer';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
 const telemetry = createTelemetry({ service: 'chat-boards-test', level: 'silent', refusalLogIntervalMs: 60_000 });

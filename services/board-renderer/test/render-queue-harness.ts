@@ -5,7 +5,7 @@
  * reaches the `onRendered` callback.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Redis } from 'ioredis';
+import { deleteRedisKeys } from '@crowdplay/testing';
 import { RenderPool, type BoardMetrics, type RenderPoolOptions } from '@crowdplay/board';
 import { BullmqRenderQueue, MemoryRenderQueue, renderQueueKeys, type RenderQueue } from '../src/index.ts';
 
@@ -148,19 +148,9 @@ export function uniquePrefix(): string {
   return `t_render_${process.pid}_${Date.now().toString(36)}_${seq++}`;
 }
 
-/** Deletes every key under `prefix` (SCAN, not KEYS). */
+/** Deletes the render queue's keys under `prefix` (SCAN, not KEYS). */
 export async function deleteKeys(prefix: string): Promise<void> {
-  const redis = new Redis(REDIS_URL);
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${renderQueueKeys(prefix).base}*`, 'COUNT', 500);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    await redis.quit();
-  }
+  await deleteRedisKeys(renderQueueKeys(prefix).base, REDIS_URL);
 }
 
 export function bullmqFactory(prefix?: string): RQFactory {

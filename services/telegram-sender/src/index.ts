@@ -1,0 +1,2 @@
+export * from './bot-client.ts';
+export * from './start.ts';
