@@ -1,5 +1,5 @@
 export * from './scheduler.ts';
 export * from './chat-boards.ts';
-export * from './bot.ts';
+export * from './bot-ingress.ts';
 export * from './start.ts';
 export * from './budget-redis.ts';

@@ -17,7 +17,7 @@ import type { SendQueue } from '@crowdplay/sendq';
 import { RedisUpdates, startParamSecret, type BotCall, type SharedUpdates, type TelegramClient } from '@crowdplay/telegram';
 import { openBot, type QueuePrefixes } from '@crowdplay/telegram-sender';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { TelegramBot, type TelegramBotDeps } from './bot.ts';
+import { TelegramBot, type TelegramBotDeps } from './bot-ingress.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { RedisBoardBudget } from './budget-redis.ts';
 import { RefreshScheduler } from './scheduler.ts';

@@ -1,5 +1,5 @@
 /**
- * The bot: handles the webhook's updates (one at a time, in order).
+ * The bot's ingress: the webhook's updates (commands and the chat lifecycle), one at a time, in order.
  *
  * - `/start` in a chat: the chat's channel is created for the bot's tenant,
  *   its live board starts, and the bot answers (transactional lane) with a
