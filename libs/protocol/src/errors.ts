@@ -165,6 +165,8 @@ export const ERRORS = {
   CP_ERR_ROUND_DUPLICATE_ID: { message: 'key %s was already used in round %s with other fields', httpStatus: 409 },
   CP_ERR_ROUND_INSUFFICIENT_FUNDS: { message: 'not enough points: %s needed, %s available', httpStatus: 402 },
   CP_ERR_ROUND_FULL: { message: 'round %s holds its maximum of %s stakes and trades (ROUND_MAX_ENTRIES)', httpStatus: 429 },
+  /** A game process's round.open / round.settle / round.cancel on a channel whose rounds belong to its built-in game. */
+  CP_ERR_ROUND_FORBIDDEN: { message: 'channel %s runs a built-in game: only it opens, settles or cancels its rounds', httpStatus: 403 },
   // the word puzzle (services/crowd-engine/src/games/word-puzzle.ts)
   CP_ERR_PUZZLE_INVALID_WORD: { message: 'not a five-letter word of the puzzle: %s', httpStatus: 400 },
   CP_ERR_PUZZLE_OVER: { message: 'your puzzle is over (%s): a new one starts at the rollover', httpStatus: 409 },

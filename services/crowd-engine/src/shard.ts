@@ -267,6 +267,8 @@ export class Shard {
       if (o.moving) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
       if (req.op === 'snapshot') reply = { ok: true, update: o.rt.currentUpdate() };
       else if (req.op === 'round.open' || req.op === 'round.settle' || req.op === 'round.cancel') {
+        // A built-in game's rounds are its own (as its actions are): a tenant key must not settle what viewers staked on.
+        if (o.game) throw new CrowdplayError('CP_ERR_ROUND_FORBIDDEN', [o.rt.id]);
         if (!o.rounds) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['this shard has no ledger']);
         let round: RoundView;
         if (req.op === 'round.open') {

@@ -4,6 +4,7 @@ import { verifyLedger } from '@crowdplay/ledger';
 import type { BusAck, BusTrade, RoundView, WalletCredit } from '@crowdplay/protocol';
 import { encodeJson } from '@crowdplay/bus';
 import { SequencerService } from '@crowdplay/sequencer';
+import { tugOfWar } from '../src/index.ts';
 import { startHarness, type Harness } from './harness.ts';
 
 let seq = 10_000;
@@ -500,5 +501,44 @@ describe('rounds while the sequencer is unreachable (restarting)', () => {
     await again.start();
     const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'seqdown' && x.rounds?.some((r) => r.id === 'r1')), 5_000);
     assert.ok(u.ev > 0);
+  });
+});
+
+describe("rounds - a built-in game's channel", () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({
+      ledger: true,
+      gameFor: (c) => (c === 'demo' ? tugOfWar({ maxPerTick: 100, motion: false, rounds: { durationMs: 60_000 } }) : undefined),
+    });
+    await h.store.channels.ensure('demo', 'acme');
+    await h.router.assign('demo');
+  });
+  after(() => h.close());
+
+  it("the tenant's game cannot open, settle or cancel the built-in game's rounds: CP_ERR_ROUND_FORBIDDEN, nothing moves", async () => {
+    const demo = await h.waitFor(() => h.updates.find((u) => u.channel === 'demo' && u.rounds?.[0]?.state === 'open')?.rounds?.[0]);
+    await h.ledger!.grant('acme', 'staker', 100, `grant-staker-${++seq}`);
+    const s = ++seq;
+    h.send('demo', [{ action: '', viewer: 'staker', seq: s, conn: s, trade: { k: 'stake', round: demo.id, outcome: 'left', points: 40 } }]);
+    assert.equal((await h.waitFor(() => h.acks.find((a) => a.seq === s))).ok, true);
+    const balance = (): Promise<number> => h.ledger!.balance('acme', { kind: 'wallet', owner: 'staker' });
+    assert.equal(await balance(), 60);
+
+    const asTenant = (req: Record<string, unknown>): Promise<{ ok: boolean; code?: string }> => h.ctl('demo', { tenant: 'acme', ...req });
+    assert.deepEqual(await asTenant({ op: 'round.settle', round: demo.id, outcome: 'left' }), {
+      ok: false,
+      code: 'CP_ERR_ROUND_FORBIDDEN',
+      message: "channel demo runs a built-in game: only it opens, settles or cancels its rounds",
+    });
+    assert.equal((await asTenant({ op: 'round.cancel', round: demo.id })).code, 'CP_ERR_ROUND_FORBIDDEN');
+    const open = { op: 'round.open', round: 'mine', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 };
+    assert.equal((await asTenant(open)).code, 'CP_ERR_ROUND_FORBIDDEN');
+
+    assert.equal((await h.store.rounds.get('demo', demo.id))?.state, 'open', 'the round is still open');
+    assert.equal(await h.store.rounds.get('demo', 'mine'), null, 'no round was opened');
+    assert.equal(await balance(), 60, 'nothing was paid or refunded');
+    const v = await verifyLedger(h.store.db);
+    assert.deepEqual(v.failures, []);
   });
 });

@@ -48,7 +48,7 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
           const out: RoundCommand[] = [];
           let live = false;
           for (const r of rounds) {
-            // Only the demo's own rounds (a game process with the tenant's key may open others here).
+            // Only the demo's own rounds (a restored snapshot may list others).
             if (!r.id.startsWith(DEMO_ROUND_PREFIX)) continue;
             if (r.state === 'open') live = true;
             else if (r.state === 'locked') {
