@@ -75,6 +75,9 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  */
 export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   const { config, telemetry } = ctx;
+  // Every body route takes JSON only: without this fastify's built-in text/plain parser hands the route a string,
+  // refused as 400, where any type but application/json is 415 (docs/protocol.md).
+  app.removeContentTypeParser('text/plain');
 
   app.setErrorHandler((err, req, reply) => {
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);

@@ -80,6 +80,18 @@ describe('gateway funding', () => {
       code: 'CP_ERR_PROTO_INVALID',
       message: 'send the body as JSON (Content-Type: application/json), not application/x-www-form-urlencoded',
     });
+    // A JSON text sent as text/plain is refused by its type too (fastify parses text/plain by default).
+    const plain = await h.gateway.app.inject({
+      method: 'POST',
+      url: '/v1/grants',
+      headers: { authorization: `Bearer ${suite.acme.apiKey}`, 'content-type': 'text/plain' },
+      payload: JSON.stringify({ viewer: 'bob', points: 5, id: 'k' }),
+    });
+    assert.equal(plain.statusCode, 415, plain.body);
+    assert.deepEqual(plain.json(), {
+      code: 'CP_ERR_PROTO_INVALID',
+      message: 'send the body as JSON (Content-Type: application/json), not text/plain',
+    });
     const noKey = await grant({ viewer: 'bob', points: 5, id: 'h' }, null);
     assert.equal(noKey.statusCode, 401);
     assert.deepEqual(noKey.json(), {

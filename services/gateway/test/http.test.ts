@@ -135,6 +135,16 @@ describe('gateway http', () => {
       });
       assert.equal(badJson.statusCode, 400);
       assert.equal(badJson.json<{ code: string }>().code, 'CP_ERR_PROTO_MALFORMED');
+      for (const type of ['text/plain', 'text/plain; charset=utf-8', 'application/octet-stream']) {
+        const wrongType = await h.gateway.app.inject({
+          method: 'POST',
+          url: '/v1/tokens/dev',
+          headers: { 'content-type': type },
+          payload: '{"channel":"demo"}',
+        });
+        assert.deepEqual([wrongType.statusCode, wrongType.json<{ code: string }>().code], [415, 'CP_ERR_PROTO_INVALID'], type);
+        assert.doesNotMatch(wrongType.body, /token/, 'no token minted');
+      }
       const tooBig = await h.gateway.app.inject({
         method: 'POST',
         url: '/v1/tokens/dev',
