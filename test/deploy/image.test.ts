@@ -150,6 +150,7 @@ describe('infra/Dockerfile runtime stage, reproduced in a directory', () => {
         BUS_SUBJECT_PREFIX: uniqueName('img'),
         HOST: '127.0.0.1',
         PORT: '0',
+        METRICS_ON_PORT: 'true',
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

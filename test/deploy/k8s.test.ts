@@ -48,6 +48,20 @@ describe('broken manifests are reported', () => {
   const fresh = (): K8sObject[] => kustomize(`${ROOT}/k8s/overlays/prod`);
   const find = (objs: K8sObject[], kind: string, name: string): K8sObject => objs.find((o) => o.kind === kind && o.metadata.name === name)!;
 
+  it('a metrics listener Prometheus cannot reach: HEALTH_HOST left on loopback, the gateway without its health port', () => {
+    const objs = fresh();
+    const gw = find(objs, 'Deployment', 'gateway').spec.template.spec;
+    gw.containers[0].ports = gw.containers[0].ports.filter((p: { name: string }) => p.name !== 'health');
+    const cm = objs.find((o) => o.kind === 'ConfigMap')!;
+    delete cm.data.HEALTH_HOST;
+    const problems = manifestProblems(objs, secretKeys);
+    assert.ok(problems.includes('Deployment/gateway container gateway: HEALTH_PORT 9090 is not a container port'), problems.join('\n'));
+    assert.ok(
+      problems.includes('StatefulSet/crowd-engine container crowd-engine: HEALTH_HOST is not 0.0.0.0 (the listener stays on loopback)'),
+      problems.join('\n'),
+    );
+  });
+
   it('a container without limits, an unknown env name, a value the setting refuses (env or ConfigMap), an undocumented Secret key, a secret in plain text, a short grace period', () => {
     const objs = fresh();
     const gw = find(objs, 'Deployment', 'gateway').spec.template.spec;

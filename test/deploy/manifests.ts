@@ -161,6 +161,12 @@ export function manifestProblems(objects: readonly K8sObject[], secretKeys: Read
           `${cat}: terminationGracePeriodSeconds ${grace} < preStop ${preStopS} s + SHUTDOWN_DEADLINE_MS ${deadlineMs / 1000} s`,
         );
       if (!pre) problems.push(`${cat}: no preStop`);
+      // Prometheus scrapes /metrics on HEALTH_PORT at the pod's address: every process, a gateway's included.
+      const healthPort = Number(env.get('HEALTH_PORT')?.value ?? 0);
+      if (!(healthPort > 0)) problems.push(`${cat}: no HEALTH_PORT (no /metrics to scrape)`);
+      else if (!(c.ports ?? []).some((p: any) => p.containerPort === healthPort))
+        problems.push(`${cat}: HEALTH_PORT ${healthPort} is not a container port`);
+      if (env.get('HEALTH_HOST')?.value !== '0.0.0.0') problems.push(`${cat}: HEALTH_HOST is not 0.0.0.0 (the listener stays on loopback)`);
     }
     const name = nameOf(w);
     const pdb = objects.find((o) => o.kind === 'PodDisruptionBudget' && o.spec?.selector?.matchLabels?.['app.kubernetes.io/name'] === name);

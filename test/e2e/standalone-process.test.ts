@@ -1,10 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnCrowdplay } from '../helpers.ts';
+import { freePort } from '../servers.ts';
 
 describe('standalone process (npm start)', () => {
   it('starts on embedded PGlite and the in-process bus, serves the page, drains on SIGTERM', async () => {
-    const s = await spawnCrowdplay({});
+    const healthPort = await freePort();
+    const s = await spawnCrowdplay({ HEALTH_PORT: String(healthPort) });
     try {
       assert.match(s.output(), /store: embedded PGlite/);
       assert.match(s.output(), /bus: in-process/);
@@ -13,7 +15,12 @@ describe('standalone process (npm start)', () => {
       const page = await fetch(`${s.baseUrl}/`);
       assert.equal(page.status, 200);
       assert.match(await page.text(), /<html/i);
-      assert.match(await (await fetch(`${s.baseUrl}/metrics`)).text(), /crowdplay_shard_channels/);
+      // /metrics is for operators: on HEALTH_HOST:HEALTH_PORT (loopback by default), not on the viewers' port.
+      const publicMetrics = await fetch(`${s.baseUrl}/metrics`);
+      assert.equal(publicMetrics.status, 404);
+      assert.doesNotMatch(await publicMetrics.text(), /crowdplay_/);
+      assert.match(await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text(), /crowdplay_shard_channels/);
+      assert.equal((await fetch(`http://127.0.0.1:${healthPort}/readyz`)).status, 200);
     } finally {
       const code = await s.stop();
       assert.equal(code, 0, `exit code 0 after drain; output:\n${s.output().slice(-2000)}`);

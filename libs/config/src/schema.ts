@@ -28,7 +28,17 @@ export const schema = {
       default: 0,
       min: 0,
       max: 65_535,
-      doc: 'Port of /healthz, /readyz and /metrics in a `crowdplay service` process that runs no gateway (0: none; a gateway serves them on PORT).',
+      doc: 'Port of the operator listener on HEALTH_HOST serving /healthz, /readyz and /metrics, in every process that runs services, a gateway included (0: none).',
+    }),
+    healthHost: str({
+      env: 'HEALTH_HOST',
+      default: '127.0.0.1',
+      doc: 'Address the HEALTH_PORT listener binds (loopback by default: only this machine scrapes /metrics; 0.0.0.0 where Prometheus scrapes pods).',
+    }),
+    metricsOnPort: bool({
+      env: 'METRICS_ON_PORT',
+      default: false,
+      doc: "Also serve GET /metrics on the gateway's PORT, where viewers connect (off: /metrics only on HEALTH_PORT, never public by default).",
     }),
     listenBacklog: int({
       env: 'HTTP_LISTEN_BACKLOG',

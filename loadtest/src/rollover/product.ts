@@ -108,6 +108,8 @@ export async function startProduct(env: Record<string, string>, cpus: string | n
       CROWDPLAY_NODE: process.execPath,
       HOST: '127.0.0.1',
       PORT: '0',
+      // The sampler scrapes /metrics where it connects (loopback here).
+      METRICS_ON_PORT: 'true',
       LOG_LEVEL: 'info',
       ...env,
     },
@@ -166,7 +168,7 @@ export async function startClusterProduct(
   const cluster = await startCluster({
     gateways: shape.gateways,
     shards: shape.shards,
-    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', LOG_LEVEL: 'info', ...env },
+    env: { ...process.env, HOST: '127.0.0.1', PORT: '0', METRICS_ON_PORT: 'true', LOG_LEVEL: 'info', ...env },
     entry: { execArgv: [], script },
     out: (line) => col.onData(`${line}\n`),
     readyTimeoutMs: 90_000,

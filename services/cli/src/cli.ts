@@ -24,7 +24,7 @@ import { openStore } from '@crowdplay/store';
 import { verifyLedger } from '@crowdplay/ledger';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
-import { runUntilSignal, startHealthServer } from './health.ts';
+import { runUntilSignal, startHealthServer, type HealthServer } from './health.ts';
 import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
@@ -232,22 +232,21 @@ async function main(): Promise<void> {
     case 'start':
       if (config.mode === 'cluster')
         fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
-      await runUntilSignal(config, () => startServices(config, SERVICES, { standalone: true, helperThreads, startSettings }));
+      await runUntilSignal(
+        config,
+        () => startServices(config, SERVICES, { standalone: true, helperThreads, startSettings }),
+        await operatorListener(config),
+      );
       break;
     case 'service': {
       const name = rest[0] as ServiceName | undefined;
       if (!name || !SERVICES.includes(name)) fail(USAGE);
       if (!config.bus.natsUrl)
         process.stderr.write(`warning: ${name} alone on the in-process bus talks to no other service; set NATS_URL\n`);
-      // A process without a gateway serves /healthz, /readyz and /metrics on HEALTH_PORT when it is set (k8s probes).
-      const health =
-        name !== 'gateway' && config.http.healthPort > 0
-          ? await startHealthServer({ host: config.http.host, port: config.http.healthPort })
-          : undefined;
       await runUntilSignal(
         config,
         () => startServices(config, [name], { standalone: false, helperThreads, startSettings }),
-        health ? { health } : {},
+        await operatorListener(config),
       );
       break;
     }
@@ -263,6 +262,16 @@ async function main(): Promise<void> {
     default:
       fail(USAGE);
   }
+}
+
+/**
+ * Every process that runs services serves /healthz, /readyz and /metrics on HEALTH_HOST:HEALTH_PORT when the port
+ * is set (k8s probes, Prometheus), a gateway's included: its PORT serves /metrics only with METRICS_ON_PORT.
+ * @throws (rejects) on a listen error (EADDRINUSE, EACCES)
+ */
+async function operatorListener(config: Config): Promise<{ health?: HealthServer }> {
+  if (config.http.healthPort === 0) return {};
+  return { health: await startHealthServer({ host: config.http.healthHost, port: config.http.healthPort }) };
 }
 
 /** System errors a user can act on: one line, no stack (set LOG_LEVEL=debug for it). */

@@ -1,9 +1,8 @@
 /**
- * Health of a `crowdplay service` process that runs no gateway (router,
- * crowd-engine, sequencer, telegram-sender, board-renderer): a small HTTP
- * server on `HOST:HEALTH_PORT` for orchestrators (k8s probes) and
- * Prometheus, and the process's run-until-signal lifecycle that drives it.
- * A gateway serves the same routes itself on PORT (services/gateway/src/http.ts).
+ * The operator listener of a process that runs services (`crowdplay start`, `crowdplay service <name>`, a gateway
+ * included): a small HTTP server on `HEALTH_HOST:HEALTH_PORT` (loopback by default) for orchestrators (k8s probes)
+ * and Prometheus, and the process's run-until-signal lifecycle that drives it. A gateway also serves /healthz and
+ * /readyz on PORT (its probes), and /metrics there only with METRICS_ON_PORT (services/gateway/src/http.ts).
  *
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs (starting and draining included: liveness).
  * - `GET /readyz` → 200 `{ready:true}` once the services started, 503 `{ready:false, state}` before, and from the

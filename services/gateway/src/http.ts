@@ -1,5 +1,5 @@
 /**
- * The gateway's HTTP routes (fastify): health, readiness, metrics, the viewer
+ * The gateway's HTTP routes (fastify): health, readiness, metrics (when asked), the viewer
  * web page and its SDK bundle, and standalone's dev-token endpoint.
  */
 import { randomBytes } from 'node:crypto';
@@ -66,7 +66,7 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  *
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
- * - `GET /metrics` → Prometheus text.
+ * - `GET /metrics` → Prometheus text, only with METRICS_ON_PORT (else the HEALTH_PORT listener serves it).
  * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App.
  * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer
  *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
@@ -117,10 +117,13 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     return reply.status(503).send({ ready: false, state: ctx.state() });
   });
 
-  app.get('/metrics', async (_req, reply) => {
-    const text = await telemetry.metrics.prometheusText();
-    return reply.type(PROMETHEUS_CONTENT_TYPE).send(text);
-  });
+  if (config.http.metricsOnPort) {
+    // Off by default: the metrics name channels, tenants' load and refusals; operators scrape HEALTH_PORT instead.
+    app.get('/metrics', async (_req, reply) => {
+      const text = await telemetry.metrics.prometheusText();
+      return reply.type(PROMETHEUS_CONTENT_TYPE).send(text);
+    });
+  }
 
   const files = new Map<string, Promise<Buffer>>();
   for (const [path, { file, type }] of Object.entries(STATIC)) {

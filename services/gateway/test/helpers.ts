@@ -211,6 +211,8 @@ export interface HarnessOptions {
   now?: () => number;
   /** The bus (default: a new InProcessBus); closed with the harness. */
   bus?: InProcessBus;
+  /** HTTP settings over the harness's (127.0.0.1, port 0). */
+  http?: Partial<Config['http']>;
 }
 
 export interface Harness {
@@ -236,7 +238,7 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
   const subj = subjects(prefix);
   const config = defaultConfig({
     mode: opts.mode ?? 'standalone',
-    http: { host: '127.0.0.1', port: 0 },
+    http: { host: '127.0.0.1', port: 0, ...opts.http },
     bus: { subjectPrefix: prefix, requestTimeoutMs: 500 },
     gateway: { id: uniqueName('gw'), ...opts.gateway },
     ...(opts.eventLog ? { eventLog: opts.eventLog } : {}),

@@ -31,8 +31,20 @@ describe('gateway http', () => {
     assert.equal(h.gateway.state, 'closed');
   });
 
-  it('metrics - /metrics is Prometheus text with the gateway instruments', async () => {
+  it('metrics - not served on PORT by default: 404, no Prometheus text where viewers connect', async () => {
     const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      h.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_CONNECTION_RATE');
+      const res = await h.gateway.app.inject({ url: '/metrics' });
+      assert.deepEqual([res.statusCode, res.json<{ code: string }>().code], [404, 'CP_ERR_HTTP_NOT_FOUND']);
+      assert.doesNotMatch(res.body, /crowdplay_/);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('metrics - with METRICS_ON_PORT /metrics is Prometheus text with the gateway instruments', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false, http: { metricsOnPort: true } });
     try {
       h.telemetry.refusals.refuse('gateway', 'CP_ERR_LIMIT_CONNECTION_RATE');
       const res = await h.gateway.app.inject({ url: '/metrics' });
