@@ -40,6 +40,8 @@ describe('viewer page (browser)', () => {
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
+    // Whatever the page's Content-Security-Policy blocks is reported on the console: none of it may be the page's own.
+    page.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
     await page.goto(s.baseUrl);
     await page.fill('#channel', 'demo');
     await page.click('[data-testid="join"]');
@@ -81,6 +83,8 @@ describe('viewer page (browser)', () => {
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
+    // Whatever the page's Content-Security-Policy blocks is reported on the console: none of it may be the page's own.
+    page.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
     await page.goto(s.baseUrl);
     await page.fill('#channel', 'demo');
     await page.click('[data-testid="join"]');

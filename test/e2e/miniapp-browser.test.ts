@@ -34,6 +34,8 @@ describe('Mini App page (browser)', () => {
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on('pageerror', (e) => errors.push(e.message));
+    // Whatever the page's Content-Security-Policy blocks is reported on the console: none of it may be the page's own.
+    page.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
     await page.goto(`${s.baseUrl}/tg/#tgWebAppData=${encodeURIComponent(initData)}`);
     await page.waitForFunction(() => document.querySelector('[data-testid="tg-state"]')?.textContent === 'open');
     await page.fill('[data-testid="guess-input"]', 'zzzzz');

@@ -35,6 +35,13 @@ export const schema = {
       default: '127.0.0.1',
       doc: 'Address the HEALTH_PORT listener binds (loopback by default: only this machine scrapes /metrics; 0.0.0.0 where Prometheus scrapes pods).',
     }),
+    embedOrigins: str({
+      env: 'EMBED_ORIGINS',
+      default: '',
+      pattern: /^$|^https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?([\s,]+https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?)*$/,
+      patternDoc: 'origins like https://example.com[:port] (a leading *. allowed), separated by commas',
+      doc: 'Origins whose pages may frame the viewer page and the overlay (CSP frame-ancestors), separated by commas; empty: the gateway\'s own origin only.',
+    }),
     metricsOnPort: bool({
       env: 'METRICS_ON_PORT',
       default: false,

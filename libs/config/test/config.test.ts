@@ -75,6 +75,20 @@ describe('config', () => {
     );
   });
 
+  it('load - EMBED_ORIGINS takes origins only: a path, a quote or a CSP keyword is refused at start', () => {
+    for (const bad of ['https://a.example/page', "'self'", 'https://a.example; script-src *', '*', 'a.example']) {
+      assert.throws(
+        () => loadConfig({ EMBED_ORIGINS: bad }),
+        (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') && /EMBED_ORIGINS: must match origins like/.test(err.message),
+        bad,
+      );
+    }
+    assert.equal(
+      loadConfig({ EMBED_ORIGINS: 'https://a.example, http://localhost:3000' }).http.embedOrigins,
+      'https://a.example, http://localhost:3000',
+    );
+  });
+
   it('load - cluster mode requires every real engine URL', () => {
     assert.throws(
       () => loadConfig({ CROWDPLAY_MODE: 'cluster', DATABASE_URL: 'postgres://x/y' }),

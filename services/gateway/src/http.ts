@@ -12,6 +12,7 @@ import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 import { mintDevToken } from './auth.ts';
+import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, type PagePolicy } from './security-headers.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
 export const SDK_VIEWER_ENTRY = fileURLToPath(new URL('../../../libs/sdk-viewer/src/index.ts', import.meta.url));
@@ -46,13 +47,13 @@ export interface HttpContext {
  */
 export const MINI_APP_PATH = '/tg/';
 
-/** Static assets of the page: path → file and content type. */
-const STATIC: Record<string, { file: string; type: string }> = {
-  '/': { file: 'index.html', type: 'text/html; charset=utf-8' },
-  '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8' },
+/** Static assets of the pages: path → file, content type and, for a page, what its CSP allows (security-headers.ts). */
+const STATIC: Record<string, { file: string; type: string; page?: PagePolicy }> = {
+  '/': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
+  '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
   // The word puzzle's Telegram Mini App (docs/telegram.md).
-  [MINI_APP_PATH]: { file: 'tg/index.html', type: 'text/html; charset=utf-8' },
+  [MINI_APP_PATH]: { file: 'tg/index.html', type: 'text/html; charset=utf-8', page: { frame: 'telegram' } },
   [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
 
@@ -78,6 +79,8 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   // Every body route takes JSON only: without this fastify's built-in text/plain parser hands the route a string,
   // refused as 400, where any type but application/json is 415 (docs/protocol.md).
   app.removeContentTypeParser('text/plain');
+  registerSecurityHeaders(app);
+  const embedOrigins = parseEmbedOrigins(config.http.embedOrigins);
 
   app.setErrorHandler((err, req, reply) => {
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
@@ -125,19 +128,22 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     });
   }
 
-  const files = new Map<string, Promise<Buffer>>();
-  for (const [path, { file, type }] of Object.entries(STATIC)) {
+  // Each file read once (with its page's CSP, which hashes its inline styles); a failed read is retried next time.
+  const files = new Map<string, Promise<{ bytes: Buffer; csp: string | undefined }>>();
+  for (const [path, { file, type, page }] of Object.entries(STATIC)) {
     app.get(path, async (_req, reply) => {
-      let body = files.get(file);
+      let body = files.get(path);
       if (!body) {
-        body = readFile(join(PUBLIC_DIR, file));
-        files.set(file, body);
-        body.catch(() => files.delete(file));
+        body = readFile(join(PUBLIC_DIR, file)).then((bytes) => ({
+          bytes,
+          csp: page ? pageCsp(bytes.toString('utf8'), page, embedOrigins) : undefined,
+        }));
+        files.set(path, body);
+        body.catch(() => files.delete(path));
       }
-      return reply
-        .type(type)
-        .header('cache-control', 'no-cache')
-        .send(await body);
+      const { bytes, csp } = await body;
+      if (csp) reply.header('content-security-policy', csp);
+      return reply.type(type).header('cache-control', 'no-cache').send(bytes);
     });
   }
 

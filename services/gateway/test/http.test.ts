@@ -1,4 +1,5 @@
 import { describe, it } from 'node:test';
+import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -80,6 +81,53 @@ describe('gateway http', () => {
       assert.equal(again.body, sdk.body);
     } finally {
       await h.close();
+    }
+  });
+
+  it('headers - pages carry a CSP allowing exactly what they load and who may frame them; every answer says nosniff and no-referrer', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      const csp = (res: { headers: Record<string, unknown> }): Map<string, string> =>
+        new Map(
+          String(res.headers['content-security-policy'])
+            .split(/;\s*/)
+            .map((d) => [d.split(' ')[0]!, d.slice(d.indexOf(' ') + 1)]),
+        );
+      const page = await h.gateway.app.inject({ url: '/' });
+      const style = /<style>([\s\S]*?)<\/style>/.exec(page.body)![1]!;
+      const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
+      const viewer = csp(page);
+      assert.equal(viewer.get('default-src'), "'none'");
+      assert.equal(viewer.get('script-src'), "'self' 'unsafe-eval'", "its own scripts; the hosted client's compiled validators");
+      assert.equal(viewer.get('style-src'), `'self' ${styleHash}`, 'its inline style, by hash');
+      assert.equal(viewer.get('connect-src'), "'self'");
+      assert.equal(viewer.get('frame-ancestors'), "'self'", 'EMBED_ORIGINS empty: same origin only');
+      const miniApp = csp(await h.gateway.app.inject({ url: '/tg/' }));
+      assert.equal(miniApp.get('frame-ancestors'), "'self' https://web.telegram.org", "Telegram's web client frames Mini Apps");
+      assert.equal(miniApp.get('script-src'), "'self'");
+      for (const url of ['/', '/tg/', '/app.js', '/healthz', '/nope']) {
+        const res = await h.gateway.app.inject({ url });
+        assert.equal(res.headers['x-content-type-options'], 'nosniff', url);
+        assert.equal(res.headers['referrer-policy'], 'no-referrer', url);
+      }
+      const json = await h.gateway.app.inject({ url: '/healthz' });
+      assert.equal(json.headers['content-security-policy'], "default-src 'none'; frame-ancestors 'none'", 'not a page: framed by nobody');
+    } finally {
+      await h.close();
+    }
+    const embedded = await startHarness({
+      store: unusedStore(),
+      listen: false,
+      http: { embedOrigins: 'https://streamer.example, https://*.partner.example:8443' },
+    });
+    try {
+      const res = await embedded.gateway.app.inject({ url: '/' });
+      assert.match(
+        String(res.headers['content-security-policy']),
+        /frame-ancestors 'self' https:\/\/streamer\.example https:\/\/\*\.partner\.example:8443$/,
+      );
+    } finally {
+      await embedded.close();
     }
   });
 
