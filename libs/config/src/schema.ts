@@ -508,6 +508,12 @@ export const schema = {
     }),
   },
   standalone: {
+    devTokens: oneOf({
+      env: 'DEV_TOKENS',
+      values: ['auto', 'on', 'off'] as const,
+      default: 'auto',
+      doc: 'POST /v1/tokens/dev, which mints dev-tenant viewer tokens for anyone (standalone only): auto serves it when HOST is loopback; on: on any HOST; off: never.',
+    }),
     tenantSecret: str({
       env: 'STANDALONE_TENANT_SECRET',
       default: 'dev-secret-change-me-0123456789abcdef',

@@ -2,16 +2,15 @@
  * The gateway's HTTP routes (fastify): health, readiness, metrics (when asked), the viewer
  * web page and its SDK bundle, and standalone's dev-token endpoint.
  */
-import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { CHANNEL_ID_RE, CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
-import { mintDevToken } from './auth.ts';
+import { DEV_TOKEN_BODY_LIMIT_BYTES, registerDevTokenRoute } from './dev-tokens.ts';
 import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, type PagePolicy } from './security-headers.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
@@ -26,8 +25,6 @@ export const SDK_VIEWER_PACKAGE = fileURLToPath(new URL('../../../libs/sdk-viewe
 export const SDK_VIEWER_PREBUILT = fileURLToPath(new URL('./sdk-viewer.js', import.meta.url));
 /** Static files of the viewer page. */
 export const PUBLIC_DIR = fileURLToPath(new URL('../public/', import.meta.url));
-/** Largest POST /v1/tokens/dev body, bytes. */
-export const DEV_TOKEN_BODY_LIMIT_BYTES = 1_024;
 /** Prometheus text exposition content type. */
 export const PROMETHEUS_CONTENT_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
@@ -72,7 +69,7 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer
  *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
  * - `GET /v1/ws` without an upgrade → 426.
- * - `POST /v1/tokens/dev` (standalone only, dev-only) → `{token}` for the dev tenant.
+ * - `POST /v1/tokens/dev` (dev-only: standalone on a loopback HOST, or DEV_TOKENS=on; dev-tokens.ts) → `{token}`.
  */
 export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   const { config, telemetry } = ctx;
@@ -169,22 +166,7 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
       .send({ code: 'CP_ERR_PROTO_INVALID', message: 'GET /v1/ws needs a WebSocket upgrade' }),
   );
 
-  if (config.mode === 'standalone') {
-    // DEV ONLY: anyone who can reach the gateway gets a viewer token for the dev tenant.
-    // Registered only in standalone mode (never in cluster mode).
-    app.post('/v1/tokens/dev', { bodyLimit: DEV_TOKEN_BODY_LIMIT_BYTES }, async (req) => {
-      const body = req.body;
-      if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-        throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['body must be a JSON object {channel, viewer?}']);
-      }
-      const { channel, viewer } = body as { channel?: unknown; viewer?: unknown };
-      if (typeof channel !== 'string' || !CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-      if (viewer !== undefined && typeof viewer !== 'string') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer must be a string']);
-      const id = viewer ?? `v-${randomBytes(6).toString('hex')}`;
-      const token = await mintDevToken(config.standalone.tenantSecret, { viewer: id, channel });
-      return { token, viewer: id, channel };
-    });
-  }
+  registerDevTokenRoute(app, config, telemetry);
 }
 
 /**

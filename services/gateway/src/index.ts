@@ -21,9 +21,9 @@ export {
   SDK_VIEWER_ENTRY,
   PUBLIC_DIR,
   PROMETHEUS_CONTENT_TYPE,
-  DEV_TOKEN_BODY_LIMIT_BYTES,
   MINI_APP_PATH,
 } from './http.ts';
+export { DEV_TOKEN_BODY_LIMIT_BYTES, devTokenDecision, isLoopbackHost } from './dev-tokens.ts';
 export type { GatewayMetrics } from './metrics.ts';
 export { TELEGRAM_WEBHOOK_PATH, registerTelegramWebhook, type TelegramUpdate, type TelegramWebhookOptions } from './telegram-webhook.ts';
 export { TelegramAuth, type TelegramIdentity } from './telegram-auth.ts';

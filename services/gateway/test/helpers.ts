@@ -213,6 +213,8 @@ export interface HarnessOptions {
   bus?: InProcessBus;
   /** HTTP settings over the harness's (127.0.0.1, port 0). */
   http?: Partial<Config['http']>;
+  /** Standalone settings over the defaults. */
+  standalone?: Partial<Config['standalone']>;
 }
 
 export interface Harness {
@@ -241,6 +243,7 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
     http: { host: '127.0.0.1', port: 0, ...opts.http },
     bus: { subjectPrefix: prefix, requestTimeoutMs: 500 },
     gateway: { id: uniqueName('gw'), ...opts.gateway },
+    ...(opts.standalone ? { standalone: { ...defaultConfig().standalone, ...opts.standalone } } : {}),
     ...(opts.eventLog ? { eventLog: opts.eventLog } : {}),
   });
   const logs: Array<Record<string, unknown>> = [];

@@ -8,6 +8,8 @@ import { jwtVerify } from 'jose';
 import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
 import { listenOverflows } from '../src/metrics.ts';
 import { hostedSdkBundle, SDK_VIEWER_PACKAGE, sdkViewerBanner } from '../src/http.ts';
+import { devTokenDecision } from '../src/dev-tokens.ts';
+import { defaultConfig } from '@crowdplay/config';
 import { hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 
 describe('gateway http', () => {
@@ -214,6 +216,49 @@ describe('gateway http', () => {
       assert.equal(tooBig.json<{ code: string }>().code, 'CP_ERR_PROTO_TOO_BIG');
     } finally {
       await h.close();
+    }
+  });
+
+  it('dev tokens - standalone on a public HOST serves no route (404), unless DEV_TOKENS=on, which start-up warns about', async () => {
+    const mint = (h: Awaited<ReturnType<typeof startHarness>>) =>
+      h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', viewer: 'ann' } });
+    for (const host of ['0.0.0.0', '::', '203.0.113.7']) {
+      const h = await startHarness({ store: unusedStore(), listen: false, http: { host } });
+      try {
+        const res = await mint(h);
+        assert.deepEqual([res.statusCode, res.json<{ code: string }>().code], [404, 'CP_ERR_HTTP_NOT_FOUND'], host);
+        assert.doesNotMatch(res.body, /"token"/, 'nothing minted');
+      } finally {
+        await h.close();
+      }
+    }
+    const off = await startHarness({ store: unusedStore(), listen: false, standalone: { devTokens: 'off' } });
+    try {
+      assert.equal((await mint(off)).statusCode, 404, 'DEV_TOKENS=off: not even on loopback');
+    } finally {
+      await off.close();
+    }
+    assert.deepEqual(devTokenDecision({ ...defaultConfig(), standalone: { ...defaultConfig().standalone, devTokens: 'off' } }), {
+      served: false,
+      reason: 'DEV_TOKENS=off',
+    });
+    assert.deepEqual(devTokenDecision(defaultConfig({ http: { host: '0.0.0.0' } })), {
+      served: false,
+      reason: 'HOST 0.0.0.0 is not loopback (DEV_TOKENS=auto; DEV_TOKENS=on serves them anyway)',
+    });
+    assert.equal(
+      devTokenDecision(defaultConfig({ mode: 'cluster', standalone: { ...defaultConfig().standalone, devTokens: 'on' } })).served,
+      false,
+    );
+    const on = await startHarness({ store: unusedStore(), listen: false, http: { host: '0.0.0.0' }, standalone: { devTokens: 'on' } });
+    try {
+      assert.equal((await mint(on)).statusCode, 200, 'DEV_TOKENS=on serves it on any HOST');
+      assert.ok(
+        on.logs.some((l) => l.level === 40 && /dev tokens \(POST \/v1\/tokens\/dev\): served: DEV_TOKENS=on/.test(String(l.msg))),
+        JSON.stringify(on.logs),
+      );
+    } finally {
+      await on.close();
     }
   });
 
