@@ -394,14 +394,21 @@ export function roundingGuard(k: number, b: number, spread: number): number {
 
 /**
  * A charge in integer points, rounded **up** (in the maker's favour):
- * ceil(amount + guard). Always ≥ 1, even for an amount of 0: a cost that
- * underflowed to 0 is still a positive cost, so shares are never free (the
- * `Market` refuses zero-share trades before it charges).
+ * min(ceil(amount + guard), shares). Always ≥ 1, even for an amount of 0: a
+ * cost that underflowed to 0 is still a positive cost, so shares are never
+ * free (the `Market` refuses zero-share trades before it charges). Never more
+ * than `shares`, the most those shares can ever pay (1 point each): the true
+ * cost of k shares is below k, so the clamp still charges at least the true
+ * cost, and only the guard (at a price near 1, where the cost is within the
+ * guard below k) would otherwise charge k + 1.
  * @param amount a real cost from {@link buyCost} (points)
  * @param guard from {@link roundingGuard}
+ * @param shares the shares bought (k): the payout bound is max(1, ceil(k)) points (k itself for whole shares)
  */
-export function chargePoints(amount: number, guard: number): number {
-  return Math.ceil(amount + guard);
+export function chargePoints(amount: number, guard: number, shares: number): number {
+  const up = Math.ceil(amount + guard);
+  const bound = shares > 1 ? Math.ceil(shares) : 1;
+  return up < bound ? up : bound;
 }
 
 /**

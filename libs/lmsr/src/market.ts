@@ -8,7 +8,8 @@
  *   every position are integers held in float64, exact because they stay
  *   ≤ {@link MAX_QUANTITY} (1e15 < 2^53). Integer shares make `q` exactly the
  *   sum of the positions, so a winning share pays exactly 1 point.
- * - **points** are integers. Charges round **up** and proceeds round **down**
+ * - **points** are integers. Charges round **up** (never past k points for k
+ *   shares, what they can ever pay) and proceeds round **down**
  *   after a rounding guard ({@link roundingGuard}: 1e-9 + 1e-12·(k + b +
  *   spread of q), over 100× the float error) is added to a charge and taken
  *   from proceeds, so float noise never rounds in the trader's favour. Hence
@@ -488,7 +489,7 @@ export class Market {
 
   /**
    * Buys `shares` whole shares of `outcome` for the viewer, charging
-   * ceil(cost + guard) points through `wallet.reserve`.
+   * min(ceil(cost + guard), shares) points through `wallet.reserve`.
    *
    * @param id idempotency id
    * @param maxCost slippage guard: the most points the viewer accepts to pay
@@ -516,7 +517,7 @@ export class Market {
    *
    * @param budget integer points ≥ 1: the most the viewer pays
    * @throws CrowdplayError `CP_ERR_MARKET_BUDGET_TOO_SMALL` when not one share
-   *   fits, `CP_ERR_MARKET_INSUFFICIENT_FUNDS`, `CP_ERR_MARKET_INVALID_QUANTITY`,
+   *   fits (only when the outcome is full: one share never costs over 1 point), `CP_ERR_MARKET_INSUFFICIENT_FUNDS`, `CP_ERR_MARKET_INVALID_QUANTITY`,
    *   and the class's other codes
    */
   buyForBudget(id: string, viewer: string, outcome: number, budget: number): TradeResult {
@@ -794,7 +795,7 @@ export class Market {
   #chargeAt(k: number): number {
     const t = this.#terms;
     const amount = buyCostFromTerms(this.b, t[0]!, t[1]!, k);
-    return chargePoints(amount, roundingGuard(k, this.b, t[3]!));
+    return chargePoints(amount, roundingGuard(k, this.b, t[3]!), k);
   }
 
   /** Integer proceeds of selling k shares of `outcome` at the current q. */

@@ -85,12 +85,37 @@ void test('lmsr property - buy then sell never profits the trader (integer point
   fc.assert(
     fc.property(bookArb, kArb, ({ q, b, i }, k) => {
       fc.pre(q[i]! + k <= MAX_QUANTITY);
-      const charged = chargePoints(buyCost(q, b, i, k), roundingGuard(k, b, spread(q)));
+      const charged = chargePoints(buyCost(q, b, i, k), roundingGuard(k, b, spread(q)), k);
       const after = q.slice();
       after[i] = q[i]! + k;
       const paid = proceedsPoints(sellProceeds(after, b, i, k), roundingGuard(k, b, spread(after)));
       assert.ok(charged >= paid, `charged ${charged}, paid ${paid}`);
       assert.ok(charged >= 1);
+    }),
+    RUNS,
+  );
+});
+
+void test('lmsr property - k whole shares are charged at least their real cost and never more than the k points they can pay', () => {
+  const wholeArb = fc.oneof(
+    fc.integer({ min: 1, max: 1000 }),
+    fc.double({ min: 0, max: 15, noNaN: true }).map((e) => Math.max(1, Math.min(MAX_QUANTITY, Math.floor(10 ** e)))),
+  );
+  // Books where the outcome bought dominates (its price near 1) come up often: that is where the guard reached k + 1.
+  const dominantArb = bookArb.map(({ q, b, i }) => {
+    const d = q.slice();
+    d[i] = Math.min(MAX_QUANTITY, Math.max(...q) + 40 * b);
+    return { q: d, b, i };
+  });
+  fc.assert(
+    fc.property(fc.oneof(bookArb, dominantArb), wholeArb, ({ q, b, i }, k) => {
+      fc.pre(q[i]! + k <= MAX_QUANTITY);
+      const real = buyCost(q, b, i, k);
+      const charged = chargePoints(real, roundingGuard(k, b, spread(q)), k);
+      assert.ok(Number.isInteger(charged) && charged >= 1, `charged ${charged}`);
+      assert.ok(charged <= k, `charged ${charged} points for ${k} shares`);
+      // The true cost is below k; the float one may sit a few ulps above it (within the guard).
+      assert.ok(charged + roundingGuard(k, b, spread(q)) >= real, `charged ${charged} below the real cost ${real}`);
     }),
     RUNS,
   );

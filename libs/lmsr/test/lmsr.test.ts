@@ -122,11 +122,15 @@ void test('lmsr - logSumExp is stable', () => {
 void test('lmsr - rounding: charges up, proceeds down, guard in the maker favour', () => {
   const g = roundingGuard(10, 100, 0);
   assert.ok(g > 1e-9 && g < 1e-8);
-  assert.equal(chargePoints(5.1249, g), 6);
-  assert.equal(chargePoints(5, g), 6); // an exact integer cost is nudged up, never down
-  assert.equal(chargePoints(0, g), 1); // shares are never free
-  assert.equal(chargePoints(4.99999, g), 5);
-  assert.equal(chargePoints(4.9999999999999, g), 6); // within the guard below 5: up
+  assert.equal(chargePoints(5.1249, g, 10), 6);
+  assert.equal(chargePoints(5, g, 10), 6); // an exact integer cost is nudged up, never down
+  assert.equal(chargePoints(0, g, 10), 1); // shares are never free
+  assert.equal(chargePoints(4.99999, g, 10), 5);
+  assert.equal(chargePoints(4.9999999999999, g, 10), 6); // within the guard below 5: up
+  // Clamped at the payout bound: k shares never cost more than the k points they can pay.
+  assert.equal(chargePoints(4.9999999999999, g, 5), 5);
+  assert.equal(chargePoints(5, g, 5), 5);
+  assert.equal(chargePoints(0, g, 1), 1);
   assert.equal(proceedsPoints(5.1249, g), 5);
   assert.equal(proceedsPoints(5, g), 4);
   assert.equal(proceedsPoints(5.0000000000001, g), 4); // within the guard: down

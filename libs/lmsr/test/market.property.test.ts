@@ -219,7 +219,7 @@ void test('market property - the market (cached weights) charges and pays what t
       const spread = Math.max(...q) - Math.min(...q);
       const g = roundingGuard(k, s.b, spread);
       const amounts: Array<[number, number, (x: number, g: number) => number]> = [
-        [r.market.quoteBuy(o, k), buyCost(q, s.b, o, k), chargePoints],
+        [r.market.quoteBuy(o, k), buyCost(q, s.b, o, k), (x, g) => chargePoints(x, g, k)],
       ];
       if (q[o]! >= k) amounts.push([r.market.quoteSell(o, k), sellProceeds(q, s.b, o, k), proceedsPoints]);
       for (const [market, real, round] of amounts) {

@@ -164,10 +164,11 @@ void test('market - buyForBudget buys the most whole shares that fit', () => {
   assert.equal(market.quoteBuy(1, 2), 1);
   assert.equal(market.quoteBuy(1, 3), 2);
   assert.equal(market.buyForBudget('t2', 'bob', 1, 1).shares, 2);
-  // A price near 1: a budget of 1 point buys no whole share.
+  // A price near 1: a budget of 1 point buys one whole share (a share never costs more than the point it can pay).
   const { market: m2, wallet: w2 } = setup(1, 2);
   m2.buy('a', 'alice', 0, 40, 1_000);
-  refuses(m2, w2, 'CP_ERR_MARKET_BUDGET_TOO_SMALL', () => m2.buyForBudget('b', 'bob', 0, 1));
+  const one = m2.buyForBudget('b', 'bob', 0, 1);
+  assert.deepEqual([one.shares, one.points, w2.balance('bob')], [1, 1, 999]);
   // Each budget: the charge fits and one more share would not.
   for (const budget of [1, 2, 3, 7, 50, 333, 999]) {
     const { market: m } = setup(37, 4, { v: 10_000 });
@@ -251,14 +252,31 @@ void test('market - cancel: a claw-back the wallet cannot cover stays with the v
   assert.equal(market.makerBalance, market.subsidy - profit);
 });
 
+void test('market - at a price near 1, k shares cost k points, not k + 1: a limit of k is met, a budget of k buys k', () => {
+  const { market, wallet } = setup(1, 2, { whale: 1_000, alice: 100 });
+  market.buy('w', 'whale', 0, 60, 1_000); // outcome 0 at a price of 1 − e^-60
+  assert.ok(market.prices()[0]! > 1 - 1e-12);
+  for (const k of [1, 2, 5, 50]) assert.equal(market.quoteBuy(0, k), k, `${k} shares`);
+  const bought = market.buy('a1', 'alice', 0, 5, 5);
+  assert.deepEqual([bought.shares, bought.points, wallet.balance('alice')], [5, 5, 95]);
+  const budget = market.buyForBudget('a2', 'alice', 0, 7);
+  assert.deepEqual([budget.shares, budget.points, wallet.balance('alice')], [7, 7, 88]);
+  // A limit below k is still refused, and changes nothing.
+  refuses(market, wallet, 'CP_ERR_MARKET_SLIPPAGE', () => market.buy('a3', 'alice', 0, 5, 4));
+  // Settled on that outcome, alice's 12 shares pay exactly the 12 points she paid: no trade lost more than it can win.
+  market.settle(0);
+  assert.equal(wallet.balance('alice'), 100);
+});
+
 void test('market - overflow-sized positions: a dominant outcome costs and pays ~1 point per share', () => {
   const { market, wallet } = setup(1_000, 2, { whale: 3e12, minnow: 10_000 });
   const big = market.buy('1', 'whale', 0, 1e12, 2e12);
   assert.ok(big.points >= 1e12 - 1_000 * Math.LN2 && big.points <= 1e12, `charged ${big.points}`);
   const more = market.buy('2', 'whale', 0, 1e9, 2e9);
-  // The real cost is 1e9 (to e^-1e9); the rounding guard at this scale (1e-12 × (k + b + spread) ≈ 1.001) adds 2.
-  assert.equal(more.points, 1e9 + 2);
-  assert.equal(market.quoteBuy(1, 1), 2); // a worthless share is never free (here the guard is ≈ 1.001)
+  // The real cost is 1e9 (to e^-1e9); the rounding guard at this scale (1e-12 × (k + b + spread) ≈ 1.001) would add 2:
+  // the charge stops at the 1e9 points the shares can pay.
+  assert.equal(more.points, 1e9);
+  assert.equal(market.quoteBuy(1, 1), 1); // a worthless share is never free, and one share never costs over 1 point
   const sold = market.sell('3', 'whale', 0, 1e9, 0);
   assert.ok(sold.points <= 1e9 && sold.points >= 1e9 - 2, `paid ${sold.points}`);
   refuses(market, wallet, 'CP_ERR_MARKET_INVALID_QUANTITY', () => market.buy('4', 'whale', 0, MAX_QUANTITY, MAX_QUANTITY));

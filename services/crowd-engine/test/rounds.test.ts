@@ -233,6 +233,25 @@ describe('rounds', () => {
     await verified();
   });
 
+  it('market - at a price near 1 a buy of k shares is charged k points, never k + 1; a limit under k is refused, nothing moves', async () => {
+    await channel('mk2');
+    await fund('mw', 1_000);
+    await fund('mx', 100);
+    const open = { op: 'round.open', round: 'm1', kind: 'market', outcomes: ['yes', 'no'], durationMs: 60_000, liquidity: 1 };
+    assert.equal((await ctl('mk2', open)).ok, true);
+    assert.equal((await trade('mk2', 'mw', { k: 'buy', round: 'm1', outcome: 'yes', shares: 60, maxCost: 1_000 })).ok, true);
+    const tooLow = await trade('mk2', 'mx', { k: 'buy', round: 'm1', outcome: 'yes', shares: 5, maxCost: 4 });
+    refused(tooLow, 'CP_ERR_MARKET_SLIPPAGE');
+    assert.equal(await bal('mx'), 100, 'the refused buy moved nothing');
+    const atK = await trade('mk2', 'mx', { k: 'buy', round: 'm1', outcome: 'yes', shares: 5, maxCost: 5 });
+    assert.deepEqual([atK.ok, atK.code, atK.cost, atK.shares, atK.balance], [true, undefined, 5, 5, 95]);
+    const budget = await trade('mk2', 'mx', { k: 'buy', round: 'm1', outcome: 'yes', budget: 3 });
+    assert.deepEqual([budget.ok, budget.cost, budget.shares, budget.balance], [true, 3, 3, 92]);
+    assert.equal((await ctl('mk2', { op: 'round.settle', round: 'm1', outcome: 'yes' })).ok, true);
+    assert.equal(await bal('mx'), 100, 'a winning buy near certainty pays back exactly what it cost: never a loss of 1 point a trade');
+    await verified();
+  });
+
   it('cancel - refunds every net exactly, taking back a profitable cash-out', async () => {
     await channel('cx1');
     await fund('ca', 500);
