@@ -11,7 +11,7 @@ import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 import { DEV_TOKEN_BODY_LIMIT_BYTES, registerDevTokenRoute } from './dev-tokens.ts';
-import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, type PagePolicy } from './security-headers.ts';
+import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, TELEGRAM_WEB_APP_SCRIPT, type PagePolicy } from './security-headers.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
 export const SDK_VIEWER_ENTRY = fileURLToPath(new URL('../../../libs/sdk-viewer/src/index.ts', import.meta.url));
@@ -50,7 +50,11 @@ const STATIC: Record<string, { file: string; type: string; page?: PagePolicy }> 
   '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
   // The word puzzle's Telegram Mini App (docs/telegram.md).
-  [MINI_APP_PATH]: { file: 'tg/index.html', type: 'text/html; charset=utf-8', page: { frame: 'telegram' } },
+  [MINI_APP_PATH]: {
+    file: 'tg/index.html',
+    type: 'text/html; charset=utf-8',
+    page: { frame: 'telegram', scripts: [TELEGRAM_WEB_APP_SCRIPT] },
+  },
   [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
 

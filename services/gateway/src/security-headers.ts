@@ -25,6 +25,9 @@ export interface PagePolicy {
   sdkViewer?: boolean;
 }
 
+/** Telegram's Mini App script, which the Mini App page loads (the only script from another origin). */
+export const TELEGRAM_WEB_APP_SCRIPT = 'https://telegram.org/js/telegram-web-app.js';
+
 /** Telegram's web client (web.telegram.org/k and /a) opens Mini Apps in an iframe. */
 export const TELEGRAM_WEB_ORIGIN = 'https://web.telegram.org';
 

@@ -106,7 +106,7 @@ describe('gateway http', () => {
       assert.equal(viewer.get('frame-ancestors'), "'self'", 'EMBED_ORIGINS empty: same origin only');
       const miniApp = csp(await h.gateway.app.inject({ url: '/tg/' }));
       assert.equal(miniApp.get('frame-ancestors'), "'self' https://web.telegram.org", "Telegram's web client frames Mini Apps");
-      assert.equal(miniApp.get('script-src'), "'self'");
+      assert.equal(miniApp.get('script-src'), "'self' https://telegram.org/js/telegram-web-app.js", "its own and Telegram's script");
       for (const url of ['/', '/tg/', '/app.js', '/healthz', '/nope']) {
         const res = await h.gateway.app.inject({ url });
         assert.equal(res.headers['x-content-type-options'], 'nosniff', url);

@@ -3,8 +3,10 @@
 // initData to the gateway, which verifies it and picks the chat from its
 // signed start parameter (docs/telegram.md). Stable ids for browser tests:
 // tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
-// guess-input, guess-submit, last-error, board-players, player-<viewer>.
+// guess-input, guess-submit, last-error, group-title, board-players, player-<viewer>.
 const $ = (id) => document.getElementById(id);
+// Telegram's API (telegram-web-app.js, loaded by the page); absent outside Telegram or when the script failed.
+const tg = (window.Telegram && window.Telegram.WebApp) || null;
 const ROWS = 6;
 const COLS = 5;
 let ws = null;
@@ -15,10 +17,31 @@ let puzzle = null;
 let rows = []; // [{ word, marks }]
 
 function launchInitData() {
-  const fromTelegram = window.Telegram && window.Telegram.WebApp && window.Telegram.WebApp.initData;
-  if (fromTelegram) return fromTelegram;
+  if (tg && tg.initData) return tg.initData;
   const hash = new URLSearchParams(location.hash.slice(1));
   return hash.get('tgWebAppData');
+}
+
+/** Telegram's colours as the CSS variables the page's style reads (--tg-theme-bg-color, …). */
+function applyTheme() {
+  const params = (tg && tg.themeParams) || {};
+  for (const [key, value] of Object.entries(params)) {
+    if (typeof value === 'string' && /^#[0-9a-fA-F]{3,8}$/.test(value)) {
+      document.documentElement.style.setProperty(`--tg-theme-${key.replace(/_/g, '-')}`, value);
+    }
+  }
+}
+
+/** The chat's title when Telegram gives it (initData's `chat`, sent for some launches), else null. */
+function chatTitle(initData) {
+  const fromTelegram = tg && tg.initDataUnsafe && tg.initDataUnsafe.chat && tg.initDataUnsafe.chat.title;
+  if (typeof fromTelegram === 'string' && fromTelegram !== '') return fromTelegram;
+  try {
+    const chat = JSON.parse(new URLSearchParams(initData || '').get('chat') || 'null');
+    return chat && typeof chat.title === 'string' && chat.title !== '' ? chat.title : null;
+  } catch {
+    return null;
+  }
 }
 
 function setState(s) {
@@ -62,7 +85,8 @@ function renderBoard(game) {
     const card = document.createElement('div');
     card.className = 'player';
     card.setAttribute('data-testid', `player-${viewer}`);
-    card.textContent = viewer === myViewer ? 'you' : viewer;
+    // The name the gateway took from the player's initData (first and last name), else the id.
+    card.textContent = viewer === myViewer ? 'you' : typeof p.name === 'string' && p.name !== '' ? p.name : viewer;
     const mini = document.createElement('div');
     mini.className = 'mini';
     for (const m of p.marks || []) {
@@ -138,5 +162,13 @@ $('guess-form').addEventListener('submit', (ev) => {
   $('guess-input').value = '';
 });
 
+if (tg) {
+  applyTheme();
+  if (typeof tg.onEvent === 'function') tg.onEvent('themeChanged', applyTheme);
+  tg.ready(); // the page is drawn: Telegram hides its placeholder
+  tg.expand(); // full height: the grid and the group fit without a drag
+}
+const title = chatTitle(launchInitData());
+if (title) $('group-title').textContent = title;
 renderGrid();
 connect();
