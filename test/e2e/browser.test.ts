@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { defaultConfig } from '@crowdplay/config';
 import { ROOT, startStandalone, type InProcess } from '../helpers.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -109,11 +110,18 @@ describe('viewer page (browser)', () => {
     await stake.click();
     await page.waitForFunction(() => document.querySelector('[data-testid="last-trade"]')?.getAttribute('data-ok') === 'true');
     await page.waitForFunction((want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want), grant - 25);
+    // The server's answers are counted, the stake's too (the local refusals above never reached it).
+    assert.deepEqual(
+      [await page.locator('[data-testid="acks-ok"]').textContent(), await page.locator('[data-testid="acks-refused"]').textContent()],
+      ['1', '0'],
+    );
+    assert.equal(await page.locator(`[data-testid="round-${roundId}-left-mine"]`).textContent(), 'you staked 25');
+    assert.match((await page.locator(`[data-testid="round-${roundId}-explain"]`).textContent()) ?? '', /When betting closes/);
     await page.waitForFunction(
       ({ id, want }) => Number(document.querySelector(`[data-testid="round-${id}-left-pool"]`)?.textContent) >= want,
       { id: roundId, want: poolBefore + 25 },
     );
-    assert.match((await page.locator(`[data-testid="round-${roundId}-countdown"]`).textContent()) ?? '', /\d/);
+    assert.match((await page.locator(`[data-testid="round-${roundId}-countdown"]`).textContent()) ?? '', /^closes in \d/);
     assert.deepEqual(errors, [], 'no page errors');
     await page.close();
   });
@@ -121,12 +129,128 @@ describe('viewer page (browser)', () => {
   it('a forged token is refused with its documented close code and shown', async () => {
     const page = await browser.newPage();
     await page.goto(s.baseUrl);
+    assert.equal(await page.locator('[data-testid="debug"]').isVisible(), false, 'no token box for viewers');
+    await page.goto(`${s.baseUrl}/?debug`);
     await page.fill('#channel', 'demo');
-    await page.click('text=Viewer token');
     await page.fill('#token', 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.forged');
     await page.click('[data-testid="join"]');
     await page.locator('[data-testid="error"]').waitFor({ state: 'visible' });
     assert.match((await page.locator('[data-testid="error"]').textContent()) ?? '', /CP_ERR_AUTH_INVALID|4001/);
     await page.close();
+  });
+});
+
+/** The id of the first `kind` round shown open with at least `minMs` before its deadline (waits for one). */
+async function openRound(page: Page, kind: 'pool' | 'market', minMs: number): Promise<string> {
+  const handle = await page.waitForFunction(
+    ({ kind, minMs }) => {
+      for (const card of Array.from(document.querySelectorAll(`#rounds > [data-kind="${kind}"]`))) {
+        const id = card.id.slice('round-'.length);
+        const state = document.getElementById(`round-${id}-state`)?.textContent;
+        const left = Number(document.getElementById(`round-${id}-countdown`)?.dataset.remainingMs ?? 0);
+        if (state === 'open' && left >= minMs) return id;
+      }
+      return false;
+    },
+    { kind, minMs },
+    { timeout: 60_000 },
+  );
+  return (await handle.jsonValue()) as string;
+}
+
+/** A viewer page joined to the demo as `viewer`, once its welcome grant is shown. */
+async function joined(browser: Browser, s: InProcess, viewer: string, errors: string[]): Promise<Page> {
+  const page = await browser.newPage();
+  page.on('pageerror', (e) => errors.push(`${viewer}: ${e.message}`));
+  page.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
+  await page.goto(`${s.baseUrl}/?channel=demo`);
+  await page.fill('#viewer', viewer);
+  await page.click('[data-testid="join"]');
+  await page.waitForFunction(
+    (want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want),
+    s.config.rounds.demoWelcomeGrant,
+  );
+  return page;
+}
+
+const balanceOf = async (page: Page): Promise<number> => Number(await page.locator('[data-testid="balance"]').textContent());
+
+async function resultOf(page: Page, id: string): Promise<string> {
+  await page.waitForFunction(
+    (id) => ['won', 'lost', 'even'].includes(document.querySelector(`[data-testid="round-${id}-result"]`)?.getAttribute('data-net') ?? ''),
+    id,
+    { timeout: 60_000 },
+  );
+  return (await page.locator(`[data-testid="round-${id}-result"]`).textContent()) ?? '';
+}
+
+describe('viewer page (browser): rounds to their result', () => {
+  let s: InProcess;
+  let browser: Browser;
+  before(async () => {
+    assert.ok(existsSync(CHROMIUM), `chromium not found at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
+    // Short demo rounds (a pool, then a market); no bots: the rope moves only when these viewers pull it.
+    s = await startStandalone({ standalone: { demoMotion: false }, rounds: { ...defaultConfig().rounds, demoRoundMs: 8_000 } });
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--no-first-run'] });
+  });
+  after(async () => {
+    await browser?.close();
+    await s?.stop();
+  });
+
+  it('a pool round and a market round: "you won N" for one viewer, "you lost N" for the other, newest first', async () => {
+    const errors: string[] = [];
+    const ann = await joined(browser, s, 'ann', errors);
+    const bob = await joined(browser, s, 'bob', errors);
+    // The rope left of centre: the demo settles its rounds on "left".
+    for (let i = 0; i < 3; i++) await ann.click('[data-testid="act-pull-left"]');
+    await ann.waitForFunction(() => Number(document.querySelector('[data-testid="position"]')?.textContent) < 0);
+
+    const pool = await openRound(ann, 'pool', 3_000);
+    await bob.locator(`[data-testid="stake-${pool}-right"]`).waitFor();
+    const annBefore = await balanceOf(ann);
+    const bobBefore = await balanceOf(bob);
+    await ann.fill('[data-testid="points-input"]', '30');
+    await ann.click(`[data-testid="stake-${pool}-left"]`);
+    await bob.fill('[data-testid="points-input"]', '10');
+    await bob.click(`[data-testid="stake-${pool}-right"]`);
+    for (const p of [ann, bob])
+      await p.waitForFunction(() => document.querySelector('[data-testid="last-trade"]')?.getAttribute('data-ok') === 'true');
+    assert.match(await resultOf(ann, pool), /^Winner: left · you won 10$/);
+    assert.match(await resultOf(bob, pool), /^Winner: left · you lost 10$/);
+    await ann.waitForFunction((want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want), annBefore + 10);
+    assert.equal(await balanceOf(bob), bobBefore - 10);
+
+    const market = await openRound(ann, 'market', 3_000);
+    await bob.locator(`[data-testid="buy-${market}-right"]`).waitFor();
+    const annMid = await balanceOf(ann);
+    const bobMid = await balanceOf(bob);
+    await ann.fill('[data-testid="points-input"]', '20');
+    await ann.click(`[data-testid="buy-${market}-left"]`);
+    await bob.fill('[data-testid="points-input"]', '20');
+    await bob.click(`[data-testid="buy-${market}-right"]`);
+    for (const p of [ann, bob])
+      await p.waitForFunction(() => /holding/.test(document.querySelector('[data-testid="last-trade"]')?.textContent ?? ''));
+    assert.match((await bob.locator(`[data-testid="round-${market}-right-position"]`).textContent()) ?? '', /^you hold \d+$/);
+    const won = /^Winner: left · you won (\d+)$/.exec(await resultOf(ann, market));
+    assert.ok(won, 'ann won the market round');
+    const lost = /^Winner: left · you lost (\d+)$/.exec(await resultOf(bob, market));
+    assert.ok(lost, 'bob lost the market round');
+    await ann.waitForFunction(
+      (want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want),
+      annMid + Number(won[1]),
+    );
+    assert.equal(await balanceOf(bob), bobMid - Number(lost[1]), 'the loss shown is what the balance lost');
+    assert.equal(await bob.locator(`[data-testid="round-${market}-right-position"]`).textContent(), '', 'no "you hold" on a lost outcome');
+    assert.match((await ann.locator(`[data-testid="round-${market}-left-position"]`).textContent()) ?? '', /^\d+ shares paid \d+$/);
+
+    // Finished rounds newest first: the market round above the pool round.
+    const order = await ann.evaluate(() =>
+      Array.from(document.querySelectorAll('#rounds > .round')).map((n) => n.id.slice('round-'.length)),
+    );
+    assert.ok(order.indexOf(market) < order.indexOf(pool), `newest first: ${order.join(', ')}`);
+    assert.deepEqual(errors, []);
+    await ann.close();
+    await bob.close();
   });
 });

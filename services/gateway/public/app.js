@@ -1,11 +1,16 @@
 // The viewer page: joins a channel with the viewer SDK (bundled at /sdk-viewer.js),
-// renders the declared actions, the cumulative tally, the game state, the last act ack,
-// the viewer's balance and the channel's rounds (stake / buy / cash out).
-// Element ids (and data-testid) are stable for browser tests: state, error, last-ack,
-// event-id, act-<action>-<option>, tally-<action>-<option> (option `_` when the action has none),
+// renders the declared actions, the cumulative tally, the game state, the viewer's points
+// and the channel's rounds (stake / buy / cash out): open rounds first with a countdown that
+// says what it counts down to, then finished ones newest first, each with your result
+// ("you won N" / "you lost N"). Opened with ?debug it also shows the token box and the raw
+// counters; ?channel=C picks the channel; #token=JWT in the fragment joins with that token at once.
+// Element ids (and data-testid) are stable for browser tests: state, error, debug, last-ack,
+// acks-ok / acks-refused (acts, stakes and trades the server answered), event-id,
+// act-<action>-<option>, tally-<action>-<option> (option `_` when the action has none),
 // rope, position, game-json, balance, points-input, last-trade, rounds, no-rounds,
-// round-<id>, round-<id>-state, round-<id>-countdown, round-<id>-result,
-// round-<id>-<outcome>-pool (pool rounds: points staked), round-<id>-<outcome>-price (market: %),
+// round-<id> (data-kind), round-<id>-state, round-<id>-countdown, round-<id>-explain, round-<id>-result (data-net
+// won / lost / even / pending), round-<id>-<outcome>-pool (pool rounds: points staked),
+// round-<id>-<outcome>-mine (pool: your stake), round-<id>-<outcome>-price (market: %),
 // round-<id>-<outcome>-position (market: your shares), stake-<id>-<outcome>, buy-<id>-<outcome>,
 // sell-<id>-<outcome>.
 import { ViewerClient } from '/sdk-viewer.js';
@@ -24,6 +29,20 @@ const positions = new Map();
 let rounds = new Map();
 /** Per rendered round: the key of its DOM structure (rebuilt when it changes). */
 const roundKeys = new Map();
+/**
+ * What you put in and got back per round, from the acks and balance frames:
+ * { staked: Map<outcome, points>, spent, proceeds, paid, sawPayout }.
+ */
+const mine = new Map();
+
+function mineOf(round) {
+  let m = mine.get(round);
+  if (!m) {
+    m = { staked: new Map(), spent: 0, proceeds: 0, paid: 0, sawPayout: false };
+    mine.set(round, m);
+  }
+  return m;
+}
 
 function showError(text) {
   const el = $('error');
@@ -117,9 +136,14 @@ function setBalance(points) {
   $('balance').textContent = String(points);
 }
 
-function showAck(ack) {
-  const counter = $(ack.ok ? 'acks-ok' : 'acks-refused');
+/** Counts an answer of the server (act, stake or trade) in the debug counters. */
+function countAck(ok) {
+  const counter = $(ok ? 'acks-ok' : 'acks-refused');
   counter.textContent = String(Number(counter.textContent) + 1);
+}
+
+function showAck(ack) {
+  countAck(ack.ok);
   const el = $('last-ack');
   el.textContent = ack.ok ? `ok #${ack.seq}${ack.cost ? ` (cost ${ack.cost})` : ''}` : `refused #${ack.seq}: ${ack.code}`;
   el.dataset.ok = String(ack.ok);
@@ -182,10 +206,12 @@ function trade(what, round, outcome, send) {
   }
   pending.then(
     (ack) => {
+      countAck(ack.ok);
       if (!ack.ok) {
         showTrade(`refused #${ack.seq} ${what}: ${ack.code}`, false, ack.code ?? '');
         return;
       }
+      noteTrade(what.split(' ')[0], ack, round, outcome);
       notePosition(ack, round, outcome);
       let text = `ok #${ack.seq} ${what}`;
       if (ack.shares !== undefined) text += `: ${ack.shares} shares`;
@@ -225,7 +251,18 @@ function buyLabel() {
 
 function formatCountdown(ms) {
   const s = Math.max(0, Math.ceil(ms / 1_000));
-  return s >= 60 ? `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : `${s} s`;
+  return `closes in ${s >= 60 ? `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : `${s} s`}`;
+}
+
+/** What a round's countdown means, by kind and state. */
+function explain(r) {
+  if (r.state === 'open') {
+    return r.kind === 'market'
+      ? 'Buy shares of the outcome you expect (the price is its chance); cash out any time before betting closes. Each share of the winner pays 1 point.'
+      : 'Stake points on the outcome you expect. When betting closes the game picks the winner, and the stakes on it share the whole pool.';
+  }
+  if (r.state === 'locked') return 'Betting is closed: waiting for the game to pick the winner.';
+  return '';
 }
 
 /** Rewrites the countdown of every shown round from the server-corrected clock. */
@@ -244,11 +281,13 @@ function buildRound(r) {
   const card = el('div', { class: 'round', id: `round-${r.id}`, 'data-testid': `round-${r.id}`, 'data-kind': r.kind });
   const head = el('div', { class: 'round-head' });
   head.append(
-    el('span', { class: 'round-id' }, r.id),
-    el('span', { class: 'hint' }, r.kind === 'market' ? 'market' : 'pool'),
+    // Rounds carry no title yet: the kind, then the id.
+    el('span', { class: 'round-title' }, r.kind === 'market' ? 'Market' : 'Pool'),
+    el('span', { class: 'hint round-id' }, r.id),
     el('span', { class: 'round-state', id: `round-${r.id}-state`, 'data-testid': `round-${r.id}-state` }),
     el('span', { class: 'countdown', id: `round-${r.id}-countdown`, 'data-testid': `round-${r.id}-countdown` }),
     el('span', { class: 'round-result', id: `round-${r.id}-result`, 'data-testid': `round-${r.id}-result` }),
+    el('span', { class: 'round-explain', id: `round-${r.id}-explain`, 'data-testid': `round-${r.id}-explain` }, explain(r)),
   );
   card.append(head);
   const open = r.state === 'open';
@@ -269,7 +308,7 @@ function buildRound(r) {
       const b = el('button', { type: 'button', id: `stake-${key}`, 'data-testid': `stake-${key}` }, 'Stake');
       b.addEventListener('click', () => stake(r.id, outcome));
       b.disabled = !open;
-      row.append(b);
+      row.append(b, el('span', { class: 'mine', id: `round-${key}-mine`, 'data-testid': `round-${key}-mine` }));
     }
     card.append(row);
   }
@@ -288,24 +327,69 @@ function fillRound(r) {
       const p = Array.isArray(r.prices) ? r.prices[i] : undefined;
       $(`round-${key}-price`).textContent = typeof p === 'number' ? `${(p * 100).toFixed(1)}%` : '—';
       const held = positions.get(`${r.id}|${outcome}`) ?? 0;
-      $(`round-${key}-position`).textContent = held > 0 ? `you hold ${held}` : '';
+      // Settled: a losing outcome's shares are worth nothing (no "you hold"); the winner's paid 1 point each.
+      let text = held > 0 ? `you hold ${held}` : '';
+      if (r.state === 'settled') text = held > 0 && outcome === r.winner ? `${held} shares paid ${held}` : '';
+      else if (r.state === 'cancelled') text = '';
+      $(`round-${key}-position`).textContent = text;
       $(`sell-${key}`).disabled = r.state !== 'open' || held <= 0;
     } else {
       const staked = Array.isArray(r.pool) ? (r.pool[i] ?? 0) : 0;
       const cell = $(`round-${key}-pool`);
       cell.textContent = String(staked);
       cell.title = total > 0 ? `${((staked / total) * 100).toFixed(1)}% of ${total}` : '';
+      const own = mine.get(r.id)?.staked.get(outcome) ?? 0;
+      $(`round-${key}-mine`).textContent = own > 0 ? `you staked ${own}` : '';
     }
   });
   const result = $(`round-${r.id}-result`);
-  result.textContent = r.state === 'settled' ? `winner: ${r.winner ?? '?'}` : r.state === 'cancelled' ? 'cancelled: refunded' : '';
+  const { text, net } = resultOf(r);
+  result.textContent = text;
+  result.dataset.net = net;
+  $(`round-${r.id}-explain`).textContent = explain(r);
+}
+
+/**
+ * Your result in a finished round: { text, net } with net `won`, `lost`, `even`, `pending` (a payout on its way)
+ * or '' (not finished, or you had no part in it). Pool payouts are known from their balance frame; a market pays
+ * 1 point per winning share, known from your position.
+ */
+function resultOf(r) {
+  if (r.state === 'cancelled') return { text: 'Cancelled: every stake and trade refunded', net: '' };
+  if (r.state !== 'settled') return { text: '', net: '' };
+  const head = `Winner: ${r.winner ?? '?'}`;
+  const m = mine.get(r.id);
+  if (!m || (m.spent === 0 && m.proceeds === 0)) return { text: head, net: '' };
+  let payout;
+  if (r.kind === 'market') payout = positions.get(`${r.id}|${r.winner}`) ?? 0;
+  else {
+    const onWinner = m.staked.get(r.winner) ?? 0;
+    const winnerPool = Array.isArray(r.pool) ? (r.pool[r.outcomes.indexOf(r.winner)] ?? 0) : 0;
+    if (winnerPool === 0)
+      payout = m.spent; // nobody picked the winner: everyone is refunded
+    else if (onWinner === 0) payout = 0;
+    else if (m.sawPayout) payout = m.paid;
+    else return { text: `${head} · your payout is on its way`, net: 'pending' };
+  }
+  const net = m.proceeds + payout - m.spent;
+  if (net > 0) return { text: `${head} · you won ${net}`, net: 'won' };
+  if (net < 0) return { text: `${head} · you lost ${-net}`, net: 'lost' };
+  return { text: `${head} · you broke even`, net: 'even' };
+}
+
+/** Orders rounds as a viewer reads them: open and locked first (soonest deadline first), then finished, newest first. */
+function byInterest(a, b) {
+  const fa = a.state === 'settled' || a.state === 'cancelled';
+  const fb = b.state === 'settled' || b.state === 'cancelled';
+  if (fa !== fb) return fa ? 1 : -1;
+  return fa ? b.deadline - a.deadline || b.openedAt - a.openedAt : a.deadline - b.deadline;
 }
 
 /** The Rounds panel from `update.rounds` (absent or empty: a hint). */
 function renderRounds(list) {
   const box = $('rounds');
   const valid = Array.isArray(list)
-    ? list.filter((r) => r && typeof r.id === 'string' && Array.isArray(r.outcomes) && typeof r.deadline === 'number')
+    ? list.filter((r) => r && typeof r.id === 'string' && Array.isArray(r.outcomes) && typeof r.deadline === 'number').sort(byInterest)
     : [];
   rounds = new Map(valid.map((r) => [r.id, r]));
   $('no-rounds').hidden = valid.length > 0;
@@ -325,13 +409,33 @@ function renderRounds(list) {
       node = fresh;
       roundKeys.set(r.id, key);
     }
-    // keep the update's order (open and locked first, then the newest finished)
+    // the order of byInterest
     const want = previous ? previous.nextSibling : box.firstChild;
     if (want !== node) box.insertBefore(node, want);
     previous = node;
     fillRound(r);
   }
   tickCountdowns();
+}
+
+/** An accepted stake, buy or sell (`kind`) adds to what you put into or took out of the round. */
+function noteTrade(kind, ack, round, outcome) {
+  const m = mineOf(round);
+  if (kind === 'stake') m.staked.set(outcome, (m.staked.get(outcome) ?? 0) + (ack.cost ?? 0));
+  if (kind === 'sell' || kind === 'cash') m.proceeds += ack.proceeds ?? 0;
+  else m.spent += ack.cost ?? 0;
+  const r = rounds.get(round);
+  if (r && $(`round-${r.id}`)) fillRound(r);
+}
+
+/** A balance frame of a round (payout, refund, claw-back) adds to what the round paid you. */
+function notePayout(f) {
+  if (typeof f.round !== 'string' || typeof f.delta !== 'number') return;
+  const m = mineOf(f.round);
+  m.paid += f.delta;
+  m.sawPayout = true;
+  const r = rounds.get(f.round);
+  if (r && $(`round-${r.id}`)) fillRound(r);
 }
 
 /** A trade ack's `position` updates your shares of that outcome. */
@@ -357,6 +461,7 @@ async function join(event) {
   $('acks-ok').textContent = '0';
   $('acks-refused').textContent = '0';
   positions.clear();
+  mine.clear();
   renderRounds(undefined);
   showTrade('—', true);
   const channel = $('channel').value.trim();
@@ -415,7 +520,9 @@ async function join(event) {
     if (client === c && typeof a.balance === 'number') setBalance(a.balance);
   });
   c.on('balance', (f) => {
-    if (client === c) setBalance(f.points);
+    if (client !== c) return;
+    setBalance(f.points);
+    notePayout(f);
   });
   c.on('error', (err) => showError(describeError(err)));
   try {
@@ -426,6 +533,16 @@ async function join(event) {
 }
 
 $('join-form').addEventListener('submit', (e) => void join(e));
+const params = new URLSearchParams(location.search);
+if (params.has('debug')) $('debug').hidden = false;
+const wanted = params.get('channel');
+if (wanted && /^[A-Za-z0-9_-]{1,64}$/.test(wanted)) $('channel').value = wanted;
+const fragmentToken = new URLSearchParams(location.hash.slice(1)).get('token');
+if (fragmentToken) {
+  // An embedding site passes the viewer's token in the fragment (never sent to a server): join at once.
+  $('token').value = fragmentToken;
+  $('join-form').requestSubmit();
+}
 $('points-input').addEventListener('input', () => {
   const label = buyLabel();
   for (const b of document.querySelectorAll('#rounds button.buy')) b.textContent = label;
