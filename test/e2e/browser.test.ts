@@ -253,4 +253,60 @@ describe('viewer page (browser): rounds to their result', () => {
     await ann.close();
     await bob.close();
   });
+
+  it('the overlay: transparent, no controls, live tallies, the open round counting down, the winner when it settles', async () => {
+    const errors: string[] = [];
+    const overlay = await browser.newPage({ viewport: { width: 600, height: 420 } });
+    overlay.on('pageerror', (e) => errors.push(`overlay: ${e.message}`));
+    overlay.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
+    await overlay.goto(`${s.baseUrl}/overlay?channel=demo`);
+    await overlay.waitForFunction(() => document.querySelector('[data-testid="overlay-state"]')?.getAttribute('data-state') === 'open');
+    assert.deepEqual(
+      await overlay.evaluate(() => [
+        getComputedStyle(document.documentElement).backgroundColor,
+        getComputedStyle(document.body).backgroundColor,
+      ]),
+      ['rgba(0, 0, 0, 0)', 'rgba(0, 0, 0, 0)'],
+      'transparent for the browser source',
+    );
+    assert.equal(await overlay.locator('input, button, textarea, select, form').count(), 0, 'no controls');
+
+    const carl = await joined(browser, s, 'carl', errors);
+    const tally = overlay.locator('[data-testid="overlay-tally-pull-left"]');
+    await tally.waitFor();
+    const before = Number(await tally.textContent());
+    for (let i = 0; i < 4; i++) await carl.click('[data-testid="act-pull-left"]');
+    await overlay.waitForFunction(
+      (want) => Number(document.querySelector('[data-testid="overlay-tally-pull-left"]')?.textContent) >= want,
+      before + 4,
+    );
+
+    // The next round the demo opens: shown with its countdown, then its winner in the banner once settled.
+    const round = (await (
+      await overlay.waitForFunction(
+        () => {
+          const box = document.querySelector('[data-testid="overlay-round"]') as HTMLElement | null;
+          const left = /^(\d+) s to bet$/.exec(document.querySelector('[data-testid="overlay-countdown"]')?.textContent ?? '');
+          return box && !box.hidden && box.dataset.state === 'open' && left && Number(left[1]) >= 3 ? box.dataset.round : false;
+        },
+        undefined,
+        { timeout: 60_000 },
+      )
+    ).jsonValue()) as string;
+    assert.match((await overlay.locator('[data-testid="overlay-round-title"]').textContent()) ?? '', new RegExp(`${round}$`));
+    const dir = process.env.UPDATE_SCREENSHOT ? join(ROOT, 'docs/img') : mkdtempSync(join(tmpdir(), 'crowdplay-shot-'));
+    await overlay.screenshot({ path: join(dir, 'overlay.png'), omitBackground: true });
+    await overlay.waitForFunction(
+      (id) => {
+        const banner = document.querySelector('[data-testid="overlay-banner"]') as HTMLElement | null;
+        return banner && !banner.hidden && banner.dataset.round === id;
+      },
+      round,
+      { timeout: 60_000 },
+    );
+    assert.match((await overlay.locator('[data-testid="overlay-banner"]').textContent()) ?? '', /^Winner: (left|right)$/);
+    assert.deepEqual(errors, []);
+    await carl.close();
+    await overlay.close();
+  });
 });

@@ -11,6 +11,7 @@ import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 import { DEV_TOKEN_BODY_LIMIT_BYTES, registerDevTokenRoute } from './dev-tokens.ts';
+import { checkOverlayQuery, OVERLAY_PATH } from './overlay.ts';
 import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, TELEGRAM_WEB_APP_SCRIPT, type PagePolicy } from './security-headers.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
@@ -44,11 +45,22 @@ export interface HttpContext {
  */
 export const MINI_APP_PATH = '/tg/';
 
-/** Static assets of the pages: path → file, content type and, for a page, what its CSP allows (security-headers.ts). */
-const STATIC: Record<string, { file: string; type: string; page?: PagePolicy }> = {
+/**
+ * Static assets of the pages: path → file, content type, for a page what its CSP allows (security-headers.ts),
+ * and a check of its query string (throws a CrowdplayError answered as 400).
+ */
+const STATIC: Record<string, { file: string; type: string; page?: PagePolicy; check?: (query: unknown) => void }> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
   '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  // The streamer overlay for OBS's browser source (docs/guides/embed.md).
+  [OVERLAY_PATH]: {
+    file: 'overlay.html',
+    type: 'text/html; charset=utf-8',
+    page: { frame: 'embed', sdkViewer: true },
+    check: checkOverlayQuery,
+  },
+  '/overlay.js': { file: 'overlay.js', type: 'text/javascript; charset=utf-8' },
   // The word puzzle's Telegram Mini App (docs/telegram.md).
   [MINI_APP_PATH]: {
     file: 'tg/index.html',
@@ -69,7 +81,8 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
  * - `GET /metrics` → Prometheus text, only with METRICS_ON_PORT (else the HEALTH_PORT listener serves it).
- * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App.
+ * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App;
+ *   `GET /overlay?channel=C…`, `/overlay.js` → the streamer overlay (its query checked: overlay.ts).
  * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer
  *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
  * - `GET /v1/ws` without an upgrade → 426.
@@ -131,8 +144,9 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
 
   // Each file read once (with its page's CSP, which hashes its inline styles); a failed read is retried next time.
   const files = new Map<string, Promise<{ bytes: Buffer; csp: string | undefined }>>();
-  for (const [path, { file, type, page }] of Object.entries(STATIC)) {
-    app.get(path, async (_req, reply) => {
+  for (const [path, { file, type, page, check }] of Object.entries(STATIC)) {
+    app.get(path, async (req, reply) => {
+      check?.(req.query);
       let body = files.get(path);
       if (!body) {
         body = readFile(join(PUBLIC_DIR, file)).then((bytes) => ({

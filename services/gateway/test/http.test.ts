@@ -133,6 +133,38 @@ describe('gateway http', () => {
     }
   });
 
+  it('overlay - /overlay serves the page for a channel; an unknown, repeated, malformed or missing parameter is named in a 400', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false, http: { embedOrigins: 'https://streamer.example' } });
+    try {
+      const ok = await h.gateway.app.inject({ url: '/overlay?channel=demo&theme=light' });
+      assert.equal(ok.statusCode, 200);
+      assert.match(ok.body, /<script type="module" src="\/overlay\.js">/);
+      assert.doesNotMatch(ok.body, /<(input|button|textarea|form)\b/, 'no controls');
+      assert.match(String(ok.headers['content-security-policy']), /frame-ancestors 'self' https:\/\/streamer\.example$/);
+      assert.equal((await h.gateway.app.inject({ url: '/overlay?channel=demo&token=a.b.c' })).statusCode, 200);
+      const script = await h.gateway.app.inject({ url: '/overlay.js' });
+      assert.deepEqual([script.statusCode, /from '\/sdk-viewer\.js'/.test(script.body)], [200, true]);
+      const bad: Array<[string, RegExp]> = [
+        ['/overlay', /"channel" is required/],
+        ['/overlay?channel=no%20spaces', /"channel" must be a channel id/],
+        ['/overlay?channel=demo&colour=red', /unknown overlay parameter "colour" \(known: channel, token, theme\)/],
+        ['/overlay?channel=demo&theme=blue', /"theme" must be dark or light/],
+        ['/overlay?channel=demo&channel=other', /"channel" given more than once/],
+        ['/overlay?channel=demo&token=not-a-jwt', /"token" must be a viewer JWT/],
+      ];
+      for (const [url, message] of bad) {
+        const res = await h.gateway.app.inject({ url });
+        assert.equal(res.statusCode, 400, url);
+        const body = res.json<{ code: string; message: string }>();
+        assert.equal(body.code, 'CP_ERR_PROTO_INVALID', url);
+        assert.match(body.message, message, url);
+        assert.doesNotMatch(res.body, /<html/i, 'no page for a bad URL');
+      }
+    } finally {
+      await h.close();
+    }
+  });
+
   it('page - the hosted client is the prebuilt file when there is one, else built from the sources with the same banner', async () => {
     assert.equal(sdkViewerBanner('1.2.3'), hostedViewerBanner('1.2.3'), 'the gateway and scripts/build-sdk.mjs write one banner');
     const dir = mkdtempSync(join(tmpdir(), 'crowdplay-sdk-'));
