@@ -1,4 +1,5 @@
-import { TypeCompiler } from '@sinclair/typebox/compiler';
+import type { TSchema } from '@sinclair/typebox';
+import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import {
   CrowdAct,
   CrowdBuy,
@@ -15,21 +16,32 @@ import {
 } from './messages.ts';
 import { CrowdplayError } from './errors.ts';
 
-// One compiled checker per message type (not the union), so an error names the field that is wrong.
-const CROWD = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
-  ['act', TypeCompiler.Compile(CrowdAct)],
-  ['stake', TypeCompiler.Compile(CrowdStake)],
-  ['buy', TypeCompiler.Compile(CrowdBuy)],
-  ['sell', TypeCompiler.Compile(CrowdSell)],
-  ['guess', TypeCompiler.Compile(CrowdGuess)],
+// One checker per message type (not the union), so an error names the field that is wrong. Each is compiled on first
+// use, not when the module loads: compiling runs `new Function`, which a browser page importing the protocol (the
+// hosted viewer client) would otherwise need CSP's 'unsafe-eval' for, although it never validates inbound frames.
+const CROWD = new Map<string, TSchema>([
+  ['act', CrowdAct],
+  ['stake', CrowdStake],
+  ['buy', CrowdBuy],
+  ['sell', CrowdSell],
+  ['guess', CrowdGuess],
 ]);
-const GAME = new Map<string, ReturnType<typeof TypeCompiler.Compile>>([
-  ['declare', TypeCompiler.Compile(GameDeclare)],
-  ['state', TypeCompiler.Compile(GameState)],
-  ['round.open', TypeCompiler.Compile(RoundOpen)],
-  ['round.settle', TypeCompiler.Compile(RoundSettle)],
-  ['round.cancel', TypeCompiler.Compile(RoundCancel)],
+const GAME = new Map<string, TSchema>([
+  ['declare', GameDeclare],
+  ['state', GameState],
+  ['round.open', RoundOpen],
+  ['round.settle', RoundSettle],
+  ['round.cancel', RoundCancel],
 ]);
+const compiled = new Map<TSchema, TypeCheck<TSchema>>();
+function checkerOf(schema: TSchema): TypeCheck<TSchema> {
+  let c = compiled.get(schema);
+  if (!c) {
+    c = TypeCompiler.Compile(schema);
+    compiled.set(schema, c);
+  }
+  return c;
+}
 
 /**
  * Parses and validates one inbound text frame from a client of `role`.
@@ -52,10 +64,11 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     throw new CrowdplayError('CP_ERR_PROTO_MALFORMED');
   }
   const t = (value as { t?: unknown }).t;
-  const check = typeof t === 'string' ? (role === 'crowd' ? CROWD : GAME).get(t) : undefined;
-  if (!check) {
+  const schema = typeof t === 'string' ? (role === 'crowd' ? CROWD : GAME).get(t) : undefined;
+  if (!schema) {
     throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [t === undefined ? '(no t field)' : String(t).slice(0, 32), role]);
   }
+  const check = checkerOf(schema);
   if (!check.Check(value)) {
     const first = check.Errors(value).First();
     throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);

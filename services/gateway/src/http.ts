@@ -50,14 +50,14 @@ export const MINI_APP_PATH = '/tg/';
  * and a check of its query string (throws a CrowdplayError answered as 400).
  */
 const STATIC: Record<string, { file: string; type: string; page?: PagePolicy; check?: (query: unknown) => void }> = {
-  '/': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
-  '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed', sdkViewer: true } },
+  '/': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed' } },
+  '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed' } },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
   // The streamer overlay for OBS's browser source (docs/guides/embed.md).
   [OVERLAY_PATH]: {
     file: 'overlay.html',
     type: 'text/html; charset=utf-8',
-    page: { frame: 'embed', sdkViewer: true },
+    page: { frame: 'embed' },
     check: checkOverlayQuery,
   },
   '/overlay.js': { file: 'overlay.js', type: 'text/javascript; charset=utf-8' },

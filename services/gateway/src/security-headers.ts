@@ -18,11 +18,6 @@ export interface PagePolicy {
   frame: FrameAncestors;
   /** Script URLs of other origins the page loads (Telegram's telegram-web-app.js on the Mini App). */
   scripts?: readonly string[];
-  /**
-   * The page runs the hosted viewer client (/sdk-viewer.js), whose frame validators typebox compiles with
-   * `new Function` when the module loads: `'unsafe-eval'` (scripts still come from the page's origin only).
-   */
-  sdkViewer?: boolean;
 }
 
 /** Telegram's Mini App script, which the Mini App page loads (the only script from another origin). */
@@ -66,7 +61,7 @@ export function pageCsp(html: string, policy: PagePolicy, embedOrigins: readonly
   const styles = inlineStyleHashes(html);
   return [
     "default-src 'none'",
-    `script-src ${["'self'", ...(policy.sdkViewer ? ["'unsafe-eval'"] : []), ...(policy.scripts ?? [])].join(' ')}`,
+    `script-src ${["'self'", ...(policy.scripts ?? [])].join(' ')}`,
     `style-src ${["'self'", ...styles].join(' ')}`,
     "img-src 'self' data:",
     "connect-src 'self'",

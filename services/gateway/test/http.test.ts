@@ -100,7 +100,7 @@ describe('gateway http', () => {
       const styleHash = `'sha256-${createHash('sha256').update(style).digest('base64')}'`;
       const viewer = csp(page);
       assert.equal(viewer.get('default-src'), "'none'");
-      assert.equal(viewer.get('script-src'), "'self' 'unsafe-eval'", "its own scripts; the hosted client's compiled validators");
+      assert.equal(viewer.get('script-src'), "'self'", 'its own scripts only: no eval');
       assert.equal(viewer.get('style-src'), `'self' ${styleHash}`, 'its inline style, by hash');
       assert.equal(viewer.get('connect-src'), "'self'");
       assert.equal(viewer.get('frame-ancestors'), "'self'", 'EMBED_ORIGINS empty: same origin only');
