@@ -796,7 +796,7 @@ export const schema = {
       min: 1,
       max: 256,
       unit: 'count',
-      doc: "Bot API calls one process has in flight at once (the token bucket still spaces them; 8 covers 30/s at Telegram's usual ~100–250 ms per call).",
+      doc: "Bot API calls one process has in flight per lane, tx and board each (the bucket spaces them; 8 covers 30/s at Telegram's ~100–250 ms a call).",
     }),
     sendBookMs: int({
       env: 'TELEGRAM_SENDQ_BOOK_MS',

@@ -11,6 +11,11 @@
  *   (in process: grants, which are its calls).
  * - loaded: the BullMQ adapter on a 60 %-busy event loop with 30 ms calls,
  *   300 chats, without booking the bot's next slot and with (TELEGRAM_SENDQ_BOOK_MS).
+ * - lanes: the BullMQ adapter with the board lane saturated (600 board jobs
+ *   to distinct chats, 30 ms calls, concurrency 8) while 40 replies arrive one
+ *   every 100 ms: each reply's wait from enqueue to its call (p50 / p99 / max),
+ *   the bucket's utilisation over the replies' span ((calls − 1) ÷ (30/s × span)),
+ *   the boards' share of it and the board slots replies took (preempted).
  *
  * Uses the Redis of `serviceUrls()` (REDIS_URL, default redis://127.0.0.1:6379) under a unique prefix,
  * deleted afterwards.
@@ -102,6 +107,58 @@ async function drive(q: SendQueue<number>, jobs: number, sendMs = 0): Promise<{ 
   return { perS: (jobs / (performance.now() - t0)) * 1000, grants, calls };
 }
 
+/** The lanes part (module doc): replies under a saturated board lane on BullMQ. */
+async function lanes(): Promise<{
+  replies: number;
+  boards: number;
+  sendMs: number;
+  replyWaitMs: { p50: number; p99: number; max: number };
+  utilisation: number;
+  boardShare: number;
+  preempted: number;
+}> {
+  const prefix = `bench_sendq_${Date.now().toString(36)}_lanes`;
+  const q = await BullmqSendQueue.open<number>({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM, concurrency: 8 });
+  const sendMs = 30;
+  const calls: Array<{ lane: string; n: number; atMs: number }> = [];
+  q.start(async (job) => {
+    calls.push({ lane: job.lane, n: job.payload, atMs: performance.timeOrigin + performance.now() });
+    await new Promise((r) => setTimeout(r, sendMs));
+    return { ok: true };
+  });
+  const boards = 600;
+  for (let i = 1; i <= boards; i++) await q.enqueue({ chatId: i, lane: 'board', payload: i });
+  while (calls.length < 30) await new Promise((r) => setTimeout(r, 10));
+  const replies = 40;
+  const enqueuedAt = new Map<number, number>();
+  const results: Array<Promise<unknown>> = [];
+  for (let k = 1; k <= replies; k++) {
+    const n = 100_000 + k;
+    enqueuedAt.set(n, performance.timeOrigin + performance.now());
+    const e = await q.enqueue({ chatId: n, lane: 'tx', payload: n });
+    if (e.status === 'queued') results.push(e.result);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await Promise.all(results);
+  const replyCalls = calls.filter((c) => c.lane === 'tx');
+  const waits = replyCalls.map((c) => c.atMs - enqueuedAt.get(c.n)!);
+  const from = Math.min(...enqueuedAt.values());
+  const to = Math.max(...replyCalls.map((c) => c.atMs));
+  const inSpan = calls.filter((c) => c.atMs >= from && c.atMs <= to);
+  const preempted = (q.stats() as { preempted?: number }).preempted ?? 0;
+  await q.close(2_000);
+  await cleanup(prefix);
+  return {
+    replies,
+    boards,
+    sendMs,
+    replyWaitMs: { p50: Math.round(pct(waits, 50)), p99: Math.round(pct(waits, 99)), max: Math.round(Math.max(...waits)) },
+    utilisation: +((inSpan.length - 1) / (((to - from) / 1000) * TELEGRAM.botRatePerS)).toFixed(3),
+    boardShare: +(inSpan.filter((c) => c.lane === 'board').length / inSpan.length).toFixed(3),
+    preempted,
+  };
+}
+
 export async function main(args: readonly string[]): Promise<number> {
   const jsonAt = args.indexOf('--json');
   REDIS_URL = (await serviceUrls()).redisUrl;
@@ -156,7 +213,10 @@ export async function main(args: readonly string[]): Promise<number> {
     clearInterval(busy);
   }
 
+  const lanesPart = await lanes();
+
   const result = {
+    lanes: lanesPart,
     take: { memoryUs: +take.memoryUs.toFixed(3), redisP50Us: Math.round(take.redisP50Us), redisP99Us: Math.round(take.redisP99Us) },
     throughputPerS: { memory: Math.round(memTp.perS), bullmq: Math.round(bullTp.perS) },
     utilisation: { jobs: 150, limitPerS: TELEGRAM.botRatePerS, memory: ratio(memU.grants), bullmq: ratio(u.calls) },
@@ -178,6 +238,10 @@ export async function main(args: readonly string[]): Promise<number> {
       `  loaded bullmq   ${k}: ${v.ratio} over ${v.spanS} s, ${v.botWaits} bot refusals, ${v.booked} booked, at most ${v.maxCallsIn1s} calls in any 1 s (of 30/s, 300-chat backlog, loop 60 % busy, 30 ms calls)`,
     );
   }
+  const ln = result.lanes;
+  console.log(
+    `  lanes bullmq    reply wait p50 ${ln.replyWaitMs.p50} ms  p99 ${ln.replyWaitMs.p99} ms  max ${ln.replyWaitMs.max} ms; utilisation ${ln.utilisation} (boards ${ln.boardShare}), ${ln.preempted} board slots taken by replies (of 30/s, ${ln.boards} boards queued, ${ln.replies} replies 100 ms apart, ${ln.sendMs} ms calls)`,
+  );
   if (jsonAt >= 0 && args[jsonAt + 1]) writeFileSync(args[jsonAt + 1]!, JSON.stringify(result, null, 2));
   return 0;
 }

@@ -18,6 +18,7 @@ import {
 } from './options.ts';
 import { RedisBucket } from './redis-bucket.ts';
 import { MAX_REDIRECT_HOPS, checkChatId, checkJobInput } from './shared.ts';
+import { LANES } from './types.ts';
 import type {
   EnqueueResult,
   JobResult,
@@ -106,8 +107,6 @@ return {1, v, redis.call('INCR', KEYS[3])}
 
 /** BullMQ job name (one kind of job). */
 const JOB_NAME = 'send';
-/** Priority of board jobs; tx jobs have none (BullMQ serves unprioritised jobs first). */
-const BOARD_PRIORITY = 1;
 
 /** BullMQ attempts of a job whose processing failed on a Redis error (not a Bot API outcome). */
 const INFRA_ATTEMPTS = 5;
@@ -123,8 +122,11 @@ function keyedJobId(key: string, v: number): string {
 /**
  * The send queue on BullMQ (REDIS_URL), durable across processes.
  *
- * - One BullMQ queue for both lanes: tx jobs unprioritised (the wait list,
- *   which BullMQ serves first), board jobs at priority 1.
+ * - One BullMQ queue and one worker per lane (`q` transactional, `qb`
+ *   board), each worker with `concurrency` slots: a board job never holds a
+ *   slot a reply needs. At the bucket a reply departs at the earliest board
+ *   booking (gcra.ts "Lanes"), so it waits at most one bot interval for boards,
+ *   and boards use every slot replies leave idle.
  * - Every limiter decision comes from the Lua bucket (`RedisBucket`); BullMQ's
  *   own limiter (per queue, not per chat) is not configured. A worker takes a
  *   job, then a token for its chat: refused by the chat/group limit → the job
@@ -150,8 +152,11 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private readonly keys: SendqKeys;
   private readonly counters: QueueCounters;
   private readonly pending = new Map<string, (r: JobResult) => void>();
-  private worker: Worker | undefined;
-  private workerConn: Redis | undefined;
+  private readonly workers: Worker[] = [];
+  private readonly workerConns: Redis[] = [];
+  /** Board bookings taken by this process; with `bookingPrefix` their ids are unique per take across processes. */
+  private bookings = 0;
+  private readonly bookingPrefix = randomUUID().slice(0, 8);
   private send: SendFn<P> | undefined;
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -172,11 +177,14 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     private readonly ownsBucket: boolean,
     private readonly redis: Redis,
     private readonly sub: Redis,
-    private readonly queue: Queue,
+    private readonly queues: Readonly<Record<Lane, Queue>>,
     private readonly queueConn: Redis,
   ) {
     this.keys = sendqKeys(opts.prefix);
-    this.counters = new QueueCounters(opts.metrics, opts.refusals, () => this.depthCache.depth);
+    this.counters = new QueueCounters(opts.metrics, opts.refusals, () => this.depthCache.depth, {
+      botRatePerS: o.limits.botRatePerS,
+      now: () => clock.now(),
+    });
     this.calls = new CallWindow(o.limits.botRatePerS);
   }
 
@@ -197,27 +205,28 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     redis.on('error', (err) => onError(err, 'redis'));
     sub.on('error', (err) => onError(err, 'redis subscriber'));
     let bucket = opts.bucket;
-    let queue: Queue | undefined;
+    const opened: Queue[] = [];
     const queueConn = new Redis(opts.redisUrl, { maxRetriesPerRequest: null, lazyConnect: true });
     queueConn.on('error', (err) => onError(err, 'redis (bullmq queue)'));
     try {
       await Promise.all([redis.connect(), sub.connect(), queueConn.connect()]);
       bucket ??= await RedisBucket.open({ redis, prefix: opts.prefix, limits: o.limits, clock: opts.clock });
-      queue = new Queue(keys.queueName, {
-        connection: queueConn,
-        prefix: keys.bullPrefix,
-      });
-      queue.on('error', (err) => onError(err, 'bullmq queue'));
-      await queue.waitUntilReady();
+      for (const lane of LANES) {
+        const queue = new Queue(keys.queueName[lane], { connection: queueConn, prefix: keys.bullPrefix });
+        opened.push(queue);
+        queue.on('error', (err) => onError(err, `bullmq queue (${lane})`));
+        await queue.waitUntilReady();
+      }
       await sub.subscribe(keys.settled);
     } catch (err) {
-      await queue?.close().catch(() => {});
+      for (const queue of opened) await queue.close().catch(() => {});
       redis.disconnect();
       sub.disconnect();
       queueConn.disconnect();
       throw err;
     }
-    const q = new BullmqSendQueue<P>(o, opts, clock, bucket, opts.bucket === undefined, redis, sub, queue, queueConn);
+    const queues = { tx: opened[0]!, board: opened[1]! };
+    const q = new BullmqSendQueue<P>(o, opts, clock, bucket, opts.bucket === undefined, redis, sub, queues, queueConn);
     sub.on('message', (channel: string, message: string) => {
       if (channel === keys.settled) q.onSettledMessage(message);
     });
@@ -303,9 +312,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       .zadd(this.keys.chatJobs(chatId), (input.lane === 'board' ? BOARD_SCORE : 0) + seq, id)
       .hincrby(this.keys.depth, input.lane, 1)
       .exec();
-    await this.queue.add(JOB_NAME, data, {
+    await this.queues[input.lane].add(JOB_NAME, data, {
       jobId: id,
-      ...(input.lane === 'board' ? { priority: BOARD_PRIORITY } : {}),
       removeOnComplete: true,
       removeOnFail: true,
       // Only for errors of our own Redis bookkeeping (send's outcomes never fail a BullMQ job); a
@@ -328,13 +336,23 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
 
   /** Removes a job that has not started (BullMQ refuses a locked one) and settles it. @returns true when removed */
   private async removeQueued(id: string, result: JobResult): Promise<boolean> {
-    const job = (await this.queue.getJob(id)) as Job<JobData<P>> | undefined;
-    if (job === undefined) return false;
-    const removed = await this.queue.remove(id).catch(() => 0);
+    const found = await this.getJob(id);
+    if (found === undefined) return false;
+    const { job, lane } = found;
+    const removed = await this.queues[lane].remove(id).catch(() => 0);
     if (removed !== 1) return false;
     if (result.status === 'superseded') this.counters.superseded(job.data.lane);
     await this.finish(id, { ...job.data, chatId: await this.resolveChat(job.data.chatId) }, result);
     return true;
+  }
+
+  /** The BullMQ job `id` and its lane's queue (tx first), or undefined when neither holds it. */
+  private async getJob(id: string): Promise<{ job: Job<JobData<P>>; lane: Lane } | undefined> {
+    for (const lane of LANES) {
+      const job = (await this.queues[lane].getJob(id)) as Job<JobData<P>> | undefined;
+      if (job !== undefined) return { job, lane };
+    }
+    return undefined;
   }
 
   // ---- chat state ----
@@ -368,7 +386,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private setWindow(n: number): void {
     this.window = n;
     this.counters.slowStart(n);
-    if (this.worker !== undefined) this.worker.concurrency = n;
+    for (const w of this.workers) w.concurrency = n;
   }
 
   async deactivate(chatId: number): Promise<number> {
@@ -401,7 +419,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     const ids = await this.redis.zrange(k.chatJobs(oldId), '0', '-1');
     let moved = 0;
     for (const id of ids) {
-      const job = (await this.queue.getJob(id)) as Job<JobData<P>> | undefined;
+      const job = (await this.getJob(id))?.job;
       if (job === undefined) continue;
       await job.updateData({ ...job.data, chatId: newId }).catch(() => {});
       moved++;
@@ -449,25 +467,30 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     if (this.closed) throw new Error('sendq: start() after close()');
     if (this.send !== undefined) throw new Error('sendq: start() called twice');
     this.send = send;
-    this.workerConn = new Redis(this.opts.redisUrl, { maxRetriesPerRequest: null });
-    this.workerConn.on('error', (err) => this.onError(err, 'redis (bullmq worker)'));
-    this.worker = new Worker(this.keys.queueName, (job: Job<JobData<P>>, token?: string) => this.processTraced(job, token ?? ''), {
-      connection: this.workerConn,
-      prefix: this.keys.bullPrefix,
-      // Slow start: one job at first, more as calls succeed (setWindow), up to TELEGRAM_SENDQ_CONCURRENCY.
-      concurrency: this.window,
-      // A bot-wide wait is re-checked at least this often (the bucket decides; BullMQ only stops fetching).
-      maximumRateLimitDelay: 5_000,
-    });
-    this.worker.on('error', (err) => this.onError(err, 'bullmq worker'));
-    this.worker.on('failed', (job: Job<JobData<P>> | undefined, err: Error) => {
-      this.onError(err, `job ${job?.id ?? '?'} (bookkeeping error)`);
-      if (job === undefined || job.attemptsMade < INFRA_ATTEMPTS) return;
-      this.counters.failed();
-      this.finish(job.id ?? '', job.data, { status: 'failed', reason: `redis errors: ${err.message}` }).catch((e: unknown) =>
-        this.onError(e, 'finish'),
-      );
-    });
+    // One worker per lane, each with the slow-start window up to `concurrency`: a board job never holds a slot a reply needs.
+    for (const lane of LANES) {
+      const conn = new Redis(this.opts.redisUrl, { maxRetriesPerRequest: null });
+      conn.on('error', (err) => this.onError(err, `redis (bullmq worker, ${lane})`));
+      this.workerConns.push(conn);
+      const worker = new Worker(this.keys.queueName[lane], (job: Job<JobData<P>>, token?: string) => this.processTraced(job, token ?? ''), {
+        connection: conn,
+        prefix: this.keys.bullPrefix,
+        // Slow start: one job at first, more as calls succeed (setWindow), up to TELEGRAM_SENDQ_CONCURRENCY.
+        concurrency: this.window,
+        // A bot-wide wait is re-checked at least this often (the bucket decides; BullMQ only stops fetching).
+        maximumRateLimitDelay: 5_000,
+      });
+      this.workers.push(worker);
+      worker.on('error', (err) => this.onError(err, `bullmq worker (${lane})`));
+      worker.on('failed', (job: Job<JobData<P>> | undefined, err: Error) => {
+        this.onError(err, `job ${job?.id ?? '?'} (bookkeeping error)`);
+        if (job === undefined || job.attemptsMade < INFRA_ATTEMPTS) return;
+        this.counters.failed();
+        this.finish(job.id ?? '', job.data, { status: 'failed', reason: `redis errors: ${err.message}` }).catch((e: unknown) =>
+          this.onError(e, 'finish'),
+        );
+      });
+    }
   }
 
   /** Real ms for `ms` of the queue's clock (BullMQ delays use Date.now). */
@@ -475,11 +498,11 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     return Math.max(1, Math.ceil(ms / this.clock.speed));
   }
 
-  /** Stops this worker fetching for `ms` of clock time and puts `job` back at the front (BullMQ's manual rate-limit hook). */
-  private async backToFront(ms: number): Promise<never> {
+  /** Stops the lane's worker fetching for `ms` of clock time and puts `job` back at the front (BullMQ's manual rate-limit hook). */
+  private async backToFront(lane: Lane, ms: number): Promise<never> {
     const realMs = this.realMs(ms);
-    await this.queue.rateLimit(realMs);
-    this.kickAfter(realMs);
+    await this.queues[lane].rateLimit(realMs);
+    this.kickAfter(lane, realMs);
     throw Worker.RateLimitError();
   }
 
@@ -490,12 +513,12 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
    * until `drainDelay` (5 s). Adding the marker (what BullMQ's own
    * `addBaseMarkerIfNeeded` does) once the wait is over wakes it.
    */
-  private kickAfter(realMs: number): void {
+  private kickAfter(lane: Lane, realMs: number): void {
     const fire = (): void => {
       this.kickTimers.delete(cancel);
       if (this.closed) return;
       this.redis
-        .zadd(this.queue.keys.marker ?? `${this.keys.bullPrefix}:${this.keys.queueName}:marker`, 0, '0')
+        .zadd(this.queues[lane].keys.marker ?? `${this.keys.bullPrefix}:${this.keys.queueName[lane]}:marker`, 0, '0')
         .catch((err: unknown) => this.onError(err, 'marker'));
     };
     const cancel = longTimeout(realMs, fire, true);
@@ -554,7 +577,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       }
       if (pre.rank !== null && pre.rank > 0 && pre.head !== undefined && pre.head !== id) {
         // Not the chat's head: wait one chat interval per job ahead (per-chat order; no token taken).
-        if ((await this.redis.exists(k.bullJob(pre.head))) === 1) {
+        if ((await this.redis.exists(k.bullJob(pre.head, 'tx'), k.bullJob(pre.head, 'board'))) > 0) {
           await job.moveToDelayed(Date.now() + this.realMs(pre.rank * this.chatIntervalMs(d.isGroup)), token);
         } else {
           await this.redis.zrem(k.chatJobs(chatId), pre.head); // a head left behind by a crash: forget it
@@ -564,9 +587,14 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       }
       if (this.clock.now() < this.pausedUntilMs) {
         this.counters.bucketWait('pause');
-        return await this.backToFront(this.pausedUntilMs - this.clock.now());
+        return await this.backToFront(d.lane, this.pausedUntilMs - this.clock.now());
       }
-      const t = await this.bucket.take(String(chatId), d.isGroup, this.o.botBookMs);
+      // A board's booked slot is recorded under an id unique to this take, so a reply can move it (gcra.ts "Lanes").
+      const bookingId = d.lane === 'board' ? `${this.bookingPrefix}.${++this.bookings}` : undefined;
+      const t = await this.bucket.take(String(chatId), d.isGroup, this.o.botBookMs, {
+        lane: d.lane,
+        ...(bookingId !== undefined ? { bookingId } : {}),
+      });
       if (!t.granted) {
         this.counters.bucketWait(t.limit);
         if (t.limit === 'chat' || t.limit === 'group') {
@@ -574,16 +602,27 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
           throw new DelayedError();
         }
         if (t.limit === 'pause') this.notePause(t.retryAfterMs, 'store');
-        return await this.backToFront(t.botWaitMs);
+        return await this.backToFront(d.lane, t.botWaitMs);
       }
+      if (t.preempted === true) this.counters.preempted();
+      let departAtMs = t.nowMs + t.waitMs;
       if (t.waitMs > 0) {
         // A booked slot of the bot rate (≤ botBookMs away, gcra.ts "Booking"): the bucket counts this call at it.
         this.counters.bookedWait(t.waitMs);
         // A 429 another process saw while we wait is read from the store right before the call (below).
         await new Promise<void>((resolve) => this.clock.after(Math.ceil(t.waitMs), resolve));
+        // A board claims its slot before calling; a reply that took it meanwhile moved it on: wait for the new one.
+        for (;;) {
+          if (bookingId === undefined) break;
+          const dep = await this.bucket.depart(bookingId, String(chatId), d.isGroup, departAtMs);
+          if (dep.pausedMs > 0) this.notePause(dep.pausedMs, 'store');
+          if (dep.movedToMs === null) break;
+          departAtMs = dep.movedToMs;
+          if (dep.waitMs > 0) await new Promise<void>((resolve) => this.clock.after(Math.ceil(dep.waitMs), resolve));
+        }
       }
       // A 429 seen in this process while we awaited the token (or the slot) wins.
-      if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(this.pausedUntilMs - this.clock.now());
+      if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(d.lane, this.pausedUntilMs - this.clock.now());
       // The mark and the store's pause in one round trip: a pause another process wrote since our take (or
       // during a booked slot's wait) is felt here, not after the call.
       const [, storePausedMs] = await Promise.all([this.redis.incr(k.called(id)), this.bucket.pausedForMs()]);
@@ -596,7 +635,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
         if (this.clock.now() < this.pausedUntilMs) {
           // Not called after all: unmark.
           await this.redis.decr(k.called(id));
-          return await this.backToFront(this.pausedUntilMs - this.clock.now());
+          return await this.backToFront(d.lane, this.pausedUntilMs - this.clock.now());
         }
         const w = this.calls.waitMs(this.clock.now());
         if (w <= 0) break;
@@ -609,7 +648,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       // Immediately before the call (nothing awaited from here to send).
       this.calls.record(this.clock.now());
       // The slot's time, to the µs (a float sum of two ms values near 1.8e12 is off by ~0.2 µs).
-      const view = jobView<P>(id, chatId, d, t.waitMs > 0 ? Math.round((t.nowMs + t.waitMs) * 1000) / 1000 : t.nowMs);
+      this.counters.callStarted(d.lane, this.clock.now());
+      const view = jobView<P>(id, chatId, d, t.waitMs > 0 ? Math.round(departAtMs * 1000) / 1000 : t.nowMs);
       let out: SendOutcome<P>;
       try {
         out = await send(view);
@@ -671,7 +711,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       this.counters.rateLimited(forMs);
       await this.pauseFrom(forMs, '429');
       await job.updateData({ ...d, r429: d.r429 + 1 });
-      return this.backToFront(forMs);
+      return this.backToFront(d.lane, forMs);
     }
     if ('deactivate' in out) {
       this.counters.send(d.lane, 'deactivate');
@@ -708,7 +748,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     }
     await job.updateData({ ...d, requeues, ...(out.payload !== undefined ? { payload: out.payload } : {}) });
     await job.moveToWait(token);
-    this.kickAfter(0);
+    this.kickAfter(d.lane, 0);
     throw new WaitingError();
   }
 
@@ -760,13 +800,14 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     this.closed = true;
     for (const cancel of this.kickTimers) cancel();
     this.kickTimers.clear();
-    if (this.worker !== undefined) {
-      const w = this.worker;
-      await Promise.race([w.close(), new Promise((r) => setTimeout(r, timeoutMs))]);
-      await w.close(true).catch(() => {});
-    }
-    await this.queue.close().catch(() => {});
-    for (const c of [this.workerConn, this.queueConn]) if (c !== undefined) await c.quit().catch(() => c.disconnect());
+    await Promise.all(
+      this.workers.map(async (w) => {
+        await Promise.race([w.close(), new Promise((r) => setTimeout(r, timeoutMs))]);
+        await w.close(true).catch(() => {});
+      }),
+    );
+    for (const lane of LANES) await this.queues[lane].close().catch(() => {});
+    for (const c of [...this.workerConns, this.queueConn]) await c.quit().catch(() => c.disconnect());
     if (this.ownsBucket) await this.bucket.close();
     for (const [id, r] of this.pending) {
       this.pending.delete(id);

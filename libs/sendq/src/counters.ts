@@ -2,6 +2,9 @@ import type { Metrics, Refusals } from '@crowdplay/telemetry';
 import type { SendQueueOptions } from './options.ts';
 import type { Lane, LaneDepth, LimitName, OutcomeKind, RefuseReason, SendQueueStats } from './types.ts';
 
+/** The window of the lane utilisation gauge, ms: call starts in the last this many ms ÷ what the bot rate allows in it. */
+export const LANE_USE_WINDOW_MS = 10_000;
+
 /** Expired jobs are logged at most this often, ms (each line carries the count since the previous one). */
 const EXPIRED_LOG_EVERY_MS = 1_000;
 
@@ -32,6 +35,8 @@ function emptyStats(): SendQueueStats {
     windowWaits: { calls: 0, waitMs: 0 },
     pauseEndMs: 0,
     slowStartWindow: 1,
+    preempted: 0,
+    laneUtilisation: { tx: 0, board: 0 },
   };
 }
 
@@ -52,7 +57,14 @@ interface Instruments {
   bookedMs: Counter;
   windowWaits: Counter;
   windowWaitMs: Counter;
+  preempted: Counter;
   jobMs: Histogram;
+}
+
+/** What the lane utilisation is measured against: the bot rate and the queue's clock. */
+export interface LaneUseBasis {
+  botRatePerS: number;
+  now: () => number;
 }
 
 /**
@@ -61,19 +73,27 @@ interface Instruments {
  * sends_total{lane,outcome}, rate_limited_total (429s), pause_ms_total,
  * superseded_total{lane}, purged_total, failed_total, expired_total{lane}, refused_total{reason},
  * bucket_waits_total{limit}, booked_total, booked_wait_ms_total, window_waits_total, window_wait_ms_total, job_ms{lane,status} (enqueued → settled),
- * and the gauges depth{lane}, pause_end_seconds (the latest bot-wide pause's end, unix s) and
- * slow_start_window (calls let in flight now).
+ * preempted_total (board slots a reply took),
+ * and the gauges depth{lane}, pause_end_seconds (the latest bot-wide pause's end, unix s),
+ * slow_start_window (calls let in flight now) and lane_utilisation{lane} (this process's call starts of the lane
+ * in the last LANE_USE_WINDOW_MS ÷ what the bot rate allows in it).
  */
 export class QueueCounters {
   readonly stats: SendQueueStats = emptyStats();
   private expiredLoggedAtMs = -Infinity;
   private expiredSinceLog = 0;
   private readonly m: Instruments | undefined;
+  /** Call starts of the last LANE_USE_WINDOW_MS, per lane, oldest first (ms on the queue's clock). */
+  private readonly starts: Record<Lane, number[]> = { tx: [], board: [] };
 
+  /**
+   * @param use the bot rate and clock the lane utilisation is measured against; unset: it stays 0
+   */
   constructor(
     metrics: Metrics | undefined,
     private readonly refusals: Refusals | undefined,
     depth: () => LaneDepth,
+    private readonly use?: LaneUseBasis,
   ) {
     if (metrics === undefined) return;
     this.m = {
@@ -90,6 +110,7 @@ export class QueueCounters {
       bookedMs: metrics.counter('crowdplay_sendq_booked_wait_ms_total'),
       windowWaits: metrics.counter('crowdplay_sendq_window_waits_total'),
       windowWaitMs: metrics.counter('crowdplay_sendq_window_wait_ms_total'),
+      preempted: metrics.counter('crowdplay_sendq_preempted_total'),
       jobMs: metrics.histogram('crowdplay_sendq_job_ms'),
     };
     metrics.gauge('crowdplay_sendq_depth', () => {
@@ -101,6 +122,38 @@ export class QueueCounters {
     });
     metrics.gauge('crowdplay_sendq_pause_end_seconds', () => this.stats.pauseEndMs / 1000);
     metrics.gauge('crowdplay_sendq_slow_start_window', () => this.stats.slowStartWindow);
+    metrics.gauge('crowdplay_sendq_lane_utilisation', () => [
+      [this.laneUtilisation('tx'), { lane: 'tx' }],
+      [this.laneUtilisation('board'), { lane: 'board' }],
+    ]);
+  }
+
+  /** A call of `lane` starts now (`nowMs`, the queue's clock): counted in the lane utilisation. */
+  callStarted(lane: Lane, nowMs: number): void {
+    if (this.use === undefined) return;
+    const q = this.starts[lane];
+    q.push(nowMs);
+    this.trim(q, nowMs);
+  }
+
+  /** Share of the bot rate `lane`'s calls used in the last LANE_USE_WINDOW_MS (0…1; 0 without a basis). */
+  laneUtilisation(lane: Lane): number {
+    if (this.use === undefined) return 0;
+    const q = this.starts[lane];
+    this.trim(q, this.use.now());
+    return Math.round((q.length / ((this.use.botRatePerS * LANE_USE_WINDOW_MS) / 1000)) * 1000) / 1000;
+  }
+
+  private trim(q: number[], nowMs: number): void {
+    let i = 0;
+    while (i < q.length && q[i]! <= nowMs - LANE_USE_WINDOW_MS) i++;
+    if (i > 0) q.splice(0, i);
+  }
+
+  /** A reply took the booked slot of a board call (that board moved to the bot's next free slot). */
+  preempted(): void {
+    this.stats.preempted++;
+    this.m?.preempted.add(1);
   }
 
   /** The slow-start window (calls this process lets in flight now) changed to `n`. */
@@ -189,6 +242,7 @@ export class QueueCounters {
 
   /** A deep copy of the stats. */
   snapshot(): SendQueueStats {
+    this.stats.laneUtilisation = { tx: this.laneUtilisation('tx'), board: this.laneUtilisation('board') };
     return structuredClone(this.stats);
   }
 }

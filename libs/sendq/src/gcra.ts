@@ -31,8 +31,17 @@
  * key are therefore at least `T` apart, so in any half-open window of `W` µs
  * at most `ceil(W / T)` grants happen: 30 per second for the bot (T = 33,334 µs),
  * 20 per minute per group (T = 3,000,000 µs), 1 per second per chat.
+ *
+ * Lanes (priority at the bucket): a board call that books a slot is recorded
+ * (its departure, its chat). A transactional take that only the bot rate
+ * refuses takes the earliest board booking still ahead (`boardBookedUs`)
+ * instead of waiting behind every booking: it departs at that slot, and the
+ * board moves to the bot's next free slot (`rebookUs`, one `T` further, as a
+ * booking would), its chat's tats advanced from its new departure. The set
+ * of departures is the same plus one at the end, so the spacing rule holds;
+ * a reply waits at most one bot interval for boards, however many are booked.
  */
-import type { LimitName, SendLimits } from './types.ts';
+import type { Lane, LimitName, SendLimits } from './types.ts';
 
 /** Emission intervals, µs (rounded up, so a rate is never exceeded). */
 export interface Intervals {
@@ -57,6 +66,8 @@ export interface TakeState {
   chatTatUs: number;
   /** undefined when the chat is not a group. */
   groupTatUs: number | undefined;
+  /** The earliest board booking departing after now, µs (a transactional take may take its slot); undefined: none. */
+  boardBookedUs?: number;
 }
 
 /** The decision of {@link decideTake}. */
@@ -68,6 +79,11 @@ export type TakeDecision =
       groupTatUs: number | undefined;
       /** µs from now to the booked departure (0: go now). */
       waitUs: number;
+      /**
+       * Set when a transactional take took the slot of the earliest board booking (`boardBookedUs`): that
+       * board's new departure, µs (the bot's next free slot; `botTatUs` is already one `T` past it).
+       */
+      rebookUs?: number;
     }
   | { granted: false; retryUs: number; botWaitUs: number; limit: LimitName };
 
@@ -77,13 +93,35 @@ export type TakeDecision =
  * refusal, the waits (µs, > 0 for `retryUs`).
  * Ties on the longest wait name the limit in the order pause, bot, group, chat.
  * @param maxWaitUs longest wait for the bot's next slot to book instead of refusing (0: never book)
+ * @param lane `tx` may take the slot of the earliest board booking (`s.boardBookedUs`) when only the bot rate refuses
  */
-export function decideTake(s: TakeState, nowUs: number, iv: Intervals, maxWaitUs = 0): TakeDecision {
+export function decideTake(s: TakeState, nowUs: number, iv: Intervals, maxWaitUs = 0, lane: Lane = 'board'): TakeDecision {
   const pauseW = Math.max(0, s.pausedUntilUs - nowUs);
   const botW = Math.max(0, s.botTatUs - nowUs);
   const groupW = s.groupTatUs === undefined ? 0 : Math.max(0, s.groupTatUs - nowUs);
   const chatW = Math.max(0, s.chatTatUs - nowUs);
   const retryUs = Math.max(pauseW, botW, groupW, chatW);
+  if (
+    lane === 'tx' &&
+    retryUs > 0 &&
+    pauseW === 0 &&
+    groupW === 0 &&
+    chatW === 0 &&
+    s.boardBookedUs !== undefined &&
+    s.boardBookedUs > nowUs
+  ) {
+    // Priority at the bucket: the reply departs at the earliest board booking; that board moves to the next free slot.
+    const at = s.boardBookedUs;
+    const rebookUs = Math.max(s.botTatUs, nowUs);
+    return {
+      granted: true,
+      botTatUs: rebookUs + iv.botUs,
+      chatTatUs: Math.max(s.chatTatUs, at) + iv.chatUs,
+      groupTatUs: s.groupTatUs === undefined ? undefined : Math.max(s.groupTatUs, at) + iv.groupUs,
+      waitUs: at - nowUs,
+      rebookUs,
+    };
+  }
   const booked = retryUs > 0 && pauseW === 0 && groupW === 0 && chatW === 0 && botW <= maxWaitUs;
   if (retryUs > 0 && !booked) {
     const limit: LimitName = retryUs === pauseW ? 'pause' : retryUs === botW ? 'bot' : retryUs === groupW ? 'group' : 'chat';

@@ -23,10 +23,12 @@ export interface SendqKeys {
   chat(chatKey: string): string;
   /** Per-group rate GCRA tat, µs. */
   group(chatKey: string): string;
+  /** ZSET of recorded board bookings (member `<chatKey>|<group 1/0>|<id>`, score = departure µs): a reply may take the earliest. */
+  readonly bookings: string;
   /** BullMQ `prefix` option (queue keys are `{p}:<queueName>:…`). */
   readonly bullPrefix: string;
-  /** BullMQ queue name (both lanes: tx unprioritised, board prioritised). */
-  readonly queueName: string;
+  /** BullMQ queue name of each lane (`q` transactional, `qb` board): one queue and one worker per lane. */
+  readonly queueName: Readonly<Record<'tx' | 'board', string>>;
   /** Latest version (INCR counter) of a supersession key. */
   version(key: string): string;
   /** Highest producer version (`SendJobInput.version`) enqueued for a supersession key. */
@@ -46,8 +48,8 @@ export interface SendqKeys {
   readonly depth: string;
   /** INCR counter: calls of `send` started for job `id` (a restarted job never repeats a call whose outcome was lost). */
   called(id: string): string;
-  /** BullMQ's hash of job `id`. */
-  bullJob(id: string): string;
+  /** BullMQ's hash of job `id` in the queue of `lane`. */
+  bullJob(id: string, lane: 'tx' | 'board'): string;
   /** Pub/sub channel carrying `{id, result}` when a job ends (feeds `EnqueueResult.result` across processes). */
   readonly settled: string;
 }
@@ -65,8 +67,9 @@ export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
     bot: `${base}:b:bot`,
     chat: (k) => `${base}:b:chat:${k}`,
     group: (k) => `${base}:b:group:${k}`,
+    bookings: `${base}:b:bk`,
     bullPrefix: base,
-    queueName: 'q',
+    queueName: { tx: 'q', board: 'qb' },
     version: (k) => `${base}:v:${k}`,
     producerVersion: (k) => `${base}:pv:${k}`,
     deactivated: `${base}:off`,
@@ -74,7 +77,7 @@ export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
     chatJobs: (id) => `${base}:cj:${id}`,
     seq: `${base}:seq`,
     depth: `${base}:depth`,
-    bullJob: (id) => `${base}:q:${id}`,
+    bullJob: (id, lane) => `${base}:${lane === 'tx' ? 'q' : 'qb'}:${id}`,
     called: (id) => `${base}:called:${id}`,
     settled: `${base}:settled`,
   };

@@ -140,7 +140,10 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.clock = opts.clock ?? systemClock;
     this.ownsBucket = opts.bucket === undefined;
     this.bucket = opts.bucket ?? new MemoryBucket({ limits: this.o.limits, clock: this.clock });
-    this.counters = new QueueCounters(opts.metrics, opts.refusals, () => ({ ...this.depthByLane }));
+    this.counters = new QueueCounters(opts.metrics, opts.refusals, () => ({ ...this.depthByLane }), {
+      botRatePerS: this.o.limits.botRatePerS,
+      now: () => this.clock.now(),
+    });
     this.onSettled = opts.onSettled;
     this.onError = opts.onError ?? ((err, context) => console.error(`sendq ${context}:`, err));
     this.logger = opts.logger;
@@ -604,6 +607,7 @@ export class MemorySendQueue<P> implements SendQueue<P> {
     this.depthByLane[job.lane]--;
     if (job.key !== undefined && this.byKey.get(job.key) === job) this.byKey.delete(job.key);
     const view = this.view(job, r.nowMs);
+    this.counters.callStarted(job.lane, this.clock.now());
     let outcome: SendOutcome<P>;
     try {
       outcome = await send(view);

@@ -51,6 +51,8 @@ export type TakeResult =
        * pause again. The slot is at `nowMs + waitMs`.
        */
       readonly waitMs: number;
+      /** True when a transactional take took the slot of a board booking (that board moved to the bot's next free slot). */
+      readonly preempted?: boolean;
     }
   | {
       readonly granted: false;
@@ -68,6 +70,27 @@ export type TakeResult =
       readonly limit: LimitName;
     };
 
+/** The lane a take is for (priority at the bucket, gcra.ts "Lanes"). */
+export interface TakeLane {
+  /** `tx` may take the slot of the earliest board booking; `board` books behind it. */
+  lane: Lane;
+  /**
+   * Board: the id a booked grant is recorded under (unique per take), so that a reply can move it and the
+   * caller can `depart` it. Unset: a board booking is not recorded (and no reply can take its slot).
+   */
+  bookingId?: string;
+}
+
+/** Answer of {@link SendBucket.depart}. */
+export interface DepartResult {
+  /** null: the booked slot is still this call's and is now claimed (go). Else a reply took it: the board's new slot, ms (bucket clock). */
+  movedToMs: number | null;
+  /** Wait until `movedToMs`, ms (0 when claimed). */
+  waitMs: number;
+  /** Remaining bot-wide pause, ms (0 when not paused), read in the same step. */
+  pausedMs: number;
+}
+
 /**
  * The one token bucket of the bot. `take` checks the bot-wide pause, the bot
  * rate, the group rate (when `isGroup`) and the chat rate atomically: either
@@ -83,9 +106,18 @@ export interface SendBucket {
    * @param isGroup true for group chats (negative ids): adds the per-group limit
    * @param maxWaitMs when only the bot rate refuses (no pause, the chat's own limits allow) and its next
    *   free slot is at most this far, book that slot instead of refusing (gcra.ts "Booking"); 0: never
+   * @param lane the take's lane (gcra.ts "Lanes"): a `tx` take that only the bot rate refuses departs at the
+   *   earliest board booking still ahead, which moves to the bot's next free slot. @defaultValue `{lane: 'board'}`, unrecorded
    * @throws RangeError on an empty chatKey or a negative / non-finite maxWaitMs; Redis errors (ioredis) for the Redis adapter.
    */
-  take(chatKey: string, isGroup: boolean, maxWaitMs?: number): Promise<TakeResult>;
+  take(chatKey: string, isGroup: boolean, maxWaitMs?: number, lane?: TakeLane): Promise<TakeResult>;
+  /**
+   * A board call whose booked slot (`take` with a `bookingId`) is due, right before it calls: claims the slot
+   * when it is still the call's (no reply can take it after this), or tells the new slot a reply moved it to.
+   * @param atMs the departure the caller waited for, ms (the grant's `nowMs + waitMs`, or the last `depart`'s)
+   * @throws RangeError on an empty bookingId or chatKey; Redis errors for the Redis adapter.
+   */
+  depart(bookingId: string, chatKey: string, isGroup: boolean, atMs: number): Promise<DepartResult>;
   /**
    * Bot-wide pause (a 429's `retry_after`): no take is granted for `forMs`
    * from the bucket's now. A shorter pause never shortens a longer one.
@@ -241,6 +273,10 @@ export interface SendQueueStats {
   pauseEndMs: number;
   /** Calls this process lets in flight now: 1 at start and after each pause, doubled on each success up to `concurrency` (slow start). */
   slowStartWindow: number;
+  /** Replies that took the booked slot of a board call (priority at the bucket; the board moved to the next free slot). */
+  preempted: number;
+  /** Share of the bot rate each lane's calls from this process used over the last 10 s (0…1), at the time of `stats()`. */
+  laneUtilisation: Record<Lane, number>;
 }
 
 /** Jobs queued (not yet handed to `send`), by lane. */

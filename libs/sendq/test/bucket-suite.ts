@@ -125,6 +125,53 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     assert.deepEqual(again, { granted: false, nowMs: 5_000_300, retryAfterMs: 934, botWaitMs: 1, limit: 'chat' });
   });
 
+  void test(`${name} - bucket: lanes - a reply departs at the earliest board booking, which moves to the next free slot`, async (t) => {
+    const { bucket, clock } = await setup(t);
+    const board = (id: string): { lane: 'board'; bookingId: string } => ({ lane: 'board', bookingId: id });
+    assert.deepEqual(await bucket.take('10', false, 250, board('b0')), { granted: true, nowMs: 5_000_000, waitMs: 0 });
+    const waits: number[] = [];
+    for (const [chat, id] of [
+      ['11', 'b1'],
+      ['12', 'b2'],
+      ['13', 'b3'],
+      ['14', 'b4'],
+    ] as const) {
+      const r = await bucket.take(chat, false, 250, board(id));
+      if (r.granted) waits.push(r.waitMs);
+    }
+    assert.deepEqual(waits, [33.334, 66.668, 100.002, 133.336]);
+    // Only the bot rate refuses the reply: it takes b1's slot instead of waiting behind four boards.
+    assert.deepEqual(await bucket.take('99', false, 0, { lane: 'tx' }), {
+      granted: true,
+      nowMs: 5_000_000,
+      waitMs: 33.334,
+      preempted: true,
+    });
+    // b1 learns at its slot that it moved to the bot's next free slot; b2's slot is still its own and is claimed.
+    assert.deepEqual(await bucket.depart('b1', '11', false, 5_000_033.334), { movedToMs: 5_000_166.67, waitMs: 166.67, pausedMs: 0 });
+    clock.advance(67);
+    assert.deepEqual(await bucket.depart('b2', '12', false, 5_000_066.668), { movedToMs: null, waitMs: 0, pausedMs: 0 });
+    // A claimed slot is not taken: the next reply takes b3's (100.002 ms), not b2's, which has departed.
+    assert.deepEqual(await bucket.take('98', false, 0, { lane: 'tx' }), {
+      granted: true,
+      nowMs: 5_000_067,
+      waitMs: 33.002,
+      preempted: true,
+    });
+    // Boards book behind everything and never take a booking: the next free slot is after b1's and b3's new ones.
+    assert.deepEqual(await bucket.take('15', false, 250), { granted: true, nowMs: 5_000_067, waitMs: 166.338 });
+    assert.deepEqual(await bucket.take('16', false, 0), {
+      granted: false,
+      nowMs: 5_000_067,
+      retryAfterMs: 200,
+      botWaitMs: 200,
+      limit: 'bot',
+    });
+    // The moved board's own limit counts from its new slot (+166.67 ms): chat 11 may go again at +1,166.67 ms.
+    clock.set(5_001_100);
+    assert.deepEqual(await bucket.take('11', false), { granted: false, nowMs: 5_001_100, retryAfterMs: 67, botWaitMs: 0, limit: 'chat' });
+  });
+
   void test(`${name} - bucket: booking never books past a pause or a chat's own limit`, async (t) => {
     const { bucket, clock } = await setup(t);
     assert.equal((await bucket.take('-1', true, 250)).granted, true);

@@ -161,6 +161,50 @@ void test(
   },
 );
 
+void test(
+  'bullmq - lanes: with the board lane saturated, a reply departs within one board slot of its enqueue, and boards fill every other slot',
+  { timeout: 30_000 },
+  async (t) => {
+    const prefix = uniquePrefix();
+    const clock = scaledClock(1);
+    const q = await BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM_LIMITS, clock, concurrency: 8 });
+    closeAfter(t, prefix, q);
+    const calls: Array<{ lane: string; n: number; grantedAtMs: number }> = [];
+    // Telegram answers in ~100 ms: every board worker holds its slot for a booked wait and a call.
+    q.start(async (job) => {
+      calls.push({ lane: job.lane, n: job.payload.n, grantedAtMs: job.grantedAtMs });
+      await new Promise((r) => setTimeout(r, 100));
+      return { ok: true };
+    });
+    const boards = [];
+    for (let n = 1; n <= 90; n++) {
+      const e = await q.enqueue({ chatId: 7_000 + n, lane: 'board', payload: { n } });
+      if (e.status === 'queued') boards.push(e.result);
+    }
+    // Replies arrive while the board lane is busy, one at a time.
+    const waits: number[] = [];
+    for (let k = 1; k <= 5; k++) {
+      while (calls.filter((c) => c.lane === 'board').length < 15 * k) await new Promise((r) => setTimeout(r, 5));
+      const at = clock.now();
+      const e = await q.enqueue({ chatId: 8_000 + k, lane: 'tx', payload: { n: 1_000 + k } });
+      assert.equal(e.status, 'queued');
+      if (e.status === 'queued') assert.equal((await e.result).status, 'sent');
+      const tx = calls.find((c) => c.n === 1_000 + k)!;
+      // Board calls whose slot came between the reply's enqueue and its own slot: the one departing, at most one more.
+      waits.push(calls.filter((c) => c.lane === 'board' && c.grantedAtMs > at && c.grantedAtMs < tx.grantedAtMs).length);
+    }
+    await Promise.all(boards);
+    assert.ok(
+      waits.every((w) => w <= 2),
+      `board slots ahead of each reply: ${waits.join(', ')}`,
+    );
+    assert.ok(q.stats().preempted > 0, 'the replies took booked board slots');
+    const slots = calls.map((c) => c.grantedAtMs).sort((a, b) => a - b);
+    for (let i = 1; i < slots.length; i++)
+      assert.ok(slots[i]! - slots[i - 1]! >= 33.333, `slots ${slots[i - 1]} and ${slots[i]} closer than 1000/30 ms`);
+  },
+);
+
 void test('bullmq - a negative botBookMs is refused with CP_ERR_CONFIG_INVALID and opens nothing', async () => {
   await assert.rejects(
     BullmqSendQueue.open<TestPayload>({ redisUrl: REDIS_URL, prefix: uniquePrefix(), limits: TELEGRAM_LIMITS, botBookMs: -1 }),

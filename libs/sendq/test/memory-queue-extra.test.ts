@@ -94,6 +94,12 @@ void test('memory - telemetry: sends, 429s, pause ms, depth, superseded, purged 
   );
   assert.equal(lines.filter((l) => l.area === 'sendq').length, 1, 'logged once per interval');
   assert.ok(value(/crowdplay_sendq_bucket_waits_total\{limit="bot"[^}]*\} (\d+)/) >= 1, 'bot waits counted');
+  // Two call starts per lane (tx: the 429 and its retry) within the last 10 s, of the 300 the bot rate allows there.
+  assert.equal(value(/crowdplay_sendq_lane_utilisation\{lane="tx"[^}]*\} ([\d.]+)/), 0.007);
+  assert.equal(value(/crowdplay_sendq_lane_utilisation\{lane="board"[^}]*\} ([\d.]+)/), 0.007);
+  assert.deepEqual(q.stats().laneUtilisation, { tx: 0.007, board: 0.007 });
+  clock.advance(10_000);
+  assert.deepEqual(q.stats().laneUtilisation, { tx: 0, board: 0 }, 'ten seconds later the window is empty');
   assert.equal(settled.length, 6, JSON.stringify(settled));
   assert.deepEqual(
     settled.find(([, st]) => st === 'superseded'),

@@ -398,11 +398,21 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
       30_000,
       () => `${calls.length} calls`,
     );
-    assert.deepEqual(
-      calls.slice(0, 6).map((c) => c.lane),
-      ['tx', 'tx', 'tx', 'tx', 'tx', 'tx'],
-      JSON.stringify(calls.map((c) => c.n)),
-    );
+    if (h.queue.kind === 'memory') {
+      // One dispatcher serves both lanes: with one slot, every reply goes first.
+      assert.deepEqual(
+        calls.slice(0, 6).map((c) => c.lane),
+        ['tx', 'tx', 'tx', 'tx', 'tx', 'tx'],
+        JSON.stringify(calls.map((c) => c.n)),
+      );
+    } else {
+      // BullMQ: one worker per lane, so boards use the slots replies leave idle (the priority is at the bucket:
+      // bucket-suite "lanes", and bullmq-queue.test.ts under a saturated board lane); each lane keeps its order.
+      assert.deepEqual(
+        calls.filter((c) => c.lane === 'tx').map((c) => c.n),
+        [101, 102, 103, 104, 105, 111],
+      );
+    }
     const inChat = calls.filter((c) => c.chatId === -11).map((c) => c.n);
     assert.deepEqual(inChat, [111, 1], 'within a chat too');
   });

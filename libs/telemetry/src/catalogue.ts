@@ -1015,6 +1015,20 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_sendq_preempted_total',
+    type: 'counter',
+    unit: '1',
+    help: "Replies that took a board call's booked slot of the bot rate (the board moved to the next free slot): replies never wait behind boards",
+    labels: {},
+  },
+  {
+    name: 'crowdplay_sendq_lane_utilisation',
+    type: 'gauge',
+    unit: '1',
+    help: "Share of the bot rate (TELEGRAM_BOT_RATE_PER_S) this process's calls of the lane used over the last 10 s, 0-1: the lanes' sum near 1 while boards wait is a bucket used in full",
+    labels: { lane: LANES },
+  },
+  {
     name: 'crowdplay_sendq_slow_start_window',
     type: 'gauge',
     unit: '1',
