@@ -938,7 +938,16 @@ export const schema = {
       default: 22,
       min: 1,
       unit: 'per second',
-      doc: 'Board edits per second the scheduler plans for (below TELEGRAM_BOT_RATE_PER_S, 25, leaving 3/s for the transactional lane).',
+      doc: 'Board edits per second the scheduler always plans for: a floor, beyond which boards take the idle slots (BOARD_SEND_AHEAD_MS).',
+    }),
+    sendAheadMs: int({
+      env: 'BOARD_SEND_AHEAD_MS',
+      default: 1_000,
+      min: 0,
+      max: 60_000,
+      unit: 'ms',
+      doc: 'Beyond the send budget, boards are handed on while fewer are waiting than the bot rate sends in this long (0: the budget is a ceiling).',
+      why: '1,000 dirty boards beside replies at 0.5/s (`npm run bench -- board-ahead`): sent in 44.7 s at 0 (0.915 of the bucket), 40.8 s at 1,000 (1.0; the floor 40.8 s).',
     }),
     maxBacklog: int({
       env: 'BOARD_MAX_BACKLOG',

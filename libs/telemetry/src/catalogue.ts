@@ -706,6 +706,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_board_ahead_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Boards handed on beyond BOARD_SEND_BUDGET_PER_S so that the board lane holds BOARD_SEND_AHEAD_MS of work for the slots replies leave idle',
+    labels: {},
+  },
+  {
     name: 'crowdplay_board_backlog_held_total',
     type: 'counter',
     unit: '1',

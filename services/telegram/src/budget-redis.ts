@@ -14,11 +14,13 @@
 import { createHash } from 'node:crypto';
 import { connectRedis } from '@crowdplay/sendq';
 import type { Redis } from 'ioredis';
-import type { BoardBudget } from './scheduler.ts';
+import type { BoardBudget, BudgetGrant } from './scheduler.ts';
 
 /**
  * KEYS: 1 the hash. ARGV: 1 now µs ('' = Redis TIME), 2 sends per s, 3 render ms per s,
- * 4… the boards' render charges, ms. Replies the number granted.
+ * 4 look-ahead: beyond the send tokens boards are granted on their render charge alone while fewer than this many
+ * were granted in all, 5… the boards' render charges, ms.
+ * Replies {granted, of those beyond the send tokens}.
  */
 export const BOARD_BUDGET_LUA = `
 local now
@@ -37,17 +39,25 @@ local t = tonumber(h[3]) or now
 local dt = math.max(0, now - t) / 1000000
 s = math.min(sendMax, s + dt * sendMax)
 r = math.min(renderMax, r + dt * renderMax)
+local ahead = tonumber(ARGV[4])
 local n = 0
-for i = 4, #ARGV do
+local a = 0
+for i = 5, #ARGV do
   local c = math.min(tonumber(ARGV[i]), renderMax)
-  if s < 1 or r < c then break end
-  s = s - 1
+  if r < c then break end
+  if s >= 1 then
+    s = s - 1
+  elseif n < ahead then
+    a = a + 1
+  else
+    break
+  end
   r = r - c
   n = n + 1
 end
 redis.call('HSET', KEYS[1], 's', string.format('%.6f', s), 'r', string.format('%.6f', r), 't', string.format('%d', math.max(t, now)))
 redis.call('PEXPIRE', KEYS[1], 60000)
-return n
+return {n, a}
 `;
 const SHA = createHash('sha1').update(BOARD_BUDGET_LUA).digest('hex');
 const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
@@ -98,12 +108,14 @@ export class RedisBoardBudget implements BoardBudget {
     return new RedisBoardBudget(redis, owned, o);
   }
 
-  async take(chargesMs: readonly number[], nowMs: number): Promise<number> {
-    if (chargesMs.length === 0) return 0;
+  async take(chargesMs: readonly number[], nowMs: number, ahead = 0): Promise<BudgetGrant> {
+    if (chargesMs.length === 0) return { granted: 0, ahead: 0 };
+    if (!(Number.isInteger(ahead) && ahead >= 0)) throw new RangeError(`ahead must be an integer ≥ 0, got ${ahead}`);
     const args = [
       this.o.callerClock ? String(Math.round(nowMs * 1000)) : '',
       this.o.sendBudgetPerS,
       this.o.renderBudgetMsPerS,
+      ahead,
       ...chargesMs,
     ];
     let r: unknown;
@@ -113,7 +125,8 @@ export class RedisBoardBudget implements BoardBudget {
       if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
       r = await this.redis.eval(BOARD_BUDGET_LUA, 1, this.key, ...args);
     }
-    return Number(r);
+    const [granted, beyond] = r as [number, number];
+    return { granted: Number(granted), ahead: Number(beyond) };
   }
 
   async close(): Promise<void> {

@@ -179,6 +179,7 @@ export class ChatBoards {
   private readonly now: () => number;
   private readonly heldBack;
   private readonly heldByBacklog;
+  private readonly aheadTotal;
   private readonly peerSub: Subscription | null = null;
   /** Cluster mode: the update_id of the last board op seen per chat (bounded: MAX_OPS_REMEMBERED, oldest forgotten). */
   private readonly lastOp = new Map<number, number>();
@@ -203,6 +204,7 @@ export class ChatBoards {
       });
     }
     this.heldByBacklog = m.counter('crowdplay_board_backlog_held_total');
+    this.aheadTotal = m.counter('crowdplay_board_ahead_total');
     this.heldBack = m.counter('crowdplay_board_budget_held_total');
   }
 
@@ -478,6 +480,7 @@ export class ChatBoards {
       }
       if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
       if (this.d.scheduler.heldByBacklog > 0) this.heldByBacklog.add(this.d.scheduler.heldByBacklog);
+      if (this.d.scheduler.ahead > 0) this.aheadTotal.add(this.d.scheduler.ahead);
       const jobs = due.map(async ({ chatId, version: dueVersion }) => {
         const w = this.chats.get(chatId);
         const state = w ? this.shown(w) : null;

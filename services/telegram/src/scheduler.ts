@@ -51,6 +51,17 @@
  *                     1000 × Σ_dirty renderMs(cards_i) ÷ BOARD_RENDER_BUDGET_MS_PER_S,
  *                     1000 × (N_dirty + backlog) ÷ rate )
  *
+ * The send budget is a floor, not a ceiling: the bucket (TELEGRAM_BOT_RATE_PER_S)
+ * lets boards use every slot the transactional lane leaves idle (libs/sendq,
+ * "Lanes"), and a board lane that runs dry wastes them. So with `aheadMs`
+ * (BOARD_SEND_AHEAD_MS) boards beyond the send budget are handed on while the
+ * backlog is below what the bot rate sends in `aheadMs`
+ * (ceil(botRatePerS × aheadMs / 1000) − backlog − the boards the budget
+ * granted this pass), each still charged its render cost (`ahead`, counted in
+ * crowdplay_board_ahead_total). The backlog stays about one `aheadMs` deep, so
+ * a board waits at most that long behind the others, and the drain rate the
+ * interval assumes may reach the bot rate.
+ *
  * The budgets are the bot's, not a process's: with REDIS_URL every gateway's
  * scheduler takes its tokens from one Redis bucket (`RedisBoardBudget`,
  * budget-redis.ts; `dueFrom`), so N gateways together stay within them. The
@@ -66,9 +77,20 @@ export interface BoardBudget {
   /**
    * @param chargesMs each board's render charge, ms (≤ BOARD_RENDER_BUDGET_MS_PER_S), in priority order
    * @param nowMs the caller's clock (the in-process budget; the Redis one reads Redis TIME unless given a test clock)
-   * @returns how many of the boards, from the first, were granted (their tokens are taken)
+   * @param ahead once the send tokens run out, boards are still granted on their render charge alone while fewer
+   *   than this many have been granted in all (the scheduler's look-ahead, BOARD_SEND_AHEAD_MS). @defaultValue 0
+   * @returns how many of the boards, from the first, were granted (their tokens are taken), and how many of
+   *   those were granted beyond the send tokens
    */
-  take(chargesMs: readonly number[], nowMs: number): Promise<number>;
+  take(chargesMs: readonly number[], nowMs: number, ahead?: number): Promise<BudgetGrant>;
+}
+
+/** Answer of {@link BoardBudget.take}. */
+export interface BudgetGrant {
+  /** Boards granted, from the first. */
+  granted: number;
+  /** Of those, the ones granted beyond the send tokens (on their render charge alone). */
+  ahead: number;
 }
 
 /** The in-process budget: both buckets refilled continuously, holding at most one second's worth. */
@@ -91,7 +113,7 @@ export class MemoryBoardBudget implements BoardBudget {
   }
 
   /** {@link BoardBudget.take}, synchronously. */
-  takeNow(chargesMs: readonly number[], nowMs: number): number {
+  takeNow(chargesMs: readonly number[], nowMs: number, ahead = 0): BudgetGrant {
     if (this.refilledAtMs !== null) {
       const s = Math.max(0, nowMs - this.refilledAtMs) / 1000;
       this.sendTokens = Math.min(this.sendBudgetPerS, this.sendTokens + s * this.sendBudgetPerS);
@@ -99,17 +121,20 @@ export class MemoryBoardBudget implements BoardBudget {
     }
     this.refilledAtMs = this.refilledAtMs === null ? nowMs : Math.max(this.refilledAtMs, nowMs);
     let n = 0;
+    let a = 0;
     for (const charge of chargesMs) {
-      if (this.sendTokens < 1 || this.renderTokensMs < charge) break;
-      this.sendTokens -= 1;
+      if (this.renderTokensMs < charge) break;
+      if (this.sendTokens >= 1) this.sendTokens -= 1;
+      else if (n < ahead) a++;
+      else break;
       this.renderTokensMs -= charge;
       n++;
     }
-    return n;
+    return { granted: n, ahead: a };
   }
 
-  take(chargesMs: readonly number[], nowMs: number): Promise<number> {
-    return Promise.resolve(this.takeNow(chargesMs, nowMs));
+  take(chargesMs: readonly number[], nowMs: number, ahead = 0): Promise<BudgetGrant> {
+    return Promise.resolve(this.takeNow(chargesMs, nowMs, ahead));
   }
 }
 
@@ -128,6 +153,13 @@ export interface RefreshSchedulerOptions {
    * 0 = no limit. @defaultValue 0
    */
   maxBacklog?: number;
+  /**
+   * BOARD_SEND_AHEAD_MS: beyond the send budget, boards are handed on while the backlog holds less than the bot
+   * rate sends in this long (each still charged its render cost). 0 = the send budget is a ceiling. @defaultValue 0
+   */
+  aheadMs?: number;
+  /** TELEGRAM_BOT_RATE_PER_S: what the look-ahead (`aheadMs`) is measured in. Required when `aheadMs` > 0. */
+  botRatePerS?: number;
   /**
    * A board handed on and neither `delivered` nor `undelivered` this long after, ms, counts as undelivered
    * (its chat is due again). 0 = never: a board handed on counts as shown until told otherwise. @defaultValue 0
@@ -159,6 +191,8 @@ export class RefreshScheduler {
   heldBack = 0;
   /** Boards that were ready at the last `due` / `dueFrom` but held back because the backlog was at BOARD_MAX_BACKLOG. */
   heldByBacklog = 0;
+  /** Boards handed on at the last `due` / `dueFrom` beyond the send budget, to keep BOARD_SEND_AHEAD_MS of work queued. */
+  ahead = 0;
   /** Boards handed on and not sent yet, as last reported (`setBacklog`). */
   backlog = 0;
   /** Estimated rate boards leave the backlog, boards/s (starts at the send budget). */
@@ -176,6 +210,10 @@ export class RefreshScheduler {
       throw new RangeError(`maxBacklog must be an integer ≥ 0, got ${o.maxBacklog}`);
     if (o.confirmTimeoutMs !== undefined && !(Number.isFinite(o.confirmTimeoutMs) && o.confirmTimeoutMs >= 0))
       throw new RangeError(`confirmTimeoutMs must be a finite number ≥ 0, got ${o.confirmTimeoutMs}`);
+    if (o.aheadMs !== undefined && !(Number.isFinite(o.aheadMs) && o.aheadMs >= 0))
+      throw new RangeError(`aheadMs must be a finite number ≥ 0, got ${o.aheadMs}`);
+    if ((o.aheadMs ?? 0) > 0 && !(o.botRatePerS !== undefined && o.botRatePerS > 0))
+      throw new RangeError(`botRatePerS must be > 0 when aheadMs > 0, got ${o.botRatePerS}`);
     this.intervalMs = o.minIntervalMs;
     this.drainPerS = o.sendBudgetPerS;
     this.local = new MemoryBoardBudget(o.sendBudgetPerS, o.renderBudgetMsPerS);
@@ -275,12 +313,21 @@ export class RefreshScheduler {
    */
   due(nowMs: number): Array<{ chatId: number; version: number; cards: number }> {
     const ready = this.roomFor(this.ready(nowMs));
-    const n = this.local.takeNow(
+    const g = this.local.takeNow(
       ready.map((r) => r.charge),
       nowMs,
+      this.aheadRoom(),
     );
-    this.heldBack = ready.length - n;
-    return ready.slice(0, n).map(({ charge: _, ...d }) => d);
+    this.ahead = g.ahead;
+    this.heldBack = ready.length - g.granted;
+    return ready.slice(0, g.granted).map(({ charge: _, ...d }) => d);
+  }
+
+  /** Boards the look-ahead wants handed on now, the budget's included: what the bot rate sends in `aheadMs`, less the backlog. */
+  private aheadRoom(): number {
+    const aheadMs = this.o.aheadMs ?? 0;
+    if (aheadMs === 0) return 0;
+    return Math.max(0, Math.ceil(((this.o.botRatePerS ?? 0) * aheadMs) / 1000) - this.backlog);
   }
 
   /**
@@ -291,13 +338,16 @@ export class RefreshScheduler {
   async dueFrom(budget: BoardBudget, nowMs: number): Promise<Array<{ chatId: number; version: number; cards: number }>> {
     const ready = this.roomFor(this.ready(nowMs));
     this.heldBack = 0;
+    this.ahead = 0;
     if (ready.length === 0) return [];
-    const n = await budget.take(
+    const g = await budget.take(
       ready.map((r) => r.charge),
       nowMs,
+      this.aheadRoom(),
     );
-    this.heldBack = ready.length - n;
-    return ready.slice(0, n).map(({ charge: _, ...d }) => d);
+    this.ahead = g.ahead;
+    this.heldBack = ready.length - g.granted;
+    return ready.slice(0, g.granted).map(({ charge: _, ...d }) => d);
   }
 
   /** The first of `ready` that fit under BOARD_MAX_BACKLOG; sets `heldByBacklog` to the rest. */
@@ -323,7 +373,9 @@ export class RefreshScheduler {
       costMs += cost;
       if (nowMs - e.lastSentMs >= this.o.minIntervalMs) ready.push({ chatId, e, cost });
     }
-    const rate = this.backlog > 0 ? Math.min(this.o.sendBudgetPerS, Math.max(MIN_DRAIN_PER_S, this.drainPerS)) : this.o.sendBudgetPerS;
+    // With the look-ahead boards may leave at up to the bot rate (the budget is a floor).
+    const maxRate = (this.o.aheadMs ?? 0) > 0 ? Math.max(this.o.sendBudgetPerS, this.o.botRatePerS ?? 0) : this.o.sendBudgetPerS;
+    const rate = this.backlog > 0 ? Math.min(maxRate, Math.max(MIN_DRAIN_PER_S, this.drainPerS)) : this.o.sendBudgetPerS;
     const raw = Math.max(this.o.minIntervalMs, (1000 * costMs) / this.o.renderBudgetMsPerS, (1000 * (dirty + this.backlog)) / rate);
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);

@@ -134,6 +134,9 @@ export async function startTelegram(deps: {
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
     costMs: (cards) => renderCost(cards).ms,
     maxBacklog: config.board.maxBacklog,
+    // The send budget is a floor: boards also take the slots replies leave idle, kept BOARD_SEND_AHEAD_MS ahead.
+    aheadMs: config.board.sendAheadMs,
+    botRatePerS: t.botRatePerS,
     confirmTimeoutMs: oneProcess ? BOARD_CONFIRM_TIMEOUT_MS : 0,
   });
   // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).

@@ -109,14 +109,22 @@ describe('board budget shared by every gateway (Redis)', () => {
     await assert.rejects(RedisBoardBudget.open({ redisUrl, prefix: 'x', sendBudgetPerS: 0, renderBudgetMsPerS: 1 }), RangeError);
     await assert.rejects(RedisBoardBudget.open({ redisUrl, prefix: 'x', sendBudgetPerS: 1, renderBudgetMsPerS: Number.NaN }), RangeError);
     const b = await open(uniqueName('bb'), 3, 1_000);
-    assert.equal(await b.take([], 0), 0);
+    assert.deepEqual(await b.take([], 0), { granted: 0, ahead: 0 });
     assert.equal(await redis.exists(b.key), 0, 'no key written for nothing');
-    assert.equal(await b.take([1, 1, 1, 1, 1], 0), 3, 'full: three sends');
-    assert.equal(await b.take([1], 0), 0, 'empty at the same instant');
-    assert.equal(await b.take([1, 1], 1_000 / 3 + 1), 1, 'one send token back after a third of a second');
+    assert.deepEqual(await b.take([1, 1, 1, 1, 1], 0), { granted: 3, ahead: 0 }, 'full: three sends');
+    assert.deepEqual(await b.take([1], 0), { granted: 0, ahead: 0 }, 'empty at the same instant');
+    assert.deepEqual(await b.take([1, 1], 1_000 / 3 + 1), { granted: 1, ahead: 0 }, 'one send token back after a third of a second');
+    // Beyond the send tokens, up to `ahead` boards go on their render charge alone (the look-ahead).
+    assert.deepEqual(
+      await b.take([600, 600, 1], 1_000 / 3 + 1, 2),
+      { granted: 1, ahead: 1 },
+      'the render budget still binds (999 ms left)',
+    );
+    await assert.rejects(b.take([1], 0, -1), RangeError);
     // Redis TIME (production): a fresh budget grants its burst.
     const t = await RedisBoardBudget.open({ redisUrl, prefix: uniqueName('bb'), sendBudgetPerS: 2, renderBudgetMsPerS: 1_000 });
     opened.push(t);
-    assert.equal(await t.take([1, 1, 1], 0), 2);
+    assert.deepEqual(await t.take([1, 1, 1], 0), { granted: 2, ahead: 0 });
+    assert.deepEqual(await t.take([1, 1, 1], 0, 2), { granted: 2, ahead: 2 }, 'the send tokens are gone: two go ahead');
   });
 });

@@ -200,7 +200,10 @@ test('ChatBoards - a change that arrives while the budget is asked goes out in t
   const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
   // The bot-wide budget (Redis in the cluster) answers later: the chat's state changes meanwhile.
   let grant: (n: number) => void = () => undefined;
-  const budget = { kind: 'redis' as const, take: () => new Promise<number>((r) => (grant = r)) };
+  const budget = {
+    kind: 'redis' as const,
+    take: () => new Promise<{ granted: number; ahead: number }>((r) => (grant = (n) => r({ granted: n, ahead: 0 }))),
+  };
   const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, budget, telemetry, now: () => now });
   const publish = (ev: number, marks: string[]): void =>
     bus.publish(

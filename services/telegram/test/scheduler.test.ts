@@ -204,3 +204,33 @@ test('scheduler - a board not delivered makes its chat due again, unless a newer
       RangeError,
     );
 });
+
+test('scheduler - look-ahead: the send budget is a floor; beyond it boards go while less than aheadMs of the bot rate waits', () => {
+  const opts = { renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost };
+  const s = new RefreshScheduler({ ...opts, aheadMs: 1_000, botRatePerS: 25 });
+  const ceiling = new RefreshScheduler(opts);
+  for (let c = 1; c <= 100; c++) {
+    s.changed(c, 1, 4, 0);
+    ceiling.changed(c, 1, 4, 0);
+  }
+  assert.equal(ceiling.due(0).length, 10, 'without it the budget is a ceiling');
+  s.setBacklog(0, 0);
+  const first = s.due(0);
+  assert.equal(first.length, 25, "the budget's 10, then 15 ahead: one second of the bot rate");
+  assert.equal(s.ahead, 15);
+  for (const d of first) s.sent(d.chatId, d.version, 0);
+  // A full backlog: only the floor (2.5 send tokens refilled in 250 ms).
+  s.setBacklog(25, 250);
+  assert.equal(s.due(250).length, 2);
+  assert.equal(s.ahead, 0);
+  // The lane drained to 10: topped up to 25 (3 from the budget, 12 ahead).
+  s.setBacklog(10, 500);
+  assert.equal(s.due(500).length, 15);
+  assert.equal(s.ahead, 12);
+  // The render budget still binds the boards ahead: 100 ms/s at 21.8 ms a board is 4 boards.
+  const render = new RefreshScheduler({ ...opts, renderBudgetMsPerS: 100, aheadMs: 1_000, botRatePerS: 25 });
+  for (let c = 1; c <= 100; c++) render.changed(c, 1, 4, 0);
+  assert.equal(render.due(0).length, 4);
+  assert.throws(() => new RefreshScheduler({ ...opts, aheadMs: 1_000 }), RangeError);
+  assert.throws(() => new RefreshScheduler({ ...opts, aheadMs: -1, botRatePerS: 25 }), RangeError);
+});
