@@ -48,6 +48,7 @@ export {
   runRolloverScenario,
   actAckShare,
   allowedSends,
+  stalenessFloor,
   BUCKET_RATES,
   msSummary,
   DEFAULT_DATABASE_URL,

@@ -16,7 +16,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadtestCli } from './cli.ts';
-import { actAckShare, allowedSends, metricValue, msSummary, playerWords, type RolloverReport } from '@crowdplay/loadtest';
+import { actAckShare, allowedSends, metricValue, msSummary, playerWords, stalenessFloor, type RolloverReport } from '@crowdplay/loadtest';
 
 const CHATS = 30;
 const PLAYERS = 3;
@@ -64,6 +64,22 @@ describe('loadtest rollover - helpers', () => {
     // A chat pending later starts when it starts.
     assert.equal(allowedSends([[5_000, 5_000]], R30), 1);
     assert.equal(allowedSends([]), 0);
+  });
+
+  it('stalenessFloor: the boards not shown at the last change, at the bot rate', () => {
+    const chats = [
+      { lastChangeMs: 1_000, finalAtMs: 2_000 }, // shown before the last change: not counted
+      { lastChangeMs: 5_000, finalAtMs: 9_000 },
+      { lastChangeMs: 3_000, finalAtMs: 6_000 },
+      { lastChangeMs: 4_000, finalAtMs: undefined }, // never shown: counted
+    ];
+    assert.deepEqual(stalenessFloor(chats, 25), { dirty: 3, floorMs: 120 });
+    assert.deepEqual(stalenessFloor([], 25), { dirty: 0, floorMs: 0 });
+    assert.deepEqual(stalenessFloor(Array.from({ length: 1_000 }, () => ({ lastChangeMs: 0, finalAtMs: 1 })), 25), {
+      dirty: 1_000,
+      floorMs: 40_000,
+    });
+    assert.throws(() => stalenessFloor(chats, 0), RangeError);
   });
 
   it('msSummary: nearest rank; null on no samples', () => {
@@ -135,6 +151,7 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.equal(r.boards.finalCorrect, CHATS, r.boards.samples.join('\n'));
     assert.equal(r.boards.duplicates, 0);
     assert.equal(r.boards.stalenessMs.count, CHATS);
+    assert.ok(r.boards.stalenessFloorMs > 0 && r.boards.dirtyAtLastChange > 0, `floor ${r.boards.stalenessFloorMs} ms`);
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
     if (r.product.mode === 'standalone') {

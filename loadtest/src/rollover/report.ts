@@ -125,6 +125,13 @@ export interface RolloverReport {
     /** Chats with more than one board photo message at the end (a duplicate board). */
     duplicates: number;
     stalenessMs: MsSummary;
+    /**
+     * The time the bucket (TELEGRAM_BOT_RATE_PER_S) needs to send the boards that were dirty at the last state
+     * change of the guessing, ms (`stalenessFloor`): what a bucket used in full cannot beat.
+     */
+    stalenessFloorMs: number;
+    /** Chats whose final board was not shown yet at the last state change of the guessing. */
+    dirtyAtLastChange: number;
     /** The product's crowdplay_board_interval_ms: the last value seen and the largest. */
     intervalMs: { last: number | null; max: number | null };
     /** Up to 10 chats whose final board was wrong or missing. */
@@ -219,6 +226,7 @@ export function formatRolloverReport(r: RolloverReport): string {
       `${fmt(r.boards.chats)} / ${fmt(r.boards.delivered)} / ${fmt(r.boards.finalCorrect)}; unverifiable ${fmt(r.boards.unverifiable)}; duplicates ${fmt(r.boards.duplicates)}`,
     ],
     ['board staleness ms', lat(r.boards.stalenessMs)],
+    ['board staleness floor', `${fmt(r.boards.stalenessFloorMs)} ms (${fmt(r.boards.dirtyAtLastChange)} boards dirty at the last change)`],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
     ['error log lines', fmt(r.errorLogLines)],
     [

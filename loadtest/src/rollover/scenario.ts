@@ -165,6 +165,24 @@ export function allowedSends(
   return total;
 }
 
+/**
+ * The staleness floor: the time the product's bucket needs to send the boards that were dirty when the guessing
+ * ended. At the last state change of any chat, every chat whose final board had not been applied yet still needs
+ * one send; the bucket sends at most one every 1000 / botPerS ms (distinct chats, so no chat's own limit binds).
+ * @param chats per chat with a change, its last change and when its final board was applied (undefined: never), ms
+ * @returns {dirty: boards not yet shown at the last change, floorMs: dirty × 1000 / botPerS, rounded up}; 0 and 0 with no chat
+ */
+export function stalenessFloor(
+  chats: ReadonlyArray<{ lastChangeMs: number; finalAtMs: number | undefined }>,
+  botPerS: number = BUCKET_RATES.botPerS,
+): { dirty: number; floorMs: number } {
+  if (!(botPerS > 0)) throw new RangeError(`botPerS must be > 0, got ${botPerS}`);
+  if (chats.length === 0) return { dirty: 0, floorMs: 0 };
+  const end = Math.max(...chats.map((c) => c.lastChangeMs));
+  const dirty = chats.filter((c) => c.finalAtMs === undefined || c.finalAtMs > end).length;
+  return { dirty, floorMs: Math.ceil((dirty * 1000) / botPerS) };
+}
+
 /** Calls matching `pick` per whole second after `fromMs` (index 0 = [fromMs, fromMs + 1 s)). */
 function perSecond(calls: readonly CallRecord[], fromMs: number, pick: (c: CallRecord) => boolean): number[] {
   const out: number[] = [];
@@ -468,6 +486,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     let unverifiable = 0;
     let chatsWithChanges = 0;
     const staleness: number[] = [];
+    const finals: Array<{ lastChangeMs: number; finalAtMs: number | undefined }> = [];
     const samples: string[] = [];
     const pending: Array<[number, number]> = [];
     for (let i = 0; i < o.chats; i++) {
@@ -484,6 +503,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       }
       const sha = expected.get(i)!;
       const fin = finalAt.get(i);
+      finals.push({ lastChangeMs: c.lastChangeMs, finalAtMs: fin });
       const last = lastPhoto.get(i);
       if (last !== undefined && sha.startsWith(last.photo)) {
         finalCorrect++;
@@ -538,6 +558,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       });
       const stale = msSummary(staleness).p95;
       const interval = sampler!.intervalMax;
+      const floorMs = stalenessFloor(finals).floorMs;
       return {
         crashes: t(duringRun ? 1 : 0, '= 0', (v) => v === 0),
         telegram429: t(st.rejected429, '= 0', (v) => v === 0),
@@ -547,7 +568,12 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
           `≤ 0 (staleness p95 − the largest crowdplay_board_interval_ms, ${interval ?? '–'} ms)`,
           (v) => v <= 0,
         ),
-        utilisation: t(utilisation, '≥ 0.8', (v) => v >= 0.8),
+        stalenessP95OverFloor: t(
+          stale === null || floorMs === 0 ? null : Math.round((stale / floorMs) * 1000) / 1000,
+          `≤ 1.25 (staleness p95 ÷ boards.stalenessFloorMs, ${floorMs} ms)`,
+          (v) => v <= 1.25,
+        ),
+        utilisation: t(utilisation, '≥ 0.9', (v) => v >= 0.9),
         peakRssMb: t(sampler!.peakRssMb, '≤ 300', (v) => v <= 300),
         maxLoopStallMs: t(sampler!.maxLoopStallMs, '≤ 100', (v) => v <= 100),
         refusedConnections: t(stats.connectFailed, '= 0', (v) => v === 0),
@@ -640,6 +666,10 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         unverifiable,
         duplicates,
         stalenessMs: msSummary(staleness),
+        ...(() => {
+          const f = stalenessFloor(finals);
+          return { stalenessFloorMs: f.floorMs, dirtyAtLastChange: f.dirty };
+        })(),
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
         samples,
       },
