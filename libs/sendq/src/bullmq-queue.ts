@@ -312,8 +312,17 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       .zadd(this.keys.chatJobs(chatId), (input.lane === 'board' ? BOARD_SCORE : 0) + seq, id)
       .hincrby(this.keys.depth, input.lane, 1)
       .exec();
+    // A newer version takes its queued predecessor's turn: removed first, then this job goes to the front of its
+    // lane (in process it takes the older job's place in line). Behind the predecessor's whole lane, a board whose
+    // chat changed while it waited would wait twice, and the stale one at the head would be sent meanwhile.
+    let superseded: string | undefined;
+    if (input.key !== undefined && v !== undefined && v > 1) {
+      const prevId = keyedJobId(input.key, v - 1);
+      if (await this.removeQueued(prevId, { status: 'superseded', by: id })) superseded = prevId;
+    }
     await this.queues[input.lane].add(JOB_NAME, data, {
       jobId: id,
+      ...(superseded !== undefined ? { lifo: true } : {}),
       removeOnComplete: true,
       removeOnFail: true,
       // Only for errors of our own Redis bookkeeping (send's outcomes never fail a BullMQ job); a
@@ -321,11 +330,6 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       attempts: INFRA_ATTEMPTS,
       backoff: { type: 'exponential', delay: 1_000 },
     });
-    let superseded: string | undefined;
-    if (input.key !== undefined && v !== undefined && v > 1) {
-      const prevId = keyedJobId(input.key, v - 1);
-      if (await this.removeQueued(prevId, { status: 'superseded', by: id })) superseded = prevId;
-    }
     return { status: 'queued', id, ...(superseded ? { superseded } : {}), result };
   }
 

@@ -326,6 +326,26 @@ export function sendqSuite(name: string, factory: HarnessFactory): void {
     assert.equal(h.queue.stats().superseded, 2);
   });
 
+  void test(`${name} - supersession: the newer job keeps the older one's turn, not the back of the line`, TIMEOUT, async (t) => {
+    const h = await setup(t, { concurrency: 1 });
+    const { calls, send } = recorder(h);
+    queued(await h.queue.enqueue({ chatId: -51, lane: 'board', key: 'board:-51', payload: { n: 1 } }));
+    queued(await h.queue.enqueue({ chatId: -52, lane: 'board', key: 'board:-52', payload: { n: 2 } }));
+    queued(await h.queue.enqueue({ chatId: -53, lane: 'board', key: 'board:-53', payload: { n: 3 } }));
+    // Chat -51 changed while its board waited: the new board goes at the old one's turn, ahead of -52 and -53.
+    queued(await h.queue.enqueue({ chatId: -51, lane: 'board', key: 'board:-51', payload: { n: 11 } }));
+    h.queue.start(send);
+    await h.run(
+      () => calls.length >= 3,
+      30_000,
+      () => `${calls.length} calls`,
+    );
+    assert.deepEqual(
+      calls.map((c) => c.n),
+      [11, 2, 3],
+    );
+  });
+
   void test(`${name} - versions: v2 then v1 of one key: v1 is refused stale and counted, v2 is what is sent`, TIMEOUT, async (t) => {
     const h = await setup(t);
     const { calls, send } = recorder(h);
