@@ -19,7 +19,8 @@ import type { BoardBudget, BudgetGrant } from './scheduler.ts';
 /**
  * KEYS: 1 the hash. ARGV: 1 now µs ('' = Redis TIME), 2 sends per s, 3 render ms per s,
  * 4 look-ahead: beyond the send tokens boards are granted on their render charge alone while fewer than this many
- * were granted in all, 5… the boards' render charges, ms.
+ * were granted in all, 5 free: the first this many boards replace one still queued (render charge only),
+ * 6… the boards' render charges, ms.
  * Replies {granted, of those beyond the send tokens}.
  */
 export const BOARD_BUDGET_LUA = `
@@ -40,12 +41,15 @@ local dt = math.max(0, now - t) / 1000000
 s = math.min(sendMax, s + dt * sendMax)
 r = math.min(renderMax, r + dt * renderMax)
 local ahead = tonumber(ARGV[4])
+local free = tonumber(ARGV[5])
 local n = 0
 local a = 0
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   local c = math.min(tonumber(ARGV[i]), renderMax)
   if r < c then break end
-  if s >= 1 then
+  if n < free then
+    -- replaces a board still queued: no send
+  elseif s >= 1 then
     s = s - 1
   elseif n < ahead then
     a = a + 1
@@ -108,14 +112,16 @@ export class RedisBoardBudget implements BoardBudget {
     return new RedisBoardBudget(redis, owned, o);
   }
 
-  async take(chargesMs: readonly number[], nowMs: number, ahead = 0): Promise<BudgetGrant> {
+  async take(chargesMs: readonly number[], nowMs: number, ahead = 0, free = 0): Promise<BudgetGrant> {
     if (chargesMs.length === 0) return { granted: 0, ahead: 0 };
-    if (!(Number.isInteger(ahead) && ahead >= 0)) throw new RangeError(`ahead must be an integer ≥ 0, got ${ahead}`);
+    for (const [k, v] of Object.entries({ ahead, free }))
+      if (!(Number.isInteger(v) && v >= 0)) throw new RangeError(`${k} must be an integer ≥ 0, got ${v}`);
     const args = [
       this.o.callerClock ? String(Math.round(nowMs * 1000)) : '',
       this.o.sendBudgetPerS,
       this.o.renderBudgetMsPerS,
       ahead,
+      free,
       ...chargesMs,
     ];
     let r: unknown;

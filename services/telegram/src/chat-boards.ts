@@ -413,6 +413,7 @@ export class ChatBoards {
       return;
     }
     this.rendered(chatId, version);
+    this.d.scheduler.queuedForSend(chatId, version);
     void r.result.then((res) => this.settled(chatId, w, version, res));
   }
 

@@ -62,6 +62,14 @@
  * a board waits at most that long behind the others, and the drain rate the
  * interval assumes may reach the bot rate.
  *
+ * A board that replaces one still waiting in the send queue (reported by
+ * `queuedForSend`, and neither delivered nor undelivered since: the queue
+ * supersedes it, and the new one takes its turn) adds no send, so it takes no send token, only its render
+ * charge; those go first. So when a backlog of boards went stale (the chats
+ * changed while their boards waited, as all do at the end of a rollover's
+ * guessing), every one is redrawn at the render budget's pace and each chat
+ * is sent once, not its stale board and then its fresh one.
+ *
  * The budgets are the bot's, not a process's: with REDIS_URL every gateway's
  * scheduler takes its tokens from one Redis bucket (`RedisBoardBudget`,
  * budget-redis.ts; `dueFrom`), so N gateways together stay within them. The
@@ -79,10 +87,11 @@ export interface BoardBudget {
    * @param nowMs the caller's clock (the in-process budget; the Redis one reads Redis TIME unless given a test clock)
    * @param ahead once the send tokens run out, boards are still granted on their render charge alone while fewer
    *   than this many have been granted in all (the scheduler's look-ahead, BOARD_SEND_AHEAD_MS). @defaultValue 0
+   * @param free the first this many boards replace one still queued (no send): render charge only. @defaultValue 0
    * @returns how many of the boards, from the first, were granted (their tokens are taken), and how many of
    *   those were granted beyond the send tokens
    */
-  take(chargesMs: readonly number[], nowMs: number, ahead?: number): Promise<BudgetGrant>;
+  take(chargesMs: readonly number[], nowMs: number, ahead?: number, free?: number): Promise<BudgetGrant>;
 }
 
 /** Answer of {@link BoardBudget.take}. */
@@ -113,7 +122,7 @@ export class MemoryBoardBudget implements BoardBudget {
   }
 
   /** {@link BoardBudget.take}, synchronously. */
-  takeNow(chargesMs: readonly number[], nowMs: number, ahead = 0): BudgetGrant {
+  takeNow(chargesMs: readonly number[], nowMs: number, ahead = 0, free = 0): BudgetGrant {
     if (this.refilledAtMs !== null) {
       const s = Math.max(0, nowMs - this.refilledAtMs) / 1000;
       this.sendTokens = Math.min(this.sendBudgetPerS, this.sendTokens + s * this.sendBudgetPerS);
@@ -124,7 +133,9 @@ export class MemoryBoardBudget implements BoardBudget {
     let a = 0;
     for (const charge of chargesMs) {
       if (this.renderTokensMs < charge) break;
-      if (this.sendTokens >= 1) this.sendTokens -= 1;
+      if (n < free) {
+        // replaces a board still queued: no send
+      } else if (this.sendTokens >= 1) this.sendTokens -= 1;
       else if (n < ahead) a++;
       else break;
       this.renderTokensMs -= charge;
@@ -133,8 +144,8 @@ export class MemoryBoardBudget implements BoardBudget {
     return { granted: n, ahead: a };
   }
 
-  take(chargesMs: readonly number[], nowMs: number, ahead = 0): Promise<BudgetGrant> {
-    return Promise.resolve(this.takeNow(chargesMs, nowMs, ahead));
+  take(chargesMs: readonly number[], nowMs: number, ahead = 0, free = 0): Promise<BudgetGrant> {
+    return Promise.resolve(this.takeNow(chargesMs, nowMs, ahead, free));
   }
 }
 
@@ -178,8 +189,15 @@ interface ChatEntry {
   version: number;
   sentVersion: number;
   deliveredVersion: number;
+  /** Newest version reported on the send queue (`queuedForSend`) whose end was not heard yet; -1: none. */
+  queuedVersion: number;
   dirtySinceMs: number;
   lastSentMs: number;
+}
+
+/** True while a board of the chat waits in the send queue (reported, its end not heard): a newer one replaces it. */
+function replacesQueued(e: ChatEntry): boolean {
+  return e.queuedVersion > e.deliveredVersion;
 }
 
 /** The scheduler's state: one entry per chat with a board. Pure: the caller passes the clock. */
@@ -247,7 +265,15 @@ export class RefreshScheduler {
   changed(chatId: number, version: number, cards: number, nowMs: number): void {
     const e = this.chats.get(chatId);
     if (!e) {
-      this.chats.set(chatId, { cards, version, sentVersion: -1, deliveredVersion: -1, dirtySinceMs: nowMs, lastSentMs: -Infinity });
+      this.chats.set(chatId, {
+        cards,
+        version,
+        sentVersion: -1,
+        deliveredVersion: -1,
+        queuedVersion: -1,
+        dirtySinceMs: nowMs,
+        lastSentMs: -Infinity,
+      });
       return;
     }
     if (version <= e.version) return;
@@ -260,7 +286,8 @@ export class RefreshScheduler {
   sent(chatId: number, version: number, nowMs: number): void {
     const e = this.chats.get(chatId);
     if (!e) return;
-    this.handedSinceReading++;
+    // A board replacing one still waiting in the send queue adds nothing to the backlog.
+    if (!replacesQueued(e)) this.handedSinceReading++;
     e.sentVersion = Math.max(e.sentVersion, version);
     e.lastSentMs = nowMs;
   }
@@ -284,6 +311,15 @@ export class RefreshScheduler {
     if (e) e.sentVersion = e.deliveredVersion;
   }
 
+  /**
+   * The chat's board at `version` is on the send queue and its end will be reported (`delivered` or
+   * `undelivered`): until then a newer board of the chat replaces it there, adding no send.
+   */
+  queuedForSend(chatId: number, version: number): void {
+    const e = this.chats.get(chatId);
+    if (e && version > e.queuedVersion) e.queuedVersion = version;
+  }
+
   /** The chat's board at `version` is shown (Telegram answered the send, or already showed it). */
   delivered(chatId: number, version: number): void {
     const e = this.chats.get(chatId);
@@ -297,6 +333,7 @@ export class RefreshScheduler {
    */
   undelivered(chatId: number, version: number): void {
     const e = this.chats.get(chatId);
+    if (e && version >= e.queuedVersion) e.queuedVersion = -1;
     if (!e || version < e.sentVersion || version <= e.deliveredVersion) return;
     e.sentVersion = e.deliveredVersion;
   }
@@ -313,14 +350,16 @@ export class RefreshScheduler {
    */
   due(nowMs: number): Array<{ chatId: number; version: number; cards: number }> {
     const ready = this.roomFor(this.ready(nowMs));
+    const free = ready.filter((r) => r.replaces).length;
     const g = this.local.takeNow(
       ready.map((r) => r.charge),
       nowMs,
-      this.aheadRoom(),
+      this.aheadRoom() + free,
+      free,
     );
     this.ahead = g.ahead;
     this.heldBack = ready.length - g.granted;
-    return ready.slice(0, g.granted).map(({ charge: _, ...d }) => d);
+    return ready.slice(0, g.granted).map(({ charge: _, replaces: __, ...d }) => d);
   }
 
   /** Boards the look-ahead wants handed on now, the budget's included: what the bot rate sends in `aheadMs`, less the backlog. */
@@ -340,14 +379,16 @@ export class RefreshScheduler {
     this.heldBack = 0;
     this.ahead = 0;
     if (ready.length === 0) return [];
+    const free = ready.filter((r) => r.replaces).length;
     const g = await budget.take(
       ready.map((r) => r.charge),
       nowMs,
-      this.aheadRoom(),
+      this.aheadRoom() + free,
+      free,
     );
     this.ahead = g.ahead;
     this.heldBack = ready.length - g.granted;
-    return ready.slice(0, g.granted).map(({ charge: _, ...d }) => d);
+    return ready.slice(0, g.granted).map(({ charge: _, replaces: __, ...d }) => d);
   }
 
   /** The first of `ready` that fit under BOARD_MAX_BACKLOG; sets `heldByBacklog` to the rest. */
@@ -358,8 +399,11 @@ export class RefreshScheduler {
     return this.heldByBacklog > 0 ? ready.slice(0, room) : ready;
   }
 
-  /** The chats that may go now (dirty, past minIntervalMs), oldest change first, with their render charges; updates `intervalMs`. */
-  private ready(nowMs: number): Array<{ chatId: number; version: number; cards: number; charge: number }> {
+  /**
+   * The chats that may go now (dirty, past minIntervalMs) with their render charges: those whose board replaces one
+   * still waiting downstream first (`replaces`: no send), then the others, each oldest change first; updates `intervalMs`.
+   */
+  private ready(nowMs: number): Array<{ chatId: number; version: number; cards: number; charge: number; replaces: boolean }> {
     let costMs = 0;
     let dirty = 0;
     const ready: Array<{ chatId: number; e: ChatEntry; cost: number }> = [];
@@ -379,13 +423,15 @@ export class RefreshScheduler {
     const raw = Math.max(this.o.minIntervalMs, (1000 * costMs) / this.o.renderBudgetMsPerS, (1000 * (dirty + this.backlog)) / rate);
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);
-    ready.sort((a, b) => a.e.dirtySinceMs - b.e.dirtySinceMs);
+    const replaces = (e: ChatEntry): number => (replacesQueued(e) ? 0 : 1);
+    ready.sort((a, b) => replaces(a.e) - replaces(b.e) || a.e.dirtySinceMs - b.e.dirtySinceMs);
     // A board costlier than a whole second's budget goes when the budget is full.
     return ready.map((r) => ({
       chatId: r.chatId,
       version: r.e.version,
       cards: r.e.cards,
       charge: Math.min(r.cost, this.o.renderBudgetMsPerS),
+      replaces: replaces(r.e) === 0,
     }));
   }
 }

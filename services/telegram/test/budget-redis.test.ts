@@ -121,6 +121,9 @@ describe('board budget shared by every gateway (Redis)', () => {
       'the render budget still binds (999 ms left)',
     );
     await assert.rejects(b.take([1], 0, -1), RangeError);
+    await assert.rejects(b.take([1], 0, 0, 1.5), RangeError);
+    // Boards that replace a queued one take no send token: the first two go on render alone, the third finds none.
+    assert.deepEqual(await b.take([1, 1, 1], 1_000 / 3 + 1, 0, 2), { granted: 2, ahead: 0 });
     // Redis TIME (production): a fresh budget grants its burst.
     const t = await RedisBoardBudget.open({ redisUrl, prefix: uniqueName('bb'), sendBudgetPerS: 2, renderBudgetMsPerS: 1_000 });
     opened.push(t);

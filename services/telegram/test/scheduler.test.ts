@@ -234,3 +234,28 @@ test('scheduler - look-ahead: the send budget is a floor; beyond it boards go wh
   assert.throws(() => new RefreshScheduler({ ...opts, aheadMs: 1_000 }), RangeError);
   assert.throws(() => new RefreshScheduler({ ...opts, aheadMs: -1, botRatePerS: 25 }), RangeError);
 });
+
+test('scheduler - a board that replaces one still queued takes no send token, goes first, and is not counted as drained', () => {
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 2, minIntervalMs: 3_000, costMs: cost });
+  for (let c = 1; c <= 6; c++) s.changed(c, 1, 4, 0);
+  const first = s.due(0);
+  assert.deepEqual(
+    first.map((d) => d.chatId),
+    [1, 2],
+    'two send tokens',
+  );
+  for (const d of first) {
+    s.sent(d.chatId, d.version, 0);
+    s.queuedForSend(d.chatId, d.version);
+  }
+  s.delivered(1, 1);
+  // Both chats change again; chat 2's board is still queued (not delivered), chat 1's was shown.
+  s.changed(1, 2, 4, 3_000);
+  s.changed(2, 2, 4, 3_000);
+  // At 3 s the send budget holds 2 tokens: chat 2's new board is free (it replaces the queued one) and goes
+  // first; the two tokens go to chats 3 and 4 (older changes than chat 1's); chat 1 waits.
+  assert.deepEqual(
+    s.due(3_000).map((d) => d.chatId),
+    [2, 3, 4],
+  );
+});
