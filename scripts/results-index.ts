@@ -75,7 +75,13 @@ const runs: Record<string, RunInfo> = {
     machine: 'shared',
     commit: '2f6ce72',
   },
-  'sendq.json': { command: 'npm run bench -- sendq', machine: 'quiet', commit: 'c8db4c9', date: '2026-12-01' },
+  'sendq.json': { command: 'npm run bench -- sendq', machine: 'shared', commit: '0ac52ea', date: '2026-12-02' },
+  'sendq-one-queue.json': { command: 'npm run bench -- sendq', machine: 'shared', commit: 'bede648', date: '2026-12-02' },
+  'board-ahead.json': { command: 'npm run bench -- board-ahead', machine: 'shared', commit: '1d29c49', date: '2026-12-02' },
+  'rollover-1000x10-shared-base.json': { command: ROLLOVER, machine: 'shared', commit: 'bede648' },
+  'rollover-1000x10-shared-ahead.json': { command: ROLLOVER, machine: 'shared', commit: '1d29c49' },
+  'rollover-1000x10-shared-lanes.json': { command: ROLLOVER, machine: 'shared', commit: 'c5842c8' },
+  'rollover-1000x10-shared-lanes-repeat.json': { command: ROLLOVER, machine: 'shared', commit: 'c5842c8' },
   'otel-crowd-2000-off-1.json': { command: OTEL, machine: 'shared', commit: '6df4579' },
   'otel-crowd-2000-off-2.json': { command: OTEL, machine: 'shared', commit: '6df4579' },
   'otel-crowd-2000-on-1.json': { command: `OTEL_EXPORTER_OTLP_ENDPOINT=… ${OTEL}`, machine: 'shared', commit: '6df4579' },
@@ -569,6 +575,70 @@ export const RESULTS: ResultsIndex = {
       ],
     },
     {
+      title: 'Rollover on a shared machine: the lanes, step by step',
+      decisions: ['0029-work-conserving-lanes.md'],
+      intro: [
+        'The rollover rig (above) while two other engineers worked on the machine (load average 2.7–5.2 when each run ' +
+          'started): far from its quiet figures (the guessing took 35–56 s instead of 16 s, the product sent 2–4 boards/s ' +
+          'while players guessed), so the rows compare the steps with one another, one run each (two of the last), in this order: the code ' +
+          'before (bede648: one BullMQ queue for both lanes, the send budget a ceiling), the lanes and the look-ahead ' +
+          '(1d29c49), and a stale backlog redrawn instead of sent twice (c5842c8). After the guessing the sends ' +
+          'climbed to the bucket’s 25/s in every run, slowest in bede648 (13–21/s for a minute); the figures are lost while ' +
+          'players guess and to chats sent twice (1,000 posts and 432–919 edits for 1,000 chats). The staleness floor is ' +
+          '`boards.stalenessFloorMs` (loadtest/README.md).',
+      ],
+      rows: [
+        {
+          figure: 'bede648: utilisation; staleness p95 ÷ floor (p95; floor); final boards right; guessing',
+          target: '≥ 0.9; ≤ 1.25; all; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:2} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{boards.finalCorrect} of {boards.chats}; {guessingS:1} s',
+          files: ['rollover-1000x10-shared-base.json'],
+        },
+        {
+          figure: 'bede648: peak RSS; guess p99; 429s; refused connections',
+          target: '≤ 300 MB; ≤ 100 ms; 0; 0',
+          seed: '—',
+          value: '{peakRssMb:0} MB; {guessMs.p99:0} ms; {telegram.rejected429}; {targets.refusedConnections.value}',
+          files: ['rollover-1000x10-shared-base.json'],
+        },
+        {
+          figure: '1d29c49: utilisation; staleness p95 ÷ floor (p95; floor); final boards right; guessing',
+          target: '≥ 0.9; ≤ 1.25; all; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:2} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{boards.finalCorrect} of {boards.chats}; {guessingS:1} s',
+          files: ['rollover-1000x10-shared-ahead.json'],
+        },
+        {
+          figure: '1d29c49: peak RSS; guess p99; 429s; refused connections',
+          target: '≤ 300 MB; ≤ 100 ms; 0; 0',
+          seed: '—',
+          value: '{peakRssMb:0} MB; {guessMs.p99:0} ms; {telegram.rejected429}; {targets.refusedConnections.value}',
+          files: ['rollover-1000x10-shared-ahead.json'],
+        },
+        {
+          figure: 'c5842c8: utilisation; staleness p95 ÷ floor (p95; floor); final boards right; guessing',
+          target: '≥ 0.9; ≤ 1.25; all; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:2} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{boards.finalCorrect} of {boards.chats}; {guessingS:1} s',
+          files: ['rollover-1000x10-shared-lanes.json', 'rollover-1000x10-shared-lanes-repeat.json'],
+        },
+        {
+          figure: 'c5842c8: peak RSS; guess p99; 429s; refused connections',
+          target: '≤ 300 MB; ≤ 100 ms; 0; 0',
+          seed: '—',
+          value: '{peakRssMb:0} MB; {guessMs.p99:0} ms; {telegram.rejected429}; {targets.refusedConnections.value}',
+          files: ['rollover-1000x10-shared-lanes.json', 'rollover-1000x10-shared-lanes-repeat.json'],
+        },
+      ],
+    },
+    {
       title: 'Rollover against `crowdplay cluster --gateways 2 --shards 2`',
       intro: [
         'The same scenario against seven processes (sequencer, router, 2 shards, telegram-sender, 2 gateways that render in ' +
@@ -619,11 +689,14 @@ export const RESULTS: ResultsIndex = {
         '0004-send-queue-lanes-and-supersession.md',
         '0005-booking-the-bots-next-slot.md',
         '0006-bot-rate-below-telegrams-limit.md',
+        '0029-work-conserving-lanes.md',
       ],
       intro: [
         'The queue every Bot API call passes (docs/sendq.md, "Measured"): one bucket take in process and on Redis (one EVALSHA); ' +
           'how much of a 30/s limit a 150-job backlog uses; and BullMQ on an event loop kept 60 % busy with 30 ms calls (300 chats), ' +
-          'without and with booking (TELEGRAM_SENDQ_BOOK_MS 0 and 250).',
+          'without and with booking (TELEGRAM_SENDQ_BOOK_MS 0 and 250); and replies under a saturated board lane on BullMQ ' +
+          '(600 boards queued, 40 replies 100 ms apart, 30 ms calls), with one queue for both lanes (bede648) and a queue per lane ' +
+          'with replies first at the bucket. Load average 4.5–7 during these runs.',
       ],
       rows: [
         {
@@ -653,6 +726,52 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{loadedBullmq.bookMs0.ratio:3}; {loadedBullmq.bookMs0.botWaits}; {loadedBullmq.bookMs0.maxCallsIn1s}',
           files: ['sendq.json'],
+        },
+        {
+          figure: 'a reply under a saturated board lane, enqueue → call p50 / p99; the bucket used; board slots replies took',
+          target: 'replies never wait behind boards',
+          seed: '—',
+          value: '{lanes.replyWaitMs.p50} / {lanes.replyWaitMs.p99} ms; {lanes.utilisation:3}; {lanes.preempted}',
+          files: ['sendq.json'],
+        },
+        {
+          figure: 'the same with one queue for both lanes',
+          target: '—',
+          seed: '—',
+          value: '{lanes.replyWaitMs.p50} / {lanes.replyWaitMs.p99} ms; {lanes.utilisation:3}; {lanes.preempted}',
+          files: ['sendq-one-queue.json'],
+        },
+      ],
+    },
+    {
+      title: 'Board look-ahead (`services/telegram`, simulated)',
+      decisions: ['0029-work-conserving-lanes.md'],
+      intro: [
+        'The board scheduler at the default budgets handing boards to the in-process send queue on a manual clock (the same ' +
+          'figures on any machine): 1,000 dirty group chats of 10 cards, replies at 0.5/s and 3/s, BOARD_SEND_AHEAD_MS 0 (the ' +
+          'send budget a ceiling) and 1,000 (a floor). The floor is 1,000 ÷ (bot rate − reply rate).',
+      ],
+      rows: [
+        {
+          figure: 'replies 0.5/s, look-ahead off: last board (floor); share of the bucket',
+          target: '—',
+          seed: '—',
+          value: '{cases.0.lastBoardS:1} s ({cases.0.floorS:1} s); {cases.0.utilisation:3}',
+          files: ['board-ahead.json'],
+        },
+        {
+          figure: 'replies 0.5/s, look-ahead 1,000 ms: last board (floor); share of the bucket',
+          target: 'the floor',
+          seed: '—',
+          value: '{cases.1.lastBoardS:1} s ({cases.1.floorS:1} s); {cases.1.utilisation:3}',
+          files: ['board-ahead.json'],
+        },
+        {
+          figure: 'replies 3/s, look-ahead off / on: last board (floor)',
+          target: '—',
+          seed: '—',
+          value: '{cases.2.lastBoardS:1} / {cases.3.lastBoardS:1} s ({cases.3.floorS:1} s)',
+          files: ['board-ahead.json'],
         },
       ],
     },
