@@ -102,7 +102,7 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
-  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '9fab8fb' },
+  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '3c45def' },
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
@@ -110,8 +110,8 @@ const runs: Record<string, RunInfo> = {
   },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'shared',
-    commit: '7c7101e',
+    machine: 'quiet',
+    commit: '3c45def',
   },
 };
 
@@ -939,9 +939,9 @@ export const RESULTS: ResultsIndex = {
           'second channel of the middle shard, which is then SIGKILLed; detection is the kill → the router’s declared-dead instant, ' +
           'the move is that instant → the channel’s first ack (probes every 100 ms). Steady cost: 1,500 channels on one shard, one ' +
           'viewer intent per channel per second, 20 s without and then with a game subscribed to the batches; Postgres is the sum ' +
-          'of the cluster’s own backends (by application_name). The run was on the shared machine under the load average of its last row, on 2 cores ' +
-          '(`uptimeBefore` / `uptimeAfter` in the report): the rates and times are those of processes getting a fraction of a core ' +
-          'each.',
+          'of the cluster’s own backends (by application_name). Every process and the driver share the 2 cores (the load average ' +
+          'before and after is in the report as `uptimeBefore` / `uptimeAfter`): the rates and times are those of processes getting ' +
+          'a fraction of a core each.',
       ],
       rows: [
         {
