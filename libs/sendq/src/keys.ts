@@ -1,15 +1,29 @@
 /**
- * Every Redis key, channel and BullMQ name of the send queue, built here only.
- * These names are contracts: renaming one strands state in a running Redis.
+ * Every Redis key, channel and BullMQ name of the Telegram send path, built
+ * here only: the send queue and its bucket, the webhook's shared updates, the
+ * bot's board budget and the render queue. These names are contracts:
+ * renaming one strands state in a running Redis.
  *
- * All keys start with the hash tag `{<prefix>}` so that they share one Redis
- * Cluster slot (the Lua bucket touches several keys atomically).
+ * Each component's keys start with the hash tag `{<prefix>}` so that they
+ * share one Redis Cluster slot (its Lua scripts touch several keys atomically).
  */
 
 /** Default key prefix (tests use a unique one from `uniqueName()`). */
 export const DEFAULT_PREFIX = 'crowdplay:sendq';
 
+/** Default key prefix of the render queue (BOARD_RENDER_PREFIX). */
+export const DEFAULT_RENDER_PREFIX = 'crowdplay:render';
+
 const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
+
+/**
+ * `{prefix}`, the hash-tagged start of a component's keys.
+ * @throws RangeError unless `prefix` is 1–100 characters of `A-Za-z0-9_:.-`.
+ */
+export function keyBase(prefix: string): string {
+  if (!PREFIX_RE.test(prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${prefix}"`);
+  return `{${prefix}}`;
+}
 
 /** The keys of one send queue / bucket under `prefix`. */
 export interface SendqKeys {
@@ -59,8 +73,7 @@ export interface SendqKeys {
  * @throws RangeError unless `prefix` is 1–100 characters of `A-Za-z0-9_:.-`.
  */
 export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
-  if (!PREFIX_RE.test(prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${prefix}"`);
-  const base = `{${prefix}}`;
+  const base = keyBase(prefix);
   return {
     base,
     pause: `${base}:b:pause`,
@@ -81,4 +94,43 @@ export function sendqKeys(prefix: string = DEFAULT_PREFIX): SendqKeys {
     called: (id) => `${base}:called:${id}`,
     settled: `${base}:settled`,
   };
+}
+
+/**
+ * The keys of the webhook's shared updates under `prefix` (`<TELEGRAM_SENDQ_PREFIX>:updates`): an update id seen
+ * (de-duplication), a chat's queue of updates, a chat's lease (who handles its updates now).
+ * @throws RangeError on a bad prefix (see {@link keyBase})
+ */
+export function updateKeys(prefix: string): {
+  base: string;
+  seen(id: number): string;
+  queue(chat: string): string;
+  lock(chat: string): string;
+} {
+  const base = keyBase(prefix);
+  return { base, seen: (id) => `${base}:seen:${id}`, queue: (c) => `${base}:q:${c}`, lock: (c) => `${base}:lock:${c}` };
+}
+
+/**
+ * The key of the bot's board budget shared by every gateway under `prefix` (`<TELEGRAM_SENDQ_PREFIX>:budget`).
+ * @throws RangeError on a bad prefix (see {@link keyBase})
+ */
+export function boardBudgetKey(prefix: string): string {
+  return `${keyBase(prefix)}:board`;
+}
+
+/**
+ * The render queue's keys under `prefix`: a chat's render state, the set of chats queued, and BullMQ's prefix and
+ * queue name.
+ * @throws RangeError on a bad prefix (see {@link keyBase})
+ */
+export function renderQueueKeys(prefix: string = DEFAULT_RENDER_PREFIX): {
+  base: string;
+  chat(chatId: number): string;
+  queued: string;
+  bullPrefix: string;
+  queueName: string;
+} {
+  const base = keyBase(prefix);
+  return { base, chat: (id) => `${base}:c:${id}`, queued: `${base}:queued`, bullPrefix: base, queueName: 'r' };
 }

@@ -4,6 +4,7 @@ import type { Clock } from './clock.ts';
 import { intervalsOf, waitUsToMs, type Intervals } from './gcra.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
 import { checkLimits, checkMaxWait } from './options.ts';
+import { defineLua, type LuaCall } from './lua.ts';
 import { connectRedis } from './redis-connect.ts';
 import type { DepartResult, LimitName, SendBucket, SendLimits, TakeLane, TakeResult } from './types.ts';
 
@@ -120,7 +121,7 @@ end
 return {1, now, botW, 0}
 `;
 
-/** SHA-1 of {@link BUCKET_LUA} (the EVALSHA handle). */
+/** SHA-1 of {@link BUCKET_LUA}: the handle Redis caches it under (SCRIPT EXISTS). */
 export const BUCKET_LUA_SHA = createHash('sha1').update(BUCKET_LUA).digest('hex');
 
 const LIMITS: readonly LimitName[] = ['pause', 'bot', 'group', 'chat'];
@@ -152,14 +153,15 @@ function bookingMember(chatKey: string, isGroup: boolean, bookingId: string): st
 type Reply = number[];
 
 /**
- * The Redis bucket: one Lua script (loaded once with SCRIPT LOAD, called with
- * EVALSHA; reloaded if Redis answers NOSCRIPT after a restart), atomic across
- * every process sharing the prefix.
+ * The Redis bucket: one Lua script (run through {@link defineLua}: EVALSHA, and
+ * EVAL again when Redis answers NOSCRIPT after a restart), atomic across every
+ * process sharing the prefix.
  */
 export class RedisBucket implements SendBucket {
   readonly kind = 'redis' as const;
   readonly keys: SendqKeys;
   private readonly iv: Intervals;
+  private readonly lua: LuaCall;
   private closed = false;
 
   private constructor(
@@ -171,10 +173,11 @@ export class RedisBucket implements SendBucket {
   ) {
     this.keys = sendqKeys(prefix);
     this.iv = intervalsOf(limits);
+    this.lua = defineLua(redis, 'cpSendqBucket', BUCKET_LUA);
   }
 
   /**
-   * Connects (unless given a connection) and loads the script.
+   * Connects (unless given a connection).
    * @throws CrowdplayError CP_ERR_CONFIG_INVALID on bad limits; RangeError on a bad prefix or
    *   when neither `redis` nor `redisUrl` is given; the ioredis error when Redis is unreachable.
    */
@@ -182,14 +185,7 @@ export class RedisBucket implements SendBucket {
     checkLimits(opts.limits);
     sendqKeys(opts.prefix);
     const { redis, owned } = await connectRedis(opts, 'RedisBucket');
-    const b = new RedisBucket(redis, owned, opts.prefix, opts.limits, opts.clock);
-    await b.load();
-    return b;
-  }
-
-  private async load(): Promise<void> {
-    const sha = await this.redis.script('LOAD', BUCKET_LUA);
-    if (sha !== BUCKET_LUA_SHA) throw new Error(`SCRIPT LOAD returned ${String(sha)}, expected ${BUCKET_LUA_SHA}`);
+    return new RedisBucket(redis, owned, opts.prefix, opts.limits, opts.clock);
   }
 
   private nowArg(): string {
@@ -218,13 +214,7 @@ export class RedisBucket implements SendBucket {
       this.keys.group(''),
       more.atUs ?? 0,
     ];
-    try {
-      return (await this.redis.evalsha(BUCKET_LUA_SHA, keys.length, ...keys, ...args)) as Reply;
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      await this.load();
-      return (await this.redis.evalsha(BUCKET_LUA_SHA, keys.length, ...keys, ...args)) as Reply;
-    }
+    return (await this.lua(keys, args)) as Reply;
   }
 
   async take(chatKey: string, isGroup: boolean, maxWaitMs = 0, lane: TakeLane = { lane: 'board' }): Promise<TakeResult> {

@@ -26,9 +26,8 @@
  * Keys share the hash tag `{<prefix>}` (one Redis Cluster slot; the scripts
  * touch several keys atomically).
  */
-import { createHash } from 'node:crypto';
 import { randomUUID } from 'node:crypto';
-import { connectRedis } from '@crowdplay/sendq';
+import { connectRedis, defineLua, updateKeys, type LuaCall } from '@crowdplay/sendq';
 import type { Redis } from 'ioredis';
 
 /**
@@ -65,24 +64,6 @@ end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return {2, u}
 `;
-
-const sha = (s: string): string => createHash('sha1').update(s).digest('hex');
-const ADMIT_SHA = sha(ADMIT_LUA);
-const NEXT_SHA = sha(NEXT_LUA);
-
-const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
-
-/** The keys under `prefix`. @throws RangeError unless `prefix` is 1–100 characters of `A-Za-z0-9_:.-` */
-export function updateKeys(prefix: string): {
-  base: string;
-  seen(id: number): string;
-  queue(chat: string): string;
-  lock(chat: string): string;
-} {
-  if (!PREFIX_RE.test(prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${prefix}"`);
-  const base = `{${prefix}}`;
-  return { base, seen: (id) => `${base}:seen:${id}`, queue: (c) => `${base}:q:${c}`, lock: (c) => `${base}:lock:${c}` };
-}
 
 /**
  * The key that orders an update: its chat (`message`, `edited_message`,
@@ -152,12 +133,17 @@ export class RedisUpdates implements SharedUpdates {
   readonly owner = randomUUID();
   private readonly keys;
 
+  private readonly admitLua: LuaCall;
+  private readonly nextLua: LuaCall;
+
   private constructor(
     private readonly redis: Redis,
     private readonly owned: boolean,
     private readonly o: RedisUpdatesOptions,
   ) {
     this.keys = updateKeys(o.prefix);
+    this.admitLua = defineLua(redis, 'cpUpdatesAdmit', ADMIT_LUA);
+    this.nextLua = defineLua(redis, 'cpUpdatesNext', NEXT_LUA);
   }
 
   /**
@@ -174,20 +160,9 @@ export class RedisUpdates implements SharedUpdates {
     return new RedisUpdates(redis, owned, o);
   }
 
-  private async run(sha1: string, lua: string, keys: string[], args: Array<string | number>): Promise<unknown> {
-    try {
-      return await this.redis.evalsha(sha1, keys.length, ...keys, ...args);
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      return this.redis.eval(lua, keys.length, ...keys, ...args);
-    }
-  }
-
   async admit(chatKey: string, update: { update_id: number }): Promise<AdmitResult> {
     const k = this.keys;
-    const r = await this.run(
-      ADMIT_SHA,
-      ADMIT_LUA,
+    const r = await this.admitLua(
       [k.seen(update.update_id), k.queue(chatKey), k.lock(chatKey)],
       [this.o.dedupeTtlMs, JSON.stringify(update), this.owner, this.o.leaseMs],
     );
@@ -195,9 +170,7 @@ export class RedisUpdates implements SharedUpdates {
   }
 
   async next(chatKey: string): Promise<NextResult> {
-    const r = (await this.run(
-      NEXT_SHA,
-      NEXT_LUA,
+    const r = (await this.nextLua(
       [this.keys.queue(chatKey), this.keys.lock(chatKey)],
       [this.owner, this.o.leaseMs, 'next'],
     )) as [number, string?];
@@ -207,7 +180,7 @@ export class RedisUpdates implements SharedUpdates {
   }
 
   async release(chatKey: string): Promise<void> {
-    await this.run(NEXT_SHA, NEXT_LUA, [this.keys.queue(chatKey), this.keys.lock(chatKey)], [this.owner, this.o.leaseMs, 'release']);
+    await this.nextLua([this.keys.queue(chatKey), this.keys.lock(chatKey)], [this.owner, this.o.leaseMs, 'release']);
   }
 
   async close(): Promise<void> {

@@ -32,6 +32,7 @@
  */
 import { Queue, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
+import { defineLua, renderQueueKeys, type LuaCall } from '@crowdplay/sendq';
 import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import type { Board, RenderOutcome } from '@crowdplay/board';
 import {
@@ -48,10 +49,6 @@ import {
   type SubmitOutcome,
 } from './render-queue.ts';
 
-/** Default key prefix (tests use a unique one). */
-export const DEFAULT_RENDER_PREFIX = 'crowdplay:render';
-const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
-
 /** A chat's job not seen to make progress for this long is replaced by its next submit (ms): renders take < 1 s. */
 export const STALE_MS = 300_000;
 /** A chat's state lives this long after its last submit (ms). */
@@ -65,19 +62,6 @@ interface RenderJobData {
   chatId: number;
   /** W3C `traceparent` (and `tracestate`) of the span active at submit, when tracing is on. */
   tc?: Record<string, string>;
-}
-
-/** The keys of one render queue under `prefix`. */
-export function renderQueueKeys(prefix: string = DEFAULT_RENDER_PREFIX): {
-  base: string;
-  chat(chatId: number): string;
-  queued: string;
-  bullPrefix: string;
-  queueName: string;
-} {
-  if (!PREFIX_RE.test(prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${prefix}"`);
-  const base = `{${prefix}}`;
-  return { base, chat: (id) => `${base}:c:${id}`, queued: `${base}:queued`, bullPrefix: base, queueName: 'r' };
 }
 
 const LUA_HEAD = `local NEG = -math.huge
@@ -146,13 +130,15 @@ redis.call('HSET', KEYS[1], 'run', '0')
 return ''
 `;
 
-interface Scripts {
-  rqSubmit(k1: string, k2: string, ...argv: string[]): Promise<[string, string, number, number]>;
-  rqTake(k1: string, k2: string, ...argv: string[]): Promise<[string, string, string, string, number]>;
-  rqDone(k1: string, ...argv: string[]): Promise<number>;
-  rqHandoff(k1: string, k2: string, ...argv: string[]): Promise<string>;
+/** The queue's scripts on its connection (libs/sendq defineLua: EVALSHA, EVAL after NOSCRIPT). */
+function scriptsOn(redis: Redis): Record<'submit' | 'take' | 'done' | 'handoff', LuaCall> {
+  return {
+    submit: defineLua(redis, 'cpRenderSubmit', SUBMIT_LUA),
+    take: defineLua(redis, 'cpRenderTake', TAKE_LUA),
+    done: defineLua(redis, 'cpRenderDone', DONE_LUA),
+    handoff: defineLua(redis, 'cpRenderHandoff', HANDOFF_LUA),
+  };
 }
-type ScriptedRedis = Redis & Scripts;
 
 /** Options of {@link BullmqRenderQueue.open}. */
 export interface BullmqRenderQueueOptions extends RenderQueueOptions {
@@ -166,6 +152,7 @@ export interface BullmqRenderQueueOptions extends RenderQueueOptions {
 export class BullmqRenderQueue implements RenderQueue {
   readonly kind = 'bullmq' as const;
   private readonly keys: ReturnType<typeof renderQueueKeys>;
+  private readonly scripts: ReturnType<typeof scriptsOn>;
   private readonly counters: RenderQueueCounters;
   private readonly maxJobBytes: number;
   private readonly maxQueue: number;
@@ -177,11 +164,12 @@ export class BullmqRenderQueue implements RenderQueue {
 
   private constructor(
     private readonly opts: BullmqRenderQueueOptions,
-    private readonly redis: ScriptedRedis,
+    private readonly redis: Redis,
     private readonly queue: Queue,
     private readonly queueConn: Redis,
   ) {
     this.keys = renderQueueKeys(opts.prefix);
+    this.scripts = scriptsOn(redis);
     this.maxJobBytes = checkPositive('maxJobBytes', opts.maxJobBytes ?? DEFAULT_MAX_JOB_BYTES);
     this.maxQueue = checkPositive('maxQueue', opts.maxQueue ?? DEFAULT_RENDER_MAX_QUEUE);
     this.counters = new RenderQueueCounters(opts.metrics, opts.refusals, () => this.depth);
@@ -196,14 +184,10 @@ export class BullmqRenderQueue implements RenderQueue {
     checkPositive('maxJobBytes', opts.maxJobBytes ?? DEFAULT_MAX_JOB_BYTES);
     checkPositive('maxQueue', opts.maxQueue ?? DEFAULT_RENDER_MAX_QUEUE);
     const onError = opts.onError ?? ((err, context) => console.error(`render queue ${context}:`, err));
-    const redis = new Redis(opts.redisUrl, { maxRetriesPerRequest: null, lazyConnect: true }) as ScriptedRedis;
+    const redis = new Redis(opts.redisUrl, { maxRetriesPerRequest: null, lazyConnect: true });
     const queueConn = new Redis(opts.redisUrl, { maxRetriesPerRequest: null, lazyConnect: true });
     redis.on('error', (err) => onError(err, 'redis'));
     queueConn.on('error', (err) => onError(err, 'redis (bullmq queue)'));
-    redis.defineCommand('rqSubmit', { numberOfKeys: 2, lua: SUBMIT_LUA });
-    redis.defineCommand('rqTake', { numberOfKeys: 2, lua: TAKE_LUA });
-    redis.defineCommand('rqDone', { numberOfKeys: 1, lua: DONE_LUA });
-    redis.defineCommand('rqHandoff', { numberOfKeys: 2, lua: HANDOFF_LUA });
     let queue: Queue | undefined;
     try {
       await Promise.all([redis.connect(), queueConn.connect()]);
@@ -237,17 +221,10 @@ export class BullmqRenderQueue implements RenderQueue {
     if (this.closed) return this.counters.refused('closed', { chatId });
     const bytes = Buffer.byteLength(json);
     if (bytes > this.maxJobBytes) return this.counters.refused('too-large', { chatId, bytes, maxJobBytes: this.maxJobBytes });
-    const [kind, arg, depth, sup] = await this.redis.rqSubmit(
-      this.keys.chat(chatId),
-      this.keys.queued,
-      String(chatId),
-      String(version),
-      json,
-      String(this.maxQueue),
-      String(Date.now()),
-      String(STALE_MS),
-      String(STATE_TTL_MS),
-    );
+    const [kind, arg, depth, sup] = (await this.scripts.submit(
+      [this.keys.chat(chatId), this.keys.queued],
+      [String(chatId), String(version), json, String(this.maxQueue), String(Date.now()), String(STALE_MS), String(STATE_TTL_MS)],
+    )) as [string, string, number, number];
     this.depth = Number(depth);
     if (kind === 'superseded') {
       this.counters.superseded();
@@ -306,11 +283,17 @@ export class BullmqRenderQueue implements RenderQueue {
     const chatKey = this.keys.chat(chatId);
     for (;;) {
       if (this.closed) {
-        const next = await this.redis.rqHandoff(chatKey, this.keys.queued, jobId, String(chatId), String(Date.now()));
+        const next = (await this.scripts.handoff([chatKey, this.keys.queued], [jobId, String(chatId), String(Date.now())])) as string;
         if (next) await this.addJob(chatId, next);
         return;
       }
-      const [kind, v, json, sat, depth] = await this.redis.rqTake(chatKey, this.keys.queued, jobId, String(chatId), String(Date.now()));
+      const [kind, v, json, sat, depth] = (await this.scripts.take([chatKey, this.keys.queued], [jobId, String(chatId), String(Date.now())])) as [
+        string,
+        string,
+        string,
+        string,
+        number,
+      ];
       this.depth = Number(depth);
       if (kind !== 'take') return;
       const version = Number(v);
@@ -336,7 +319,7 @@ export class BullmqRenderQueue implements RenderQueue {
         }
       }
       // Done up to the version drawn: a newer one the pool's `latest` drew makes the versions submitted up to it moot.
-      await this.redis.rqDone(chatKey, jobId, out?.status === 'rendered' ? String(out.version) : v, String(Date.now()));
+      await this.scripts.done([chatKey], [jobId, out?.status === 'rendered' ? String(out.version) : v, String(Date.now())]);
     }
   }
 

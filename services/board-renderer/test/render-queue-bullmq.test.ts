@@ -8,7 +8,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
 import { sampleBoard, type Board } from '@crowdplay/board';
-import { BullmqRenderQueue, renderQueueKeys } from '../src/index.ts';
+import { renderQueueKeys } from '@crowdplay/sendq';
+import { BullmqRenderQueue } from '../src/index.ts';
 import { REDIS_URL, bullmqFactory, deleteKeys, uniquePrefix, waitFor, type RQHarness } from './render-queue-harness.ts';
 import { renderQueueSuite } from './render-queue-suite.ts';
 

@@ -7,7 +7,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { deleteRedisKeys } from '@crowdplay/testing';
 import { RenderPool, type BoardMetrics, type RenderPoolOptions } from '@crowdplay/board';
-import { BullmqRenderQueue, MemoryRenderQueue, renderQueueKeys, type RenderQueue } from '../src/index.ts';
+import { renderQueueKeys } from '@crowdplay/sendq';
+import { BullmqRenderQueue, MemoryRenderQueue, type RenderQueue } from '../src/index.ts';
 
 export const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
 const WORKER = new URL('./fixtures/render-worker.ts', import.meta.url);

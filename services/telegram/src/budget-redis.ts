@@ -11,8 +11,7 @@
  * `r` render ms, `t` last refill µs), expiring 60 s after its last use (an
  * idle bot leaves nothing; a missing hash is a full bucket).
  */
-import { createHash } from 'node:crypto';
-import { connectRedis } from '@crowdplay/sendq';
+import { boardBudgetKey, connectRedis, defineLua, type LuaCall } from '@crowdplay/sendq';
 import type { Redis } from 'ioredis';
 import type { BoardBudget, BudgetGrant } from './scheduler.ts';
 
@@ -63,8 +62,6 @@ redis.call('HSET', KEYS[1], 's', string.format('%.6f', s), 'r', string.format('%
 redis.call('PEXPIRE', KEYS[1], 60000)
 return {n, a}
 `;
-const SHA = createHash('sha1').update(BOARD_BUDGET_LUA).digest('hex');
-const PREFIX_RE = /^[A-Za-z0-9_:.-]{1,100}$/;
 
 /** Options of {@link RedisBoardBudget.open}. */
 export interface RedisBoardBudgetOptions {
@@ -91,12 +88,15 @@ export class RedisBoardBudget implements BoardBudget {
   /** The hash's key. */
   readonly key: string;
 
+  private readonly budgetLua: LuaCall;
+
   private constructor(
     private readonly redis: Redis,
     private readonly owned: boolean,
     private readonly o: RedisBoardBudgetOptions,
   ) {
-    this.key = `{${o.prefix}}:board`;
+    this.key = boardBudgetKey(o.prefix);
+    this.budgetLua = defineLua(redis, 'cpBoardBudget', BOARD_BUDGET_LUA);
   }
 
   /**
@@ -104,7 +104,7 @@ export class RedisBoardBudget implements BoardBudget {
    * @throws RangeError on a bad prefix, a budget not > 0, or neither `redis` nor `redisUrl`; the ioredis error when Redis is unreachable
    */
   static async open(o: RedisBoardBudgetOptions): Promise<RedisBoardBudget> {
-    if (!PREFIX_RE.test(o.prefix)) throw new RangeError(`prefix must be 1-100 characters of A-Za-z0-9_:.-, got "${o.prefix}"`);
+    boardBudgetKey(o.prefix);
     for (const [k, v] of Object.entries({ sendBudgetPerS: o.sendBudgetPerS, renderBudgetMsPerS: o.renderBudgetMsPerS })) {
       if (!(Number.isFinite(v) && v > 0)) throw new RangeError(`${k} must be > 0`);
     }
@@ -124,13 +124,7 @@ export class RedisBoardBudget implements BoardBudget {
       free,
       ...chargesMs,
     ];
-    let r: unknown;
-    try {
-      r = await this.redis.evalsha(SHA, 1, this.key, ...args);
-    } catch (err) {
-      if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
-      r = await this.redis.eval(BOARD_BUDGET_LUA, 1, this.key, ...args);
-    }
+    const r = await this.budgetLua([this.key], args);
     const [granted, beyond] = r as [number, number];
     return { granted: Number(granted), ahead: Number(beyond) };
   }

@@ -1,10 +1,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InProcessBus, subjects } from '@crowdplay/bus';
-import { renderQueueKeys } from '@crowdplay/board-renderer';
 import { defaultConfig } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { sendqKeys } from '@crowdplay/sendq';
+import { renderQueueKeys, sendqKeys } from '@crowdplay/sendq';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { deleteRedisKeys } from '@crowdplay/testing';
 import { startTelegram } from '../src/index.ts';
