@@ -280,7 +280,7 @@ export async function startWorkload(o: WorkloadOptions): Promise<Workload> {
 }
 
 function hashOf(viewer: string, key: string): string {
-  // The shard's transfer id of a stake (services/crowd-engine/src/rounds.ts hashOf).
+  // The shard's transfer id of a stake (services/crowd-engine/src/round-ledger.ts hashOf).
   return createHash('sha256').update(viewer).update('\u0000').update(key).digest('base64url').slice(0, 22);
 }
 

@@ -144,7 +144,7 @@ export function msFigures(xs: number[]): MsFigures {
   return { count: s.length, p50: s[Math.max(0, Math.ceil(s.length / 2) - 1)]!, max: s[s.length - 1]! };
 }
 
-/** sha256(viewer ␀ key) base64url[0..22): the crowd-engine's stake idempotency hash (rounds.ts hashOf), part of the stake's transfer id. */
+/** sha256(viewer ␀ key) base64url[0..22): the crowd-engine's stake idempotency hash (round-ledger.ts hashOf), part of the stake's transfer id. */
 export function stakeHash(viewer: string, key: string): string {
   return createHash('sha256').update(viewer).update('\u0000').update(key).digest('base64url').slice(0, 22);
 }

@@ -13,7 +13,8 @@ import type { Counter, Histogram } from '@opentelemetry/api';
 import type { ChannelRuntime } from './channel.ts';
 import type { GameModule } from './games/game-module.ts';
 import { IdAllocator, type IdBlock } from './ids.ts';
-import { roundMetrics, type ChannelRounds, type RoundMetrics } from './rounds.ts';
+import { roundMetrics, type RoundMetrics } from './round-context.ts';
+import type { ChannelRounds } from './rounds.ts';
 import { WalletMirror } from './wallets.ts';
 
 /**

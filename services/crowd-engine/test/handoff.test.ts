@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { verifyLedger } from '@crowdplay/ledger';
 import type { BusAck, BusTrade, RoundView } from '@crowdplay/protocol';
 import type { Shard } from '../src/index.ts';
-import type { RoundBook } from '../src/rounds.ts';
+import type { RoundBook } from '../src/round-state.ts';
 import { startHarness, type Harness } from './harness.ts';
 
 const T = 'acme';

@@ -1,5 +1,5 @@
 import type { ActionSpec, Batch, RoundView } from '@crowdplay/protocol';
-import type { OpenRoundRequest } from '../rounds.ts';
+import type { OpenRoundRequest } from '../round-state.ts';
 
 /** A round command of a built-in game (the same requests a game process sends). */
 export type RoundCommand =
