@@ -3,7 +3,16 @@
  * write frames to it. Internal to the gateway.
  */
 import type { WebSocket } from 'ws';
-import { CloseCode, ERRORS, formatMessage, type ErrorCode, type ErrorFrame, type ErrorSpec, type GameInbound } from '@crowdplay/protocol';
+import {
+  CloseCode,
+  ERRORS,
+  formatMessage,
+  type BusAck,
+  type ErrorCode,
+  type ErrorFrame,
+  type ErrorSpec,
+  type GameInbound,
+} from '@crowdplay/protocol';
 import type { Subscription } from '@crowdplay/bus';
 
 /** `auth` until the welcome; `open` while serving; `closing` after we (or the peer) started the close; `closed` at the end. */
@@ -111,4 +120,39 @@ export function closeWithError(conn: Conn, code: ErrorCode, message: string = fo
   if (conn.ws.readyState !== 1) return;
   conn.ws.send(errorFrame(code, message));
   conn.ws.close(wsCode, code);
+}
+
+/**
+ * The act ack frame (ActAck) as JSON text, built without JSON.stringify: it is
+ * written once per intent, the hottest send after broadcasts. Numbers are
+ * checked so a malformed AckBatch cannot inject text.
+ *
+ * @param extra the BusAck itself (or any object) whose trade fields `shares`,
+ *   `proceeds`, `position`, `balance` (shares and points, finite numbers) and
+ *   guess fields `marks`, `solved`, `left` are appended when present; a plain
+ *   act ack has none and costs a few property reads
+ */
+export function ackFrame(
+  seq: number,
+  ok: boolean,
+  cost: number | undefined,
+  code: string | undefined,
+  extra?: Pick<BusAck, 'shares' | 'proceeds' | 'position' | 'balance' | 'marks' | 'solved' | 'left'>,
+): string {
+  const s = Number.isSafeInteger(seq) ? seq : -1;
+  let text = `{"t":"ack","seq":${s},"ok":${ok === true}`;
+  if (cost !== undefined && Number.isSafeInteger(cost)) text += `,"cost":${cost}`;
+  if (code !== undefined) text += `,"code":${JSON.stringify(String(code))}`;
+  if (extra !== undefined) {
+    const { shares, proceeds, position, balance } = extra;
+    if (shares !== undefined && Number.isFinite(shares)) text += `,"shares":${shares}`;
+    if (proceeds !== undefined && Number.isFinite(proceeds)) text += `,"proceeds":${proceeds}`;
+    if (position !== undefined && Number.isFinite(position)) text += `,"position":${position}`;
+    if (balance !== undefined && Number.isFinite(balance)) text += `,"balance":${balance}`;
+    const { marks, solved, left } = extra;
+    if (typeof marks === 'string') text += `,"marks":${JSON.stringify(marks)}`;
+    if (typeof solved === 'boolean') text += `,"solved":${solved}`;
+    if (left !== undefined && Number.isFinite(left)) text += `,"left":${left}`;
+  }
+  return `${text}}`;
 }
