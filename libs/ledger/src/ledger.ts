@@ -358,6 +358,14 @@ export const LEDGER_SQL = {
        WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
        GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
        ORDER BY a.owner`,
+  roundFlows: `SELECT a.owner,
+         COALESCE(sum(t.amount) FILTER (WHERE t.from_account = a.id AND t.kind = ANY($3::text[])), 0) AS staked,
+         COALESCE(sum(CASE WHEN t.to_account = a.id THEN t.amount ELSE -t.amount END), 0) AS moved
+       FROM transfers t
+       JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id AND (a.id = t.from_account OR a.id = t.to_account)
+       WHERE t.round_id = $2 AND t.tenant_id = $1
+       GROUP BY a.owner
+       ORDER BY a.owner`,
 } as const;
 
 /**
@@ -544,6 +552,27 @@ export class Ledger {
   }
 
   /**
+   * Every viewer's points into and out of a round, from its committed
+   * transfers (uses transfers_round_idx): `staked` = Σ `stakeKinds` from the
+   * viewer's wallet (stakes, buys); `paid` = what the round gave back net of
+   * what else the wallet sent it (payouts, refunds, sale proceeds, less
+   * claw-backs), so `paid − staked` is the viewer's net result.
+   * @returns [viewer, staked, paid] per viewer that moved points, sorted by viewer
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed tenant or round id)
+   */
+  async roundFlows(tenantId: string, roundId: string, stakeKinds: readonly string[]): Promise<Array<[string, number, number]>> {
+    if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
+    if (typeof roundId !== 'string' || !TRANSFER_ID_RE.test(roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
+    const { rows } = await this.db.query<{ owner: string; staked: string | number; moved: string | number }>(LEDGER_SQL.roundFlows, [
+      tenantId,
+      roundId,
+      stakeKinds,
+    ]);
+    // moved = Σ in − Σ out of the wallet; paid = moved + staked (the stakes are the outflows that are not claw-backs).
+    return rows.map((r) => [r.owner, Number(r.staked), Number(r.moved) + Number(r.staked)]);
+  }
+
+  /**
    * Ids of the round's committed transfers of these kinds (uses
    * transfers_round_idx), sorted: what a shard that takes over an open round
    * checks its handed-off book against.
@@ -571,7 +600,8 @@ export class Ledger {
   ): Promise<Map<string, Array<{ id: string; kind: string }>>> {
     for (const r of rounds) {
       if (typeof r.tenantId !== 'string' || !TENANT_ID_RE.test(r.tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
-      if (typeof r.roundId !== 'string' || !TRANSFER_ID_RE.test(r.roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
+      if (typeof r.roundId !== 'string' || !TRANSFER_ID_RE.test(r.roundId))
+        throw invalid('roundId must be 1-128 printable ASCII characters');
     }
     const out = new Map<string, Array<{ id: string; kind: string }>>();
     if (rounds.length === 0) return out;

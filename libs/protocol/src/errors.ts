@@ -53,6 +53,7 @@ export const ERRORS = {
   CP_ERR_PROTO_VERSION: { message: 'control message version %s is not spoken here (accepted: %s)', httpStatus: 400 },
   CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
   CP_ERR_HTTP_NOT_FOUND: { message: 'no such route', httpStatus: 404 },
+  CP_ERR_LABEL_INVALID: { message: 'label %s: %s', httpStatus: 400 },
   CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
   // auth
   CP_ERR_AUTH_MISSING: {
@@ -223,7 +224,10 @@ export const ERRORS = {
   },
   CP_ERR_TELEGRAM_SUPERSEDED: { message: '%s for chat %s was superseded by a newer call (%s)', httpStatus: 409 },
   CP_ERR_TELEGRAM_FAILED: { message: '%s for chat %s failed: %s', httpStatus: 502 },
-  CP_ERR_TELEGRAM_TIMEOUT: { message: 'no result for %s within %s ms (a call not started by then is dropped, never sent late)', httpStatus: 504 },
+  CP_ERR_TELEGRAM_TIMEOUT: {
+    message: 'no result for %s within %s ms (a call not started by then is dropped, never sent late)',
+    httpStatus: 504,
+  },
   CP_ERR_TELEGRAM_GRANT_REUSED: {
     message: 'one Bot API call per send-queue grant: %s was called a second time in one send',
     httpStatus: 500,

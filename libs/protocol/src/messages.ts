@@ -19,6 +19,17 @@ export const NAME_PATTERN = '^[A-Za-z0-9_.-]{1,32}$';
 
 const Name = Type.String({ pattern: NAME_PATTERN });
 
+/** Most code points in a display label of an action, option or outcome. */
+export const LABEL_MAX_CODE_POINTS = 64;
+/** Most code points in a round's title (its question). */
+export const TITLE_MAX_CODE_POINTS = 120;
+// The schema bounds labels in UTF-16 units (at most two per code point); `checkLabels` (validate.ts) counts code
+// points and refuses control and bidi-override characters.
+const Label = Type.String({ minLength: 1, maxLength: 2 * LABEL_MAX_CODE_POINTS });
+const Title = Type.String({ minLength: 1, maxLength: 2 * TITLE_MAX_CODE_POINTS });
+/** Display labels by id (an action's options, a round's outcomes); every key is one of the ids. */
+const Labels = Type.Record(Type.String({ pattern: NAME_PATTERN }), Label, { maxProperties: 32 });
+
 // ---------------------------------------------------------------- game → server
 
 /** One action the game accepts. `maxPerTick` caps individual intents per tick. */
@@ -31,6 +42,10 @@ export const ActionSpec = Type.Object(
     options: Type.Optional(Type.Array(Name, { minItems: 1, maxItems: 32, uniqueItems: true })),
     /** Points charged per intent (integer, default 0 = free). */
     cost: Type.Optional(Type.Integer({ minimum: 0, maximum: 1_000_000_000 })),
+    /** What viewers see instead of `name` (at most 64 code points; plain text, never HTML). */
+    label: Type.Optional(Label),
+    /** What viewers see instead of each option's name, by option (keys among `options`). */
+    optionLabels: Type.Optional(Labels),
   },
   { additionalProperties: false },
 );
@@ -78,6 +93,10 @@ export const RoundOpen = Type.Object(
     outcomes: Type.Array(Name, { minItems: 2, maxItems: 10, uniqueItems: true }),
     durationMs: Type.Integer({ minimum: 1, maximum: 604_800_000 }),
     liquidity: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000_000 })),
+    /** The question viewers see (at most 120 code points; plain text). */
+    title: Type.Optional(Title),
+    /** What viewers see instead of each outcome's name, by outcome (keys among `outcomes`; at most 64 code points each). */
+    labels: Type.Optional(Labels),
   },
   { additionalProperties: false },
 );
@@ -229,7 +248,11 @@ export interface BalanceFrame {
 export interface RoundView {
   id: string;
   kind: 'pool' | 'market';
+  /** The question, when the game gave one. */
+  title?: string;
   outcomes: string[];
+  /** Display labels by outcome, when the game gave them. */
+  labels?: Record<string, string>;
   state: 'open' | 'locked' | 'settled' | 'cancelled';
   /** Server time the round opened and the deadline (ms since epoch). */
   openedAt: number;
@@ -244,6 +267,25 @@ export interface RoundView {
   prices?: number[];
   /** Settled: the winning outcome. */
   winner?: string;
+}
+
+/**
+ * A viewer's own result in a round that finished (settled or cancelled), sent
+ * to that viewer's sockets on the channel once every payout and refund of the
+ * round committed. Points: `staked` is what the viewer put in (stakes, the
+ * cost of buys), `paid` what the round gave back (payout, refund, sale
+ * proceeds, less any claw-back), `net` = `paid` − `staked`.
+ */
+export interface RoundResultFrame {
+  t: 'roundResult';
+  channel: string;
+  round: string;
+  state: 'settled' | 'cancelled';
+  /** Settled: the winning outcome. */
+  winner?: string;
+  staked: number;
+  paid: number;
+  net: number;
 }
 
 /** A round changed state (locked at its deadline, settled, cancelled): sent to the game socket. */
@@ -327,7 +369,8 @@ export interface ResyncFrame {
   reason: 'pruned' | 'behind' | 'ahead' | 'unavailable';
 }
 
-export type ServerFrame = Welcome | ActAck | BalanceFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame | ResyncFrame;
+export type ServerFrame =
+  Welcome | ActAck | BalanceFrame | RoundResultFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame | ResyncFrame;
 
 // ---------------------------------------------------------------- bus payloads (gateway ↔ shard)
 
@@ -408,5 +451,5 @@ export interface WalletCredit {
  * viewer watching the channel.
  */
 export interface WalletBatch {
-  entries: Array<{ viewer: string; frame: BalanceFrame }>;
+  entries: Array<{ viewer: string; frame: BalanceFrame | RoundResultFrame }>;
 }

@@ -1,6 +1,8 @@
 import type { TSchema } from '@sinclair/typebox';
 import { TypeCompiler, type TypeCheck } from '@sinclair/typebox/compiler';
 import {
+  LABEL_MAX_CODE_POINTS,
+  TITLE_MAX_CODE_POINTS,
   CrowdAct,
   CrowdBuy,
   CrowdGuess,
@@ -73,7 +75,59 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     const first = check.Errors(value).First();
     throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);
   }
+  if (t === 'declare' || t === 'round.open') checkLabels(value as GameMsg);
   return value as CrowdMsg | GameMsg;
+}
+
+// C0 and C1 controls (\p{Cc}: tabs and newlines too) and the bidi controls that reorder the text around them
+// (ALM, LRM, RLM, the embeddings and overrides U+202A–U+202E, the isolates U+2066–U+2069), and lone surrogates.
+const FORBIDDEN_IN_LABEL = /[\p{Cc}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]|\p{Cs}/u;
+
+/**
+ * Why `text` is not a valid display label of at most `maxCodePoints` code
+ * points, or undefined when it is one. Labels are plain text: they are always
+ * rendered as text, never as HTML, so markup is allowed and harmless.
+ */
+export function labelProblem(text: string, maxCodePoints: number): string | undefined {
+  if (text.trim() === '') return 'is blank';
+  let n = 0;
+  for (const _ of text) n++;
+  if (n > maxCodePoints) return `is ${n} code points (at most ${maxCodePoints})`;
+  if (FORBIDDEN_IN_LABEL.test(text)) return 'contains a control or bidi-override character';
+  return undefined;
+}
+
+/**
+ * Checks the display labels of a `declare` or `round.open` past its schema:
+ * code points counted (not UTF-16 units), no control or bidi-override
+ * characters, and every labelled id one of the message's options or outcomes.
+ * @throws CrowdplayError CP_ERR_LABEL_INVALID naming the field
+ */
+export function checkLabels(msg: GameMsg): void {
+  const fail = (path: string, why: string): never => {
+    throw new CrowdplayError('CP_ERR_LABEL_INVALID', [path, why]);
+  };
+  const check = (path: string, text: string | undefined, max: number): void => {
+    if (text === undefined) return;
+    const why = labelProblem(text, max);
+    if (why) fail(path, why);
+  };
+  const checkMap = (path: string, labels: Record<string, string> | undefined, ids: readonly string[] | undefined): void => {
+    if (labels === undefined) return;
+    for (const [id, text] of Object.entries(labels)) {
+      if (!ids?.includes(id)) fail(`${path}/${id}`, `names no ${path.endsWith('optionLabels') ? 'option' : 'outcome'} "${id}"`);
+      check(`${path}/${id}`, text, LABEL_MAX_CODE_POINTS);
+    }
+  };
+  if (msg.t === 'declare') {
+    msg.actions.forEach((a, i) => {
+      check(`/actions/${i}/label`, a.label, LABEL_MAX_CODE_POINTS);
+      checkMap(`/actions/${i}/optionLabels`, a.optionLabels, a.options);
+    });
+  } else if (msg.t === 'round.open') {
+    check('/title', msg.title, TITLE_MAX_CODE_POINTS);
+    checkMap('/labels', msg.labels, msg.outcomes);
+  }
 }
 
 /**

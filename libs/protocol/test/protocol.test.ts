@@ -75,3 +75,49 @@ describe('protocol - error messages name the field', () => {
     );
   });
 });
+
+describe('protocol - display labels', () => {
+  const open = (extra: Record<string, unknown>): string =>
+    JSON.stringify({ t: 'round.open', round: 'r1', kind: 'pool', outcomes: ['heads', 'tails'], durationMs: 1_000, ...extra });
+  const declare = (action: Record<string, unknown>): string =>
+    JSON.stringify({ t: 'declare', actions: [{ name: 'vote', options: ['jp', 'fr'], maxPerTick: 10, ...action }] });
+
+  it('labels - a title and labels in any script pass, counted in code points', () => {
+    const title = '🎲'.repeat(120); // 120 code points, 240 UTF-16 units
+    const m = parseInbound('game', open({ title, labels: { heads: '表 (おもて)', tails: 'Pile <b>' } }));
+    assert.equal(m.t === 'round.open' && m.title, title);
+    const d = parseInbound('game', declare({ label: 'Vote 🗳', optionLabels: { jp: '日本', fr: 'France' } }));
+    assert.deepEqual(d.t === 'declare' && d.actions[0]?.optionLabels, { jp: '日本', fr: 'France' });
+  });
+
+  it('labels - bad labels are refused with CP_ERR_LABEL_INVALID naming the field', () => {
+    const cases: Array<[raw: string, field: string]> = [
+      [open({ title: 'é'.repeat(121) }), '/title'], // 121 code points in 121 UTF-16 units: within the schema's bound
+      [open({ title: '   ' }), '/title'],
+      [open({ title: 'who wins?\n' }), '/title'],
+      [open({ title: 'abc\u202Eevil' }), '/title'],
+      [open({ title: 'a\u2066b' }), '/title'],
+      [open({ labels: { heads: 'x'.repeat(65) } }), '/labels/heads'],
+      [open({ labels: { heads: '\u0000' } }), '/labels/heads'],
+      [open({ labels: { edge: 'Edge' } }), '/labels/edge'],
+      [declare({ label: 'a\u200Fb' }), '/actions/0/label'],
+      [declare({ optionLabels: { de: 'Deutschland' } }), '/actions/0/optionLabels/de'],
+      [JSON.stringify({ t: 'declare', actions: [{ name: 'go', maxPerTick: 1, optionLabels: { x: 'X' } }] }), '/actions/0/optionLabels/x'],
+      [open({ title: '\uD800' }), '/title'],
+    ];
+    for (const [raw, field] of cases) {
+      assert.throws(
+        () => parseInbound('game', raw),
+        (err: unknown) => isCrowdplayError(err) && err.code === 'CP_ERR_LABEL_INVALID' && err.message.includes(field),
+        raw,
+      );
+    }
+  });
+
+  it('labels - a label over the schema bound in UTF-16 units is a schema refusal', () => {
+    assert.throws(
+      () => parseInbound('game', open({ title: 'x'.repeat(241) })),
+      (err: unknown) => isCrowdplayError(err) && err.code === 'CP_ERR_PROTO_INVALID',
+    );
+  });
+});

@@ -148,6 +148,10 @@ export interface OpenRoundOptions {
   outcomes: string[];
   /** Time from now to the deadline (stakes and trades stop), ms; within ROUND_MIN/MAX_DURATION_MS. */
   durationMs: number;
+  /** The question viewers see (at most 120 code points; plain text, any script). */
+  title?: string;
+  /** What viewers see for each outcome, by outcome name (at most 64 code points each). */
+  labels?: Record<string, string>;
   /** Market only: LMSR liquidity b, shares (default ROUND_DEFAULT_LIQUIDITY); the treasury pays ceil(b·ln n) points. */
   liquidity?: number;
 }
@@ -340,7 +344,8 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *
    * @returns the round as the server opened it (state `open`, `openedAt`, `deadline`)
    * @throws (rejects) CrowdplayError: CP_ERR_ROUND_INVALID when the options do
-   *   not match the schema (nothing is sent); the server's refusal code
+   *   not match the schema, CP_ERR_LABEL_INVALID for a bad title or label
+   *   (nothing is sent in either case); the server's refusal code
    *   (CP_ERR_ROUND_EXISTS, CP_ERR_ROUND_TOO_MANY, CP_ERR_ROUND_INVALID,
    *   CP_ERR_LEDGER_*, CP_ERR_CHANNEL_UNAVAILABLE, …); CP_ERR_CLIENT_REQUEST_TIMEOUT
    *   after `requestTimeoutMs` without an answer; CP_ERR_CLIENT_NOT_OPEN when not
@@ -349,10 +354,12 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *   CP_ERR_ROUND_EXISTS as done)
    */
   openRound(options: OpenRoundOptions): Promise<RoundView> {
-    const { round, kind, outcomes, durationMs, liquidity } = options;
+    const { round, kind, outcomes, durationMs, liquidity, title, labels } = options;
     return this.#request('round.open', (ref): RoundOpen => {
       const msg: RoundOpen = { t: 'round.open', ref, round, kind, outcomes, durationMs };
       if (liquidity !== undefined) msg.liquidity = liquidity;
+      if (title !== undefined) msg.title = title;
+      if (labels !== undefined) msg.labels = labels;
       return msg;
     });
   }
@@ -416,6 +423,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
     try {
       parseInbound('game', raw);
     } catch (err) {
+      if (isCrowdplayError(err, 'CP_ERR_LABEL_INVALID')) return Promise.reject(err); // the server's own code for it
       const cause = isCrowdplayError(err) ? err.message : String(err);
       return Promise.reject(new CrowdplayError('CP_ERR_ROUND_INVALID', [cause], { cause: err }));
     }

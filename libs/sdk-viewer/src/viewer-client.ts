@@ -25,6 +25,7 @@ import type {
   CrowdStake,
   ErrorFrame,
   ResyncFrame,
+  RoundResultFrame,
   Welcome,
 } from '@crowdplay/protocol';
 import { CHANNEL_ID_RE, CloseCode, CrowdplayError, MAX_POINTS, NAME_PATTERN, isRetryable } from '@crowdplay/protocol';
@@ -53,6 +54,12 @@ export interface ViewerEvents {
    * `balance` is already updated.
    */
   balance: (frame: BalanceFrame) => void;
+  /**
+   * This viewer's result in a round that finished: points `staked`, `paid`
+   * back and `net` (`net` > 0: "you won net"); sent once the round's payouts
+   * and refunds committed, to the viewers that took part.
+   */
+  roundResult: (frame: RoundResultFrame) => void;
   /** A connection state change. */
   state: (state: ConnectionState, previous: ConnectionState) => void;
   /**
@@ -530,6 +537,15 @@ export class ViewerClient extends TypedEmitter<ViewerEvents> {
       case 'balance':
         this.#onBalance(msg as BalanceFrame);
         return;
+      case 'roundResult': {
+        const r = msg as RoundResultFrame;
+        if (typeof r.round !== 'string' || typeof r.net !== 'number' || typeof r.staked !== 'number' || typeof r.paid !== 'number') {
+          this.#protoError('CP_ERR_PROTO_INVALID', ['roundResult without string round / numeric staked, paid, net']);
+          return;
+        }
+        this.emit('roundResult', r);
+        return;
+      }
       case 'resync':
         // The next update replaces the state; it may carry an older ev than the one seen.
         this.#lastEventId = undefined;

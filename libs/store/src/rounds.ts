@@ -17,7 +17,11 @@ export interface RoundRow {
   uid: string;
   tenantId: string;
   kind: RoundKind;
+  /** The question viewers see, or null. */
+  title: string | null;
   outcomes: string[];
+  /** Display label by outcome, or null. */
+  labels: Record<string, string> | null;
   /** LMSR liquidity b (market rounds), else null. */
   liquidity: number | null;
   takeBps: number;
@@ -38,7 +42,9 @@ interface Row {
   uid: string;
   tenant_id: string;
   kind: RoundKind;
+  title: string | null;
   outcomes: string[];
+  labels: Record<string, string> | null;
   liquidity: number | null;
   take_bps: number;
   opened_at: Date;
@@ -51,7 +57,7 @@ interface Row {
 }
 
 const COLUMNS =
-  'channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, state, winner, book, paid, epoch';
+  'channel_id, id, uid, tenant_id, kind, title, outcomes, labels, liquidity, take_bps, opened_at, deadline_at, state, winner, book, paid, epoch';
 
 function toRound(r: Row): RoundRow {
   return {
@@ -60,7 +66,9 @@ function toRound(r: Row): RoundRow {
     uid: r.uid,
     tenantId: r.tenant_id,
     kind: r.kind,
+    title: r.title,
     outcomes: r.outcomes,
+    labels: r.labels,
     liquidity: r.liquidity === null ? null : Number(r.liquidity),
     takeBps: r.take_bps,
     openedAt: new Date(r.opened_at).getTime(),
@@ -73,6 +81,23 @@ function toRound(r: Row): RoundRow {
   };
 }
 
+/** Where a page of {@link RoundRepository.listRecent} continues: the last row's opening time (ms) and id. */
+export interface RoundCursor {
+  openedAt: number;
+  id: string;
+}
+
+/** A cursor as text (`<openedAt>.<id>`), for a URL. */
+export function roundCursor(c: RoundCursor): string {
+  return `${c.openedAt}.${c.id}`;
+}
+
+/** Reads {@link roundCursor}'s text back, or undefined when it is not one. */
+export function parseRoundCursor(text: string): RoundCursor | undefined {
+  const m = /^(\d{1,16})\.([A-Za-z0-9_.-]{1,32})$/.exec(text);
+  return m ? { openedAt: Number(m[1]), id: m[2]! } : undefined;
+}
+
 export class RoundRepository {
   constructor(private readonly db: Db) {}
 
@@ -81,11 +106,14 @@ export class RoundRepository {
    * @throws CrowdplayError CP_ERR_ROUND_EXISTS (the channel already had a round with this id),
    *   CP_ERR_CHANNEL_STALE_EPOCH
    */
-  async insert(r: Omit<RoundRow, 'state' | 'winner' | 'book' | 'paid'>): Promise<void> {
+  async insert(
+    r: Omit<RoundRow, 'state' | 'winner' | 'book' | 'paid' | 'title' | 'labels'> & Partial<Pick<RoundRow, 'title' | 'labels'>>,
+  ): Promise<void> {
     try {
       await this.db.query(
-        `INSERT INTO rounds (channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, state, epoch)
-         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, to_timestamp($9::double precision / 1000), to_timestamp($10::double precision / 1000), 'open', $11)`,
+        `INSERT INTO rounds (channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, state, epoch, title, labels)
+         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, to_timestamp($9::double precision / 1000), to_timestamp($10::double precision / 1000), 'open', $11,
+                 $12, $13::jsonb)`,
         [
           r.channelId,
           r.id,
@@ -98,6 +126,8 @@ export class RoundRepository {
           r.openedAt,
           r.deadlineAt,
           r.epoch,
+          r.title ?? null,
+          r.labels ? JSON.stringify(r.labels) : null,
         ],
       );
     } catch (err) {
@@ -158,6 +188,57 @@ export class RoundRepository {
       [rows.map((r) => r.channelId), rows.map((r) => r.id), rows.map((r) => r.epoch), rows.map((r) => JSON.stringify(r.book))],
     );
     return new Set(res.rows.map((r) => `${r.channel_id}/${r.id}`));
+  }
+
+  /**
+   * A page of the channel's rounds, newest first (by opening time, then id).
+   * @param opts.limit rows per page, 1–100
+   * @param opts.before the cursor of the previous page's last row ({@link roundCursor}); absent = the newest
+   * @returns the rows and, when more remain, the cursor of the next page
+   */
+  async listRecent(channelId: string, opts: { limit: number; before?: RoundCursor }): Promise<{ rows: RoundRow[]; next?: RoundCursor }> {
+    const limit = Math.max(1, Math.min(100, Math.trunc(opts.limit)));
+    const params: unknown[] = [channelId, limit + 1];
+    let after = '';
+    if (opts.before) {
+      params.push(opts.before.openedAt, opts.before.id);
+      after = 'AND (opened_at, id) < (to_timestamp($3::double precision / 1000), $4::text)';
+    }
+    const { rows } = await this.db.query<Row>(
+      `SELECT ${COLUMNS} FROM rounds WHERE channel_id = $1 ${after} ORDER BY opened_at DESC, id DESC LIMIT $2`,
+      params,
+    );
+    const page = rows.slice(0, limit).map(toRound);
+    const last = page[page.length - 1];
+    return rows.length > limit && last ? { rows: page, next: { openedAt: last.openedAt, id: last.id } } : { rows: page };
+  }
+
+  /**
+   * One viewer's points in and out of each round, from the ledger: `staked`
+   * (stakes and buys from the viewer's wallet), `paid` (what the round's
+   * accounts sent back: payouts, refunds, sale proceeds, less claw-backs).
+   * Rounds the viewer had no part in are absent.
+   * @param uids the rounds' ledger ids (`<channel>/<id>`), at most a page
+   */
+  async viewerResults(tenantId: string, viewer: string, uids: readonly string[]): Promise<Map<string, { staked: number; paid: number }>> {
+    const out = new Map<string, { staked: number; paid: number }>();
+    if (uids.length === 0) return out;
+    const { rows } = await this.db.query<{ round_id: string; staked: string; inflow: string; outflow: string }>(
+      `WITH w AS (SELECT id FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = $2)
+       SELECT t.round_id,
+              COALESCE(SUM(t.amount) FILTER (WHERE t.from_account = w.id AND t.kind IN ('stake', 'buy')), 0) AS staked,
+              COALESCE(SUM(t.amount) FILTER (WHERE t.to_account = w.id), 0) AS inflow,
+              COALESCE(SUM(t.amount) FILTER (WHERE t.from_account = w.id), 0) AS outflow
+         FROM transfers t, w
+        WHERE t.round_id = ANY($3::text[]) AND (t.from_account = w.id OR t.to_account = w.id)
+        GROUP BY t.round_id`,
+      [tenantId, viewer, [...uids]],
+    );
+    for (const r of rows) {
+      const staked = Number(r.staked);
+      out.set(r.round_id, { staked, paid: Number(r.inflow) - Number(r.outflow) + staked });
+    }
+    return out;
   }
 
   /** Channels that hold an unfinished round (recovery at start-up). */

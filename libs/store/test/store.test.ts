@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { readdirSync } from 'node:fs';
-import { MIGRATIONS_DIR, openStore, type Store } from '../src/index.ts';
+import { MIGRATIONS_DIR, openStore, parseRoundCursor, roundCursor, type RoundCursor, type Store } from '../src/index.ts';
 
 /** The same suite against real Postgres (own schema) and embedded PGlite. */
 function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: () => Promise<void> }>): void {
@@ -126,13 +126,10 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       );
       assert.deepEqual(stale, ['bulk-3']);
       const snaps = await store.channels.loadSnapshots([...ids, 'nope']);
-      assert.deepEqual(
-        [...snaps.values()].map((x) => [x.channelId, x.state]).sort(),
-        [
-          ['bulk-1', { id: 'bulk-1' }],
-          ['bulk-2', { id: 'bulk-2' }],
-        ],
-      );
+      assert.deepEqual([...snaps.values()].map((x) => [x.channelId, x.state]).sort(), [
+        ['bulk-1', { id: 'bulk-1' }],
+        ['bulk-2', { id: 'bulk-2' }],
+      ]);
       const released = await store.channels.releaseMany([
         { channel: 'bulk-1', shard: 'shard-a', epoch: epochs.get('bulk-1')! },
         { channel: 'bulk-2', shard: 'shard-a', epoch: epochs.get('bulk-2')! },
@@ -190,6 +187,50 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       );
       assert.ok(e2b > e2);
       assert.equal((await store.rounds.handOffMany([])).size, 0);
+    });
+
+    it('rounds - title and labels round-trip; recent rounds page newest first with a cursor', async () => {
+      await store.channels.ensure('rec-1', 'acme');
+      const epoch = await store.channels.acquire('rec-1', 'shard-a');
+      const base = { channelId: 'rec-1', tenantId: 'acme', kind: 'pool' as const, outcomes: ['x', 'y'], liquidity: null, takeBps: 0 };
+      const at = 1_700_000_000_000;
+      // Five rounds; two share an opening time, so the id breaks the tie.
+      for (const [id, openedAt] of [
+        ['r1', at],
+        ['r2', at + 1_000],
+        ['r3', at + 2_000],
+        ['r4', at + 2_000],
+        ['r5', at + 3_000],
+      ] as const) {
+        await store.rounds.insert({ ...base, id, uid: `rec-1/${id}`, openedAt, deadlineAt: openedAt + 60_000, epoch });
+      }
+      await store.rounds.insert({
+        ...base,
+        id: 'labelled',
+        uid: 'rec-1/labelled',
+        openedAt: at - 1,
+        deadlineAt: at + 60_000,
+        epoch,
+        title: 'Heads or tails? 表か裏か',
+        labels: { x: 'Heads 🙂', y: '<b>Tails</b>' },
+      });
+      const labelled = await store.rounds.get('rec-1', 'labelled');
+      assert.equal(labelled?.title, 'Heads or tails? 表か裏か');
+      assert.deepEqual(labelled?.labels, { x: 'Heads 🙂', y: '<b>Tails</b>' });
+      assert.equal((await store.rounds.get('rec-1', 'r1'))?.title, null, 'no title given: null');
+
+      const seen: string[] = [];
+      let before: RoundCursor | undefined;
+      for (let page = 0; page < 10; page++) {
+        const res = await store.rounds.listRecent('rec-1', { limit: 2, ...(before ? { before } : {}) });
+        seen.push(...res.rows.map((r) => r.id));
+        if (!res.next) break;
+        assert.deepEqual(parseRoundCursor(roundCursor(res.next)), res.next, 'a cursor survives its text form');
+        before = res.next;
+      }
+      assert.deepEqual(seen, ['r5', 'r4', 'r3', 'r2', 'r1', 'labelled']);
+      assert.equal((await store.rounds.listRecent('nobody', { limit: 10 })).rows.length, 0);
+      for (const bad of ['', '12', 'x.r1', '1.r 1', `${'9'.repeat(17)}.r1`]) assert.equal(parseRoundCursor(bad), undefined, bad);
     });
 
     it('channels - a move (group → supergroup) is recorded once, resumed until finished, then a no-op', async () => {

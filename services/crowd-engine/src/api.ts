@@ -25,6 +25,8 @@ export type ChannelCtlRequest =
       outcomes: string[];
       durationMs: number;
       liquidity?: number;
+      title?: string;
+      labels?: Record<string, string>;
     }
   | { op: 'round.settle'; tenant: string; round: string; outcome: string }
   | { op: 'round.cancel'; tenant: string; round: string }

@@ -9,7 +9,14 @@ import type { Counter, Histogram } from '@opentelemetry/api';
 import type { Config } from '@crowdplay/config';
 import type { Ledger } from '@crowdplay/ledger';
 import type { Wallet } from '@crowdplay/lmsr';
-import { CrowdplayError, isCrowdplayError, type BalanceFrame, type BusAck, type RoundView } from '@crowdplay/protocol';
+import {
+  CrowdplayError,
+  isCrowdplayError,
+  type BalanceFrame,
+  type BusAck,
+  type RoundResultFrame,
+  type RoundView,
+} from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Round } from './round-state.ts';
@@ -52,7 +59,7 @@ export interface ChannelRoundsDeps {
   /** Sends acks and balance frames to a gateway. */
   sendAcks: (gw: string, acks: BusAck[], balances?: Array<{ conn: number; frame: BalanceFrame }>) => void;
   /** Sends balance frames to every socket of these viewers in the channel. */
-  sendWallet: (entries: Array<{ viewer: string; frame: BalanceFrame }>) => void;
+  sendWallet: (entries: Array<{ viewer: string; frame: BalanceFrame | RoundResultFrame }>) => void;
   /** A round changed state: tell the game. */
   sendRound: (view: RoundView) => void;
   /** Something viewers see changed (the shard sends an update on its next tick). */

@@ -6,8 +6,9 @@
  * round's row first, then applied in memory; a round's steps run one after
  * another (`RoundsContext.serial`).
  */
+import { TransferKinds } from '@crowdplay/ledger';
 import { Market } from '@crowdplay/lmsr';
-import { CrowdplayError, type RoundView } from '@crowdplay/protocol';
+import { CrowdplayError, type RoundResultFrame, type RoundView } from '@crowdplay/protocol';
 import type { RoundRow } from '@crowdplay/store';
 import type { RoundsContext } from './round-context.ts';
 import type { RoundLedger, WalletFrames } from './round-ledger.ts';
@@ -70,7 +71,9 @@ export class RoundLifecycle {
       uid: s.uid(req.round),
       tenantId: d.tenant,
       kind: req.kind,
+      title: req.title ?? null,
       outcomes,
+      labels: req.labels ?? null,
       liquidity: b,
       takeBps: req.kind === 'pool' ? d.config.ledger.houseTakeBps : 0,
       openedAt: now,
@@ -213,7 +216,31 @@ export class RoundLifecycle {
       const now = d.wallets.available(d.tenant, e.viewer);
       if (now !== undefined) e.frame.points = now;
     }
-    for (let i = 0; i < wallet.length; i += 1_000) d.sendWallet(wallet.slice(i, i + 1_000));
+    const frames: Array<WalletFrames[number] | { viewer: string; frame: RoundResultFrame }> = [...wallet];
+    for (const result of await this.results(r)) frames.push(result);
+    for (let i = 0; i < frames.length; i += 1_000) d.sendWallet(frames.slice(i, i + 1_000));
+  }
+
+  /**
+   * Each participant's result in a round that is paid (one ledger read); none when the read fails, since the
+   * round is paid all the same and the figures stay readable in the round history.
+   */
+  private async results(r: Round): Promise<Array<{ viewer: string; frame: RoundResultFrame }>> {
+    const d = this.s.d;
+    const state = r.state === 'settled' ? 'settled' : 'cancelled';
+    try {
+      const flows = await d.ledger.roundFlows(d.tenant, r.row.uid, [TransferKinds.stake, TransferKinds.buy]);
+      return flows
+        .filter(([, staked]) => staked > 0)
+        .map(([viewer, staked, paid]) => {
+          const frame: RoundResultFrame = { t: 'roundResult', channel: d.channel, round: r.id, state, staked, paid, net: paid - staked };
+          if (state === 'settled' && r.winner !== null) frame.winner = r.row.outcomes[r.winner]!;
+          return { viewer, frame };
+        });
+    } catch (err) {
+      d.telemetry.logger.warn({ err, channel: d.channel, round: r.id }, 'round results not sent: the ledger read failed');
+      return [];
+    }
   }
 
   /** Locks rounds past their deadline and cancels locked ones past ROUND_UNSETTLED_MAX_MS. Call every tick (`now` in ms since epoch). */

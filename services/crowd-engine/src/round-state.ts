@@ -8,7 +8,7 @@
  */
 import type { Config } from '@crowdplay/config';
 import type { Market, MarketHandoff } from '@crowdplay/lmsr';
-import { CrowdplayError, type BusTrade, type ErrorCode } from '@crowdplay/protocol';
+import { CrowdplayError, checkLabels, type BusTrade, type ErrorCode } from '@crowdplay/protocol';
 import type { RoundRow, RoundState } from '@crowdplay/store';
 
 /**
@@ -41,6 +41,10 @@ export interface OpenRoundRequest {
   outcomes: string[];
   durationMs: number;
   liquidity?: number;
+  /** The question viewers see (checked as protocol's checkLabels does). */
+  title?: string;
+  /** Display label by outcome. */
+  labels?: Record<string, string>;
 }
 
 /** One stake of a pool round (points). */
@@ -180,11 +184,16 @@ export class Round {
   }
 }
 
+/** A round request's title and labels, only those present. */
+function pick(req: OpenRoundRequest): { title?: string; labels?: Record<string, string> } {
+  return { ...(req.title === undefined ? {} : { title: req.title }), ...(req.labels === undefined ? {} : { labels: req.labels }) };
+}
+
 /**
  * Checks a round request's duration, outcomes and liquidity against the
  * rounds' settings.
  * @returns the outcomes (a copy) and a market's liquidity b (null for a pool)
- * @throws CrowdplayError CP_ERR_ROUND_INVALID (duration, outcomes or liquidity out of range)
+ * @throws CrowdplayError CP_ERR_ROUND_INVALID (duration, outcomes or liquidity out of range), CP_ERR_LABEL_INVALID (title or labels)
  */
 export function validateOpen(cfg: Config['rounds'], req: OpenRoundRequest): { outcomes: string[]; b: number | null } {
   if (req.durationMs < cfg.minDurationMs || req.durationMs > cfg.maxDurationMs) {
@@ -201,6 +210,8 @@ export function validateOpen(cfg: Config['rounds'], req: OpenRoundRequest): { ou
       throw new CrowdplayError('CP_ERR_ROUND_INVALID', [`liquidity must be an integer in [1, ${cfg.maxLiquidity}] (ROUND_MAX_LIQUIDITY)`]);
     }
   } else if (req.liquidity !== undefined) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['liquidity is for market rounds']);
+  // The edge checked these already (parseInbound); a built-in game's or a decoded control message's are checked again here.
+  checkLabels({ t: 'round.open', round: req.round, kind: req.kind, outcomes, durationMs: req.durationMs, ...pick(req) });
   return { outcomes, b };
 }
 

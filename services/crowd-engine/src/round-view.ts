@@ -31,6 +31,8 @@ export function roundView(round: Round): RoundView {
       v.prices = lmsrPrices(v.q, b);
     }
   }
+  if (r.title !== null) v.title = r.title;
+  if (r.labels !== null) v.labels = r.labels;
   if (round.winner !== null) v.winner = r.outcomes[round.winner]!;
   return v;
 }

@@ -272,8 +272,16 @@ export class Shard {
         if (!o.rounds) throw new CrowdplayError('CP_ERR_ROUND_INVALID', ['this shard has no ledger']);
         let round: RoundView;
         if (req.op === 'round.open') {
-          const open = { round: req.round, kind: req.kind, outcomes: req.outcomes, durationMs: req.durationMs };
-          round = await o.rounds.open(req.tenant, req.liquidity === undefined ? open : { ...open, liquidity: req.liquidity });
+          const { round: id, kind, outcomes, durationMs, liquidity, title, labels } = req;
+          round = await o.rounds.open(req.tenant, {
+            round: id,
+            kind,
+            outcomes,
+            durationMs,
+            ...(liquidity === undefined ? {} : { liquidity }),
+            ...(title === undefined ? {} : { title }),
+            ...(labels === undefined ? {} : { labels }),
+          });
         } else if (req.op === 'round.settle') round = await o.rounds.settle(req.tenant, req.round, req.outcome);
         else round = await o.rounds.cancel(req.tenant, req.round);
         if (o.roundsDirty) {
@@ -469,7 +477,6 @@ export class Shard {
     await this.s.deps.bus.flush();
   }
 }
-
 
 function toErrorReply(err: unknown): { ok: false; code: ErrorCode; message: string } {
   if (isCrowdplayError(err)) return { ok: false, code: err.code, message: err.message };

@@ -78,18 +78,25 @@ describe('rounds', () => {
       [103, 95, 101, 101],
       'payouts 10, 5, 4 sum exactly to the pool of 19',
     );
-    const pushed = await h.waitFor(() => (h.wallets.filter((w) => w.frame.round === 'r1').length === 3 ? h.wallets : false));
-    assert.deepEqual(
-      pushed
-        .filter((w) => w.frame.round === 'r1')
-        .map((w) => [w.viewer, w.frame.reason, w.frame.delta, w.frame.points])
-        .sort(),
-      [
-        ['pa', 'payout', 10, 103],
-        ['pc', 'payout', 5, 101],
-        ['pd', 'payout', 4, 101],
-      ],
-    );
+    const balances = (round: string) =>
+      h.wallets.flatMap((w) => (w.frame.t === 'balance' && w.frame.round === round ? [[w.viewer, w.frame] as const] : []));
+    const pushed = await h.waitFor(() => (balances('r1').length === 3 ? balances('r1') : false));
+    assert.deepEqual(pushed.map(([viewer, f]) => [viewer, f.reason, f.delta, f.points]).sort(), [
+      ['pa', 'payout', 10, 103],
+      ['pc', 'payout', 5, 101],
+      ['pd', 'payout', 4, 101],
+    ]);
+    // Every participant, the loser too, gets its own result: points in, points back, the difference.
+    const results = await h.waitFor(() => {
+      const got = h.wallets.flatMap((w) => (w.frame.t === 'roundResult' && w.frame.round === 'r1' ? [[w.viewer, w.frame] as const] : []));
+      return got.length === 4 ? got : false;
+    });
+    assert.deepEqual(results.map(([viewer, f]) => [viewer, f.channel, f.state, f.winner, f.staked, f.paid, f.net]).sort(), [
+      ['pa', 'pool1', 'settled', 'x', 7, 10, 3],
+      ['pb', 'pool1', 'settled', 'x', 5, 0, -5],
+      ['pc', 'pool1', 'settled', 'x', 4, 5, 1],
+      ['pd', 'pool1', 'settled', 'x', 3, 4, 1],
+    ]);
     const row = await h.store.rounds.get('pool1', 'r1');
     assert.deepEqual([row?.state, row?.winner, row?.paid], ['settled', 0, true]);
     assert.ok(h.roundFrames.some((f) => f.round.id === 'r1' && f.round.state === 'settled'));
@@ -120,6 +127,9 @@ describe('rounds', () => {
     assert.equal((await ctl('bad1', { ...open, durationMs: 10 })).code, 'CP_ERR_ROUND_INVALID');
     assert.equal((await ctl('bad1', { ...open, liquidity: 10 })).code, 'CP_ERR_ROUND_INVALID');
     assert.equal((await ctl('bad1', { ...open, kind: 'market', liquidity: 2_000_000_000 })).code, 'CP_ERR_ROUND_INVALID');
+    // A control message is checked again at the shard: a label the edge would refuse is refused here too.
+    assert.equal((await ctl('bad1', { ...open, title: 'rigged\u202Eniw' })).code, 'CP_ERR_LABEL_INVALID');
+    assert.equal((await ctl('bad1', { ...open, labels: { z: 'Zed' } })).code, 'CP_ERR_LABEL_INVALID');
     assert.equal(await h.store.rounds.get('bad1', 'b1'), null);
     assert.equal((await ctl('bad1', open)).ok, true);
     assert.equal((await ctl('bad1', open)).code, 'CP_ERR_ROUND_EXISTS');
@@ -176,7 +186,13 @@ describe('rounds', () => {
     const seqs = Array.from({ length: n }, () => ++seq);
     h.send(
       'copies',
-      seqs.map((s) => ({ action: '', viewer: 'kc', seq: s, conn: s, trade: { k: 'stake' as const, round: 'p', outcome: 'x', points: 10, key: 'again' } })),
+      seqs.map((s) => ({
+        action: '',
+        viewer: 'kc',
+        seq: s,
+        conn: s,
+        trade: { k: 'stake' as const, round: 'p', outcome: 'x', points: 10, key: 'again' },
+      })),
     );
     const acks = await Promise.all(seqs.map((s) => h.waitFor(() => h.acks.find((a) => a.seq === s))));
     assert.deepEqual(
@@ -211,8 +227,16 @@ describe('rounds', () => {
       outcomes: ['yes', 'no'],
       durationMs: 60_000,
       liquidity: 100,
+      title: 'Will it rain in Kyōto tomorrow? 🌧',
+      labels: { yes: 'Yes, it rains', no: '晴れ' },
     });
     assert.deepEqual([opened.round?.b, opened.round?.prices], [100, [0.5, 0.5]]);
+    assert.deepEqual(
+      [opened.round?.title, opened.round?.labels],
+      ['Will it rain in Kyōto tomorrow? 🌧', { yes: 'Yes, it rains', no: '晴れ' }],
+    );
+    const stored = await h.store.rounds.get('mk1', 'm1');
+    assert.deepEqual([stored?.title, stored?.labels], ['Will it rain in Kyōto tomorrow? 🌧', { yes: 'Yes, it rains', no: '晴れ' }]);
     assert.equal(await ledger().balance(T, { kind: 'maker', owner: 'mk1/m1' }), 70, 'subsidy ceil(100·ln 2) from the treasury');
     const a = await trade('mk1', 'ma', { k: 'buy', round: 'm1', outcome: 'yes', shares: 10, maxCost: 6 });
     assert.deepEqual([a.ok, a.cost, a.shares, a.position, a.balance], [true, 6, 10, 10, 994]);
@@ -230,6 +254,17 @@ describe('rounds', () => {
     const treasury1 = await ledger().balance(T, { kind: 'treasury', owner: '' });
     // The treasury got back the subsidy and the maker's profit: what the traders lost.
     assert.equal(treasury1 - treasury0, 1_000 - (await bal('ma')) + (1_000 - (await bal('mb'))));
+    // Results count buys as staked and sale proceeds plus the winning shares' payout as paid.
+    const results = await h.waitFor(() => {
+      const got = h.wallets.flatMap((w) =>
+        w.frame.t === 'roundResult' && w.frame.round === 'm1' && w.frame.channel === 'mk1' ? [[w.viewer, w.frame] as const] : [],
+      );
+      return got.length === 2 ? got : false;
+    });
+    assert.deepEqual(results.map(([viewer, f]) => [viewer, f.winner, f.staked, f.paid, f.net]).sort(), [
+      ['ma', 'yes', 6, s.proceeds! + 5, s.proceeds! + 5 - 6],
+      ['mb', 'yes', b.cost!, 0, -b.cost!],
+    ]);
     await verified();
   });
 
@@ -268,6 +303,21 @@ describe('rounds', () => {
     assert.equal((await ctl('cx1', { op: 'round.cancel', round: 'c2' })).ok, true, 'cancel is idempotent');
     assert.deepEqual([await bal('ca'), await bal('cb')], [500, 500]);
     assert.equal(await ledger().balance(T, { kind: 'maker', owner: 'cx1/c1' }), 0);
+    const results = await h.waitFor(() => {
+      const got = h.wallets.flatMap((w) =>
+        w.frame.t === 'roundResult' && w.frame.channel === 'cx1' ? [[w.viewer, w.frame] as const] : [],
+      );
+      return got.length === 3 ? got : false;
+    });
+    assert.deepEqual(
+      results.map(([viewer, f]) => [f.round, viewer, f.state, f.winner, f.net]).sort(),
+      [
+        ['c1', 'ca', 'cancelled', undefined, 0],
+        ['c1', 'cb', 'cancelled', undefined, 0],
+        ['c2', 'ca', 'cancelled', undefined, 0],
+      ],
+      'a cancel gives everything back, a profitable cash-out included',
+    );
     assert.equal((await ctl('cx1', { op: 'round.settle', round: 'c1', outcome: 'yes' })).code, 'CP_ERR_ROUND_ALREADY_FINAL');
     await verified();
   });
@@ -349,7 +399,9 @@ describe('rounds', () => {
     const epoch = await h.store.channels.acquire('rc1', 's2');
     await s2.acquire('rc1', epoch);
     // The acquire serves the channel at once; the crashed owner's open rounds are refunded in the background.
-    await eventually(async () => (await h.store.rounds.get('rc1', 'open1'))?.paid === true && (await h.store.rounds.get('rc1', 'mk'))?.paid === true);
+    await eventually(
+      async () => (await h.store.rounds.get('rc1', 'open1'))?.paid === true && (await h.store.rounds.get('rc1', 'mk'))?.paid === true,
+    );
     assert.deepEqual(
       [(await h.store.rounds.get('rc1', 'open1'))?.state, (await h.store.rounds.get('rc1', 'mk'))?.state],
       ['cancelled', 'cancelled'],
@@ -548,7 +600,7 @@ describe("rounds - a built-in game's channel", () => {
     assert.deepEqual(await asTenant({ op: 'round.settle', round: demo.id, outcome: 'left' }), {
       ok: false,
       code: 'CP_ERR_ROUND_FORBIDDEN',
-      message: "channel demo runs a built-in game: only it opens, settles or cancels its rounds",
+      message: 'channel demo runs a built-in game: only it opens, settles or cancels its rounds',
     });
     assert.equal((await asTenant({ op: 'round.cancel', round: demo.id })).code, 'CP_ERR_ROUND_FORBIDDEN');
     const open = { op: 'round.open', round: 'mine', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 };

@@ -28,7 +28,10 @@ test('tug-of-war rounds - opens its own rounds one at a time, alternating pool a
   const g = tugOfWar({ maxPerTick: 10, motion: false, rounds: { durationMs: 5_000, liquidity: 50 }, welcomeGrant: 7 });
   assert.equal(g.welcomeGrant, 7);
   const first = g.rounds!(36_000, []);
-  assert.deepEqual(first, [{ op: 'open', request: { round: 'demo-rs0', kind: 'pool', outcomes: ['left', 'right'], durationMs: 5_000 } }]);
+  const asked = { title: 'Which side holds the rope when betting closes?', labels: { left: 'Left', right: 'Right' } };
+  assert.deepEqual(first, [
+    { op: 'open', request: { round: 'demo-rs0', kind: 'pool', outcomes: ['left', 'right'], ...asked, durationMs: 5_000 } },
+  ]);
   assert.deepEqual(g.rounds!(36_100, []), [], 'no second open while the first is in flight');
   assert.deepEqual(g.rounds!(36_200, [view('demo-rs0', 'open')]), []);
   g.onBatch(pull(9, 1)); // the rope moves left
@@ -38,7 +41,14 @@ test('tug-of-war rounds - opens its own rounds one at a time, alternating pool a
   assert.deepEqual(next, [
     {
       op: 'open',
-      request: { round: `demo-${(41_200).toString(36)}`, kind: 'market', outcomes: ['left', 'right'], durationMs: 5_000, liquidity: 50 },
+      request: {
+        round: `demo-${(41_200).toString(36)}`,
+        kind: 'market',
+        outcomes: ['left', 'right'],
+        ...asked,
+        durationMs: 5_000,
+        liquidity: 50,
+      },
     },
   ]);
 });

@@ -193,8 +193,9 @@ export class ChannelFanout {
   }
 
   /**
-   * Routes one WalletBatch: each entry's `balance` frame goes to the members
-   * whose viewer it names (several entries for one viewer are sent in order).
+   * Routes one WalletBatch: each entry's frame (`balance` or `roundResult`) goes
+   * to the members whose viewer it names (several entries for one viewer are
+   * sent in order).
    * A socket over WS_MAX_BUFFERED_BYTES is a slow consumer, as for updates.
    */
   private wallet(entry: ChannelEntry, data: Uint8Array): void {
@@ -208,7 +209,8 @@ export class ChannelFanout {
     if (!Array.isArray(batch.entries) || batch.entries.length === 0) return;
     const byViewer = new Map<string, string[]>();
     for (const e of batch.entries) {
-      if (typeof e?.viewer !== 'string' || typeof e.frame !== 'object' || e.frame === null || e.frame.t !== 'balance') continue;
+      if (typeof e?.viewer !== 'string' || typeof e.frame !== 'object' || e.frame === null) continue;
+      if (e.frame.t !== 'balance' && e.frame.t !== 'roundResult') continue;
       const text = JSON.stringify(e.frame);
       const list = byViewer.get(e.viewer);
       if (list) list.push(text);

@@ -11,11 +11,12 @@
  * - `GET /v1/balances/:viewer` `Authorization: Bearer <api key>` → `{ viewer, balance }`.
  * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }`.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Ledger } from '@crowdplay/ledger';
-import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode, type WalletCredit } from '@crowdplay/protocol';
-import type { Store, Tenant } from '@crowdplay/store';
+import { CHANNEL_ID_RE, CrowdplayError, type WalletCredit } from '@crowdplay/protocol';
+import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
+import { bearer, fail, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 
 /** Largest single grant, points (a typo guard; balances themselves are bigint in Postgres). */
@@ -31,37 +32,6 @@ export interface FundingContext {
 }
 
 const VIEWER_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,128}$';
-
-function bearer(req: FastifyRequest): string | null {
-  const h = req.headers.authorization;
-  if (typeof h !== 'string' || !h.startsWith('Bearer ')) return null;
-  const v = h.slice('Bearer '.length).trim();
-  return v === '' ? null : v;
-}
-
-/**
- * Answers a refused funding request. `credential` names what the route's
- * `Authorization: Bearer` header carries, for the CP_ERR_AUTH_MISSING message
- * (the catalogue's names the WebSocket query parameters).
- */
-function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry, credential: string): FastifyReply {
-  if (isCrowdplayError(err)) {
-    if (err.httpStatus < 500) telemetry.refusals.refuse('funding', err.code);
-    const message =
-      err.code === 'CP_ERR_AUTH_MISSING' ? `no credentials: send the header Authorization: Bearer <${credential}>` : err.message;
-    return reply.status(err.httpStatus).send({ code: err.code, message });
-  }
-  telemetry.logger.error({ err }, 'funding request failed');
-  return reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
-}
-
-async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenant> {
-  const key = bearer(req);
-  if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
-  const tenant = await store.tenants.byApiKey(key);
-  if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
-  return tenant;
-}
 
 /** Registers the funding routes on `app`. */
 export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext): void {
@@ -96,7 +66,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
         if (!r.replayed) ctx.onGranted?.({ tenant: tenant.id, viewer, points, balance });
         return { viewer, points, balance, replayed: r.replayed };
       } catch (err) {
-        return fail(reply, err, telemetry, 'tenant API key');
+        return fail(reply, err, telemetry, 'funding', 'tenant API key');
       }
     },
   );
@@ -109,7 +79,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
         throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer: 1–128 characters, no control characters']);
       return { viewer, balance: await ledger.balance(tenant.id, { kind: 'wallet', owner: viewer }) };
     } catch (err) {
-      return fail(reply, err, telemetry, 'tenant API key');
+      return fail(reply, err, telemetry, 'funding', 'tenant API key');
     }
   });
 
@@ -121,7 +91,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
       const id = await auth.crowd(channel, token);
       return { viewer: id.viewer, balance: await ledger.balance(id.tenantId, { kind: 'wallet', owner: id.viewer }) };
     } catch (err) {
-      return fail(reply, err, telemetry, 'viewer token');
+      return fail(reply, err, telemetry, 'funding', 'viewer token');
     }
   });
 }

@@ -52,6 +52,7 @@ import type { Conn } from './connection.ts';
 import { CrowdSession } from './crowd-session.ts';
 import { ChannelFanout } from './fanout.ts';
 import { registerFundingRoutes } from './funding.ts';
+import { registerRoundHistoryRoutes } from './round-history.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
 import { registerRoutes } from './http.ts';
@@ -275,6 +276,7 @@ class GatewayImpl implements Gateway {
         onGranted: (credit) => this.bus.publish(subjects.walletCredits(), encodeJson(credit)),
       });
     }
+    registerRoundHistoryRoutes(this.app, { store, auth, telemetry });
     this.app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.admission.onUpgrade(req, socket, head));
   }
 

@@ -258,6 +258,42 @@ describe('gateway rounds - crowd', () => {
     }
   });
 
+  it("wallet - a roundResult entry reaches that viewer's sockets; an entry of an unknown frame type reaches nobody", async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel] });
+    try {
+      const alice = await viewer(h, 'alice');
+      const bob = await viewer(h, 'bob');
+      const result = {
+        t: 'roundResult' as const,
+        channel: suite.channel,
+        round: 'r9',
+        state: 'settled' as const,
+        winner: 'left',
+        staked: 50,
+        paid: 90,
+        net: 40,
+      };
+      h.shard.publishWallet(suite.channel, {
+        entries: [
+          { viewer: 'bob', frame: { t: 'debug', secret: 1 } as unknown as typeof result },
+          { viewer: 'alice', frame: result },
+        ],
+      });
+      const got = await alice.frame((f) => f.t === 'roundResult', 'roundResult');
+      assert.deepEqual(got, result);
+      h.shard.publishUpdate(suite.channel, updateFrame(suite.channel, 7));
+      await bob.frame((f) => f.t === 'update' && f.ev === 7, 'update on bob');
+      assert.deepEqual(
+        bob.frames.filter((f) => f.t !== 'update' && f.t !== 'welcome' && f.t !== 'balance'),
+        [],
+        "bob gets neither alice's result nor the unknown frame",
+      );
+      await Promise.all([alice.close(), bob.close()]);
+    } finally {
+      await h.close();
+    }
+  });
+
   it('bad trade frames - each gets an error frame and a refused ack CP_ERR_PROTO_INVALID; nothing is forwarded', async () => {
     const h = await startHarness({ store: suite.store, channels: [suite.channel], gateway: { protocolErrorLimit: 1_000 } });
     try {

@@ -70,6 +70,8 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
                 round: id,
                 kind,
                 outcomes: ['left', 'right'],
+                title: 'Which side holds the rope when betting closes?',
+                labels: { left: 'Left', right: 'Right' },
                 durationMs: roundCfg.durationMs,
                 ...(kind === 'market' ? { liquidity: roundCfg.liquidity ?? 100 } : {}),
               },
@@ -80,7 +82,15 @@ export function tugOfWar(opts: TugOfWarOptions): GameModule {
         }
       : undefined,
     actions(): ActionSpec[] {
-      return [{ name: 'pull', options: ['left', 'right'], maxPerTick: opts.maxPerTick }];
+      return [
+        {
+          name: 'pull',
+          label: 'Pull',
+          options: ['left', 'right'],
+          optionLabels: { left: '◀ Left', right: 'Right ▶' },
+          maxPerTick: opts.maxPerTick,
+        },
+      ];
     },
     init(restored) {
       if (restored && typeof restored.position === 'number') {

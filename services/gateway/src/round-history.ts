@@ -1,0 +1,108 @@
+/**
+ * A channel's recent rounds over HTTP, newest first, with their results and,
+ * for a viewer, that viewer's own figures per round (read from the ledger).
+ *
+ * `GET /v1/channels/:channel/rounds?limit=N&before=CURSOR` with
+ * `Authorization: Bearer <viewer token | tenant API key>` →
+ * `{ rounds: RoundSummary[], next? }`. A viewer token is checked as for the
+ * WebSocket (the channel's tenant signed it); an API key must be the
+ * channel's tenant's. `next` is the cursor of the following page.
+ */
+import type { FastifyInstance } from 'fastify';
+import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
+import { parseRoundCursor, roundCursor, type RoundRow, type Store } from '@crowdplay/store';
+import type { Telemetry } from '@crowdplay/telemetry';
+import { bearer, fail, isApiKey, tenantOf } from './api-auth.ts';
+import type { Authenticator } from './auth.ts';
+
+/** Rounds per page when `limit` is absent. */
+export const ROUND_HISTORY_DEFAULT_LIMIT = 20;
+/** Most rounds per page. */
+export const ROUND_HISTORY_MAX_LIMIT = 100;
+
+/** One round of the history. Times in ms since epoch; points are integers. */
+export interface RoundSummary {
+  id: string;
+  kind: 'pool' | 'market';
+  title?: string;
+  outcomes: string[];
+  labels?: Record<string, string>;
+  state: 'open' | 'locked' | 'settled' | 'cancelled';
+  openedAt: number;
+  deadline: number;
+  /** Settled: the winning outcome. */
+  winner?: string;
+  /** A viewer's own figures, when the caller is a viewer that took part: points in, points back, and their difference. */
+  mine?: { staked: number; paid: number; net: number };
+}
+
+export interface RoundHistoryContext {
+  store: Store;
+  auth: Authenticator;
+  telemetry: Telemetry;
+}
+
+function summary(r: RoundRow): RoundSummary {
+  const out: RoundSummary = {
+    id: r.id,
+    kind: r.kind,
+    outcomes: r.outcomes,
+    state: r.state,
+    openedAt: r.openedAt,
+    deadline: r.deadlineAt,
+  };
+  if (r.title !== null) out.title = r.title;
+  if (r.labels !== null) out.labels = r.labels;
+  if (r.winner !== null && r.outcomes[r.winner] !== undefined) out.winner = r.outcomes[r.winner];
+  return out;
+}
+
+/** Registers `GET /v1/channels/:channel/rounds` on `app`. */
+export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHistoryContext): void {
+  const { store, auth, telemetry } = ctx;
+  app.get<{ Params: { channel: string }; Querystring: { limit?: string; before?: string } }>(
+    '/v1/channels/:channel/rounds',
+    async (req, reply) => {
+      try {
+        const { channel } = req.params;
+        if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+        const { limit: limitText, before: beforeText } = req.query;
+        let limit = ROUND_HISTORY_DEFAULT_LIMIT;
+        if (limitText !== undefined) {
+          limit = /^\d{1,3}$/.test(limitText) ? Number(limitText) : 0;
+          if (limit < 1 || limit > ROUND_HISTORY_MAX_LIMIT)
+            throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`limit: a whole number 1–${ROUND_HISTORY_MAX_LIMIT}`]);
+        }
+        const before = beforeText === undefined ? undefined : parseRoundCursor(beforeText);
+        if (beforeText !== undefined && !before)
+          throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['before: a cursor from a previous page']);
+        const credential = bearer(req);
+        let viewer: { tenantId: string; viewer: string } | undefined;
+        if (credential !== null && isApiKey(credential)) {
+          const tenant = await tenantOf(req, store);
+          const ch = await store.channels.get(channel);
+          if (!ch) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+          if (ch.tenantId !== tenant.id) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
+        } else {
+          viewer = await auth.crowd(channel, credential);
+        }
+        const page = await store.rounds.listRecent(channel, { limit, ...(before ? { before } : {}) });
+        const rounds = page.rows.map(summary);
+        if (viewer) {
+          const mine = await store.rounds.viewerResults(
+            viewer.tenantId,
+            viewer.viewer,
+            page.rows.map((r) => r.uid),
+          );
+          page.rows.forEach((r, i) => {
+            const m = mine.get(r.uid);
+            if (m) rounds[i]!.mine = { staked: m.staked, paid: m.paid, net: m.paid - m.staked };
+          });
+        }
+        return page.next ? { rounds, next: roundCursor(page.next) } : { rounds };
+      } catch (err) {
+        return fail(reply, err, telemetry, 'rounds', 'viewer token or tenant API key');
+      }
+    },
+  );
+}
