@@ -12,6 +12,8 @@ import { defaultConfig } from '@crowdplay/config';
 import { ROOT, startStandalone, type InProcess } from '../helpers.ts';
 
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+/** The title the demo gives its rounds (services/crowd-engine/src/games/tug-of-war.ts). */
+const DEMO_QUESTION = 'Which side holds the rope when betting closes?';
 
 describe('viewer page (browser)', () => {
   let s: InProcess;
@@ -216,8 +218,11 @@ describe('viewer page (browser): rounds to their result', () => {
     await bob.click(`[data-testid="stake-${pool}-right"]`);
     for (const p of [ann, bob])
       await p.waitForFunction(() => document.querySelector('[data-testid="last-trade"]')?.getAttribute('data-ok') === 'true');
-    assert.match(await resultOf(ann, pool), /^Winner: left · you won 10$/);
-    assert.match(await resultOf(bob, pool), /^Winner: left · you lost 10$/);
+    // The game's question and outcome labels are shown, not its ids.
+    assert.equal(await ann.locator(`[data-testid="round-${pool}-title"]`).textContent(), DEMO_QUESTION);
+    assert.equal(await ann.locator(`[data-testid="round-${pool}-left-label"]`).textContent(), 'Left');
+    assert.match(await resultOf(ann, pool), /^Winner: Left · you won 10$/);
+    assert.match(await resultOf(bob, pool), /^Winner: Left · you lost 10$/);
     await ann.waitForFunction((want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want), annBefore + 10);
     assert.equal(await balanceOf(bob), bobBefore - 10);
 
@@ -232,9 +237,9 @@ describe('viewer page (browser): rounds to their result', () => {
     for (const p of [ann, bob])
       await p.waitForFunction(() => /holding/.test(document.querySelector('[data-testid="last-trade"]')?.textContent ?? ''));
     assert.match((await bob.locator(`[data-testid="round-${market}-right-position"]`).textContent()) ?? '', /^you hold \d+$/);
-    const won = /^Winner: left · you won (\d+)$/.exec(await resultOf(ann, market));
+    const won = /^Winner: Left · you won (\d+)$/.exec(await resultOf(ann, market));
     assert.ok(won, 'ann won the market round');
-    const lost = /^Winner: left · you lost (\d+)$/.exec(await resultOf(bob, market));
+    const lost = /^Winner: Left · you lost (\d+)$/.exec(await resultOf(bob, market));
     assert.ok(lost, 'bob lost the market round');
     await ann.waitForFunction(
       (want) => document.querySelector('[data-testid="balance"]')?.textContent === String(want),
@@ -293,7 +298,7 @@ describe('viewer page (browser): rounds to their result', () => {
         { timeout: 60_000 },
       )
     ).jsonValue()) as string;
-    assert.match((await overlay.locator('[data-testid="overlay-round-title"]').textContent()) ?? '', new RegExp(`${round}$`));
+    assert.equal(await overlay.locator('[data-testid="overlay-round-title"]').textContent(), DEMO_QUESTION);
     const dir = process.env.UPDATE_SCREENSHOT ? join(ROOT, 'docs/img') : mkdtempSync(join(tmpdir(), 'crowdplay-shot-'));
     await overlay.screenshot({ path: join(dir, 'overlay.png'), omitBackground: true });
     await overlay.waitForFunction(
@@ -304,7 +309,7 @@ describe('viewer page (browser): rounds to their result', () => {
       round,
       { timeout: 60_000 },
     );
-    assert.match((await overlay.locator('[data-testid="overlay-banner"]').textContent()) ?? '', /^Winner: (left|right)$/);
+    assert.match((await overlay.locator('[data-testid="overlay-banner"]').textContent()) ?? '', /^Winner: (Left|Right)$/);
     assert.deepEqual(errors, []);
     await carl.close();
     await overlay.close();

@@ -34,6 +34,8 @@ const roundKeys = new Map();
  * { staked: Map<outcome, points>, spent, proceeds, paid, sawPayout }.
  */
 const mine = new Map();
+/** Your result per finished round as the server reported it (roundResult: staked, paid, net), by round id. */
+const results = new Map();
 
 function mineOf(round) {
   let m = mine.get(round);
@@ -86,12 +88,13 @@ function renderActions(actions) {
   if (actions.length === 0) box.append(el('p', { class: 'hint' }, 'The game has not declared any actions yet.'));
   for (const action of actions) {
     const row = el('div', { class: 'action', 'data-testid': `action-${action.name}` });
-    row.append(el('span', { class: 'action-name' }, action.name));
+    row.append(el('span', { class: 'action-name' }, action.label ?? action.name));
     const options = action.options ?? [null];
     for (const option of options) {
       const key = `${action.name}-${option ?? '_'}`;
       const wrap = el('span', { class: 'option' });
-      const button = el('button', { type: 'button', id: `act-${key}`, 'data-testid': `act-${key}` }, option ?? action.name);
+      const text = option === null ? (action.label ?? action.name) : (action.optionLabels?.[option] ?? option);
+      const button = el('button', { type: 'button', id: `act-${key}`, 'data-testid': `act-${key}` }, text);
       button.addEventListener('click', () => act(action.name, option ?? undefined));
       wrap.append(button, el('span', { class: 'tally', id: `tally-${key}`, 'data-testid': `tally-${key}` }, '0'));
       row.append(wrap);
@@ -224,23 +227,29 @@ function trade(what, round, outcome, send) {
   );
 }
 
+/** What a viewer reads for an outcome of round `r` (the id `r` is given when the round is not known). */
+function outcomeLabel(r, outcome) {
+  const round = typeof r === 'string' ? rounds.get(r) : r;
+  return round?.labels?.[outcome] ?? outcome;
+}
+
 function stake(round, outcome) {
   const points = pointsInput();
-  if (points !== null) trade(`stake ${points} on ${outcome}`, round, outcome, (c) => c.stake(round, outcome, points));
+  if (points !== null) trade(`stake ${points} on ${outcomeLabel(round, outcome)}`, round, outcome, (c) => c.stake(round, outcome, points));
 }
 
 function buy(round, outcome) {
   const budget = pointsInput();
-  if (budget !== null) trade(`buy ${outcome} for ${budget}`, round, outcome, (c) => c.buy(round, outcome, { budget }));
+  if (budget !== null) trade(`buy ${outcomeLabel(round, outcome)} for ${budget}`, round, outcome, (c) => c.buy(round, outcome, { budget }));
 }
 
 function cashOut(round, outcome) {
   const shares = positions.get(`${round}|${outcome}`) ?? 0;
   if (shares <= 0) {
-    showTrade(`no shares of ${outcome} to cash out`, false, 'CP_ERR_MARKET_INSUFFICIENT_SHARES');
+    showTrade(`no shares of ${outcomeLabel(round, outcome)} to cash out`, false, 'CP_ERR_MARKET_INSUFFICIENT_SHARES');
     return;
   }
-  trade(`cash out ${shares} ${outcome}`, round, outcome, (c) => c.sell(round, outcome, shares, 0));
+  trade(`cash out ${shares} ${outcomeLabel(round, outcome)}`, round, outcome, (c) => c.sell(round, outcome, shares, 0));
 }
 
 /** "Buy for N points", N = the points input. */
@@ -281,9 +290,9 @@ function buildRound(r) {
   const card = el('div', { class: 'round', id: `round-${r.id}`, 'data-testid': `round-${r.id}`, 'data-kind': r.kind });
   const head = el('div', { class: 'round-head' });
   head.append(
-    // Rounds carry no title yet: the kind, then the id.
-    el('span', { class: 'round-title' }, r.kind === 'market' ? 'Market' : 'Pool'),
-    el('span', { class: 'hint round-id' }, r.id),
+    // The game's question when it gave one (as text, never HTML), else the kind; the kind as a tag beside a title.
+    el('span', { class: 'round-title', 'data-testid': `round-${r.id}-title` }, r.title ?? (r.kind === 'market' ? 'Market' : 'Pool')),
+    el('span', { class: 'hint round-id' }, r.title ? (r.kind === 'market' ? 'market' : 'pool') : r.id),
     el('span', { class: 'round-state', id: `round-${r.id}-state`, 'data-testid': `round-${r.id}-state` }),
     el('span', { class: 'countdown', id: `round-${r.id}-countdown`, 'data-testid': `round-${r.id}-countdown` }),
     el('span', { class: 'round-result', id: `round-${r.id}-result`, 'data-testid': `round-${r.id}-result` }),
@@ -294,7 +303,7 @@ function buildRound(r) {
   for (const outcome of r.outcomes) {
     const key = `${r.id}-${outcome}`;
     const row = el('div', { class: 'outcome' });
-    row.append(el('span', { class: 'outcome-name' }, outcome));
+    row.append(el('span', { class: 'outcome-name', 'data-testid': `round-${key}-label` }, outcomeLabel(r, outcome)));
     if (r.kind === 'market') {
       row.append(el('span', { class: 'tally', id: `round-${key}-price`, 'data-testid': `round-${key}-price` }));
       const b = el('button', { type: 'button', id: `buy-${key}`, 'data-testid': `buy-${key}`, class: 'buy' }, buyLabel());
@@ -357,7 +366,9 @@ function fillRound(r) {
 function resultOf(r) {
   if (r.state === 'cancelled') return { text: 'Cancelled: every stake and trade refunded', net: '' };
   if (r.state !== 'settled') return { text: '', net: '' };
-  const head = `Winner: ${r.winner ?? '?'}`;
+  const head = `Winner: ${r.winner === undefined ? '?' : outcomeLabel(r, r.winner)}`;
+  const told = results.get(r.id);
+  if (told) return netText(head, told.net); // the server's own figure (roundResult), which survives a reload
   const m = mine.get(r.id);
   if (!m || (m.spent === 0 && m.proceeds === 0)) return { text: head, net: '' };
   let payout;
@@ -371,7 +382,10 @@ function resultOf(r) {
     else if (m.sawPayout) payout = m.paid;
     else return { text: `${head} · your payout is on its way`, net: 'pending' };
   }
-  const net = m.proceeds + payout - m.spent;
+  return netText(head, m.proceeds + payout - m.spent);
+}
+
+function netText(head, net) {
   if (net > 0) return { text: `${head} · you won ${net}`, net: 'won' };
   if (net < 0) return { text: `${head} · you lost ${-net}`, net: 'lost' };
   return { text: `${head} · you broke even`, net: 'even' };
@@ -401,7 +415,7 @@ function renderRounds(list) {
   }
   let previous = null;
   for (const r of valid) {
-    const key = JSON.stringify([r.kind, r.outcomes, r.state]);
+    const key = JSON.stringify([r.kind, r.outcomes, r.state, r.title, r.labels]);
     let node = $(`round-${r.id}`);
     if (!node || roundKeys.get(r.id) !== key) {
       const fresh = buildRound(r);
@@ -462,6 +476,7 @@ async function join(event) {
   $('acks-refused').textContent = '0';
   positions.clear();
   mine.clear();
+  results.clear();
   renderRounds(undefined);
   showTrade('—', true);
   const channel = $('channel').value.trim();
@@ -523,6 +538,12 @@ async function join(event) {
     if (client !== c) return;
     setBalance(f.points);
     notePayout(f);
+  });
+  c.on('roundResult', (f) => {
+    if (client !== c) return;
+    results.set(f.round, f);
+    const r = rounds.get(f.round);
+    if (r && $(`round-${r.id}`)) fillRound(r);
   });
   c.on('error', (err) => showError(describeError(err)));
   try {

@@ -56,7 +56,8 @@ function renderBoard(update) {
     const counts = options.map((o) => update.tally?.[action.name]?.[o] ?? 0);
     const total = counts.reduce((a, b) => a + b, 0);
     options.forEach((o, i) => {
-      const label = o === '_' ? action.name : `${action.name} ${o}`;
+      const name = action.label ?? action.name;
+      const label = o === '_' ? name : `${name} ${action.optionLabels?.[o] ?? o}`;
       box.append(bar(`overlay-tally-${action.name}-${o}`, label, counts[i], total));
     });
   }
@@ -85,8 +86,8 @@ function renderRound(list) {
   if (!shown) return;
   box.dataset.round = shown.id;
   box.dataset.state = shown.state;
-  // Rounds carry no title yet: the kind and the id.
-  $('round-title').textContent = `${shown.kind === 'market' ? 'Market' : 'Pool'} ${shown.id}`;
+  // The game's question when it gave one (as text, never HTML), else the kind and the id.
+  $('round-title').textContent = shown.title ?? `${shown.kind === 'market' ? 'Market' : 'Pool'} ${shown.id}`;
   const outcomes = $('outcomes');
   outcomes.replaceChildren();
   const pool = Array.isArray(shown.pool) ? shown.pool : [];
@@ -94,15 +95,16 @@ function renderRound(list) {
   shown.outcomes.forEach((o, i) => {
     if (shown.kind === 'market') {
       const p = Array.isArray(shown.prices) && typeof shown.prices[i] === 'number' ? shown.prices[i] : 0;
-      outcomes.append(bar(`overlay-outcome-${o}`, o, p, 1, `${Math.round(p * 100)}%`));
-    } else outcomes.append(bar(`overlay-outcome-${o}`, o, pool[i] ?? 0, total));
+      outcomes.append(bar(`overlay-outcome-${o}`, shown.labels?.[o] ?? o, p, 1, `${Math.round(p * 100)}%`));
+    } else outcomes.append(bar(`overlay-outcome-${o}`, shown.labels?.[o] ?? o, pool[i] ?? 0, total));
   });
   tick();
 }
 
 function showBanner(r) {
   const banner = $('banner');
-  banner.textContent = r.state === 'settled' ? `Winner: ${r.winner ?? '?'}` : 'Round cancelled: stakes refunded';
+  const winner = r.winner === undefined ? '?' : (r.labels?.[r.winner] ?? r.winner);
+  banner.textContent = r.state === 'settled' ? `Winner: ${winner}` : 'Round cancelled: stakes refunded';
   banner.dataset.round = r.id;
   banner.hidden = false;
   bannerUntil = Date.now() + BANNER_MS;
