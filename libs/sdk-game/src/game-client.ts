@@ -95,9 +95,20 @@ export interface GameClientOptions {
   autoReconnect?: boolean;
   /**
    * Close codes after which the client never reconnects. @defaultValue 4001, 4003, 4004.
-   * 4009 (another game connection) is retried: after a network drop the server may not have noticed the old socket yet.
+   * 4009 (another game connection, CP_ERR_CHANNEL_GAME_CONNECTED) ends the client only when it closes an attempt
+   * of `connect()` before the first welcome (`connect()` rejects with that code): another game serves the
+   * channel. After a successful connect it is retried with backoff: after a network drop the server may not
+   * have noticed this game's old socket yet (its ping timeout frees the channel).
    */
   noReconnectCloseCodes?: readonly number[];
+  /**
+   * `connect()` rejects with CP_ERR_CLIENT_WELCOME_TIMEOUT (the last attempt's failure in its message and
+   * `cause`) and the client closes when no welcome arrived this long after `connect()`, across the attempts
+   * retried meanwhile (connection refused, 1001, 4500, HTTP 503, …), ms; Infinity: retry until `close()`.
+   * Reconnects after a successful connect are not limited.
+   * @defaultValue DEFAULT_CONNECT_TIMEOUT_MS (60_000)
+   */
+  connectTimeoutMs?: number;
   /** An attempt without a welcome this long after it started is abandoned and retried, ms. @defaultValue 10_000 */
   welcomeDeadlineMs?: number;
   /** `close()` resolves at the latest this long after it was called, ms. @defaultValue 5_000 */
@@ -135,6 +146,12 @@ export interface GameClientOptions {
 
 /** Default of `requestTimeoutMs`, ms. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
+/**
+ * Default of `connectTimeoutMs`, ms: long enough for a server that is starting
+ * or restarting (several backoff attempts), short enough that a game started
+ * against a wrong URL fails within a minute.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 60_000;
 /** Default of `retryDeadlineMs`, ms. */
 export const DEFAULT_RETRY_DEADLINE_MS = 10_000;
 
@@ -217,6 +234,8 @@ export class GameClient extends TypedEmitter<GameEvents> {
     this.#conn = new ReconnectingSocket<WebSocket>(
       {
         ...options, // backoff, autoReconnect, noReconnectCloseCodes, the deadlines, random: same names and meaning
+        connectTimeoutMs: options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS,
+        noRetryBeforeWelcomeCloseCodes: [CloseCode.gameConflict],
         url: () => (this.#lastEventId === undefined ? url : `${url}&lastEventId=${this.#lastEventId}`),
         WebSocket,
         wsOptions: { perMessageDeflate: false, ...options.wsOptions },
@@ -270,8 +289,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *
    * @returns the first welcome frame; a declaration made before it is sent right after it
    * @throws (rejects) CrowdplayError when the client ends up closed before a welcome:
-   *   the server's error code (e.g. CP_ERR_AUTH_INVALID before a 4001),
-   *   CP_ERR_CLIENT_WELCOME_TIMEOUT, CP_ERR_CLIENT_CLOSED, or CP_ERR_CLIENT_NOT_OPEN after `close()`
+   *   the server's error code when it refuses the game for good (CP_ERR_AUTH_* before a 4001,
+   *   CP_ERR_AUTH_FORBIDDEN_CHANNEL before a 4003, CP_ERR_CHANNEL_* before a 4004,
+   *   CP_ERR_CHANNEL_GAME_CONNECTED before a 4009); CP_ERR_CLIENT_WELCOME_TIMEOUT when
+   *   `connectTimeoutMs` passed while transient failures were retried; CP_ERR_CLIENT_CLOSED,
+   *   or CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
   connect(): Promise<Welcome> {
     return this.#conn.connect();

@@ -549,3 +549,97 @@ test('sdk-game - declare passes welcomeGrant (re-sent after a reconnect); a bad 
   assert.deepEqual(await framesOf(server, 1, 1), [{ t: 'declare', actions: VOTE, welcomeGrant: 500 }]);
   await c.close();
 });
+
+test(
+  'sdk-game - a 4009 on the first connect rejects with CP_ERR_CHANNEL_GAME_CONNECTED and makes no further attempt',
+  { timeout: 10_000 },
+  async (t) => {
+    const server = await startServer((ws) => {
+      ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_CHANNEL_GAME_CONNECTED', message: 'channel g1 already has a game connection' }));
+      ws.close(CloseCode.gameConflict, 'CP_ERR_CHANNEL_GAME_CONNECTED');
+    });
+    t.after(() => server.close());
+    t.mock.timers.enable({ apis: ['setTimeout'] }); // the backoff timer runs on the test's clock
+    const c = client(t, server, { backoff: { initialMs: 5, maxMs: 5, jitter: 'none' } });
+    const closed = next(c, 'close');
+    const connecting = c.connect();
+    const [code] = await closed;
+    assert.equal(code, CloseCode.gameConflict);
+    assert.equal(c.state, 'closed', 'ended by the close, not waiting to reconnect');
+    await assert.rejects(
+      connecting,
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_CHANNEL_GAME_CONNECTED') && err.message.includes('g1'),
+    );
+    t.mock.timers.tick(120_000); // a reconnect (5 ms backoff) or the connect deadline would act now
+    const probe = new WebSocket(`${server.url.replace('http', 'ws')}/?probe=1`);
+    await Promise.all([once(probe, 'open'), server.when(() => server.conns.some((u) => u.searchParams.has('probe')))]);
+    probe.terminate();
+    assert.deepEqual(
+      server.conns.map((u) => u.searchParams.has('probe')),
+      [false, true],
+      'the client connected once, the probe after it',
+    );
+  },
+);
+
+test('sdk-game - a 4009 after a successful connect is retried', async (t) => {
+  const server = await startServer((ws, _u, i) => {
+    if (i === 1) {
+      ws.send(JSON.stringify({ t: 'error', code: 'CP_ERR_CHANNEL_GAME_CONNECTED', message: 'channel g1 already has a game connection' }));
+      ws.close(CloseCode.gameConflict);
+      return;
+    }
+    welcome(ws);
+    if (i === 0) setTimeout(() => ws.terminate(), 10);
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  const [code] = await next(c, 'close', (code) => code === CloseCode.gameConflict);
+  assert.equal(code, CloseCode.gameConflict);
+  await next(c, 'welcome');
+  assert.equal(server.conns.length, 3, 'dropped, refused with 4009, then connected again');
+  assert.equal(c.state, 'open');
+  await c.close();
+});
+
+test('sdk-game - connect() to a refused port retries until connectTimeoutMs, then rejects with CP_ERR_CLIENT_WELCOME_TIMEOUT', async (t) => {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0 });
+  await once(wss, 'listening');
+  const { port } = wss.address() as AddressInfo;
+  await new Promise<void>((resolve) => wss.close(() => resolve())); // nothing listens on the port now
+  const c = new GameClient({
+    url: `http://127.0.0.1:${port}`,
+    channel: 'g1',
+    apiKey: 'cpk_test',
+    backoff: { initialMs: 20, maxMs: 40, jitter: 'none' },
+    connectTimeoutMs: 400,
+  });
+  t.after(() => c.close());
+  let attempts = 0;
+  c.on('error', (e) => {
+    if (e.code === 'CP_ERR_CLIENT_SOCKET') attempts++;
+  });
+  const t0 = Date.now();
+  await within(
+    assert.rejects(c.connect(), (err: unknown) => {
+      assert.ok(isCrowdplayError(err, 'CP_ERR_CLIENT_WELCOME_TIMEOUT'), String(err));
+      assert.match(err.message, /400 ms.*CP_ERR_CLIENT_SOCKET/);
+      assert.ok(isCrowdplayError(err.cause, 'CP_ERR_CLIENT_SOCKET'), 'the last attempt is the cause');
+      return true;
+    }),
+    'connect() to reject',
+    { timeoutMs: 5_000 },
+  );
+  const elapsed = Date.now() - t0;
+  assert.ok(elapsed >= 390, `rejected after ${elapsed} ms, not before the deadline`);
+  assert.ok(attempts >= 3, `retried meanwhile (${attempts} attempts)`);
+  assert.equal(c.state, 'closed');
+  const before = attempts;
+  await new Promise((r) => setTimeout(r, 100)); // two backoff periods: no attempt follows the end
+  assert.equal(attempts, before, 'no attempt after the rejection');
+  assert.throws(
+    () => new GameClient({ url: 'http://127.0.0.1:1', channel: 'g1', apiKey: 'k', connectTimeoutMs: 0 }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
+  );
+});

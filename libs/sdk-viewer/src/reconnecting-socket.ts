@@ -67,8 +67,21 @@ export interface ReconnectingSocketOptions<S extends WebSocketLike> {
   autoReconnect?: boolean;
   /** Close codes after which it never reconnects. @defaultValue {@link NO_RECONNECT_CLOSE_CODES} */
   noReconnectCloseCodes?: readonly number[];
+  /**
+   * Close codes that end the connection when they close an attempt before the
+   * first welcome (`connect()` rejects), and are retried like any drop after it.
+   * @defaultValue none
+   */
+  noRetryBeforeWelcomeCloseCodes?: readonly number[];
   /** An attempt without a welcome this long after the socket was created is abandoned (and retried), ms. @defaultValue 10_000 */
   welcomeDeadlineMs?: number;
+  /**
+   * `connect()` rejects with CP_ERR_CLIENT_WELCOME_TIMEOUT (the last attempt's
+   * failure as `cause`) and the connection ends when no welcome arrived this
+   * long after it was called, across attempts, ms; Infinity: no deadline.
+   * Later drops are not limited. @defaultValue Infinity
+   */
+  connectTimeoutMs?: number;
   /** `close()` resolves at the latest this long after it was called, ms. @defaultValue 5_000 */
   closeDeadlineMs?: number;
   /** Uniform [0, 1) source for the backoff jitter (tests). @defaultValue Math.random */
@@ -121,7 +134,9 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
   readonly #backoff: BackoffOptions;
   readonly #autoReconnect: boolean;
   readonly #noReconnect: ReadonlySet<number>;
+  readonly #noRetryBeforeWelcome: ReadonlySet<number>;
   readonly #welcomeDeadlineMs: number;
+  readonly #connectTimeoutMs: number;
   readonly #closeDeadlineMs: number;
   readonly #random: () => number;
   readonly #terminate: ((sock: S) => void) | undefined;
@@ -134,6 +149,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
   #failure: CrowdplayError | null = null;
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #welcomeTimer: ReturnType<typeof setTimeout> | undefined;
+  #connectTimer: ReturnType<typeof setTimeout> | undefined;
   #connectPromise: Promise<Welcome> | null = null;
   #connectSettle: { resolve: (w: Welcome) => void; reject: (err: CrowdplayError) => void } | null = null;
   /** Set by `close()` or a final drop: nothing will open a socket again. */
@@ -143,7 +159,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
 
   /**
    * @throws CrowdplayError CP_ERR_CONFIG_INVALID (backoff not 0 ≤ initialMs ≤ maxMs,
-   *   welcomeDeadlineMs not > 0, closeDeadlineMs not ≥ 0)
+   *   welcomeDeadlineMs or connectTimeoutMs not > 0, closeDeadlineMs not ≥ 0)
    */
   constructor(options: ReconnectingSocketOptions<S>, hooks: ReconnectingSocketHooks) {
     this.#backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
@@ -155,6 +171,9 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     if (!(this.#welcomeDeadlineMs > 0) || !(this.#closeDeadlineMs >= 0)) {
       throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['welcomeDeadlineMs must be > 0 and closeDeadlineMs ≥ 0']);
     }
+    this.#connectTimeoutMs = options.connectTimeoutMs ?? Infinity;
+    if (!(this.#connectTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['connectTimeoutMs must be > 0']);
+    this.#noRetryBeforeWelcome = new Set(options.noRetryBeforeWelcomeCloseCodes ?? []);
     this.#hooks = hooks;
     this.#url = options.url;
     this.#WS = options.WebSocket;
@@ -192,6 +211,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
    * @throws (rejects) CrowdplayError when it ends up `closed` before a welcome:
    *   the server's error code if it sent an `error` frame, the last attempt's
    *   failure (CP_ERR_CLIENT_WELCOME_TIMEOUT, CP_ERR_CLIENT_SOCKET, …),
+   *   CP_ERR_CLIENT_WELCOME_TIMEOUT after `connectTimeoutMs`,
    *   CP_ERR_CLIENT_CLOSED (close code in the message), or CP_ERR_CLIENT_NOT_OPEN
    *   when `close()` was called before `connect()`
    */
@@ -202,6 +222,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
       this.#connectSettle = { resolve, reject };
     });
     this.#setState('connecting');
+    if (Number.isFinite(this.#connectTimeoutMs)) this.#connectTimer = setTimeout(() => this.#connectTimedOut(), this.#connectTimeoutMs);
     this.#openSocket();
     return this.#connectPromise;
   }
@@ -218,6 +239,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     this.#ended = true;
     clearTimeout(this.#reconnectTimer);
     clearTimeout(this.#welcomeTimer);
+    clearTimeout(this.#connectTimer);
     this.#connectSettle?.reject(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
     this.#connectSettle = null;
     const sock = this.#sock;
@@ -245,6 +267,18 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     }
     this.#setState('closed');
     return this.#closePromise;
+  }
+
+  /** `connectTimeoutMs` passed without a welcome: `connect()` rejects (the last failure as cause) and the connection ends. */
+  #connectTimedOut(): void {
+    const settle = this.#connectSettle;
+    if (settle === null || this.#ended) return;
+    const failure = this.#failure;
+    const err = new CrowdplayError('CP_ERR_CLIENT_WELCOME_TIMEOUT', [this.#connectTimeoutMs], failure ? { cause: failure } : undefined);
+    if (failure) err.message += ` (last attempt: ${failure.code}: ${failure.message})`;
+    this.#connectSettle = null;
+    settle.reject(err);
+    void this.close(CloseCode.normal, 'connect timeout');
   }
 
   #setState(next: ConnectionState): void {
@@ -334,7 +368,8 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
         this.#closeResolve = null;
         return;
       }
-      this.#afterDrop(ev.code, ev.reason, this.#noReconnect.has(ev.code));
+      const fatal = this.#noReconnect.has(ev.code) || (this.#welcome === null && this.#noRetryBeforeWelcome.has(ev.code));
+      this.#afterDrop(ev.code, ev.reason, fatal);
     };
   }
 
@@ -344,6 +379,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     if (fatal || !this.#autoReconnect) {
       const err = this.#failure ?? new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']);
       this.#ended = true;
+      clearTimeout(this.#connectTimer);
       this.#closePromise = Promise.resolve();
       this.#setState('closed');
       this.#connectSettle?.reject(err);
@@ -388,6 +424,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
       return;
     }
     clearTimeout(this.#welcomeTimer);
+    clearTimeout(this.#connectTimer);
     this.#attempt = 0;
     this.#failure = null;
     this.#welcome = w;
