@@ -32,7 +32,13 @@ game.on('batch', (batch) => {
 
 // 3. Connect, then declare the actions viewers may press, with 1,000 points
 //    for each new viewer to stake with.
-await game.connect();
+try {
+  await game.connect();
+} catch (err) {
+  // Refused for good (a wrong key, another game on the channel) or no server within connectTimeoutMs (60 s).
+  console.error(`game: cannot connect: ${err.code ?? 'error'}: ${err.message}`);
+  process.exit(1);
+}
 game.declare([{ name: 'vote', options: ['red', 'blue'], maxPerTick: 100 }], { welcomeGrant: 1_000 });
 console.log(`declared vote (red, blue) on channel ${channel}`);
 
