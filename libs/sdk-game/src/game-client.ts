@@ -67,7 +67,11 @@ export interface GameEvents {
   resync: (frame: ResyncFrame) => void;
   /** The channel's current update (tally, game state, rounds), sent after a `resync`. */
   snapshot: (update: ChannelUpdate) => void;
-  /** A round of this channel changed state (locked at its deadline, settled, cancelled, expired). */
+  /**
+   * A round of this channel changed state (locked at its deadline, settled, cancelled, expired), once per
+   * change. A `round` frame missed while disconnected (e.g. the server cancelled the round while it drained)
+   * is made up for by the first channel update after the reconnect (see `GameClient`, "Rounds after a reconnect").
+   */
   round: (round: RoundView) => void;
   /** A connection state change (see the viewer SDK's ConnectionState). */
   state: (state: ConnectionState, previous: ConnectionState) => void;
@@ -155,6 +159,9 @@ export const DEFAULT_CONNECT_TIMEOUT_MS = 60_000;
 /** Default of `retryDeadlineMs`, ms. */
 export const DEFAULT_RETRY_DEADLINE_MS = 10_000;
 
+/** Final round states remembered to drop a late duplicate `round` frame. */
+const FINAL_ROUNDS_KEPT = 64;
+
 /** What `openRound` takes (the `round.open` frame without `t` and `ref`). */
 export interface OpenRoundOptions {
   /** Round id, `^[A-Za-z0-9_.-]{1,32}$`, never reused in the channel. */
@@ -191,6 +198,21 @@ interface PendingRequest {
  * connection lifecycle (welcome deadline, states, backoff, close codes) is the
  * viewer SDK's ReconnectingSocket over `ws`; this class adds the declaration,
  * the game state and batches.
+ *
+ * Rounds after a reconnect: `round` frames are not replayed on resume. The
+ * client remembers the rounds it knows as open or locked (opened here, or
+ * from `round` frames), and the first channel update after every welcome
+ * (the snapshot after a `resync`, or any `update`) settles them: a round
+ * listed with another state is emitted as listed; a round not listed is
+ * finished (an update lists every open and locked round, then only the
+ * newest finished ones, and a shard that restarted keeps no finished round)
+ * and is emitted with state `cancelled` and its last known figures, since
+ * only a game settles a round: unless a `settleRound` of it from this client
+ * went unanswered (closed or timed out), then nothing is emitted and calling
+ * `settleRound` again tells (idempotent for the same outcome). Each change is
+ * emitted once: a late `round` frame with the state already emitted is dropped.
+ * The gateway sends a game an update only after a `resync`; after a resume
+ * that replayed the missed batches no update comes and nothing is reconciled.
  */
 export class GameClient extends TypedEmitter<GameEvents> {
   readonly #url: string;
@@ -208,6 +230,14 @@ export class GameClient extends TypedEmitter<GameEvents> {
   readonly #random: () => number;
   #nextRef = 0;
   readonly #pending = new Map<string, PendingRequest>();
+  /** Rounds known as open or locked: their last known view (the state last emitted or opened). */
+  readonly #liveRounds = new Map<string, RoundView>();
+  /** Final states emitted lately, by round id (a late duplicate `round` frame is dropped), oldest first. */
+  readonly #finalRounds = new Map<string, RoundView['state']>();
+  /** Rounds whose `settleRound` went unanswered: a missing one may have been settled. */
+  readonly #settleInDoubt = new Set<string>();
+  /** Set by every welcome: the next channel update reconciles {@link #liveRounds}. */
+  #reconcileRounds = false;
 
   /**
    * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_MISSING (empty
@@ -245,6 +275,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
         checkWelcome: (w) => (typeof w.serverTime !== 'number' ? 'welcome without serverTime' : undefined),
         onState: (state, previous) => this.emit('state', state, previous),
         onWelcome: (w) => {
+          this.#reconcileRounds = true;
           if (this.#declared !== null) this.#send(this.#declared);
           if (this.#gameState !== null) this.#send(this.#gameState);
           this.emit('welcome', w);
@@ -383,6 +414,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
       if (title !== undefined) msg.title = title;
       if (labels !== undefined) msg.labels = labels;
       return msg;
+    }).then((view) => {
+      if ((view.state === 'open' || view.state === 'locked') && !this.#liveRounds.has(view.id)) this.#liveRounds.set(view.id, view);
+      return view;
     });
   }
 
@@ -395,7 +429,20 @@ export class GameClient extends TypedEmitter<GameEvents> {
    *   CP_ERR_ROUND_UNKNOWN, CP_ERR_ROUND_UNKNOWN_OUTCOME, CP_ERR_ROUND_ALREADY_FINAL
    */
   settleRound(round: string, outcome: string): Promise<RoundView> {
-    return this.#request('round.settle', (ref): RoundSettle => ({ t: 'round.settle', ref, round, outcome }));
+    this.#settleInDoubt.add(round);
+    return this.#request('round.settle', (ref): RoundSettle => ({ t: 'round.settle', ref, round, outcome })).then(
+      (view) => {
+        this.#settleInDoubt.delete(round);
+        this.#liveRounds.delete(round); // its `round` frame is still emitted
+        return view;
+      },
+      (err: unknown) => {
+        const unanswered =
+          isCrowdplayError(err) && ['CP_ERR_CLIENT_CLOSED', 'CP_ERR_CLIENT_REQUEST_TIMEOUT', 'CP_ERR_CLIENT_SOCKET'].includes(err.code);
+        if (!unanswered) this.#settleInDoubt.delete(round);
+        throw err;
+      },
+    );
   }
 
   /**
@@ -405,7 +452,38 @@ export class GameClient extends TypedEmitter<GameEvents> {
    * @throws (rejects) as `openRound`, with the server's codes CP_ERR_ROUND_UNKNOWN, CP_ERR_ROUND_ALREADY_FINAL
    */
   cancelRound(round: string): Promise<RoundView> {
-    return this.#request('round.cancel', (ref): RoundCancel => ({ t: 'round.cancel', ref, round }));
+    return this.#request('round.cancel', (ref): RoundCancel => ({ t: 'round.cancel', ref, round })).then((view) => {
+      this.#liveRounds.delete(round); // its `round` frame is still emitted
+      return view;
+    });
+  }
+
+  /** Emits `round` unless `view`'s state is the one last emitted for it; remembers it. */
+  #emitRound(view: RoundView): void {
+    const known = this.#liveRounds.get(view.id)?.state ?? this.#finalRounds.get(view.id);
+    if (known === view.state) return;
+    if (view.state === 'open' || view.state === 'locked') this.#liveRounds.set(view.id, view);
+    else {
+      this.#liveRounds.delete(view.id);
+      this.#finalRounds.delete(view.id);
+      this.#finalRounds.set(view.id, view.state);
+      if (this.#finalRounds.size > FINAL_ROUNDS_KEPT) this.#finalRounds.delete(this.#finalRounds.keys().next().value!);
+    }
+    this.emit('round', view);
+  }
+
+  /** The first update after a welcome: rounds known as open or locked that changed meanwhile (see the class comment). */
+  #reconcile(update: ChannelUpdate): void {
+    const listed = new Map<string, RoundView>();
+    for (const r of Array.isArray(update.rounds) ? update.rounds : []) {
+      if (typeof r === 'object' && r !== null && typeof r.id === 'string' && typeof r.state === 'string') listed.set(r.id, r);
+    }
+    for (const [id, known] of [...this.#liveRounds]) {
+      const now = listed.get(id);
+      if (now !== undefined) this.#emitRound(now);
+      else if (this.#settleInDoubt.has(id)) this.#liveRounds.delete(id);
+      else this.#emitRound({ ...known, state: 'cancelled' });
+    }
   }
 
   /**
@@ -548,7 +626,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
           this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['round frame without a round {id, state}']));
           return;
         }
-        this.emit('round', round);
+        this.#emitRound(round);
         return;
       }
       case 'update':
@@ -556,6 +634,10 @@ export class GameClient extends TypedEmitter<GameEvents> {
         if (this.#resyncing) {
           this.#resyncing = false;
           this.emit('snapshot', msg as ChannelUpdate);
+        }
+        if (this.#reconcileRounds) {
+          this.#reconcileRounds = false;
+          this.#reconcile(msg as ChannelUpdate);
         }
         return;
       default:

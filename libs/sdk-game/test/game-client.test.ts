@@ -643,3 +643,37 @@ test('sdk-game - connect() to a refused port retries until connectTimeoutMs, the
     (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
   );
 });
+
+test('sdk-game - a round cancelled while disconnected is emitted once, from the first update after the reconnect', async (t) => {
+  const cancelled = roundView('r1', { state: 'cancelled', pool: [100, 0], entries: 1 });
+  const server = await startServer((ws, _u, i) => {
+    welcome(ws);
+    if (i === 0) {
+      ws.on('message', (raw) => {
+        const req = JSON.parse(String(raw)) as Req;
+        ws.send(JSON.stringify({ t: 'result', ref: req.ref, ok: true, round: roundView(String(req.round)) }));
+        if (req.round === 'r2') setTimeout(() => ws.terminate(), 20); // the server stops
+      });
+      return;
+    }
+    // The drain cancelled r1 and refunded it; the restarted shard lists r1 as finished, r2 (finished and
+    // refunded before the restart) not at all.
+    ws.send(JSON.stringify({ t: 'resync', channel: 'g1', from: 0, reason: 'unavailable' }));
+    const update = { t: 'update', channel: 'g1', ev: 5, at: Date.now(), actions: VOTE, tally: {}, rounds: [cancelled] };
+    ws.send(JSON.stringify(update));
+    ws.send(JSON.stringify(update)); // a second update changes nothing
+    ws.send(JSON.stringify({ t: 'round', round: cancelled })); // nor a late duplicate round frame
+    ws.send(JSON.stringify(batch(6)));
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  await c.openRound({ round: 'r1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 30_000 });
+  await c.openRound({ round: 'r2', kind: 'pool', outcomes: ['a', 'b'], durationMs: 30_000 });
+  const rounds: RoundView[] = [];
+  c.on('round', (r) => rounds.push(r));
+  const after = next(c, 'batch');
+  await within(after, 'the batch after the updates');
+  assert.deepEqual(rounds, [cancelled, roundView('r2', { state: 'cancelled' })]);
+  await c.close();
+});
