@@ -211,8 +211,8 @@ interface PendingRequest {
  * went unanswered (closed or timed out), then nothing is emitted and calling
  * `settleRound` again tells (idempotent for the same outcome). Each change is
  * emitted once: a late `round` frame with the state already emitted is dropped.
- * The gateway sends a game an update only after a `resync`; after a resume
- * that replayed the missed batches no update comes and nothing is reconciled.
+ * The gateway sends a resuming game (one that received a batch before) the
+ * channel's current update after the replayed batches or the `resync`.
  */
 export class GameClient extends TypedEmitter<GameEvents> {
   readonly #url: string;

@@ -61,7 +61,11 @@ export class GameSession {
     conn.gameSub = this.ctx.bus.subscribe(this.ctx.subjects.channelGame(conn.channel), (msg) => this.sendToGame(conn, msg.data));
   }
 
-  /** After the welcome, before the replay of early frames: a resuming socket gets what it missed. */
+  /**
+   * After the welcome, before the replay of early frames: a resuming socket gets what it missed, then the
+   * channel's current update, which lists the channel's rounds: a game learns of a round that changed while it
+   * was away (a drain's cancel) without a `round` frame.
+   */
   start(conn: Conn): void {
     if (conn.resumeBuffer) void this.resumeGame(conn);
   }
@@ -186,11 +190,10 @@ export class GameSession {
       reason = 'unavailable';
     }
     ctx.metrics.resumes.add(1, { role: 'game', outcome: reason ? `resync_${reason}` : 'replayed' });
-    if (reason) {
-      this.snapshots.sendResync(conn, reason);
-      const bytes = await this.snapshots.snapshot(conn.channel).catch(() => undefined);
-      if (bytes) this.sendToGameNow(conn, bytes);
-    }
+    if (reason) this.snapshots.sendResync(conn, reason);
+    // After a resync the snapshot replaces the game's state; after a replay it tells the game its rounds' states.
+    const bytes = await this.snapshots.snapshot(conn.channel).catch(() => undefined);
+    if (bytes) this.sendToGameNow(conn, bytes);
     const held = conn.resumeBuffer ?? [];
     conn.resumeBuffer = null;
     // Only batches the replay sent can come live afterwards: with nothing replayed (a game ahead of the log, e.g. a

@@ -114,6 +114,9 @@ describe('gateway resume', () => {
     await g.frame((f) => f.t === 'batch' && f.ev === 41, 'the marker batch 41');
     assert.deepEqual(evs(g.frames), [20, 30, 40, 41], 'the held live batch 40 was sent once');
     assert.ok(!g.frames.some((f) => f.t === 'resync'));
+    // The channel's current update follows the replayed batches: the game reads its rounds' states from it.
+    const order = g.frames.filter((f) => f.t === 'batch' || f.t === 'update').map((f) => `${f.t}:${String(f.ev)}`);
+    assert.deepEqual(order.slice(0, 3), ['batch:20', 'batch:30', 'update:35'], order.join(' '));
     assert.equal(metricValue(await h.metricsText(), 'crowdplay_resumes_total', { role: 'game', outcome: 'replayed' }), 1);
     await g.close();
   });
