@@ -51,15 +51,14 @@ async function viewer(i) {
       check();
     });
 
-  // A payout arrives as a `balance` frame after the ledger has paid it.
-  /** @type {Map<string, number>} round id → balance after its payout */
-  const payouts = new Map();
+  // Once the round is paid, the server tells each viewer that took part its own result.
+  /** @type {Map<string, import('@crowdplay/sdk-viewer').RoundResultFrame>} round id → this viewer's result */
+  const results = new Map();
   /** @type {() => void} */
-  let onPayout = () => undefined;
-  client.on('balance', (frame) => {
-    if (frame.reason !== 'payout' || frame.round === undefined) return;
-    payouts.set(frame.round, frame.points);
-    onPayout();
+  let onResult = () => undefined;
+  client.on('roundResult', (frame) => {
+    results.set(frame.round, frame);
+    onResult();
   });
 
   await client.connect();
@@ -69,9 +68,11 @@ async function viewer(i) {
   const ack = await client.stake(open.id, pick, 100);
   console.log(`fan-${i} voted ${pick} 3 times, staked 100 on ${pick}: ${ack.ok ? `balance ${ack.balance}` : ack.code}`);
   const done = await round((r) => r.id === open.id && (r.state === 'settled' || r.state === 'cancelled'));
-  if (done.winner === pick && !payouts.has(done.id))
-    await new Promise((resolve) => (onPayout = () => payouts.has(done.id) && resolve(undefined)));
-  console.log(`fan-${i} saw round ${done.id} ${done.state} (winner ${done.winner ?? 'none'}); balance ${client.balance}`);
+  if (!results.has(done.id)) await new Promise((resolve) => (onResult = () => results.has(done.id) && resolve(undefined)));
+  const net = results.get(done.id)?.net ?? 0;
+  const outcome = net > 0 ? `you won ${net}` : net < 0 ? `you lost ${-net}` : 'you broke even';
+  const winner = done.winner === undefined ? 'none' : (done.labels?.[done.winner] ?? done.winner);
+  console.log(`fan-${i} saw round ${done.id} ${done.state} (winner ${winner}): ${outcome}; balance ${client.balance}`);
   await client.close();
 }
 

@@ -39,17 +39,35 @@ try {
   console.error(`game: cannot connect: ${err.code ?? 'error'}: ${err.message}`);
   process.exit(1);
 }
-game.declare([{ name: 'vote', options: ['red', 'blue'], maxPerTick: 100 }], { welcomeGrant: 1_000 });
+// Names are identifiers; labels are what viewers read (any script, at most 64 characters).
+const colours = { red: 'Red', blue: 'Blue' };
+game.declare([{ name: 'vote', label: 'Vote', options: ['red', 'blue'], optionLabels: colours, maxPerTick: 100 }], { welcomeGrant: 1_000 });
 console.log(`declared vote (red, blue) on channel ${channel}`);
 
-// 4. Open a round: a pool on which colour wins; stakes close at the deadline.
-const opened = await game.openRound({ round: `r${Date.now()}`, kind: 'pool', outcomes: ['red', 'blue'], durationMs: roundMs });
+// 4. Open a round: a pool on which colour wins, with the question viewers
+//    see; stakes close at the deadline.
+const opened = await game.openRound({
+  round: `r${Date.now()}`,
+  kind: 'pool',
+  outcomes: ['red', 'blue'],
+  title: 'Which colour gets more votes?',
+  labels: colours,
+  durationMs: roundMs,
+});
 console.log(`round ${opened.id} open until ${new Date(opened.deadline).toISOString()}: vote and stake now`);
+console.log(`it asks "${opened.title}"`);
 
 // 5. At the deadline the server locks the round; the game decides the
 //    winner and settles, which pays the winners from the pool.
 game.on('round', (round) => {
-  if (round.id !== opened.id || round.state !== 'locked') return;
+  if (round.id !== opened.id) return;
+  if (round.state === 'cancelled') {
+    // The server cancels (and refunds) a round it cannot finish: a drain with no shard to take the channel.
+    console.log(`round ${round.id} was cancelled: every stake refunded`);
+    void game.close();
+    return;
+  }
+  if (round.state !== 'locked') return;
   const winner = votes.blue > votes.red ? 'blue' : 'red';
   game.settleRound(round.id, winner).then(
     async (settled) => {

@@ -178,7 +178,9 @@ describe('examples/first-game (the packed SDKs outside the workspace)', () => {
       assert.deepEqual(batches.at(-1)!.slice(1), ['3', '6'], game.out());
       assert.match(game.out(), /^round \S+ settled: blue wins, pool \[100,200\], 3 stakes$/m);
       assert.match(crowd.out(), /^fan-1 voted blue 3 times, staked 100 on blue: balance 900$/m);
-      assert.match(crowd.out(), /^fan-3 saw round \S+ settled \(winner blue\); balance 900$/m);
+      assert.match(game.out(), /^it asks "Which colour gets more votes\?"$/m);
+      assert.match(crowd.out(), /^fan-3 saw round \S+ settled \(winner Blue\): you lost 100; balance 900$/m);
+      assert.match(crowd.out(), /^fan-1 saw round \S+ settled \(winner Blue\): you won 50; balance 1050$/m);
       // The pool of 300 goes to the two blue stakes, 150 each.
       assert.match(crowd.out(), /^fan-1 saw round \S+ settled \(winner blue\); balance 1050$/m);
       assert.doesNotMatch(game.out(), /^error /m);

@@ -8,7 +8,7 @@
 export { ViewerClient, buildWsUrl, DEFAULT_ACK_TIMEOUT_MS } from './viewer-client.ts';
 export type { BuyAmount, TradeOptions, ViewerClientOptions, ViewerEvents } from './viewer-client.ts';
 /** The frames a viewer receives (re-exported for SDK users: `update.rounds` holds RoundViews). */
-export type { ActAck, BalanceFrame, ChannelUpdate, RoundView, Welcome } from '@crowdplay/protocol';
+export type { ActAck, BalanceFrame, ChannelUpdate, RoundResultFrame, RoundView, Welcome } from '@crowdplay/protocol';
 export {
   ReconnectingSocket,
   NO_RECONNECT_CLOSE_CODES,
