@@ -277,6 +277,27 @@ export const schema = {
       unit: 's',
       doc: 'Tolerated clock skew when checking viewer token exp/nbf.',
     }),
+    watchTokenDefaultTtlS: int({
+      env: 'WATCH_TOKEN_DEFAULT_TTL_S',
+      default: 31_536_000,
+      min: 60,
+      unit: 's',
+      doc: 'Lifetime of a watch token minted without ttlS (capped at WATCH_TOKEN_MAX_TTL_S).',
+    }),
+    watchTokenMaxTtlS: int({
+      env: 'WATCH_TOKEN_MAX_TTL_S',
+      default: 315_360_000,
+      min: 60,
+      unit: 's',
+      doc: 'Longest lifetime a watch token may be minted with; a larger ttlS is refused with CP_ERR_PROTO_INVALID.',
+    }),
+    watchTokenMaxPerChannel: int({
+      env: 'WATCH_TOKEN_MAX_PER_CHANNEL',
+      default: 100,
+      min: 1,
+      unit: 'count',
+      doc: 'Live (not revoked, not expired) watch tokens one channel may have; minting one more is refused with CP_ERR_WATCH_TOO_MANY.',
+    }),
     shutdownMs: int({
       env: 'SHUTDOWN_DEADLINE_MS',
       default: 10_000,

@@ -235,6 +235,12 @@ export const ERRORS = {
   // `crowdplay telegram setup` (services/cli): refused before any Bot API call, or a call Telegram refused
   CP_ERR_TELEGRAM_PUBLIC_URL_INVALID: { message: 'public URL "%s" refused: %s', httpStatus: 400 },
   CP_ERR_TELEGRAM_SETUP_FAILED: { message: '%s failed: %s', httpStatus: 502 },
+  // watch tokens (services/gateway watch-tokens.ts: POST, GET /v1/watch-tokens, DELETE /v1/watch-tokens/:id)
+  CP_ERR_WATCH_UNKNOWN_TOKEN: { message: 'unknown watch token %s', httpStatus: 404 },
+  CP_ERR_WATCH_TOO_MANY: {
+    message: 'channel %s has its maximum of %s live watch tokens (WATCH_TOKEN_MAX_PER_CHANNEL): revoke one first',
+    httpStatus: 429,
+  },
 } as const satisfies Record<string, ErrorSpec>;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -5,3 +5,4 @@ export * from './channels.ts';
 export * from './sequencer.ts';
 export * from './rounds.ts';
 export * from './events.ts';
+export * from './watch-tokens.ts';

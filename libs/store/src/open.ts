@@ -10,6 +10,7 @@ import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
 import { RoundRepository } from './rounds.ts';
 import { EventLogRepository } from './events.ts';
+import { WatchTokenRepository } from './watch-tokens.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../migrations', import.meta.url));
 
@@ -38,6 +39,8 @@ export interface Store {
   readonly rounds: RoundRepository;
   /** The event log (resume of game connections, retention). */
   readonly events: EventLogRepository;
+  /** Read-only watch tokens (stream overlays): minted, listed and revoked by the tenant. */
+  readonly watchTokens: WatchTokenRepository;
   /**
    * A Db of its own connection on the same database and schema, for a statement that must not wait behind
    * the pool (the router lease's renewal); closed with the store. PGlite is one session: its own Db.
@@ -107,6 +110,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     sequencer: new SequencerRepository(db),
     rounds: new RoundRepository(db),
     events: new EventLogRepository(db),
+    watchTokens: new WatchTokenRepository(db),
     dedicated: () => {
       if (main.kind === 'pglite') return main;
       const side = pgPool(1);

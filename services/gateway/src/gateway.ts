@@ -53,6 +53,7 @@ import { CrowdSession } from './crowd-session.ts';
 import { ChannelFanout } from './fanout.ts';
 import { registerFundingRoutes } from './funding.ts';
 import { registerRoundHistoryRoutes } from './round-history.ts';
+import { registerWatchTokenRoutes } from './watch-tokens.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
 import { registerRoutes } from './http.ts';
@@ -256,6 +257,7 @@ class GatewayImpl implements Gateway {
       ready: () => this.lifecycle === 'ready',
       state: () => this.lifecycle,
     });
+    registerWatchTokenRoutes(this.app, { config, store, telemetry });
     if (deps.onTelegramUpdate && config.telegram.botToken) {
       this.telegramWebhook = registerTelegramWebhook(this.app, {
         secret: config.telegram.webhookSecret,

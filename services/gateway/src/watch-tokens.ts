@@ -1,0 +1,160 @@
+/**
+ * Read-only watch tokens: what a stream overlay (OBS's browser source) or any embed that only watches connects
+ * with. A tenant mints, lists and revokes them with its API key (`Authorization: Bearer <API key>`, as
+ * POST /v1/grants):
+ *
+ * - `POST /v1/watch-tokens` `{channel, ttlS?, label?}` → 201 `{id, token, channel, label, createdAt, expiresAt}`
+ *   (the token's text is shown this once; the store keeps its hash).
+ * - `GET /v1/watch-tokens?channel=C&after=ID&limit=N` → `{tokens: [...], next}`, by id, at most 100 a page.
+ * - `DELETE /v1/watch-tokens/:id` → `{id, channel, revokedAt}` (revoking twice changes nothing).
+ */
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import type { Config } from '@crowdplay/config';
+import type { Store, WatchToken } from '@crowdplay/store';
+import type { Telemetry } from '@crowdplay/telemetry';
+import { tenantOf } from './api-auth.ts';
+
+/** Largest page of GET /v1/watch-tokens. */
+export const WATCH_TOKEN_PAGE_MAX = 100;
+/** Longest label, characters. */
+export const WATCH_TOKEN_LABEL_MAX = 100;
+/** A token id as minted (`wt_` + base64url). */
+const WATCH_ID_RE = /^wt_[A-Za-z0-9_-]{1,64}$/;
+
+/** What the routes need. */
+export interface WatchTokenRoutesContext {
+  config: Config;
+  store: Store;
+  telemetry: Telemetry;
+  /** Called after a revocation committed. */
+  onRevoked?: (id: string) => void;
+}
+
+/** A token as the routes show it (never its text, except once when minted). */
+function shown(t: WatchToken, now = Date.now()): Record<string, unknown> {
+  return {
+    id: t.id,
+    channel: t.channel,
+    label: t.label,
+    createdAt: t.createdAt.toISOString(),
+    expiresAt: t.expiresAt.toISOString(),
+    revokedAt: t.revokedAt?.toISOString() ?? null,
+    state: t.revokedAt ? 'revoked' : t.expiresAt.getTime() <= now ? 'expired' : 'live',
+  };
+}
+
+function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry): FastifyReply {
+  if (isCrowdplayError(err)) {
+    if (err.httpStatus < 500) telemetry.refusals.refuse('watch', err.code);
+    const message =
+      err.code === 'CP_ERR_AUTH_MISSING' ? 'no credentials: send the header Authorization: Bearer <tenant API key>' : err.message;
+    return reply.status(err.httpStatus).send({ code: err.code, message });
+  }
+  telemetry.logger.error({ err }, 'watch token request failed');
+  return reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
+}
+
+/**
+ * Checks that `channel` is a channel of `tenantId`.
+ * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_CHANNEL_UNKNOWN, CP_ERR_AUTH_FORBIDDEN_CHANNEL
+ */
+async function ownChannel(store: Store, tenantId: string, channel: string): Promise<void> {
+  if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+  const row = await store.channels.get(channel);
+  if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+  if (row.tenantId !== tenantId) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
+}
+
+/** Registers the watch-token routes on `app` (module comment). */
+export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRoutesContext): void {
+  const { config, store, telemetry } = ctx;
+  const maxTtlS = config.gateway.watchTokenMaxTtlS;
+  const defaultTtlS = Math.min(config.gateway.watchTokenDefaultTtlS, maxTtlS);
+
+  app.post<{ Body: { channel: string; ttlS?: number; label?: string } }>(
+    '/v1/watch-tokens',
+    {
+      bodyLimit: 4_096,
+      schema: {
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['channel'],
+          properties: {
+            channel: { type: 'string', pattern: CHANNEL_ID_RE.source },
+            ttlS: { type: 'integer', minimum: 1, maximum: maxTtlS },
+            label: { type: 'string', maxLength: WATCH_TOKEN_LABEL_MAX, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
+          },
+        },
+      },
+    },
+    async (req, reply) => {
+      try {
+        const tenant = await tenantOf(req, store);
+        const { channel, ttlS = defaultTtlS, label = '' } = req.body;
+        await ownChannel(store, tenant.id, channel);
+        const max = config.gateway.watchTokenMaxPerChannel;
+        if ((await store.watchTokens.countLive(tenant.id, channel)) >= max)
+          throw new CrowdplayError('CP_ERR_WATCH_TOO_MANY', [channel, max]);
+        const { row, token } = await store.watchTokens.create(tenant.id, channel, ttlS, label);
+        const { state: _state, revokedAt: _revokedAt, ...fields } = shown(row);
+        return reply.status(201).send({ ...fields, token });
+      } catch (err) {
+        return fail(reply, err, telemetry);
+      }
+    },
+  );
+
+  app.get<{ Querystring: { channel?: string; after?: string; limit?: string } }>(
+    '/v1/watch-tokens',
+    {
+      schema: {
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: {
+            channel: { type: 'string', pattern: CHANNEL_ID_RE.source },
+            after: { type: 'string', pattern: WATCH_ID_RE.source },
+            limit: { type: 'string', pattern: '^[1-9][0-9]{0,2}$' },
+          },
+        },
+      },
+    },
+    async (req, reply) => {
+      try {
+        const tenant = await tenantOf(req, store);
+        const { channel, after } = req.query;
+        const limit = req.query.limit === undefined ? WATCH_TOKEN_PAGE_MAX : Number(req.query.limit);
+        if (limit > WATCH_TOKEN_PAGE_MAX) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`limit must be 1–${WATCH_TOKEN_PAGE_MAX}`]);
+        if (channel !== undefined) await ownChannel(store, tenant.id, channel);
+        // One more than the page: whether there is a next one.
+        const rows = await store.watchTokens.list(tenant.id, {
+          ...(channel !== undefined ? { channel } : {}),
+          ...(after !== undefined ? { after } : {}),
+          limit: limit + 1,
+        });
+        const page = rows.slice(0, limit);
+        const now = Date.now();
+        return { tokens: page.map((t) => shown(t, now)), next: rows.length > limit ? page.at(-1)!.id : null };
+      } catch (err) {
+        return fail(reply, err, telemetry);
+      }
+    },
+  );
+
+  app.delete<{ Params: { id: string } }>('/v1/watch-tokens/:id', async (req, reply) => {
+    try {
+      const tenant = await tenantOf(req, store);
+      const id = req.params.id;
+      // Another tenant's token is as unknown as a made-up id: its existence is not told.
+      if (!WATCH_ID_RE.test(id)) throw new CrowdplayError('CP_ERR_WATCH_UNKNOWN_TOKEN', [id.slice(0, 80)]);
+      const row = await store.watchTokens.revoke(tenant.id, id);
+      if (!row) throw new CrowdplayError('CP_ERR_WATCH_UNKNOWN_TOKEN', [id]);
+      ctx.onRevoked?.(row.id);
+      return { id: row.id, channel: row.channel, revokedAt: row.revokedAt?.toISOString() ?? null };
+    } catch (err) {
+      return fail(reply, err, telemetry);
+    }
+  });
+}
