@@ -43,6 +43,8 @@ export interface Subjects {
   telegramBoards(): string;
   /** Router → gateways and shards: a channel's assignment changed ({ channel, shard (null: none), epoch }). */
   routerAssignments(): string;
+  /** Gateway → gateways: a watch token was revoked ({ id }): every gateway closes the sockets open with it. */
+  watchRevocations(): string;
 }
 
 /** Builds the subject helpers for `prefix` (letters, digits, `_`, `-`). */
@@ -64,5 +66,6 @@ export function subjects(prefix: string): Subjects {
     shardHeartbeat: () => `${prefix}.shard.heartbeat`,
     telegramBoards: () => `${prefix}.tg.boards`,
     routerAssignments: () => `${prefix}.router.assignments`,
+    watchRevocations: () => `${prefix}.watch.revoked`,
   };
 }

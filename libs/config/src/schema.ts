@@ -298,6 +298,13 @@ export const schema = {
       unit: 'count',
       doc: 'Live (not revoked, not expired) watch tokens one channel may have; minting one more is refused with CP_ERR_WATCH_TOO_MANY.',
     }),
+    watchTokenRecheckMs: int({
+      env: 'WATCH_TOKEN_RECHECK_MS',
+      default: 2_000,
+      min: 100,
+      unit: 'ms',
+      doc: "How often a gateway re-reads its open watch sockets' tokens, closing revoked and expired ones (the backstop of the revocation message).",
+    }),
     shutdownMs: int({
       env: 'SHUTDOWN_DEADLINE_MS',
       default: 10_000,

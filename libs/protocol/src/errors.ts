@@ -65,6 +65,10 @@ export const ERRORS = {
   CP_ERR_AUTH_EXPIRED: { message: 'token expired', httpStatus: 401, closeCode: CloseCode.unauthorized },
   CP_ERR_AUTH_FORBIDDEN_CHANNEL: { message: 'channel %s belongs to another tenant', httpStatus: 403, closeCode: CloseCode.forbidden },
   CP_ERR_AUTH_WRONG_CHANNEL: { message: 'the token is for another channel, not %s', httpStatus: 403, closeCode: CloseCode.forbidden },
+  /** A watch token revoked by its tenant (DELETE /v1/watch-tokens/:id): refused at connect, and its open sockets are closed. */
+  CP_ERR_AUTH_REVOKED: { message: 'the watch token was revoked', httpStatus: 401, closeCode: CloseCode.unauthorized },
+  /** A frame sent on a socket opened with a read-only watch token: answered with a refused ack, nothing reaches the shard. */
+  CP_ERR_AUTH_READ_ONLY: { message: 'this socket watches with a read-only watch token: it cannot act, stake or trade', httpStatus: 403 },
   // channels
   CP_ERR_CHANNEL_UNKNOWN: { message: 'unknown channel %s', httpStatus: 404, closeCode: CloseCode.unknownChannel },
   CP_ERR_CHANNEL_INVALID_ID: {

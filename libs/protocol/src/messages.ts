@@ -194,7 +194,10 @@ export interface Welcome {
   v: typeof PROTOCOL_VERSION;
   role: 'crowd' | 'game';
   channel: string;
+  /** The viewer id (crowd); absent on a socket opened with a watch token. */
   viewer?: string;
+  /** True on a socket opened with a read-only watch token: it receives what a viewer sees and every frame it sends is refused. */
+  readOnly?: true;
   serverTime: number;
   tickMs: number;
 }

@@ -70,6 +70,8 @@ export class Conn {
   gamePumping = false;
   /** Answered the last ping (or was just opened). */
   alive = true;
+  /** Crowd: the id of the read-only watch token it opened with (watch-tokens.ts); such a socket never acts. */
+  watchToken: string | undefined;
   /** Display name (Telegram Mini App sessions: the user's first and last name), sent with guesses for the board. */
   displayName: string | undefined;
   /** performance.now() when the upgrade completed (for crowdplay_connect_setup_ms). */

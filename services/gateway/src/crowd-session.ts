@@ -56,6 +56,11 @@ export class CrowdSession {
    * with the join then follows it in the same batch), and its initial update is sent.
    */
   start(conn: Conn): void {
+    if (conn.watchToken !== undefined) {
+      // A watch socket joins nothing (no wallet, no welcome grant): it only gets the channel's updates.
+      void this.snapshots.sendInitialUpdate(conn);
+      return;
+    }
     const k = viewerKey(conn.tenantId, conn.viewer);
     let set = this.ctx.byViewer.get(k);
     if (!set) this.ctx.byViewer.set(k, (set = new Set()));
@@ -90,6 +95,10 @@ export class CrowdSession {
   }
 
   private take(conn: Conn, text: string, span: Span | undefined): void {
+    if (conn.watchToken !== undefined) {
+      protocolError(this.ctx, conn, new CrowdplayError('CP_ERR_AUTH_READ_ONLY'), text);
+      return;
+    }
     let msg;
     try {
       msg = parseInbound('crowd', text);

@@ -14,6 +14,7 @@ import { ackFrame, closeWithError, sendErrorFrame, type Conn } from './connectio
 import type { ChannelFanout } from './fanout.ts';
 import type { IntentBatcher } from './intents.ts';
 import type { GatewayMetrics } from './metrics.ts';
+import type { WatchSockets } from './watch-tokens.ts';
 
 /** `created` (not listening) → `ready` (serving) → `draining` → `closed`. */
 export type GatewayState = 'created' | 'ready' | 'draining' | 'closed';
@@ -40,6 +41,8 @@ export interface GatewayContext {
   readonly games: Map<string, Conn>;
   /** Open crowd sockets by {@link viewerKey} (grants are pushed to them). */
   readonly byViewer: Map<string, Set<Conn>>;
+  /** Sockets open with read-only watch tokens (watch-tokens.ts). */
+  readonly watch: WatchSockets;
   /** The gateway's lifecycle state now. */
   state(): GatewayState;
   /** True once intake is paused (pauseIntake or drain): new intents are refused, nothing is sent again. */
@@ -79,6 +82,7 @@ export function detach(ctx: GatewayContext, conn: Conn): void {
   if (conn.state === 'auth' || conn.state === 'open') conn.state = 'closing';
   conn.early = null;
   ctx.fanout.leave(conn);
+  ctx.watch.untrack(conn);
   if (conn.role === 'crowd') {
     const k = viewerKey(conn.tenantId, conn.viewer);
     const set = ctx.byViewer.get(k);

@@ -53,7 +53,7 @@ import { CrowdSession } from './crowd-session.ts';
 import { ChannelFanout } from './fanout.ts';
 import { registerFundingRoutes } from './funding.ts';
 import { registerRoundHistoryRoutes } from './round-history.ts';
-import { registerWatchTokenRoutes } from './watch-tokens.ts';
+import { registerWatchTokenRoutes, WatchSockets } from './watch-tokens.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
 import { registerRoutes } from './http.ts';
@@ -213,6 +213,17 @@ class GatewayImpl implements Gateway {
       this.metrics,
       logger,
     );
+    const watch = new WatchSockets({
+      store,
+      bus,
+      subjects,
+      logger,
+      recheckMs: g.watchTokenRecheckMs,
+      end: (conn, code) => {
+        refuse(this.ctx, code, conn);
+        endConn(this.ctx, conn, code);
+      },
+    });
     this.ctx = {
       id: this.id,
       config,
@@ -227,6 +238,7 @@ class GatewayImpl implements Gateway {
       conns: this.conns,
       games: this.games,
       byViewer: new Map(),
+      watch,
       state: () => this.lifecycle,
       intakeClosed: () => this.intakeClosed,
       later: (fn, ms) => this.later(fn, ms),
@@ -257,7 +269,7 @@ class GatewayImpl implements Gateway {
       ready: () => this.lifecycle === 'ready',
       state: () => this.lifecycle,
     });
-    registerWatchTokenRoutes(this.app, { config, store, telemetry });
+    registerWatchTokenRoutes(this.app, { config, store, telemetry, onRevoked: (id) => watch.announce(id) });
     if (deps.onTelegramUpdate && config.telegram.botToken) {
       this.telegramWebhook = registerTelegramWebhook(this.app, {
         secret: config.telegram.webhookSecret,
@@ -323,6 +335,7 @@ class GatewayImpl implements Gateway {
   private async start(): Promise<{ port: number }> {
     if (this.lifecycle !== 'created') throw new Error(`gateway cannot listen: it is ${this.lifecycle}`);
     this.acks.start();
+    this.ctx.watch.start();
     const { host, port } = this.config.http;
     await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
     const addr = this.app.server.address();
@@ -377,6 +390,7 @@ class GatewayImpl implements Gateway {
     // Upgrades still waiting for their turn: refused as any upgrade arriving now (503, draining).
     this.admission.close();
     this.acks.close();
+    this.ctx.watch.close();
     for (const t of this.laterTimers) clearTimeout(t);
     this.laterTimers.clear();
     this.batcher.close();
@@ -432,6 +446,7 @@ class GatewayImpl implements Gateway {
     }
     conn.state = 'open';
     conn.counted = true;
+    this.ctx.watch.track(conn);
     const attrs = { role: conn.role };
     this.metrics.connections.add(1, attrs);
     this.metrics.opened.add(1, attrs);
@@ -443,7 +458,8 @@ class GatewayImpl implements Gateway {
       serverTime: Date.now(),
       tickMs: this.config.engine.tickMs,
     };
-    if (conn.role === 'crowd') welcome.viewer = conn.viewer;
+    if (conn.watchToken !== undefined) welcome.readOnly = true;
+    else if (conn.role === 'crowd') welcome.viewer = conn.viewer;
     conn.ws.send(JSON.stringify(welcome));
     this.metrics.connectSetupMs.record(performance.now() - conn.upgradedAt, attrs);
     // Before the replay of early frames: a stake sent with the join rides in the same batch, after it.

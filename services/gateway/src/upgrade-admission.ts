@@ -284,9 +284,11 @@ export class UpgradeAdmission {
       } else if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
       else if (conn.role === 'crowd') {
         conn.lastEventId = parseLastEventId(query);
-        const id = await this.deps.auth.crowd(conn.channel, query.get('token'));
-        conn.tenantId = id.tenantId;
-        conn.viewer = id.viewer;
+        if (!(await this.ctx.watch.authenticate(conn, query.get('token')))) {
+          const id = await this.deps.auth.crowd(conn.channel, query.get('token'));
+          conn.tenantId = id.tenantId;
+          conn.viewer = id.viewer;
+        }
       } else {
         conn.lastEventId = parseLastEventId(query);
         conn.tenantId = (await this.deps.auth.game(conn.channel, query.get('key'))).tenantId;

@@ -211,6 +211,8 @@ export interface HarnessOptions {
   now?: () => number;
   /** The bus (default: a new InProcessBus); closed with the harness. */
   bus?: InProcessBus;
+  /** The bus subject prefix (default: a fresh one); another harness's, for two gateways of one deployment. */
+  prefix?: string;
   /** HTTP settings over the harness's (127.0.0.1, port 0). */
   http?: Partial<Config['http']>;
   /** Standalone settings over the defaults. */
@@ -236,7 +238,7 @@ export interface Harness {
 /** Starts a gateway on 127.0.0.1:0 with its own bus, shard, telemetry and subject prefix. */
 export async function startHarness(opts: HarnessOptions): Promise<Harness> {
   const bus = opts.bus ?? new InProcessBus({ onError: (err) => console.error('bus handler error', err) });
-  const prefix = uniqueName('gw');
+  const prefix = opts.prefix ?? uniqueName('gw');
   const subj = subjects(prefix);
   const config = defaultConfig({
     mode: opts.mode ?? 'standalone',

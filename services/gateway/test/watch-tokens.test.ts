@@ -1,6 +1,16 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { openSuiteStore, startHarness, type Harness, type SuiteStore } from './helpers.ts';
+import {
+  Client,
+  connected,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  updateFrame,
+  viewerToken,
+  type Harness,
+  type SuiteStore,
+} from './helpers.ts';
 
 interface Minted {
   id: string;
@@ -21,7 +31,7 @@ describe('gateway watch tokens', () => {
     h = await startHarness({
       store: suite.store,
       channels: ['room1', 'room2'],
-      gateway: { watchTokenMaxPerChannel: 20 },
+      gateway: { watchTokenMaxPerChannel: 20, watchTokenRecheckMs: 60_000 },
     });
   });
   after(async () => {
@@ -48,6 +58,7 @@ describe('gateway watch tokens', () => {
         'SELECT id, revoked_at IS NOT NULL AS revoked FROM watch_tokens ORDER BY id',
       )
     ).rows;
+  const refusedCount = async (reason: string) => metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason });
 
   it('routes - a tenant mints, lists and revokes a watch token; the token text is shown once', async () => {
     const t0 = Date.now();
@@ -255,5 +266,119 @@ describe('gateway watch tokens', () => {
     assert.deepEqual(seen, [...minted].sort(), 'every token once, by id');
     await api('DELETE', `/v1/watch-tokens/${minted[0]}`);
     await mint({ channel: 'capped' }); // a revoked token no longer counts
+  });
+
+  it('socket - a watch token receives the channel but joins nothing, and every frame is refused read-only', async () => {
+    const m = await mint({ channel: 'room1' });
+    const refusedBefore = await refusedCount('CP_ERR_AUTH_READ_ONLY');
+    const joinsBefore = h.shard.joins.length;
+    const batchesBefore = h.shard.batches.length;
+    const c = await connected(h.wsUrl({ role: 'crowd', channel: 'room1', token: m.token }));
+    const w = await c.welcome();
+    assert.equal(w.readOnly, true);
+    assert.equal(w.role, 'crowd');
+    assert.equal(w.viewer, undefined, 'a watch socket has no viewer id');
+    h.shard.publishUpdate('room1', updateFrame('room1', 77, { rounds: [{ id: 'r1', kind: 'pool', state: 'open', outcomes: ['a', 'b'] }] }));
+    const u = await c.frame((f) => f.t === 'update' && f.ev === 77, 'update');
+    assert.equal((u.rounds as Array<{ id: string }>)[0]!.id, 'r1');
+
+    c.act(1);
+    c.send({ t: 'stake', seq: 2, round: 'r1', outcome: 'a', points: 10 });
+    c.send({ t: 'buy', seq: 3, round: 'r1', outcome: 'a', budget: 10 });
+    for (const seq of [1, 2, 3]) {
+      const ack = await c.ack(seq);
+      assert.equal(ack.ok, false);
+      assert.equal(ack.code, 'CP_ERR_AUTH_READ_ONLY');
+    }
+    // A viewer's act after them reaches the shard: the watch socket's did not.
+    const viewer = await connected(
+      h.wsUrl({ role: 'crowd', channel: 'room1', token: await viewerToken(suite.acme.tenant.signingSecret, { sub: 'v-watch' }) }),
+    );
+    viewer.act(9);
+    assert.equal((await viewer.ack(9)).ok, true);
+    const intents = h.shard.batches.slice(batchesBefore).flatMap((b) => b.intents);
+    assert.deepEqual(
+      intents.map((i) => i.viewer),
+      ['v-watch'],
+      'only the viewer intent reached the shard',
+    );
+    assert.deepEqual(
+      h.shard.joins.slice(joinsBefore).map((j) => j.viewer),
+      ['v-watch'],
+      'the watch socket joined nothing (no wallet, no welcome grant)',
+    );
+    assert.equal(await refusedCount('CP_ERR_AUTH_READ_ONLY'), refusedBefore + 3);
+    await viewer.close();
+    await c.close();
+  });
+
+  it('socket - a watch token opens only its channel; unknown, revoked and expired tokens are refused at connect', async () => {
+    const m = await mint({ channel: 'room1' });
+    const expired = await mint({ channel: 'room1' });
+    await suite.store.db.query("UPDATE watch_tokens SET expires_at = now() - interval '1 second' WHERE id = $1", [expired.id]);
+    const revoked = await mint({ channel: 'room1' });
+    await api('DELETE', `/v1/watch-tokens/${revoked.id}`);
+    const cases: Array<{ channel: string; token: string; code: string; close: number }> = [
+      { channel: 'room2', token: m.token, code: 'CP_ERR_AUTH_WRONG_CHANNEL', close: 4003 },
+      { channel: 'rivalroom', token: m.token, code: 'CP_ERR_AUTH_WRONG_CHANNEL', close: 4003 },
+      { channel: 'room1', token: `cpw_${'A'.repeat(43)}`, code: 'CP_ERR_AUTH_INVALID', close: 4001 },
+      { channel: 'room1', token: expired.token, code: 'CP_ERR_AUTH_EXPIRED', close: 4001 },
+      { channel: 'room1', token: revoked.token, code: 'CP_ERR_AUTH_REVOKED', close: 4001 },
+    ];
+    for (const k of cases) {
+      const before = await refusedCount(k.code);
+      const c = new Client(h.wsUrl({ role: 'crowd', channel: k.channel, token: k.token }));
+      const err = await c.frame((f) => f.t === 'error', `error ${k.code}`);
+      assert.equal(err.code, k.code);
+      assert.equal((await c.closed).code, k.close, k.code);
+      assert.equal(c.frames.filter((f) => f.t === 'welcome').length, 0);
+      assert.equal(await refusedCount(k.code), before + 1, `refusal ${k.code} counted`);
+    }
+  });
+
+  it('socket - a revocation closes the sockets open with the token on every gateway within 5 s', async () => {
+    // h2: a second gateway of the same deployment (bus and subjects); h3: one that misses the bus message and
+    // finds the revocation by its periodic re-check.
+    const h2 = await startHarness({ store: suite.store, bus: h.bus, prefix: h.subj.prefix, gateway: { watchTokenRecheckMs: 60_000 } });
+    const h3 = await startHarness({ store: suite.store, channels: ['room1'], gateway: { watchTokenRecheckMs: 200 } });
+    try {
+      const m = await mint({ channel: 'room1' });
+      const other = await mint({ channel: 'room1' });
+      const sockets = [
+        await connected(h.wsUrl({ role: 'crowd', channel: 'room1', token: m.token })),
+        await connected(h2.wsUrl({ role: 'crowd', channel: 'room1', token: m.token })),
+        await connected(h3.wsUrl({ role: 'crowd', channel: 'room1', token: m.token })),
+      ];
+      const kept = await connected(h.wsUrl({ role: 'crowd', channel: 'room1', token: other.token }));
+      const t0 = Date.now();
+      assert.equal((await api('DELETE', `/v1/watch-tokens/${m.id}`)).statusCode, 200);
+      const closes = await Promise.all(sockets.map((s) => s.closed));
+      assert.ok(Date.now() - t0 < 5_000, `closed after ${Date.now() - t0} ms`);
+      for (const [i, s] of sockets.entries()) {
+        assert.equal(closes[i]!.code, 4001, `gateway ${i + 1}`);
+        assert.equal(s.frames.at(-1)?.code, 'CP_ERR_AUTH_REVOKED', `gateway ${i + 1}`);
+      }
+      assert.equal(kept.ws.readyState, kept.ws.OPEN, 'another token of the channel stays open');
+      // A gateway that starts afterwards (a restart) refuses it too: the revocation is in the store.
+      const late = new Client(h3.wsUrl({ role: 'crowd', channel: 'room1', token: m.token }));
+      assert.equal((await late.frame((f) => f.t === 'error')).code, 'CP_ERR_AUTH_REVOKED');
+      await kept.close();
+    } finally {
+      await h3.close();
+      await h2.close();
+    }
+  });
+
+  it('socket - an open watch socket whose token expires is closed by the re-check', async () => {
+    const h3 = await startHarness({ store: suite.store, channels: ['room1'], gateway: { watchTokenRecheckMs: 100 } });
+    try {
+      const m = await mint({ channel: 'room1' });
+      const c = await connected(h3.wsUrl({ role: 'crowd', channel: 'room1', token: m.token }));
+      await suite.store.db.query("UPDATE watch_tokens SET expires_at = now() - interval '1 second' WHERE id = $1", [m.id]);
+      assert.equal((await c.closed).code, 4001);
+      assert.equal(c.frames.at(-1)?.code, 'CP_ERR_AUTH_EXPIRED');
+    } finally {
+      await h3.close();
+    }
   });
 });
