@@ -264,8 +264,20 @@ describe('viewer page (browser): rounds to their result', () => {
     const overlay = await browser.newPage({ viewport: { width: 600, height: 420 } });
     overlay.on('pageerror', (e) => errors.push(`overlay: ${e.message}`));
     overlay.on('console', (m) => void (/Content Security Policy/i.test(m.text()) && errors.push(m.text())));
-    await overlay.goto(`${s.baseUrl}/overlay?channel=demo`);
+    // The streamer mints a read-only watch token with the tenant's API key and puts it in the URL's fragment.
+    const key = s.config.standalone.tenantKey;
+    const minted = await fetch(`${s.baseUrl}/v1/watch-tokens`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ channel: 'demo', label: 'browser test' }),
+    });
+    assert.equal(minted.status, 201, await minted.clone().text());
+    const watch = (await minted.json()) as { id: string; token: string };
+    const requests: string[] = [];
+    overlay.on('request', (r) => requests.push(r.url()));
+    await overlay.goto(`${s.baseUrl}/overlay?channel=demo#token=${watch.token}`);
     await overlay.waitForFunction(() => document.querySelector('[data-testid="overlay-state"]')?.getAttribute('data-state') === 'open');
+    assert.ok(!requests.some((u) => u.includes('/v1/tokens/dev')), 'the watch token was used, no dev token asked for');
     assert.deepEqual(
       await overlay.evaluate(() => [
         getComputedStyle(document.documentElement).backgroundColor,
@@ -310,6 +322,22 @@ describe('viewer page (browser): rounds to their result', () => {
       { timeout: 60_000 },
     );
     assert.match((await overlay.locator('[data-testid="overlay-banner"]').textContent()) ?? '', /^Winner: (Left|Right)$/);
+
+    // Without a token the overlay still watches standalone's channel (a dev token, as before).
+    const plain = await browser.newPage({ viewport: { width: 600, height: 420 } });
+    plain.on('pageerror', (e) => errors.push(`plain overlay: ${e.message}`));
+    await plain.goto(`${s.baseUrl}/overlay?channel=demo`);
+    await plain.waitForFunction(() => document.querySelector('[data-testid="overlay-state"]')?.getAttribute('data-state') === 'open');
+    await plain.close();
+
+    // Revoked: the overlay's socket is closed and the page shows why.
+    const revoked = await fetch(`${s.baseUrl}/v1/watch-tokens/${watch.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${key}` } });
+    assert.equal(revoked.status, 200);
+    await overlay.waitForFunction(
+      () => document.querySelector('[data-testid="overlay-state"]')?.textContent === 'CP_ERR_AUTH_REVOKED',
+      undefined,
+      { timeout: 5_000 },
+    );
     assert.deepEqual(errors, []);
     await carl.close();
     await overlay.close();

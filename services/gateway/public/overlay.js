@@ -1,8 +1,10 @@
 // The streamer overlay, for OBS's browser source: a transparent page with the channel's live tallies (and the
 // demo's rope), the open round with its countdown, and a banner with the winner when a round settles. It has no
-// controls: it watches with a viewer token and never acts. GET /overlay?channel=C[&token=JWT][&theme=dark|light]
-// (the gateway refuses an unknown or malformed parameter with a 400). Without a token it asks standalone's
-// dev-token route. Stable ids for browser tests: overlay-state (data-state), overlay-board, overlay-rope,
+// controls: it watches and never acts. GET /overlay?channel=C[&theme=dark|light]#token=<watch token>: the token goes
+// in the URL fragment, which the browser never sends (no server or proxy logs it). A read-only watch token
+// (POST /v1/watch-tokens, docs/guides/embed.md) or a viewer JWT; a JWT in the query (&token=JWT) still works. The
+// gateway refuses an unknown or malformed query parameter with a 400. Without a token it asks standalone's
+// dev-token route. A token refused for good (revoked, expired) leaves its code on the page. Stable ids for browser tests: overlay-state (data-state), overlay-board, overlay-rope,
 // overlay-position, overlay-tally-<action>-<option>, overlay-round (data-round, data-state), overlay-round-title,
 // overlay-countdown, overlay-outcome-<outcome>, overlay-banner.
 import { ViewerClient } from '/sdk-viewer.js';
@@ -128,13 +130,19 @@ async function devToken() {
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ channel }),
   });
-  if (!res.ok) throw new Error('no token: add token=<viewer JWT> to the overlay URL (docs/guides/embed.md)');
+  if (!res.ok) throw new Error('no token: add #token=<watch token> to the overlay URL (docs/guides/embed.md)');
   return (await res.json()).token;
 }
 
 async function start() {
   const c = new ViewerClient({ url: location.origin, channel, ...(token ? { token } : { getToken: devToken }) });
-  c.on('state', (state) => setState(state));
+  /** The last error the server sent: shown instead of a bare "closed" when the client gives up (a revoked token). */
+  let lastError = null;
+  c.on('state', (state) => {
+    if (state === 'open') lastError = null;
+    if (state === 'closed' && lastError) setState('error', lastError);
+    else setState(state);
+  });
   c.on('welcome', (w) => {
     if (typeof w.serverTime === 'number') clockOffsetMs = w.serverTime - Date.now();
   });
@@ -142,7 +150,10 @@ async function start() {
     renderBoard(u);
     renderRound(u.rounds);
   });
-  c.on('error', (err) => setState('error', err && err.code ? err.code : String(err && err.message ? err.message : err)));
+  c.on('error', (err) => {
+    lastError = err && err.code ? err.code : String(err && err.message ? err.message : err);
+    setState('error', lastError);
+  });
   try {
     await c.connect();
   } catch (err) {

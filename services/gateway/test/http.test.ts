@@ -151,6 +151,7 @@ describe('gateway http', () => {
         ['/overlay?channel=demo&theme=blue', /"theme" must be dark or light/],
         ['/overlay?channel=demo&channel=other', /"channel" given more than once/],
         ['/overlay?channel=demo&token=not-a-jwt', /"token" must be a viewer JWT/],
+        [`/overlay?channel=demo&token=cpw_${'A'.repeat(43)}`, /a watch token goes in the URL fragment/],
       ];
       for (const [url, message] of bad) {
         const res = await h.gateway.app.inject({ url });
