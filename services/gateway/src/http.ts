@@ -10,6 +10,7 @@ import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
+import { registerCors } from './cors.ts';
 import { DEV_TOKEN_BODY_LIMIT_BYTES, registerDevTokenRoute } from './dev-tokens.ts';
 import { checkOverlayQuery, OVERLAY_PATH } from './overlay.ts';
 import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, TELEGRAM_WEB_APP_SCRIPT, type PagePolicy } from './security-headers.ts';
@@ -87,6 +88,7 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
  * - `GET /v1/ws` without an upgrade → 426.
  * - `POST /v1/tokens/dev` (dev-only: standalone on a loopback HOST, or DEV_TOKENS=on; dev-tokens.ts) → `{token}`.
+ * - CORS for EMBED_ORIGINS on `/sdk-viewer.js`, `/v1/tokens/dev` and `/v1/me/balance` (cors.ts).
  */
 export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   const { config, telemetry } = ctx;
@@ -95,6 +97,8 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   app.removeContentTypeParser('text/plain');
   registerSecurityHeaders(app);
   const embedOrigins = parseEmbedOrigins(config.http.embedOrigins);
+  // A page on a listed origin may load the hosted client and call the viewer routes (cors.ts).
+  registerCors(app, embedOrigins);
 
   app.setErrorHandler((err, req, reply) => {
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
