@@ -32,7 +32,7 @@ describe('gateway CORS for embedding', () => {
       assert.equal(r.headers['access-control-allow-origin'], origin, origin);
       assert.equal(r.headers['access-control-allow-credentials'], undefined, 'never with credentials');
       assert.match(String(r.headers.vary), /origin/i);
-      for (const url of ['/sdk-viewer.js', '/v1/me/balance?channel=demo', '/v1/tokens/dev']) {
+      for (const url of ['/sdk-viewer.js', '/v1/me/balance?channel=demo', '/v1/tokens/dev', '/v1/channels/demo/rounds?limit=5']) {
         const p = await preflight(url, origin, url === '/v1/tokens/dev' ? 'POST' : 'GET');
         assert.equal(p.statusCode, 204, `${url} ${origin}: ${p.body}`);
         assert.equal(p.headers['access-control-allow-origin'], origin, url);
@@ -67,6 +67,7 @@ describe('gateway CORS for embedding', () => {
       ['/v1/watch-tokens/wt_x', 'DELETE'],
       ['/v1/grants', 'POST'],
       ['/v1/balances/alice', 'GET'],
+      ['/v1/channels/demo/rounds/extra', 'GET'],
       ['/healthz', 'GET'],
     ] as const) {
       const p = await preflight(url, origin, method);
