@@ -36,7 +36,8 @@ try {
   await game.connect();
 } catch (err) {
   // Refused for good (a wrong key, another game on the channel) or no server within connectTimeoutMs (60 s).
-  console.error(`game: cannot connect: ${err.code ?? 'error'}: ${err.message}`);
+  const { code = 'error', message = String(err) } = /** @type {{ code?: string, message?: string }} */ (err);
+  console.error(`game: cannot connect: ${code}: ${message}`);
   process.exit(1);
 }
 // Names are identifiers; labels are what viewers read (any script, at most 64 characters).
