@@ -29,13 +29,23 @@ window.Telegram = { WebApp: {
 } };`;
 }
 const TOKEN = '777000:TEST-token-for-the-page-suite';
+const BOT_USERNAME = 'cp_page_bot';
+const APP_NAME = 'puzzle';
 
 describe('Mini App page (browser)', () => {
   let s: InProcess;
   let browser: Browser;
   before(async () => {
     assert.ok(existsSync(CHROMIUM), `chromium not found at ${CHROMIUM}: apt-get install chromium (or set CHROMIUM_PATH)`);
-    s = await startStandalone({ telegram: { botToken: TOKEN, webhookSecret: 'page-suite-secret', apiRoot: 'http://127.0.0.1:9' } });
+    s = await startStandalone({
+      telegram: {
+        botToken: TOKEN,
+        webhookSecret: 'page-suite-secret',
+        apiRoot: 'http://127.0.0.1:9',
+        botUsername: BOT_USERNAME,
+        appName: APP_NAME,
+      },
+    });
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--no-first-run'] });
   });
   after(async () => {
@@ -77,6 +87,11 @@ describe('Mini App page (browser)', () => {
     ]);
     assert.equal(await page.evaluate(() => document.documentElement.style.getPropertyValue('--tg-theme-link-color')), '');
     assert.equal(await page.locator('[data-testid="group-title"]').textContent(), 'Puzzle <Club>', 'the chat title, as text');
+    assert.equal(
+      await page.locator('meta[name="crowdplay-app-link"]').getAttribute('content'),
+      `https://t.me/${BOT_USERNAME}/${APP_NAME}`,
+      "the gateway names the bot's Mini App",
+    );
     await page.fill('[data-testid="guess-input"]', 'zzzzz');
     await page.click('[data-testid="guess-submit"]');
     await page.waitForFunction(() =>

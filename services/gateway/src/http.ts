@@ -47,10 +47,36 @@ export interface HttpContext {
 export const MINI_APP_PATH = '/tg/';
 
 /**
- * Static assets of the pages: path → file, content type, for a page what its CSP allows (security-headers.ts),
- * and a check of its query string (throws a CrowdplayError answered as 400).
+ * The Mini App's direct link without its start parameter, `https://t.me/<TELEGRAM_BOT_USERNAME>/<TELEGRAM_APP_NAME>`
+ * (the bot's `/start` link adds `?startapp=<the chat's parameter>`); '' without TELEGRAM_BOT_TOKEN (no bot).
  */
-const STATIC: Record<string, { file: string; type: string; page?: PagePolicy; check?: (query: unknown) => void }> = {
+export function miniAppLink(telegram: Pick<Config['telegram'], 'botToken' | 'botUsername' | 'appName'>): string {
+  return telegram.botToken ? `https://t.me/${telegram.botUsername}/${telegram.appName}` : '';
+}
+
+/** The Mini App page's placeholder for {@link miniAppLink}: the page builds its share link from it. */
+const APP_LINK_META = '<meta name="crowdplay-app-link" content="" />';
+
+/**
+ * The Mini App page with its direct link filled in. Both names match `[A-Za-z0-9_]` (their settings' patterns),
+ * so the link needs no escaping; it is escaped all the same.
+ * @throws Error when the page has no placeholder (a page edited without it would silently lose its share button)
+ */
+export function fillMiniAppPage(html: string, config: Config): string {
+  if (!html.includes(APP_LINK_META)) throw new Error(`tg/index.html: no ${APP_LINK_META}`);
+  const link = miniAppLink(config.telegram).replace(/[&"<>]/g, (c) => `&#${c.charCodeAt(0)};`);
+  return html.replace(APP_LINK_META, `<meta name="crowdplay-app-link" content="${link}" />`);
+}
+
+/**
+ * Static assets of the pages: path → file, content type, for a page what its CSP allows (security-headers.ts),
+ * a check of its query string (throws a CrowdplayError answered as 400), and what the gateway fills in from its
+ * settings (once, when the file is read).
+ */
+const STATIC: Record<
+  string,
+  { file: string; type: string; page?: PagePolicy; check?: (query: unknown) => void; fill?: (text: string, config: Config) => string }
+> = {
   '/': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed' } },
   '/index.html': { file: 'index.html', type: 'text/html; charset=utf-8', page: { frame: 'embed' } },
   '/app.js': { file: 'app.js', type: 'text/javascript; charset=utf-8' },
@@ -67,6 +93,7 @@ const STATIC: Record<string, { file: string; type: string; page?: PagePolicy; ch
     file: 'tg/index.html',
     type: 'text/html; charset=utf-8',
     page: { frame: 'telegram', scripts: [TELEGRAM_WEB_APP_SCRIPT] },
+    fill: fillMiniAppPage,
   },
   [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
@@ -82,7 +109,8 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
  * - `GET /metrics` → Prometheus text, only with METRICS_ON_PORT (else the HEALTH_PORT listener serves it).
- * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App;
+ * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App
+ *   (its direct link filled in: {@link fillMiniAppPage});
  *   `GET /overlay?channel=C…`, `/overlay.js` → the streamer overlay (its query checked: overlay.ts).
  * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer
  *   bundled by esbuild on first request (cached; a failed read or build is retried next time).
@@ -148,15 +176,15 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
 
   // Each file read once (with its page's CSP, which hashes its inline styles); a failed read is retried next time.
   const files = new Map<string, Promise<{ bytes: Buffer; csp: string | undefined }>>();
-  for (const [path, { file, type, page, check }] of Object.entries(STATIC)) {
+  for (const [path, { file, type, page, check, fill }] of Object.entries(STATIC)) {
     app.get(path, async (req, reply) => {
       check?.(req.query);
       let body = files.get(path);
       if (!body) {
-        body = readFile(join(PUBLIC_DIR, file)).then((bytes) => ({
-          bytes,
-          csp: page ? pageCsp(bytes.toString('utf8'), page, embedOrigins) : undefined,
-        }));
+        body = readFile(join(PUBLIC_DIR, file)).then((read) => {
+          const bytes = fill ? Buffer.from(fill(read.toString('utf8'), config), 'utf8') : read;
+          return { bytes, csp: page ? pageCsp(bytes.toString('utf8'), page, embedOrigins) : undefined };
+        });
         files.set(path, body);
         body.catch(() => files.delete(path));
       }
