@@ -6,7 +6,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { signInitData, startParamFor, startParamSecret } from '@crowdplay/telegram';
 import { startStandalone, type InProcess } from '../helpers.ts';
 
@@ -15,18 +16,68 @@ const TELEGRAM_SCRIPT = 'https://telegram.org/js/telegram-web-app.js';
 
 /**
  * A stand-in for Telegram's telegram-web-app.js: the `Telegram.WebApp` a Telegram client gives the page, recording
- * the page's calls in `window.tgCalls`.
+ * the page's calls in `window.tgCalls`, and its main button's state and calls in `window.tgMain` (the page's click
+ * handler kept, so that a test presses the button). `older`: a client of Bot API 6.0 without the main button.
  */
-function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<string, string> }): string {
+function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<string, string>; older?: boolean }): string {
+  const mainButton = `
+  MainButton: {
+    setText(t) { tgMain.text = t; tgMain.calls.push('setText:' + t); return this; },
+    show() { tgMain.visible = true; tgMain.calls.push('show'); return this; },
+    hide() { tgMain.visible = false; tgMain.calls.push('hide'); return this; },
+    enable() { tgMain.active = true; tgMain.calls.push('enable'); return this; },
+    disable() { tgMain.active = false; tgMain.calls.push('disable'); return this; },
+    showProgress() { tgMain.progress = true; tgMain.calls.push('showProgress'); return this; },
+    hideProgress() { tgMain.progress = false; tgMain.calls.push('hideProgress'); return this; },
+    onClick(fn) { tgMain.handler = fn; tgMain.calls.push('onClick'); return this; },
+    offClick() { tgMain.handler = null; tgMain.calls.push('offClick'); return this; },
+  },`;
   return `window.tgCalls = [];
+window.tgMain = { text: '', visible: false, active: true, progress: false, handler: null, calls: [] };
 window.Telegram = { WebApp: {
+  version: ${JSON.stringify(o.older ? '6.0' : '7.10')},
   initData: ${JSON.stringify(o.initData)},
   initDataUnsafe: ${JSON.stringify(o.chatTitle ? { chat: { title: o.chatTitle } } : {})},
   themeParams: ${JSON.stringify(o.theme)},
   ready() { window.tgCalls.push('ready'); },
   expand() { window.tgCalls.push('expand'); },
-  onEvent(name) { window.tgCalls.push('onEvent:' + name); },
+  onEvent(name) { window.tgCalls.push('onEvent:' + name); },${o.older ? '' : mainButton}
 } };`;
+}
+
+/** What the stub's main button was told, and the page's click handler (pressed by {@link pressMainButton}). */
+interface MainButtonState {
+  text: string;
+  visible: boolean;
+  active: boolean;
+  progress: boolean;
+  calls: string[];
+}
+type StubWindow = Window & { tgCalls: string[]; tgMain: MainButtonState & { handler: (() => void) | null } };
+
+async function mainButton(page: Page): Promise<MainButtonState> {
+  return page.evaluate(() => {
+    const { text, visible, active, progress, calls } = (window as unknown as StubWindow).tgMain;
+    return { text, visible, active, progress, calls: [...calls] };
+  });
+}
+
+/** Presses Telegram's main button as the client does: the page's onClick handler, only while shown and active. */
+async function pressMainButton(page: Page): Promise<void> {
+  await page.evaluate(() => {
+    const b = (window as unknown as StubWindow).tgMain;
+    if (!b.visible || !b.active || !b.handler) throw new Error(`main button not pressable: ${JSON.stringify(b)}`);
+    b.handler();
+  });
+}
+
+/** Waits until row `i` of the grid has its five marks, and returns them ("g", "y", "."). */
+async function rowMarks(page: Page, i: number): Promise<string> {
+  await page.waitForFunction((row) => document.querySelector(`[data-testid="cell-${row}-4"]`)?.getAttribute('data-mark') != null, i);
+  return page.evaluate(
+    (row) => [0, 1, 2, 3, 4].map((j) => document.querySelector(`[data-testid="cell-${row}-${j}"]`)?.getAttribute('data-mark')).join(''),
+    i,
+  );
 }
 const TOKEN = '777000:TEST-token-for-the-page-suite';
 const BOT_USERNAME = 'cp_page_bot';
@@ -53,7 +104,7 @@ describe('Mini App page (browser)', () => {
     await s?.stop();
   });
 
-  it('guesses through the page: marks in the grid, a bad word refused, the group board lists the player', async () => {
+  it('guesses through the page and the main button: marks in the grid, a bad word refused, the group board lists the player', async () => {
     const initData = signInitData(
       { user: { id: 31, first_name: 'Page' }, chat_type: 'supergroup', start_param: startParamFor(-1004242, startParamSecret(TOKEN)) },
       { botToken: TOKEN },
@@ -92,23 +143,43 @@ describe('Mini App page (browser)', () => {
       `https://t.me/${BOT_USERNAME}/${APP_NAME}`,
       "the gateway names the bot's Mini App",
     );
+    // Telegram's main button: "Guess", shown once the socket is open, active only for a five-letter word.
+    await page.waitForFunction(() => (window as unknown as StubWindow).tgMain.visible);
+    let button = await mainButton(page);
+    assert.equal(button.text, 'Guess');
+    assert.ok(button.calls.includes('onClick'), 'the page handles its clicks');
+    assert.equal(button.active, false, 'nothing typed yet');
+    await page.fill('[data-testid="guess-input"]', 'abc');
+    assert.equal((await mainButton(page)).active, false, 'three letters');
     await page.fill('[data-testid="guess-input"]', 'zzzzz');
+    assert.equal((await mainButton(page)).active, true, 'five letters');
+    // The page's own form still guesses: a word the dictionary lacks is refused.
     await page.click('[data-testid="guess-submit"]');
     await page.waitForFunction(() =>
       /CP_ERR_PUZZLE_INVALID_WORD/.test(document.querySelector('[data-testid="last-error"]')?.textContent ?? ''),
     );
-    await page.fill('[data-testid="guess-input"]', 'crane');
-    await page.click('[data-testid="guess-submit"]');
-    await page.waitForFunction(() => document.querySelector('[data-testid="cell-0-4"]')?.getAttribute('data-mark') !== null);
-    const marks = await page.evaluate(() =>
-      [0, 1, 2, 3, 4].map((j) => document.querySelector(`[data-testid="cell-0-${j}"]`)?.getAttribute('data-mark')),
-    );
-    assert.ok(
-      marks.every((m) => m === 'g' || m === 'y' || m === '.'),
-      JSON.stringify(marks),
-    );
-    assert.equal(await page.locator('[data-testid="cell-0-0"]').textContent(), 'c');
+    // The main button guesses: its progress shown while the guess is in flight, the marks in the grid.
+    await page.waitForFunction(() => /^#\d+$/.test(document.querySelector('[data-testid="puzzle-number"]')?.textContent ?? ''));
+    const puzzle = Number((await page.locator('[data-testid="puzzle-number"]').textContent())!.slice(1));
+    const answer = answerFor(puzzle, fiveLetterWords().answers, s.config.puzzle.secret);
+    const first = answer === 'crane' ? 'slate' : 'crane';
+    await page.fill('[data-testid="guess-input"]', first);
+    const callsBefore = (await mainButton(page)).calls.length;
+    await pressMainButton(page);
+    assert.match(await rowMarks(page, 0), /^[gy.]{5}$/);
+    assert.equal(await page.locator('[data-testid="cell-0-0"]').textContent(), first[0]);
     assert.equal(await page.locator('[data-testid="cell-1-0"]').getAttribute('data-mark'), null, 'one row used');
+    button = await mainButton(page);
+    assert.deepEqual(
+      button.calls.slice(callsBefore).filter((c) => /Progress$/.test(c)),
+      ['showProgress', 'hideProgress'],
+    );
+    assert.deepEqual([button.visible, button.active, button.progress], [true, false, false], 'still shown, the input empty');
+    // Solved: the puzzle is over for this player, and the main button goes away.
+    await page.fill('[data-testid="guess-input"]', answer);
+    await pressMainButton(page);
+    assert.equal(await rowMarks(page, 1), 'ggggg');
+    await page.waitForFunction(() => !(window as unknown as StubWindow).tgMain.visible);
     await page.locator('[data-testid="player-tg:31"]').waitFor();
     assert.equal(await page.locator('[data-testid="player-tg:31"]').evaluate((e) => e.firstChild?.textContent), 'you');
     // Another player of the chat is listed by name (from their initData), not as tg:32.
@@ -129,6 +200,28 @@ describe('Mini App page (browser)', () => {
     await page.locator('[data-testid="player-tg:32"]').waitFor();
     assert.equal(await page.locator('[data-testid="player-tg:32"]').evaluate((e) => e.firstChild?.textContent), 'Olga K');
     await other.close();
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+
+  it('on an older client, without the main button, the page still guesses through its own form', async () => {
+    const initData = signInitData(
+      { user: { id: 33, first_name: 'Old' }, chat_type: 'supergroup', start_param: startParamFor(-1004242, startParamSecret(TOKEN)) },
+      { botToken: TOKEN },
+    );
+    const page = await browser.newPage();
+    await page.route(TELEGRAM_SCRIPT, (route) =>
+      route.fulfill({ contentType: 'text/javascript', body: telegramStub({ initData, theme: {}, older: true }) }),
+    );
+    const errors: string[] = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${s.baseUrl}/tg/#tgWebAppData=${encodeURIComponent(initData)}`);
+    await page.waitForFunction(() => document.querySelector('[data-testid="tg-state"]')?.textContent === 'open');
+    await page.fill('[data-testid="guess-input"]', 'slate');
+    await page.click('[data-testid="guess-submit"]');
+    assert.match(await rowMarks(page, 0), /^[gy.]{5}$/);
+    assert.deepEqual(await page.evaluate(() => (window as unknown as StubWindow).tgCalls), ['onEvent:themeChanged', 'ready', 'expand']);
+    assert.deepEqual((await mainButton(page)).calls, [], 'no main button to tell');
     assert.deepEqual(errors, []);
     await page.close();
   });

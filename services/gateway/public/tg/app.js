@@ -4,17 +4,36 @@
 // signed start parameter (docs/telegram.md). Stable ids for browser tests:
 // tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
 // guess-input, guess-submit, last-error, group-title, board-players, player-<viewer>.
+// Telegram's MainButton submits the guess too; an older client without it (or
+// no Telegram at all) keeps the page's own form: every Telegram feature is
+// looked up before it is used.
 const $ = (id) => document.getElementById(id);
 // Telegram's API (telegram-web-app.js, loaded by the page); absent outside Telegram or when the script failed.
 const tg = (window.Telegram && window.Telegram.WebApp) || null;
 const ROWS = 6;
 const COLS = 5;
+const WORD_RE = /^[a-z]{5}$/;
 let ws = null;
 let seq = 0;
 const pending = new Map();
 let myViewer = null;
 let puzzle = null;
 let rows = []; // [{ word, marks }]
+let finished = false; // my puzzle is over: solved, or out of guesses
+
+/** Calls `obj[method](...args)` when the client has it; a method the client refuses (too old a version) is skipped. */
+function tgCall(obj, method, ...args) {
+  if (!obj || typeof obj[method] !== 'function') return;
+  try {
+    obj[method](...args);
+  } catch (err) {
+    console.warn(`Telegram.WebApp: ${method}: ${err}`);
+  }
+}
+
+// Telegram's main button (below the page, in Telegram's colours), or null on a client without it.
+const mainButton = tg && tg.MainButton && typeof tg.MainButton.show === 'function' ? tg.MainButton : null;
+let shown = { visible: false, active: null, progress: false }; // what the main button was last told
 
 function launchInitData() {
   if (tg && tg.initData) return tg.initData;
@@ -51,6 +70,30 @@ function setState(s) {
 
 function showError(text) {
   $('last-error').textContent = text || '';
+}
+
+function typedWord() {
+  return $('guess-input').value.trim().toLowerCase();
+}
+
+/**
+ * The main button: shown while the socket is open and my puzzle is not over, active for a five-letter word,
+ * its progress shown while a guess is in flight. Only what changed is sent to Telegram.
+ */
+function updateMainButton() {
+  if (!mainButton) return;
+  const visible = ws !== null && ws.readyState === 1 && myViewer !== null && !finished;
+  const progress = visible && pending.size > 0;
+  const active = visible && !progress && WORD_RE.test(typedWord());
+  if (visible !== shown.visible) tgCall(mainButton, visible ? 'show' : 'hide');
+  if (progress !== shown.progress) tgCall(mainButton, progress ? 'showProgress' : 'hideProgress', false);
+  if (active !== shown.active) tgCall(mainButton, active ? 'enable' : 'disable');
+  shown = { visible, active, progress };
+}
+
+/** My game in a board update: over when solved or out of guesses. */
+function isOver(mine) {
+  return Boolean(mine && (mine.solved || (Array.isArray(mine.marks) && mine.marks.length >= ROWS)));
 }
 
 function renderGrid() {
@@ -105,6 +148,7 @@ function onFrame(f) {
   if (f.t === 'welcome') {
     myViewer = f.viewer;
     setState('open');
+    updateMainButton();
   } else if (f.t === 'update') {
     const game = f.game || {};
     if (typeof game.puzzle === 'number' && game.puzzle !== puzzle) {
@@ -113,18 +157,26 @@ function onFrame(f) {
       // A new puzzle: my rows are the ones the board holds for me (colours only after a reload).
       const mine = (game.players || {})[myViewer];
       rows = mine ? mine.marks.map((marks) => ({ word: '', marks })) : [];
+      finished = false;
       renderGrid();
     }
+    if (isOver((game.players || {})[myViewer])) finished = true;
     renderBoard(game);
+    updateMainButton();
   } else if (f.t === 'ack') {
     const p = pending.get(f.seq);
     pending.delete(f.seq);
     if (!p) return;
     if (f.ok) {
       rows.push({ word: p.word, marks: f.marks });
+      if (f.solved || f.left === 0 || rows.length >= ROWS) finished = true;
       renderGrid();
       showError(f.solved ? 'Solved!' : '');
-    } else showError(f.code || 'refused');
+    } else {
+      if (f.code === 'CP_ERR_PUZZLE_OVER') finished = true;
+      showError(f.code || 'refused');
+    }
+    updateMainButton();
   } else if (f.t === 'error') showError(`${f.code}: ${f.message}`);
 }
 
@@ -146,27 +198,41 @@ function connect() {
     }
   };
   ws.onclose = (ev) => {
+    pending.clear(); // never answered now
     setState(`closed ${ev.code}`);
     if (ev.reason) showError(ev.reason);
+    updateMainButton();
   };
 }
 
-$('guess-form').addEventListener('submit', (ev) => {
-  ev.preventDefault();
-  const word = $('guess-input').value.trim().toLowerCase();
-  if (!/^[a-z]{5}$/.test(word)) return showError('five letters a–z');
+/** Sends the typed word as a guess (the page's form and Telegram's main button). */
+function guess() {
+  const word = typedWord();
+  if (!WORD_RE.test(word)) return showError('five letters a–z');
   if (!ws || ws.readyState !== 1) return showError('not connected');
   const s = ++seq;
   pending.set(s, { word });
   ws.send(JSON.stringify({ t: 'guess', seq: s, word }));
   $('guess-input').value = '';
+  updateMainButton();
+}
+
+$('guess-form').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  guess();
 });
+$('guess-input').addEventListener('input', updateMainButton);
 
 if (tg) {
   applyTheme();
   if (typeof tg.onEvent === 'function') tg.onEvent('themeChanged', applyTheme);
   tg.ready(); // the page is drawn: Telegram hides its placeholder
   tg.expand(); // full height: the grid and the group fit without a drag
+  if (mainButton) {
+    tgCall(mainButton, 'setText', 'Guess');
+    tgCall(mainButton, 'onClick', guess);
+    updateMainButton(); // hidden until the socket is open
+  }
 }
 const title = chatTitle(launchInitData());
 if (title) $('group-title').textContent = title;
