@@ -17,7 +17,8 @@ const TELEGRAM_SCRIPT = 'https://telegram.org/js/telegram-web-app.js';
 /**
  * A stand-in for Telegram's telegram-web-app.js: the `Telegram.WebApp` a Telegram client gives the page, recording
  * the page's calls in `window.tgCalls`, and its main button's state and calls in `window.tgMain` (the page's click
- * handler kept, so that a test presses the button). `older`: a client of Bot API 6.0 without the main button.
+ * handler kept, so that a test presses the button), and its haptic feedback in `window.tgHaptics`. `older`: a client
+ * of Bot API 6.0 without the main button and haptic feedback.
  */
 function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<string, string>; older?: boolean }): string {
   const mainButton = `
@@ -31,8 +32,15 @@ function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<s
     hideProgress() { tgMain.progress = false; tgMain.calls.push('hideProgress'); return this; },
     onClick(fn) { tgMain.handler = fn; tgMain.calls.push('onClick'); return this; },
     offClick() { tgMain.handler = null; tgMain.calls.push('offClick'); return this; },
-  },`;
+  },
+  HapticFeedback: {
+    notificationOccurred(type) { tgHaptics.push('notification:' + type); return this; },
+    impactOccurred(style) { tgHaptics.push('impact:' + style); return this; },
+    selectionChanged() { tgHaptics.push('selection'); return this; },
+  },
+  isVersionAtLeast(v) { const [major, minor = 0] = v.split('.').map(Number); return major < 7 || (major === 7 && minor <= 10); },`;
   return `window.tgCalls = [];
+window.tgHaptics = [];
 window.tgMain = { text: '', visible: false, active: true, progress: false, handler: null, calls: [] };
 window.Telegram = { WebApp: {
   version: ${JSON.stringify(o.older ? '6.0' : '7.10')},
@@ -53,7 +61,7 @@ interface MainButtonState {
   progress: boolean;
   calls: string[];
 }
-type StubWindow = Window & { tgCalls: string[]; tgMain: MainButtonState & { handler: (() => void) | null } };
+type StubWindow = Window & { tgCalls: string[]; tgHaptics: string[]; tgMain: MainButtonState & { handler: (() => void) | null } };
 
 async function mainButton(page: Page): Promise<MainButtonState> {
   return page.evaluate(() => {
@@ -69,6 +77,11 @@ async function pressMainButton(page: Page): Promise<void> {
     if (!b.visible || !b.active || !b.handler) throw new Error(`main button not pressable: ${JSON.stringify(b)}`);
     b.handler();
   });
+}
+
+/** The haptic feedback the page asked of the stub, in order. */
+async function haptics(page: Page): Promise<string[]> {
+  return page.evaluate(() => [...(window as unknown as StubWindow).tgHaptics]);
 }
 
 /** Waits until row `i` of the grid has its five marks, and returns them ("g", "y", "."). */
@@ -153,11 +166,12 @@ describe('Mini App page (browser)', () => {
     assert.equal((await mainButton(page)).active, false, 'three letters');
     await page.fill('[data-testid="guess-input"]', 'zzzzz');
     assert.equal((await mainButton(page)).active, true, 'five letters');
-    // The page's own form still guesses: a word the dictionary lacks is refused.
+    // The page's own form still guesses: a word the dictionary lacks is refused, with an error haptic.
     await page.click('[data-testid="guess-submit"]');
     await page.waitForFunction(() =>
       /CP_ERR_PUZZLE_INVALID_WORD/.test(document.querySelector('[data-testid="last-error"]')?.textContent ?? ''),
     );
+    assert.deepEqual(await haptics(page), ['notification:error']);
     // The main button guesses: its progress shown while the guess is in flight, the marks in the grid.
     await page.waitForFunction(() => /^#\d+$/.test(document.querySelector('[data-testid="puzzle-number"]')?.textContent ?? ''));
     const puzzle = Number((await page.locator('[data-testid="puzzle-number"]').textContent())!.slice(1));
@@ -175,11 +189,13 @@ describe('Mini App page (browser)', () => {
       ['showProgress', 'hideProgress'],
     );
     assert.deepEqual([button.visible, button.active, button.progress], [true, false, false], 'still shown, the input empty');
+    assert.deepEqual(await haptics(page), ['notification:error', 'impact:light'], 'a wrong guess: a light tap');
     // Solved: the puzzle is over for this player, and the main button goes away.
     await page.fill('[data-testid="guess-input"]', answer);
     await pressMainButton(page);
     assert.equal(await rowMarks(page, 1), 'ggggg');
     await page.waitForFunction(() => !(window as unknown as StubWindow).tgMain.visible);
+    assert.deepEqual(await haptics(page), ['notification:error', 'impact:light', 'notification:success']);
     await page.locator('[data-testid="player-tg:31"]').waitFor();
     assert.equal(await page.locator('[data-testid="player-tg:31"]').evaluate((e) => e.firstChild?.textContent), 'you');
     // Another player of the chat is listed by name (from their initData), not as tg:32.

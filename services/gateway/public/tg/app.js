@@ -4,9 +4,9 @@
 // signed start parameter (docs/telegram.md). Stable ids for browser tests:
 // tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
 // guess-input, guess-submit, last-error, group-title, board-players, player-<viewer>.
-// Telegram's MainButton submits the guess too; an older client without it (or
-// no Telegram at all) keeps the page's own form: every Telegram feature is
-// looked up before it is used.
+// Telegram's MainButton submits the guess too, and HapticFeedback marks each
+// answer; an older client without them (or no Telegram at all) keeps the
+// page's own form: every Telegram feature is looked up before it is used.
 const $ = (id) => document.getElementById(id);
 // Telegram's API (telegram-web-app.js, loaded by the page); absent outside Telegram or when the script failed.
 const tg = (window.Telegram && window.Telegram.WebApp) || null;
@@ -29,6 +29,16 @@ function tgCall(obj, method, ...args) {
   } catch (err) {
     console.warn(`Telegram.WebApp: ${method}: ${err}`);
   }
+}
+
+/**
+ * Telegram's haptic feedback (Bot API 6.1) when the client has it: `notification` with 'success' | 'error' |
+ * 'warning', or `impact` with 'light' | 'medium' | …
+ */
+function haptic(kind, style) {
+  const h = tg && tg.HapticFeedback;
+  if (!h || (typeof tg.isVersionAtLeast === 'function' && !tg.isVersionAtLeast('6.1'))) return;
+  tgCall(h, kind === 'impact' ? 'impactOccurred' : 'notificationOccurred', style);
 }
 
 // Telegram's main button (below the page, in Telegram's colours), or null on a client without it.
@@ -170,10 +180,15 @@ function onFrame(f) {
     if (f.ok) {
       rows.push({ word: p.word, marks: f.marks });
       if (f.solved || f.left === 0 || rows.length >= ROWS) finished = true;
+      // Solved: success; the last guess wrong: warning; another wrong guess: a light tap.
+      if (f.solved) haptic('notification', 'success');
+      else if (finished) haptic('notification', 'warning');
+      else haptic('impact', 'light');
       renderGrid();
       showError(f.solved ? 'Solved!' : '');
     } else {
       if (f.code === 'CP_ERR_PUZZLE_OVER') finished = true;
+      haptic('notification', 'error');
       showError(f.code || 'refused');
     }
     updateMainButton();
@@ -208,8 +223,10 @@ function connect() {
 /** Sends the typed word as a guess (the page's form and Telegram's main button). */
 function guess() {
   const word = typedWord();
-  if (!WORD_RE.test(word)) return showError('five letters a–z');
-  if (!ws || ws.readyState !== 1) return showError('not connected');
+  if (!WORD_RE.test(word) || !ws || ws.readyState !== 1) {
+    haptic('notification', 'error');
+    return showError(WORD_RE.test(word) ? 'not connected' : 'five letters a–z');
+  }
   const s = ++seq;
   pending.set(s, { word });
   ws.send(JSON.stringify({ t: 'guess', seq: s, word }));
