@@ -17,8 +17,9 @@ const TELEGRAM_SCRIPT = 'https://telegram.org/js/telegram-web-app.js';
 /**
  * A stand-in for Telegram's telegram-web-app.js: the `Telegram.WebApp` a Telegram client gives the page, recording
  * the page's calls in `window.tgCalls`, and its main button's state and calls in `window.tgMain` (the page's click
- * handler kept, so that a test presses the button), and its haptic feedback in `window.tgHaptics`. `older`: a client
- * of Bot API 6.0 without the main button and haptic feedback.
+ * handler kept, so that a test presses the button), its haptic feedback in `window.tgHaptics`, and the links it asked
+ * Telegram to open in `window.tgLinks`. `older`: a client of Bot API 6.0 without the main button, haptic feedback
+ * and openTelegramLink.
  */
 function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<string, string>; older?: boolean }): string {
   const mainButton = `
@@ -38,9 +39,11 @@ function telegramStub(o: { initData: string; chatTitle?: string; theme: Record<s
     impactOccurred(style) { tgHaptics.push('impact:' + style); return this; },
     selectionChanged() { tgHaptics.push('selection'); return this; },
   },
+  openTelegramLink(url) { tgLinks.push(url); },
   isVersionAtLeast(v) { const [major, minor = 0] = v.split('.').map(Number); return major < 7 || (major === 7 && minor <= 10); },`;
   return `window.tgCalls = [];
 window.tgHaptics = [];
+window.tgLinks = [];
 window.tgMain = { text: '', visible: false, active: true, progress: false, handler: null, calls: [] };
 window.Telegram = { WebApp: {
   version: ${JSON.stringify(o.older ? '6.0' : '7.10')},
@@ -61,7 +64,12 @@ interface MainButtonState {
   progress: boolean;
   calls: string[];
 }
-type StubWindow = Window & { tgCalls: string[]; tgHaptics: string[]; tgMain: MainButtonState & { handler: (() => void) | null } };
+type StubWindow = Window & {
+  tgCalls: string[];
+  tgHaptics: string[];
+  tgLinks: string[];
+  tgMain: MainButtonState & { handler: (() => void) | null };
+};
 
 async function mainButton(page: Page): Promise<MainButtonState> {
   return page.evaluate(() => {
@@ -198,6 +206,18 @@ describe('Mini App page (browser)', () => {
     assert.deepEqual(await haptics(page), ['notification:error', 'impact:light', 'notification:success']);
     await page.locator('[data-testid="player-tg:31"]').waitFor();
     assert.equal(await page.locator('[data-testid="player-tg:31"]').evaluate((e) => e.firstChild?.textContent), 'you');
+    // The share button opens Telegram's share dialog with the bot's direct link for this chat.
+    await page.click('[data-testid="share"]');
+    const links = await page.evaluate(() => (window as unknown as StubWindow).tgLinks);
+    assert.equal(links.length, 1);
+    const share = new URL(links[0]!);
+    assert.equal(`${share.origin}${share.pathname}`, 'https://t.me/share/url');
+    assert.equal(
+      share.searchParams.get('url'),
+      `https://t.me/${BOT_USERNAME}/${APP_NAME}?startapp=${startParamFor(-1004242, startParamSecret(TOKEN))}`,
+      "the chat's Mini App link",
+    );
+    assert.equal(share.searchParams.get('text'), `Play word puzzle #${puzzle} with us`);
     // Another player of the chat is listed by name (from their initData), not as tg:32.
     const other = await browser.newPage();
     await other.route(TELEGRAM_SCRIPT, (route) => route.abort());
@@ -238,6 +258,7 @@ describe('Mini App page (browser)', () => {
     assert.match(await rowMarks(page, 0), /^[gy.]{5}$/);
     assert.deepEqual(await page.evaluate(() => (window as unknown as StubWindow).tgCalls), ['onEvent:themeChanged', 'ready', 'expand']);
     assert.deepEqual((await mainButton(page)).calls, [], 'no main button to tell');
+    assert.equal(await page.locator('[data-testid="share"]').isHidden(), true, 'no openTelegramLink: no share button');
     assert.deepEqual(errors, []);
     await page.close();
   });
@@ -247,6 +268,7 @@ describe('Mini App page (browser)', () => {
     await page.route(TELEGRAM_SCRIPT, (route) => route.abort()); // outside Telegram (or its script unreachable): still works
     await page.goto(`${s.baseUrl}/tg/`);
     await page.waitForFunction(() => document.querySelector('[data-testid="tg-state"]')?.textContent === 'no-init-data');
+    assert.equal(await page.locator('[data-testid="share"]').isHidden(), true, 'no chat to invite to');
     await page.close();
   });
 });

@@ -3,10 +3,13 @@
 // initData to the gateway, which verifies it and picks the chat from its
 // signed start parameter (docs/telegram.md). Stable ids for browser tests:
 // tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
-// guess-input, guess-submit, last-error, group-title, board-players, player-<viewer>.
+// guess-input, guess-submit, last-error, group-title, share, board-players, player-<viewer>.
 // Telegram's MainButton submits the guess too, and HapticFeedback marks each
 // answer; an older client without them (or no Telegram at all) keeps the
 // page's own form: every Telegram feature is looked up before it is used.
+// The share button opens Telegram's share dialog (openTelegramLink) with the
+// bot's direct link for this chat: the app link the gateway put in the page's
+// <meta name="crowdplay-app-link"> plus this launch's start parameter.
 const $ = (id) => document.getElementById(id);
 // Telegram's API (telegram-web-app.js, loaded by the page); absent outside Telegram or when the script failed.
 const tg = (window.Telegram && window.Telegram.WebApp) || null;
@@ -71,6 +74,27 @@ function chatTitle(initData) {
   } catch {
     return null;
   }
+}
+
+/**
+ * The t.me share link inviting others to this chat's game: the bot's direct link (from the gateway) with the start
+ * parameter this page was opened with, which the gateway verified as the bot's own for this chat before its
+ * welcome. Null when either is missing (no bot, or opened without a start parameter).
+ */
+function shareUrl() {
+  const meta = document.querySelector('meta[name="crowdplay-app-link"]');
+  const app = meta ? meta.getAttribute('content') : '';
+  const param = new URLSearchParams(launchInitData() || '').get('start_param');
+  if (!app || !/^https:\/\/t\.me\/[A-Za-z0-9_]+\/[A-Za-z0-9_]+$/.test(app)) return null;
+  if (!param || !/^[A-Za-z0-9_-]{1,64}$/.test(param)) return null;
+  const link = `${app}?startapp=${param}`;
+  const text = puzzle === null ? 'Play the word puzzle with us' : `Play word puzzle #${puzzle} with us`;
+  return `https://t.me/share/url?url=${encodeURIComponent(link)}&text=${encodeURIComponent(text)}`;
+}
+
+/** Shows the share button once the chat is known to be the bot's (welcomed), on a client that opens t.me links. */
+function showShare() {
+  $('share').hidden = !(tg && typeof tg.openTelegramLink === 'function' && shareUrl());
 }
 
 function setState(s) {
@@ -159,6 +183,7 @@ function onFrame(f) {
     myViewer = f.viewer;
     setState('open');
     updateMainButton();
+    showShare();
   } else if (f.t === 'update') {
     const game = f.game || {};
     if (typeof game.puzzle === 'number' && game.puzzle !== puzzle) {
@@ -239,6 +264,10 @@ $('guess-form').addEventListener('submit', (ev) => {
   guess();
 });
 $('guess-input').addEventListener('input', updateMainButton);
+$('share').addEventListener('click', () => {
+  const url = shareUrl();
+  if (url) tgCall(tg, 'openTelegramLink', url);
+});
 
 if (tg) {
   applyTheme();
