@@ -633,6 +633,14 @@ export const schema = {
       unit: 'ms',
       doc: 'Longest round a game may open (durationMs above it: CP_ERR_ROUND_INVALID).',
     }),
+    payRetryMs: int({
+      env: 'ROUND_PAY_RETRY_MS',
+      default: 2_000,
+      min: 10,
+      unit: 'ms',
+      doc: 'How long a shard waits before it tries again to pay or refund a settled or cancelled round whose payments failed (counted in crowdplay_round_pay_retries_total).',
+      why: 'Not measured: a few ticks, so that payments are tried again within seconds of the database answering again, while a failing database sees one attempt per unpaid round per interval.',
+    }),
     unsettledMaxMs: int({
       env: 'ROUND_UNSETTLED_MAX_MS',
       default: 600_000,

@@ -489,6 +489,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_round_pay_retries_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Settled or cancelled rounds whose failed payments or refunds a shard tried again (ROUND_PAY_RETRY_MS)',
+    labels: { kind: ['pool', 'market'] },
+  },
+  {
     name: 'crowdplay_round_unrecovered_points_total',
     type: 'counter',
     unit: '1',

@@ -28,6 +28,7 @@ export interface RoundMetrics {
   trades: Counter;
   tradeAckMs: Histogram;
   ledgerRetries: Counter;
+  payRetries: Counter;
   unrecovered: Counter;
 }
 
@@ -39,6 +40,7 @@ export function roundMetrics(telemetry: Telemetry): RoundMetrics {
     trades: m.counter('crowdplay_trades_total'),
     tradeAckMs: m.histogram('crowdplay_trade_ack_ms'),
     ledgerRetries: m.counter('crowdplay_round_ledger_retries_total'),
+    payRetries: m.counter('crowdplay_round_pay_retries_total'),
     unrecovered: m.counter('crowdplay_round_unrecovered_points_total'),
   };
 }

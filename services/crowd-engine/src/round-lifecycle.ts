@@ -123,7 +123,10 @@ export class RoundLifecycle {
     const r = await this.find(roundId);
     const w = outcomeIndex(r, outcome);
     return s.serial(r, async () => {
-      if (alreadySettled(r, w)) return roundView(r);
+      if (alreadySettled(r, w)) {
+        if (!r.paid) await this.pay(r); // an earlier settle's payments failed: the same settle finishes them
+        return roundView(r);
+      }
       await this.lock(r);
       await d.store.rounds.update(d.channel, r.id, d.epoch(), { state: 'settled', winner: w });
       r.markSettled(w);
@@ -158,7 +161,10 @@ export class RoundLifecycle {
     const s = this.s;
     const d = s.d;
     return s.serial(r, async () => {
-      if (alreadyCancelled(r)) return roundView(r);
+      if (alreadyCancelled(r)) {
+        if (!r.paid) await this.finishCancel(r, event); // an earlier cancel's refunds failed: finish them
+        return roundView(r);
+      }
       if (r.closeEntries()) d.changed();
       await r.idle();
       r.market?.lock();
@@ -255,9 +261,30 @@ export class RoundLifecycle {
         void s.serial(r, () => this.lock(r)).catch((err: unknown) => s.logFail(r, err));
       } else if (dueToExpire(r, now, maxUnsettled) && !s.draining) {
         r.expiring = true;
-        void this.cancelRound(r, 'expired').catch((err: unknown) => s.logFail(r, err));
-      }
+        void this.cancelRound(r, 'expired').catch((err: unknown) => {
+          r.expiring = false; // tried again at a later tick (or, once cancelled, paid by the retry below)
+          s.logFail(r, err);
+        });
+      } else if (r.final && !r.paid && !r.paying && now >= r.payRetryAt) this.retryPayments(r, now);
     }
+  }
+
+  /**
+   * Pays or refunds again a settled or cancelled round whose payments failed (a ledger or store error after the
+   * round's state was written): transfer ids are deterministic, so what committed before is a replay. Tried once
+   * per ROUND_PAY_RETRY_MS until the round is marked paid; counted in crowdplay_round_pay_retries_total.
+   */
+  private retryPayments(r: Round, now: number): void {
+    const s = this.s;
+    r.paying = true;
+    s.d.metrics.payRetries.add(1, { kind: r.row.kind });
+    void s
+      .serial(r, () => (r.paid ? Promise.resolve() : r.state === 'settled' ? this.pay(r) : this.finishCancel(r, 'retried')))
+      .catch((err: unknown) => s.logFail(r, err))
+      .finally(() => {
+        r.paying = false;
+        r.payRetryAt = now + s.d.config.rounds.payRetryMs;
+      });
   }
 
   /**
@@ -270,6 +297,8 @@ export class RoundLifecycle {
     const jobs: Array<Promise<unknown>> = [];
     for (const r of s.rounds.values()) {
       if (!r.final) jobs.push(this.cancelRound(r, 'drained'));
+      else if (!r.paid)
+        jobs.push(s.serial(r, () => (r.paid ? Promise.resolve() : r.state === 'settled' ? this.pay(r) : this.finishCancel(r, 'drained'))));
       else jobs.push(r.op);
     }
     const results = await Promise.allSettled(jobs);

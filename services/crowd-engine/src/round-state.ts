@@ -91,6 +91,10 @@ export class Round {
   lockPersisted: boolean;
   /** An expiry cancel is scheduled. */
   expiring = false;
+  /** A retry of a final round's payments is running (round-lifecycle.ts `tick`). */
+  paying = false;
+  /** Not before this time (ms since epoch) is a final, unpaid round's payment tried again. */
+  payRetryAt = 0;
   /** The live book an open round was handed off with (the row is open, the book not final). */
   readonly handedOff: RoundBook | null;
 
