@@ -383,11 +383,11 @@ describe('rounds', () => {
 
   it('payments that failed after the settle are tried again until the round is paid; a failed expiry is tried again', async () => {
     await channel('pr1');
-    await fund('qa', 100);
-    await fund('qb', 100);
+    await fund('ya', 100);
+    await fund('yb', 100);
     await ctl('pr1', { op: 'round.open', round: 'p1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 });
-    assert.equal((await trade('pr1', 'qa', { k: 'stake', round: 'p1', outcome: 'x', points: 20 })).ok, true);
-    assert.equal((await trade('pr1', 'qb', { k: 'stake', round: 'p1', outcome: 'y', points: 20 })).ok, true);
+    assert.equal((await trade('pr1', 'ya', { k: 'stake', round: 'p1', outcome: 'x', points: 20 })).ok, true);
+    assert.equal((await trade('pr1', 'yb', { k: 'stake', round: 'p1', outcome: 'y', points: 20 })).ok, true);
     // The store fails the first two writes of `paid` (a database restarting): the settle's answer is the error.
     const update = h.store.rounds.update.bind(h.store.rounds);
     let failures = 2;
@@ -405,14 +405,14 @@ describe('rounds', () => {
       // The shard tries again on its own (ROUND_PAY_RETRY_MS) until the round is marked paid; the payout was made once.
       await eventually(async () => (await h.store.rounds.get('pr1', 'p1'))?.paid === true);
       assert.equal(failures, 0);
-      assert.deepEqual([await bal('qa'), await bal('qb')], [120, 80]);
-      assert.ok(h.wallets.some((w) => w.viewer === 'qa' && w.frame.t === 'roundResult' && w.frame.round === 'p1' && w.frame.net === 20));
+      assert.deepEqual([await bal('ya'), await bal('yb')], [120, 80]);
+      assert.ok(h.wallets.some((w) => w.viewer === 'ya' && w.frame.t === 'roundResult' && w.frame.round === 'p1' && w.frame.net === 20));
       // The same settle again is answered ok now.
       assert.equal((await ctl('pr1', { op: 'round.settle', round: 'p1', outcome: 'x' })).ok, true);
 
       // An expiry whose cancel fails is tried again at a later tick (it used to be marked as expiring for good).
       await ctl('pr1', { op: 'round.open', round: 'p2', kind: 'pool', outcomes: ['x', 'y'], durationMs: 100 });
-      assert.equal((await trade('pr1', 'qa', { k: 'stake', round: 'p2', outcome: 'x', points: 30 })).ok, true);
+      assert.equal((await trade('pr1', 'ya', { k: 'stake', round: 'p2', outcome: 'x', points: 30 })).ok, true);
       let cancelFailures = 1;
       h.store.rounds.update = async (channelId, id, epoch, change) => {
         if (channelId === 'pr1' && id === 'p2' && change.state === 'cancelled' && !change.paid && cancelFailures > 0) {
@@ -424,7 +424,7 @@ describe('rounds', () => {
       await eventually(async () => (await h.store.rounds.get('pr1', 'p2'))?.paid === true, 8_000);
       assert.equal(cancelFailures, 0, 'the first cancel failed');
       assert.equal((await h.store.rounds.get('pr1', 'p2'))?.state, 'cancelled');
-      assert.equal(await bal('qa'), 120, 'the expired round refunded its stake');
+      assert.equal(await bal('ya'), 120, 'the expired round refunded its stake');
     } finally {
       h.store.rounds.update = update;
     }
