@@ -102,6 +102,16 @@ async function clusterCommand(gateways: number, shards: number, routers: number,
   process.off('SIGINT', early);
   process.off('SIGTERM', early);
   process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s), ${routers} router(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
+  // Each child's operator listener on a port of its own: HEALTH_PORT + its index in start order (cluster.ts childEnv).
+  const health = c.processes.filter((p) => p.healthPort !== undefined);
+  if (health.length > 0) {
+    const host = c.env.HEALTH_HOST ?? '127.0.0.1';
+    process.stdout.write(
+      `crowdplay cluster: /healthz, /readyz and /metrics of each process (HEALTH_PORT + its index)\n${health
+        .map((p) => `  ${p.name.padEnd(11)} http://${host.includes(':') ? `[${host}]` : host}:${p.healthPort}`)
+        .join('\n')}\n`,
+    );
+  }
   let signals = 0;
   const onSignal = (): void => {
     if (++signals > 1) {

@@ -11,9 +11,13 @@
  * (`tg-sender`: a cluster's gateways only enqueue Bot API calls), and
  * `renderers` board-renderer processes (`renderer-N`; then the gateways leave
  * rendering to them, BOARD_RENDER_IN_PROCESS=false, unless the environment
- * says otherwise). A child that dies unexpectedly resolves `failed`; `stop()`
- * drains gateways first, then shards, then senders and renderers, then router
- * and sequencer.
+ * says otherwise). With HEALTH_PORT set, each child's operator listener
+ * (/healthz, /readyz, /metrics) gets a port of its own: HEALTH_PORT + the
+ * child's index in start order (sequencer, routers, shards, sender,
+ * renderers, gateways, then shards added later; see childEnv), printed by
+ * `crowdplay cluster`. A child that dies unexpectedly resolves `failed`;
+ * `stop()` drains gateways first, then shards, then senders and renderers,
+ * then router and sequencer.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -42,7 +46,10 @@ export interface ClusterOptions {
   routers?: number;
   /** board-renderer processes, 0…32 (default 0: the gateways render in process). */
   renderers?: number;
-  /** Environment the children inherit (the CLI passes process.env); the cluster sets CROWDPLAY_MODE, SHARD_ID, GATEWAY_ID and PORT per child. */
+  /**
+   * Environment the children inherit (the CLI passes process.env); the cluster sets CROWDPLAY_MODE, SHARD_ID,
+   * GATEWAY_ID, PORT and HEALTH_PORT per child (childEnv).
+   */
   env: Readonly<Record<string, string | undefined>>;
   /** How to start `crowdplay`: node options and script (default: tsx and this package's main.ts). */
   entry?: { execArgv: string[]; script: string };
@@ -66,8 +73,10 @@ export interface ProcessHandle {
   /** `router` (then `router-2`…), `sequencer`, `shard-N` or `gw-N`. */
   readonly name: string;
   readonly service: ServiceName;
-  /** Its environment (the cluster's plus its own ids and port). */
+  /** Its environment (the cluster's plus its own ids and ports: childEnv). */
   readonly env: Readonly<Record<string, string>>;
+  /** Port of its operator listener (/healthz, /readyz, /metrics on HEALTH_HOST), undefined when HEALTH_PORT is unset or 0. */
+  readonly healthPort: number | undefined;
   /** pid of the current process (undefined before the first start). */
   readonly pid: number | undefined;
   /** A gateway's URL (http://host:port) once ready. */
@@ -135,6 +144,11 @@ class Child implements ProcessHandle {
 
   get pid(): number | undefined {
     return this.proc?.pid;
+  }
+
+  get healthPort(): number | undefined {
+    const port = Number(this.env.HEALTH_PORT ?? 0);
+    return port > 0 ? port : undefined;
   }
 
   get running(): boolean {
@@ -223,6 +237,29 @@ class Child implements ProcessHandle {
   }
 }
 
+/**
+ * The environment of the cluster's child number `index` (0-based, in start order): `base` (the cluster's), then
+ * `extra` (its ids, its PORT), and, when `base` sets a HEALTH_PORT other than 0, HEALTH_PORT + `index`: the children
+ * run on one machine, and each one's operator listener must bind a port of its own (one port for all: the first child
+ * binds it, every other one exits with EADDRINUSE). HEALTH_PORT 0 (or unset) stays 0: no listener.
+ * @throws TypeError when HEALTH_PORT + index is past 65,535 (checked before the child is spawned)
+ */
+export function childEnv(
+  base: Readonly<Record<string, string>>,
+  index: number,
+  extra: Readonly<Record<string, string>> = {},
+): Record<string, string> {
+  const env: Record<string, string> = { ...base, ...extra };
+  const first = Number(base.HEALTH_PORT ?? 0);
+  if (Number.isInteger(first) && first > 0) {
+    const port = first + index;
+    if (port > 65_535)
+      throw new TypeError(`HEALTH_PORT ${first} + ${index} (the cluster's child ${index + 1}) is past 65535: lower HEALTH_PORT`);
+    env.HEALTH_PORT = String(port);
+  }
+  return env;
+}
+
 function countOf(kind: string, n: number, min = 1): number {
   if (!Number.isInteger(n) || n < min || n > CLUSTER_MAX_PROCESSES)
     throw new TypeError(`--${kind} must be an integer in [${min}, ${CLUSTER_MAX_PROCESSES}]`);
@@ -246,6 +283,8 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   base.CROWDPLAY_MODE = 'cluster';
   // Fail before spawning anything: the same check every child makes (cluster mode needs NATS_URL, DATABASE_URL, REDIS_URL).
   const config = loadConfig(base);
+  // The last child's HEALTH_PORT too, before anything starts (childEnv throws past 65,535).
+  childEnv(base, routerCount + shards + (config.telegram.botToken ? 1 : 0) + renderers + gateways);
   const firstPort = config.http.port;
   const full = {
     entry: opts.entry ?? { execArgv: ['--import', 'tsx'], script: fileURLToPath(new URL('./main.ts', import.meta.url)) },
@@ -258,7 +297,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   let stopping = false;
   const processes: Child[] = [];
   const make = (name: string, service: ServiceName, extra: Record<string, string> = {}): Child => {
-    const c = new Child(name, service, { ...base, ...extra }, full, (e) => {
+    const c = new Child(name, service, childEnv(base, processes.length, extra), full, (e) => {
       if (!stopping) reportFailure(e);
     });
     processes.push(c);
