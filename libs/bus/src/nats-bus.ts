@@ -1,6 +1,7 @@
 import {
   ClosedConnectionError,
   connect,
+  ConnectionError,
   DrainingConnectionError,
   headers as natsHeaders,
   NoRespondersError,
@@ -10,6 +11,7 @@ import {
   type MsgHdrs,
   type NatsConnection,
 } from '@nats-io/transport-node';
+import { CrowdplayError } from '@crowdplay/protocol';
 import {
   BusError,
   type Bus,
@@ -36,6 +38,11 @@ export interface NatsBusOptions {
    * @defaultValue `console.error` once per subject
    */
   onError?: (err: unknown, subject?: string) => void;
+  /**
+   * How long the first connection may take per server, handshake included, ms (NATS_CONNECT_TIMEOUT_MS).
+   * @defaultValue nats.js's 20,000
+   */
+  connectTimeoutMs?: number;
 }
 
 /**
@@ -48,21 +55,30 @@ export const NATS_RECONNECT_WAIT_MS = 1_000;
 /**
  * Connects to NATS and returns a {@link NatsBus}. Reconnects forever after a
  * connection loss (publishes are buffered by the client meanwhile).
- * @throws the nats.js `ConnectionError` when the first connection fails
- *   (server unreachable, refused): failing fast at boot is intended.
+ * @throws CrowdplayError CP_ERR_BUS_UNAVAILABLE when the first connection fails (each server of the list tried
+ *   once: refused, unreachable, no handshake within `connectTimeoutMs`): failing fast at boot is intended; other
+ *   nats.js errors (credentials refused) as they are.
  */
 export async function connectNatsBus(opts: NatsBusOptions): Promise<NatsBus> {
   const servers = opts.servers
     .split(',')
     .map((s) => s.trim())
     .filter((s) => s.length > 0);
-  const nc = await connect({
-    servers,
-    name: opts.name,
-    reconnect: true,
-    maxReconnectAttempts: -1,
-    reconnectTimeWait: NATS_RECONNECT_WAIT_MS,
-  });
+  let nc: NatsConnection;
+  try {
+    nc = await connect({
+      servers,
+      name: opts.name,
+      reconnect: true,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: NATS_RECONNECT_WAIT_MS,
+      ...(opts.connectTimeoutMs === undefined ? {} : { timeout: opts.connectTimeoutMs }),
+    });
+  } catch (err) {
+    if (err instanceof ConnectionError || err instanceof TimeoutError)
+      throw new CrowdplayError('CP_ERR_BUS_UNAVAILABLE', [err.message], { cause: err });
+    throw err;
+  }
   return new NatsBus(nc, opts.onError ?? oncePerSubjectReporter(`nats-bus ${opts.name}`));
 }
 

@@ -128,6 +128,14 @@ export const schema = {
       default: '.crowdplay/pglite',
       doc: 'Data directory of the embedded PGlite; `memory` keeps it in memory (lost on exit).',
     }),
+    connectTimeoutMs: int({
+      env: 'DATABASE_CONNECT_TIMEOUT_MS',
+      default: 5_000,
+      min: 100,
+      unit: 'ms',
+      doc: 'How long a process waits at start for its first PostgreSQL connection before it exits with CP_ERR_STORE_UNAVAILABLE.',
+      why: 'pg sets no bound of its own: a DATABASE_URL whose host drops packets held a start for the OS connect timeout (over 2 minutes on Linux) instead of failing fast for its orchestrator to restart it.',
+    }),
   },
   bus: {
     natsUrl: url({
@@ -148,6 +156,14 @@ export const schema = {
       min: 10,
       unit: 'ms',
       doc: 'Timeout of bus request/reply calls (acquire, lease, declare).',
+    }),
+    connectTimeoutMs: int({
+      env: 'NATS_CONNECT_TIMEOUT_MS',
+      default: 5_000,
+      min: 100,
+      unit: 'ms',
+      doc: 'How long a process waits at start for each NATS server of NATS_URL to connect before it exits with CP_ERR_BUS_UNAVAILABLE.',
+      why: "nats.js waits 20 s for a server's handshake by default; a start that cannot reach NATS fails as fast as one that cannot reach PostgreSQL (DATABASE_CONNECT_TIMEOUT_MS).",
     }),
   },
   redis: {

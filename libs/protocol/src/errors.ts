@@ -126,6 +126,8 @@ export const ERRORS = {
   },
   /** The connection to PostgreSQL failed or was lost (a restart, a crash): retry; a write in flight may or may not have happened. */
   CP_ERR_STORE_UNAVAILABLE: { message: 'the database is unavailable: %s', httpStatus: 503 },
+  /** The first connection to NATS failed at start (refused, unreachable, no handshake within NATS_CONNECT_TIMEOUT_MS). */
+  CP_ERR_BUS_UNAVAILABLE: { message: 'the message bus is unavailable: %s', httpStatus: 503 },
   CP_ERR_CONFIG_INVALID: { message: 'invalid configuration:\n%s', httpStatus: 500 },
   CP_ERR_INTERNAL: { message: 'internal error', httpStatus: 500, closeCode: CloseCode.internal },
   // clients (libs/sdk-viewer, libs/sdk-game): raised on the client side, never sent by the server

@@ -54,10 +54,11 @@ const UNAVAILABLE_SOCKET_CODES: ReadonlySet<string> = new Set([
 
 /**
  * pg's own errors for a lost connection carry no code, only these messages
- * (pg/lib/client.js, pg-pool): matched here, at the driver's edge, so that
- * nothing past the store looks at message text.
+ * (pg/lib/client.js, pg-pool; `timeout expired`: a client's connectionTimeoutMillis, DATABASE_CONNECT_TIMEOUT_MS at
+ * start): matched here, at the driver's edge, so that nothing past the store looks at message text.
  */
-const PG_CONNECTION_LOST_RE = /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error)/;
+const PG_CONNECTION_LOST_RE =
+  /^(Connection terminated|timeout exceeded when trying to connect|timeout expired$|Client has encountered a connection error)/;
 
 /** True when `err` says the database could not be reached or the connection was lost (not that a statement failed). */
 export function isUnavailableError(err: unknown): boolean {

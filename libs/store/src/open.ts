@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { runner } from 'node-pg-migrate';
 import { CrowdplayError } from '@crowdplay/protocol';
-import { PgDb, PgliteDb, type Db } from './db.ts';
+import { mapPgError, PgDb, PgliteDb, type Db } from './db.ts';
 import { TenantRepository } from './tenants.ts';
 import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
@@ -27,6 +27,11 @@ export interface StoreOptions {
   migrate?: boolean;
   /** Where migration progress is logged (default: silent). */
   log?: (msg: string) => void;
+  /**
+   * Real Postgres: how long the first connection may take, ms (DATABASE_CONNECT_TIMEOUT_MS); unset: pg's own (none,
+   * the OS's connect timeout). Only that first connection: the pool's later ones are not bounded by it.
+   */
+  connectTimeoutMs?: number;
 }
 
 /** The store: the Db handle and its repositories. */
@@ -63,10 +68,13 @@ function quoteIdent(name: string): string {
  * `schema`. Embedded: PGlite (measured here: ~800 MiB RSS, ~3 s to start),
  * used as the single session it is.
  *
- * @throws the pg connection error when Postgres is unreachable; migration errors.
+ * @throws CrowdplayError CP_ERR_STORE_UNAVAILABLE when Postgres cannot be reached (refused, unreachable, no
+ *   connection within `connectTimeoutMs`); the pg error of any other failure to connect (a password refused);
+ *   migration errors.
  */
 export async function openStore(opts: StoreOptions): Promise<Store> {
   const schema = quoteIdent(opts.schema);
+  if (opts.url) await probe(opts.url, opts.connectTimeoutMs);
   let db: Db;
   const pgPool = (max: number): PgDb => {
     const pool = new pg.Pool({ connectionString: opts.url, max, options: `-c search_path=${schema}` });
@@ -122,6 +130,23 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       await main.close();
     },
   };
+}
+
+/**
+ * One connection to `url`, closed at once: Postgres answers within `timeoutMs` or the start fails here, with the
+ * store's code, instead of in the first query of a pool that would wait on the OS's connect timeout.
+ * @throws CrowdplayError CP_ERR_STORE_UNAVAILABLE (isUnavailableError: refused, unreachable, timed out); other pg errors as they are
+ */
+async function probe(url: string, timeoutMs: number | undefined): Promise<void> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: timeoutMs ?? 0 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+  } catch (err) {
+    throw mapPgError(err);
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 }
 
 /**

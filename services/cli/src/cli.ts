@@ -20,10 +20,10 @@ import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { openStore } from '@crowdplay/store';
 import { verifyLedger } from '@crowdplay/ledger';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
+import { connectStore } from './connect.ts';
 import { runUntilSignal, startHealthServer, type HealthServer } from './health.ts';
 import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
@@ -45,7 +45,7 @@ function fail(msg: string, code = 2): never {
 
 async function tenantCommand(config: Config, args: string[], name: string | undefined): Promise<void> {
   const [sub, id] = args;
-  const store = await openStore(config.db);
+  const store = await connectStore(config);
   try {
     if (sub === 'create' && id) {
       const { tenant, apiKey } = await store.tenants.create(id, name ?? id);
@@ -168,7 +168,7 @@ async function telegramCommand(
 /** `crowdplay ledger verify`: prints each failed invariant; exit code 1 when any failed. */
 async function ledgerCommand(config: Config, args: string[]): Promise<void> {
   if (args.length !== 1 || args[0] !== 'verify') fail(USAGE);
-  const store = await openStore(config.db);
+  const store = await connectStore(config);
   try {
     const { ok, failures } = await verifyLedger(store.db);
     if (ok) process.stdout.write('ledger verify: ok\n');
@@ -300,10 +300,13 @@ main().catch((err: unknown) => {
   const e = err as { code?: unknown; message?: string; stack?: string };
   const expected = isCrowdplayError(err) || (typeof e.code === 'string' && EXPECTED_CODES.has(e.code));
   const verbose = ['debug', 'trace'].includes(process.env.LOG_LEVEL ?? '');
+  // A crowdplay error names its code first (CP_ERR_STORE_UNAVAILABLE: …, the setting and its URL in the message).
   const text =
     err instanceof Error
       ? expected && !verbose
-        ? `${e.message}${typeof e.code === 'string' && !isCrowdplayError(err) ? ` (${e.code})` : ''}`
+        ? isCrowdplayError(err)
+          ? `${err.code}: ${err.message}`
+          : `${e.message}${typeof e.code === 'string' ? ` (${e.code})` : ''}`
         : (e.stack ?? e.message)
       : String(err);
   process.stderr.write(`crowdplay: ${text}\n`);

@@ -5,8 +5,9 @@
  * both; only the adapters differ, each chosen by its URL.
  */
 import { hostname } from 'node:os';
-import { openBus, subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
+import { subjects as makeSubjects, type Bus, type Subjects } from '@crowdplay/bus';
 import type { HelperThreads } from './threads.ts';
+import { connectBus, connectStore } from './connect.ts';
 import type { ProcessStartSettings } from './allocator.ts';
 import type { Config } from '@crowdplay/config';
 import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
@@ -14,7 +15,7 @@ import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
 import { CachingRouter, LeasedRouter, RouterClient, type Router } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
-import { openStore, PgDb, type Store } from '@crowdplay/store';
+import { PgDb, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { startBoardRenderer } from '@crowdplay/board-renderer';
 import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
@@ -75,17 +76,23 @@ async function base(config: Config, service: string): Promise<{ telemetry: Telem
   });
   const { logger } = telemetry;
   const t0 = Date.now();
-  const store = await openStore({ ...config.db, log: (msg) => logger.debug({ msg }, 'migration') });
+  // Bounded by DATABASE_CONNECT_TIMEOUT_MS and NATS_CONNECT_TIMEOUT_MS: an unreachable server ends the start with its code.
+  const store = await connectStore(config, (msg) => logger.debug({ msg }, 'migration'));
   if (store.db instanceof PgDb) observePool(store.db, telemetry);
   logger.info(
     { store: store.kind, schema: config.db.schema, ms: Date.now() - t0 },
     store.kind === 'pglite' ? 'store: embedded PGlite (one session)' : 'store: PostgreSQL',
   );
-  const bus = await openBus({
-    natsUrl: config.bus.natsUrl,
-    name: `${service}-${hostname()}-${process.pid}`,
-    onError: (err, subject) => logger.error({ err, subject }, 'bus handler failed'),
-  });
+  let bus: Bus;
+  try {
+    bus = await connectBus(config, {
+      name: `${service}-${hostname()}-${process.pid}`,
+      onError: (err, subject) => logger.error({ err, subject }, 'bus handler failed'),
+    });
+  } catch (err) {
+    await store.close().catch(() => undefined);
+    throw err;
+  }
   logger.info({ bus: bus.kind, prefix: config.bus.subjectPrefix }, `bus: ${bus.kind}`);
   return { telemetry, store, bus, subjects: makeSubjects(config.bus.subjectPrefix) };
 }

@@ -1,4 +1,5 @@
 export * from './compose.ts';
 export * from './cluster.ts';
+export * from './connect.ts';
 export * from './health.ts';
 export * from './telegram-setup.ts';
