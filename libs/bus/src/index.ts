@@ -1,5 +1,6 @@
 export * from './bus.ts';
 export * from './subjects.ts';
+export * from './hedge.ts';
 export * from './in-process-bus.ts';
 export * from './nats-bus.ts';
 export * from './open.ts';

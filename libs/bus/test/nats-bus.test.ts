@@ -4,7 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { connectNatsBus, openBus } from '../src/index.ts';
+import { BusError, connectNatsBus, hedgedRequest, openBus } from '../src/index.ts';
 import { busSuite, randomPrefix } from './bus-suite.ts';
 
 const NATS_URL = process.env.NATS_URL || 'nats://127.0.0.1:4222';
@@ -51,4 +51,20 @@ void test('nats - two connections: ordered delivery and request/reply across pro
 
 void test('nats - unreachable server: connectNatsBus rejects', { timeout: 15_000 }, async () => {
   await assert.rejects(connectNatsBus({ servers: 'nats://127.0.0.1:1', name: 'bus-suite-unreachable' }));
+});
+
+void test('nats - hedgedRequest: no responders fails at once, without a re-send', { timeout: 15_000 }, async () => {
+  const bus = await connectNatsBus({ servers: NATS_URL, name: 'bus-suite-hedge' });
+  try {
+    let hedges = 0;
+    const started = performance.now();
+    await assert.rejects(
+      hedgedRequest(bus, `${randomPrefix()}.nobody`, new Uint8Array(0), { timeoutMs: 5_000, hedgeAfterMs: 1_000, onHedge: () => hedges++ }),
+      (err: unknown) => err instanceof BusError && err.code === 'no_responders',
+    );
+    assert.ok(performance.now() - started < 1_000, 'before the hedge delay, far before the timeout');
+    assert.equal(hedges, 0);
+  } finally {
+    await bus.close();
+  }
 });
