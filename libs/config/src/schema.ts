@@ -408,6 +408,14 @@ export const schema = {
       unit: 'count',
       doc: 'Event ids per leased block; a shard leases a new block on every acquire and when its block runs out.',
     }),
+    leaseHedgeMs: int({
+      env: 'SEQUENCER_LEASE_HEDGE_MS',
+      default: 250,
+      min: 1,
+      unit: 'ms',
+      doc: 'A lease unanswered this long is sent again (at most twice, this far apart; likely to another sequencer), first answer wins; ≥ BUS_REQUEST_TIMEOUT_MS: never.',
+      why: 'About twice the lease reply p99 measured at a cold start (shards leasing for their channels at once); not re-measured when the setting was added (docs/benchmarks.md: acquire-batch lease p50 25 ms, p95 23–25 ms at 5,000 leases/s). A slower reply most likely comes from a hung sequencer; lower sends more duplicate leases (ids skipped).',
+    }),
   },
   eventLog: {
     retentionMs: int({

@@ -402,6 +402,13 @@ export const metricCatalogue = [
     labels: { result: ['added', 'replaced', 'kept', 'stale'] },
   },
   {
+    name: 'crowdplay_sequencer_lease_hedges_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Lease requests a shard sent again because no sequencer answered within SEQUENCER_LEASE_HEDGE_MS (a hung or slow sequencer)',
+    labels: {},
+  },
+  {
     name: 'crowdplay_shard_channels',
     type: 'gauge',
     unit: '1',

@@ -6,7 +6,7 @@
  * the event loop: a tick yields to I/O after that much work, and updates due
  * beyond it go out in the next turns.
  */
-import { decodeJson, encodeJson, type BusMessage, type Subscription } from '@crowdplay/bus';
+import { decodeJson, encodeJson, hedgedRequest, type BusMessage, type Subscription } from '@crowdplay/bus';
 import {
   CONTROL_VERSION,
   CrowdplayError,
@@ -29,6 +29,13 @@ import { Ownership } from './ownership.ts';
 import { ShardState, type AcquireResult, type Owned, type ShardDeps } from './shard-state.ts';
 import { Ticker } from './ticker.ts';
 import { UpdatePublisher } from './updates.ts';
+
+/**
+ * Re-sends of one lease at most. NATS hands each request to a random member of the queue group, so with two
+ * sequencers and one of them hung every send reaches the hung one with probability 1/2: one re-send would leave a
+ * quarter of the leases waiting the whole timeout, two leave an eighth, for at most 2 × SEQUENCER_LEASE_HEDGE_MS.
+ */
+export const LEASE_HEDGES = 2;
 
 export { REPEAT_HEADER } from './ownership.ts';
 export type { AcquireResult, ChargeFn, ShardDeps } from './shard-state.ts';
@@ -56,7 +63,10 @@ export class Shard {
   private readonly instance = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   private creditSub: Subscription | null = null;
 
+  private readonly leaseHedges: { add(n: number): void };
+
   constructor(deps: ShardDeps) {
+    this.leaseHedges = deps.telemetry.metrics.counter('crowdplay_sequencer_lease_hedges_total');
     this.s = new ShardState(deps, () => this.leaseBlock());
     this.id = this.s.id;
     this.updates = new UpdatePublisher(this.s);
@@ -136,10 +146,19 @@ export class Shard {
     );
   }
 
+  /**
+   * Leases a block from the sequencers' queue group. Hedged: a lease unanswered after SEQUENCER_LEASE_HEDGE_MS is
+   * sent again, at most {@link LEASE_HEDGES} times that far apart, within the one BUS_REQUEST_TIMEOUT_MS (a hung
+   * sequencer still gets its share of the requests). The first answer wins and the other blocks are never used:
+   * ids may be skipped, and IdAllocator keeps them rising whatever order the answers come in.
+   */
   private async leaseBlock(): Promise<IdBlock> {
     const { bus, subjects, config } = this.s.deps;
-    const msg = await bus.request(subjects.sequencerLease(), encodeJson({ size: config.sequencer.blockSize }), {
+    const msg = await hedgedRequest(bus, subjects.sequencerLease(), encodeJson({ size: config.sequencer.blockSize }), {
       timeoutMs: config.bus.requestTimeoutMs,
+      hedgeAfterMs: config.sequencer.leaseHedgeMs,
+      maxHedges: LEASE_HEDGES,
+      onHedge: () => this.leaseHedges.add(1),
     });
     const r = decodeJson<{ ok: boolean; first?: number; last?: number; message?: string }>(msg.data);
     if (!r.ok || r.first === undefined || r.last === undefined) throw new Error(`sequencer refused a lease: ${r.message ?? 'no reason'}`);
