@@ -38,6 +38,8 @@ export const CloseCode = {
   gameConflict: 4009,
   /** Too many connections from this address (/64 for IPv6). */
   connectionRateLimited: 4029,
+  /** The channel's tenant is over a quota (its viewer connections, its channels): retry later, with backoff. */
+  tenantQuota: 4030,
   /** Too many protocol errors on this socket. */
   protocolViolation: 4400,
   /** Server error; reconnect with backoff. */
@@ -119,6 +121,11 @@ export const ERRORS = {
   CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
   // tenants and config
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
+  /**
+   * The tenant is over one of its quotas (channels, connections, intents per second, grant points per day:
+   * TENANT_MAX_* or its override). A connection is closed with 4030, an intent refused in its ack, a request answered 429.
+   */
+  CP_ERR_TENANT_QUOTA: { message: 'tenant %s is over its %s quota of %s', httpStatus: 429, closeCode: CloseCode.tenantQuota },
   CP_ERR_STORE_DATA_DIR_IN_USE: {
     message:
       'the PGlite data directory %s is in use by process %s: stop that process, or set DATABASE_URL so several processes share a PostgreSQL',

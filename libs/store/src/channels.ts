@@ -1,5 +1,6 @@
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
+import { insertChannelWithinQuota, MAX_QUOTA } from './quotas.ts';
 
 /** A channel row: its tenant, its fencing epoch and current owner shard. */
 export interface ChannelRow {
@@ -122,13 +123,23 @@ export class ChannelRepository {
   constructor(private readonly db: Db) {}
 
   /**
-   * Returns the channel, creating it for `tenantId` if it does not exist.
-   * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_FORBIDDEN_CHANNEL (it belongs to another tenant)
+   * Returns the channel, creating it for `tenantId` if it does not exist and the tenant holds fewer channels
+   * than its quota (its override in `tenant_quotas`, else `maxChannels`). The count and the insert run under
+   * the tenant's advisory lock in one transaction, so concurrent creations (two gateways) never pass the quota.
+   * An existing channel is returned without the lock or the count.
+   * @param maxChannels TENANT_MAX_CHANNELS (default: no limit but the tenant's override)
+   * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_FORBIDDEN_CHANNEL (it belongs to another tenant),
+   *   CP_ERR_TENANT_QUOTA (a new channel over the tenant's quota: nothing written)
    */
-  async ensure(id: string, tenantId: string): Promise<ChannelRow> {
+  async ensure(id: string, tenantId: string, maxChannels: number = MAX_QUOTA): Promise<ChannelRow> {
     if (!CHANNEL_ID_RE.test(id)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-    await this.db.query('INSERT INTO channels (id, tenant_id) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [id, tenantId]);
-    const row = await this.get(id);
+    let row = await this.get(id);
+    if (!row) {
+      const r = await this.db.tx((q) => insertChannelWithinQuota(q, id, tenantId, maxChannels));
+      if (!r.inserted && r.count >= r.limit && !(await this.get(id)))
+        throw new CrowdplayError('CP_ERR_TENANT_QUOTA', [tenantId, 'channels', r.limit]);
+      row = await this.get(id);
+    }
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);
     if (row.tenantId !== tenantId) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [id]);
     return row;

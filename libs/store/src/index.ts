@@ -6,3 +6,4 @@ export * from './sequencer.ts';
 export * from './rounds.ts';
 export * from './events.ts';
 export * from './watch-tokens.ts';
+export * from './quotas.ts';

@@ -6,6 +6,7 @@ import { runner } from 'node-pg-migrate';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { mapPgError, PgDb, PgliteDb, type Db } from './db.ts';
 import { TenantRepository } from './tenants.ts';
+import { QuotaRepository } from './quotas.ts';
 import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
 import { RoundRepository } from './rounds.ts';
@@ -46,6 +47,8 @@ export interface Store {
   readonly events: EventLogRepository;
   /** Read-only watch tokens (stream overlays): minted, listed and revoked by the tenant. */
   readonly watchTokens: WatchTokenRepository;
+  /** Per-tenant quota overrides and the grant points used per UTC day. */
+  readonly quotas: QuotaRepository;
   /**
    * A Db of its own connection on the same database and schema, for a statement that must not wait behind
    * the pool (the router lease's renewal); closed with the store. PGlite is one session: its own Db.
@@ -119,6 +122,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     rounds: new RoundRepository(db),
     events: new EventLogRepository(db),
     watchTokens: new WatchTokenRepository(db),
+    quotas: new QuotaRepository(db),
     dedicated: () => {
       if (main.kind === 'pglite') return main;
       const side = pgPool(1);

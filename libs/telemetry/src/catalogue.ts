@@ -89,6 +89,16 @@ export const metricCatalogue = [
     labels: { area: 'the component that refused (gateway, engine, ledger, sendq, …)', reason: ERROR_CODE },
   },
   {
+    name: 'crowdplay_tenant_quota_refusals_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Requests refused with CP_ERR_TENANT_QUOTA, by tenant and quota (tenant: at most TENANT_QUOTA_METRIC_TENANTS values, the rest ~other)',
+    labels: {
+      tenant: 'the tenant id, or ~other past TENANT_QUOTA_METRIC_TENANTS tenants',
+      quota: ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay'],
+    },
+  },
+  {
     name: 'crowdplay_otel_spans_dropped_total',
     type: 'observableCounter',
     unit: '1',

@@ -5,3 +5,4 @@ export * from './metrics.ts';
 export * from './refusals.ts';
 export * from './telemetry.ts';
 export * from './tracing.ts';
+export * from './tenant-quota-refusals.ts';

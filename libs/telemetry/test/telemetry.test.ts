@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { until } from '@crowdplay/testing';
-import { Metrics, Refusals } from '../src/index.ts';
+import { Metrics, OTHER_TENANT_LABEL, Refusals, tenantQuotaRefusals } from '../src/index.ts';
 
 function captureLogger(): { logger: pino.Logger; lines: Array<Record<string, unknown>> } {
   const lines: Array<Record<string, unknown>> = [];
@@ -90,5 +90,29 @@ describe('telemetry', () => {
     assert.ok(lag, 'event-loop lag gauge exported');
     assert.ok(Number(lag[1]) > 5, `lag max ${lag[1]} ms reflects the blocked loop`);
     await metrics.close();
+  });
+});
+
+describe('tenant quota refusals', () => {
+  it('tenant quota refusals - at most maxTenants tenant labels, the rest under ~other, each also a refusal', async () => {
+    const m = new Metrics({ service: 'test' });
+    try {
+      const { logger, lines } = captureLogger();
+      const r = tenantQuotaRefusals({ metrics: m, refusals: new Refusals(m, logger, 60_000) }, 2);
+      assert.equal(tenantQuotaRefusals({ metrics: m, refusals: new Refusals(m, logger, 60_000) }, 50), r, 'one per Metrics');
+      for (const t of ['a', 'b', 'c', 'd', 'a']) r.refuse('gateway', t, 'connections');
+      r.refuse('funding', 'c', 'grantPointsPerDay');
+      const text = await m.prometheusText();
+      const series = text.split('\n').filter((l) => l.startsWith('crowdplay_tenant_quota_refusals_total{'));
+      const tenants = new Set(series.map((l) => /tenant="([^"]*)"/.exec(l)?.[1]));
+      assert.deepEqual([...tenants].sort(), ['a', 'b', OTHER_TENANT_LABEL].sort());
+      assert.ok(series.some((l) => l.includes('tenant="~other"') && l.includes('quota="connections"') && l.endsWith(' 2')));
+      assert.ok(series.some((l) => l.includes('tenant="a"') && l.endsWith(' 2')));
+      assert.ok(text.includes('crowdplay_refusals_total{area="gateway",reason="CP_ERR_TENANT_QUOTA"'));
+      assert.equal(lines.filter((l) => l.reason === 'CP_ERR_TENANT_QUOTA').length, 2, 'logged once per area per interval');
+      assert.doesNotMatch(OTHER_TENANT_LABEL, /^[A-Za-z0-9_-]{1,64}$/, 'never a tenant id');
+    } finally {
+      await m.close();
+    }
   });
 });
