@@ -1,6 +1,6 @@
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
-import { insertChannelWithinQuota, MAX_QUOTA } from './quotas.ts';
+import { insertChannelWithinQuota, MAX_QUOTA, TenantQuotaError } from './quotas.ts';
 
 /** A channel row: its tenant, its fencing epoch and current owner shard. */
 export interface ChannelRow {
@@ -137,7 +137,7 @@ export class ChannelRepository {
     if (!row) {
       const r = await this.db.tx((q) => insertChannelWithinQuota(q, id, tenantId, maxChannels));
       if (!r.inserted && r.count >= r.limit && !(await this.get(id)))
-        throw new CrowdplayError('CP_ERR_TENANT_QUOTA', [tenantId, 'channels', r.limit]);
+        throw new TenantQuotaError(tenantId, 'channels', r.limit);
       row = await this.get(id);
     }
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);

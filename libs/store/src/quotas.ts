@@ -37,6 +37,17 @@ interface Row {
   max_grant_points_per_day: string | null;
 }
 
+/** A refusal of a tenant over one of its quotas: CP_ERR_TENANT_QUOTA with the tenant and the quota to count it by. */
+export class TenantQuotaError extends CrowdplayError {
+  constructor(
+    readonly tenant: string,
+    readonly quota: QuotaName,
+    readonly limit: number,
+  ) {
+    super('CP_ERR_TENANT_QUOTA', [tenant, quota, limit]);
+  }
+}
+
 /** True when `v` is a quota value: an integer 0..MAX_QUOTA. */
 export function isQuotaValue(v: unknown): v is number {
   return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;

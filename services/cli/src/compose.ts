@@ -143,7 +143,7 @@ export async function startServices(
   try {
     if (opts.standalone) {
       await store.tenants.upsert(DEV_TENANT_ID, 'Standalone dev tenant', config.standalone.tenantKey, config.standalone.tenantSecret);
-      if (config.standalone.demo) await store.channels.ensure(DEMO_CHANNEL, DEV_TENANT_ID);
+      if (config.standalone.demo) await store.channels.ensure(DEMO_CHANNEL, DEV_TENANT_ID, config.quota.channels);
     }
     if (names.includes('sequencer')) {
       parts.sequencer = new SequencerService({ bus, subjects, store, telemetry, eventLog: config.eventLog });
@@ -248,7 +248,7 @@ export async function startServices(
         send: opts.standalone || names.includes('telegram-sender') || !config.redis.url,
         // It renders the boards itself unless it leaves them to board-renderer services (BOARD_RENDER_IN_PROCESS=false).
         render: opts.standalone || names.includes('board-renderer') || config.board.renderInProcess,
-        ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId)),
+        ensureChannel: async (channel) => void (await store.channels.ensure(channel, config.telegram.tenantId, config.quota.channels)),
         moveChannel: (from, to) => router.migrate(from, to),
       });
       const bot = parts.telegram?.bot;

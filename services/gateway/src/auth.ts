@@ -99,6 +99,8 @@ export interface AuthenticatorOptions {
   clockSkewS: number;
   /** Cache TTL, ms. @defaultValue {@link AUTH_CACHE_TTL_MS} */
   cacheTtlMs?: number;
+  /** TENANT_MAX_CHANNELS: the channels a tenant may create unless it has an override. @defaultValue no limit */
+  maxChannels?: number;
 }
 
 /** Verifies viewer tokens and game keys against the store (cached). */
@@ -106,6 +108,7 @@ export class Authenticator {
   private readonly tenants: LRUCache<string, TenantEntry>;
   private readonly channels: LRUCache<string, ChannelEntry>;
   private readonly clockSkewS: number;
+  private readonly maxChannels: number | undefined;
 
   constructor(
     private readonly store: Store,
@@ -113,6 +116,7 @@ export class Authenticator {
   ) {
     const ttl = opts.cacheTtlMs ?? AUTH_CACHE_TTL_MS;
     this.clockSkewS = opts.clockSkewS;
+    this.maxChannels = opts.maxChannels;
     this.tenants = new LRUCache<string, TenantEntry>({
       ...lruCountBound(AUTH_CACHE_MAX_ENTRIES),
       ttl,
@@ -190,13 +194,14 @@ export class Authenticator {
    * the key's tenant if it does not exist.
    *
    * @throws CrowdplayError CP_ERR_AUTH_MISSING (no key), CP_ERR_AUTH_INVALID (unknown key),
-   *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (another tenant's channel); store errors pass through.
+   *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (another tenant's channel), CP_ERR_TENANT_QUOTA (a new channel over the
+   *   tenant's channels quota: a TenantQuotaError); store errors pass through.
    */
   async game(channel: string, key: string | null): Promise<{ tenantId: string }> {
     if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
     const tenant = await this.store.tenants.byApiKey(key);
     if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
-    const row = await this.store.channels.ensure(channel, tenant.id);
+    const row = await this.store.channels.ensure(channel, tenant.id, this.maxChannels);
     this.channels.set(channel, { row });
     return { tenantId: tenant.id };
   }

@@ -72,6 +72,8 @@ export class Conn {
   alive = true;
   /** Crowd: the id of the read-only watch token it opened with (watch-tokens.ts); such a socket never acts. */
   watchToken: string | undefined;
+  /** Crowd: holds one of its tenant's connection slots on this gateway (tenant-quotas.ts), given back on detach. */
+  quotaSlot = false;
   /** Display name (Telegram Mini App sessions: the user's first and last name), sent with guesses for the board. */
   displayName: string | undefined;
   /** performance.now() when the upgrade completed (for crowdplay_connect_setup_ms). */

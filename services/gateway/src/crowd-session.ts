@@ -121,6 +121,13 @@ export class CrowdSession {
       conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_INTENT_RATE_LIMITED'));
       return;
     }
+    // After the viewer's own bucket: a viewer over its limit spends none of its tenant's intents.
+    if (!this.ctx.quotas.takeIntent(conn.tenantId)) {
+      span?.setStatus({ code: SpanStatusCode.ERROR, message: 'CP_ERR_TENANT_QUOTA' });
+      this.ctx.quotas.refuse('gateway', conn.tenantId, 'intentsPerS', { channel: conn.channel, viewer: conn.viewer });
+      conn.ws.send(ackFrame(msg.seq, false, undefined, 'CP_ERR_TENANT_QUOTA'));
+      return;
+    }
     let intent: BusIntent;
     if (msg.t === 'act') {
       intent = { conn: conn.id, viewer: conn.viewer, seq: msg.seq, action: msg.action, at: Date.now() };

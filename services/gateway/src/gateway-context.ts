@@ -14,6 +14,7 @@ import { ackFrame, closeWithError, sendErrorFrame, type Conn } from './connectio
 import type { ChannelFanout } from './fanout.ts';
 import type { IntentBatcher } from './intents.ts';
 import type { GatewayMetrics } from './metrics.ts';
+import type { TenantQuotas } from './tenant-quotas.ts';
 import type { WatchSockets } from './watch-tokens.ts';
 
 /** `created` (not listening) → `ready` (serving) → `draining` → `closed`. */
@@ -43,6 +44,8 @@ export interface GatewayContext {
   readonly byViewer: Map<string, Set<Conn>>;
   /** Sockets open with read-only watch tokens (watch-tokens.ts). */
   readonly watch: WatchSockets;
+  /** Per-tenant quotas: effective values, viewer sockets and intent buckets of this gateway. */
+  readonly quotas: TenantQuotas;
   /** The gateway's lifecycle state now. */
   state(): GatewayState;
   /** True once intake is paused (pauseIntake or drain): new intents are refused, nothing is sent again. */
@@ -83,6 +86,10 @@ export function detach(ctx: GatewayContext, conn: Conn): void {
   conn.early = null;
   ctx.fanout.leave(conn);
   ctx.watch.untrack(conn);
+  if (conn.quotaSlot) {
+    conn.quotaSlot = false;
+    ctx.quotas.releaseConnection(conn.tenantId);
+  }
   if (conn.role === 'crowd') {
     const k = viewerKey(conn.tenantId, conn.viewer);
     const set = ctx.byViewer.get(k);

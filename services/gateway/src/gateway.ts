@@ -60,6 +60,7 @@ import { registerRoutes } from './http.ts';
 import { IntentBatcher } from './intents.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { Snapshots } from './snapshots.ts';
+import { TenantQuotas } from './tenant-quotas.ts';
 import { registerTelegramWebhook, type TelegramUpdate } from './telegram-webhook.ts';
 import { CLOSE_HANDSHAKE_MS, UpgradeAdmission } from './upgrade-admission.ts';
 
@@ -197,7 +198,7 @@ class GatewayImpl implements Gateway {
       },
       () => this.admission.waiting,
     );
-    const auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS });
+    const auth = new Authenticator(store, { clockSkewS: g.tokenClockSkewS, maxChannels: config.quota.channels });
     this.fanout = new ChannelFanout(
       bus,
       subjects,
@@ -239,6 +240,7 @@ class GatewayImpl implements Gateway {
       games: this.games,
       byViewer: new Map(),
       watch,
+      quotas: new TenantQuotas(config.quota, store, telemetry, deps.now),
       state: () => this.lifecycle,
       intakeClosed: () => this.intakeClosed,
       later: (fn, ms) => this.later(fn, ms),

@@ -54,6 +54,8 @@ export class TelegramAuth {
   constructor(
     private readonly cfg: Config['telegram'],
     private readonly store: Store,
+    /** TENANT_MAX_CHANNELS (a chat's first player creates its channel). @defaultValue no limit but the tenant's override */
+    private readonly maxChannels?: number,
   ) {
     this.secret = cfg.botToken ? startParamSecret(cfg.botToken) : null;
   }
@@ -102,7 +104,7 @@ export class TelegramAuth {
    * @throws CrowdplayError CP_ERR_AUTH_FORBIDDEN_CHANNEL, CP_ERR_CHANNEL_UNAVAILABLE (a chain of moves too long)
    */
   private async resolve(signedChannel: string): Promise<string> {
-    let row = await this.store.channels.ensure(signedChannel, this.cfg.tenantId);
+    let row = await this.store.channels.ensure(signedChannel, this.cfg.tenantId, this.maxChannels);
     for (let hops = 0; row.migratedTo !== null; hops++) {
       const next = hops < MAX_MIGRATION_HOPS ? await this.store.channels.get(row.migratedTo) : null;
       if (!next || next.tenantId !== this.cfg.tenantId) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [signedChannel]);

@@ -15,6 +15,7 @@ import { WebSocketServer, type ServerOptions, type WebSocket } from 'ws';
 import { CHANNEL_ID_RE, CloseCode, CrowdplayError, formatMessage, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import { addressKey, KeyedLimiter, TurnBudget } from '@crowdplay/ratelimit';
 import type { RouterApi } from '@crowdplay/router';
+import { TenantQuotaError } from '@crowdplay/store';
 import type { Authenticator } from './auth.ts';
 import { Conn, type ConnRole } from './connection.ts';
 import { endConn, refuse, type GatewayContext } from './gateway-context.ts';
@@ -106,7 +107,7 @@ export class UpgradeAdmission {
     const { config, store } = ctx;
     const g = config.gateway;
     this.upgradeBudget = new TurnBudget(g.upgradeTurnBudgetMs, deps.clock);
-    this.telegramAuth = new TelegramAuth(config.telegram, store);
+    this.telegramAuth = new TelegramAuth(config.telegram, store, config.quota.channels);
     this.connLimiter = new KeyedLimiter({ ratePerS: g.connRatePerS, burst: g.connBurst });
     const wsOptions = (maxPayload: number): ServerOptions & { closeTimeout: number } => ({
       noServer: true,
@@ -297,6 +298,7 @@ export class UpgradeAdmission {
         ctx.games.set(conn.channel, conn);
       }
       if (conn.state !== 'auth') return;
+      if (conn.role === 'crowd' && !(await this.takeTenantSlot(conn))) return;
       try {
         await this.assign(conn.channel);
       } catch (err) {
@@ -313,6 +315,7 @@ export class UpgradeAdmission {
     } catch (err) {
       const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_INTERNAL', [], { cause: err });
       if (e.code === 'CP_ERR_INTERNAL') ctx.logger.error({ err, channel: conn.channel, role: conn.role }, 'connection setup failed');
+      else if (e instanceof TenantQuotaError) ctx.quotas.refuse('gateway', e.tenant, e.quota, { channel: conn.channel, role: conn.role, limit: e.limit });
       else refuse(ctx, e.code, conn);
       if (conn.state === 'auth') {
         ctx.metrics.connectionsRefused.add(1, { reason: e.code });
@@ -320,6 +323,25 @@ export class UpgradeAdmission {
         endConn(ctx, conn, e.code, e.message, closeCode);
       }
     }
+  }
+
+  /**
+   * Takes one of the viewer socket's tenant's connection slots on this gateway (TENANT_MAX_CONNECTIONS or the
+   * tenant's override); over it the socket is refused and closed with 4030 CP_ERR_TENANT_QUOTA.
+   * @returns false when the socket was refused or closed meanwhile (nothing more to do)
+   */
+  private async takeTenantSlot(conn: Conn): Promise<boolean> {
+    const { ctx } = this;
+    const quotas = await ctx.quotas.load(conn.tenantId);
+    if (conn.state !== 'auth') return false;
+    if (ctx.quotas.takeConnection(conn.tenantId, quotas)) {
+      conn.quotaSlot = true;
+      return true;
+    }
+    ctx.quotas.refuse('gateway', conn.tenantId, 'connections', { channel: conn.channel, limit: quotas.connections, address: conn.address });
+    ctx.metrics.connectionsRefused.add(1, { reason: 'CP_ERR_TENANT_QUOTA' });
+    endConn(ctx, conn, 'CP_ERR_TENANT_QUOTA', formatMessage('CP_ERR_TENANT_QUOTA', [conn.tenantId, 'connections', quotas.connections]));
+    return false;
   }
 
   /** `router.assign`, one call in flight per channel. @throws CrowdplayError (CP_ERR_CHANNEL_UNAVAILABLE when the router fails without one) */

@@ -217,6 +217,8 @@ export interface HarnessOptions {
   http?: Partial<Config['http']>;
   /** Standalone settings over the defaults. */
   standalone?: Partial<Config['standalone']>;
+  /** Tenant quota settings over the defaults. */
+  quota?: Partial<Config['quota']>;
 }
 
 export interface Harness {
@@ -247,6 +249,7 @@ export async function startHarness(opts: HarnessOptions): Promise<Harness> {
     gateway: { id: uniqueName('gw'), ...opts.gateway },
     ...(opts.standalone ? { standalone: { ...defaultConfig().standalone, ...opts.standalone } } : {}),
     ...(opts.eventLog ? { eventLog: opts.eventLog } : {}),
+    ...(opts.quota ? { quota: opts.quota } : {}),
   });
   const logs: Array<Record<string, unknown>> = [];
   const logger = pino({ level: 'warn' }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });
