@@ -174,6 +174,12 @@ export class QuotaRepository {
     );
   }
 
+  /** True when the ledger holds a transfer with this id (a grant that committed before: its repeat is a replay). */
+  async transferExists(transferId: string): Promise<boolean> {
+    const { rows } = await this.db.query('SELECT 1 FROM transfers WHERE id = $1', [transferId]);
+    return rows.length > 0;
+  }
+
   /** The points granted to the tenant's viewers on `day` (0 when none). */
   async grantedPoints(tenantId: string, day: string): Promise<number> {
     const { rows } = await this.db.query<{ points: string }>('SELECT points FROM tenant_grant_days WHERE tenant_id = $1 AND day = $2::date', [

@@ -8,16 +8,21 @@
  *   `{ viewer, points, id }` → 200 `{ viewer, points, balance, replayed }`.
  *   `id` is the caller's idempotency id (scoped to the tenant): the same id
  *   and fields again is a no-op (`replayed: true`), other fields → 409.
+ *   The points count towards the tenant's grant points per UTC day
+ *   (TENANT_MAX_GRANT_POINTS_PER_DAY or its override), reserved exactly in
+ *   Postgres before the transfer: over it → 429 `CP_ERR_TENANT_QUOTA`, nothing
+ *   granted. A replay is not counted (its reservation is given back).
  * - `GET /v1/balances/:viewer` `Authorization: Bearer <api key>` → `{ viewer, balance }`.
  * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }`.
  */
 import type { FastifyInstance } from 'fastify';
 import type { Ledger } from '@crowdplay/ledger';
-import { CHANNEL_ID_RE, CrowdplayError, type WalletCredit } from '@crowdplay/protocol';
-import type { Store } from '@crowdplay/store';
+import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type WalletCredit } from '@crowdplay/protocol';
+import { TenantQuotaError, utcDay, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { bearer, fail, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
+import type { TenantQuotas } from './tenant-quotas.ts';
 
 /** Largest single grant, points (a typo guard; balances themselves are bigint in Postgres). */
 export const MAX_GRANT_POINTS = 1_000_000_000_000;
@@ -27,6 +32,10 @@ export interface FundingContext {
   ledger: Ledger;
   auth: Authenticator;
   telemetry: Telemetry;
+  /** The tenants' quotas (the grant points per day's default and the refusal counter). */
+  quotas: TenantQuotas;
+  /** The clock of the UTC day the grant points count towards (default: Date.now). */
+  now?: () => number;
   /** Called after a grant committed (not for a replay), before the HTTP answer. */
   onGranted?: (credit: WalletCredit) => void;
 }
@@ -59,8 +68,31 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
       try {
         const tenant = await tenantOf(req, store);
         const { viewer, points, id } = req.body;
-        const r = await ledger.grant(tenant.id, viewer, points, `grant:${tenant.id}:${id}`);
-        if (!r.replayed) granted.add(points, { tenant: tenant.id });
+        const transferId = `grant:${tenant.id}:${id}`;
+        const day = utcDay(new Date((ctx.now ?? Date.now)()));
+        const reservation = await store.quotas.reserveGrantPoints(tenant.id, points, ctx.quotas.defaults.grantPointsPerDay, day);
+        // A repeat of a grant that committed is a replay (or a 409), whatever the day's figure is now.
+        if (!reservation.allowed && !(await store.quotas.transferExists(transferId))) {
+          ctx.quotas.refuse('funding', tenant.id, 'grantPointsPerDay', { points, used: reservation.used, limit: reservation.limit });
+          const err = new TenantQuotaError(tenant.id, 'grantPointsPerDay', reservation.limit);
+          return reply.status(err.httpStatus).send({ code: err.code, message: err.message });
+        }
+        const giveBack = async (): Promise<void> => {
+          if (!reservation.allowed) return;
+          await store.quotas.releaseGrantPoints(tenant.id, points, day).catch((err: unknown) => {
+            telemetry.logger.warn({ err, tenant: tenant.id, points, day }, 'grant points not given back to the quota');
+          });
+        };
+        let r;
+        try {
+          r = await ledger.grant(tenant.id, viewer, points, transferId);
+        } catch (err) {
+          // Refused (nothing written): the points go back. Unknown outcome (the store went away): they stay counted.
+          if (isCrowdplayError(err) && err.code !== 'CP_ERR_STORE_UNAVAILABLE') await giveBack();
+          throw err;
+        }
+        if (r.replayed) await giveBack();
+        else granted.add(points, { tenant: tenant.id });
         const balance = r.toBalance ?? (await ledger.balance(tenant.id, { kind: 'wallet', owner: viewer }));
         // Before the 200: a stake the caller's viewer sends next finds the grant in its shard's mirror.
         if (!r.replayed) ctx.onGranted?.({ tenant: tenant.id, viewer, points, balance });

@@ -289,6 +289,7 @@ class GatewayImpl implements Gateway {
         ledger: deps.ledger,
         auth,
         telemetry,
+        quotas: this.ctx.quotas,
         onGranted: (credit) => this.bus.publish(subjects.walletCredits(), encodeJson(credit)),
       });
     }

@@ -1,5 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { Ledger } from '@crowdplay/ledger';
+import { utcDay } from '@crowdplay/store';
+import { createTelemetry } from '@crowdplay/telemetry';
 import { Client, connected, metricValue, openSuiteStore, startHarness, viewerToken, waitUntil, type Harness, type SuiteStore } from './helpers.ts';
 
 let suite: SuiteStore;
@@ -95,6 +98,49 @@ describe('gateway tenant quotas', () => {
       await r3.close();
     } finally {
       await h.close();
+    }
+  });
+
+  it('tenant quotas - grant points per UTC day: over it 429 and nothing granted; replays and conflicts not counted; another tenant unaffected', async () => {
+    const ledger = new Ledger(
+      suite.store.db,
+      { commitMs: 1, commitMaxTransfers: 100, maxQueued: 1_000 },
+      createTelemetry({ service: 'ledger-test', level: 'silent', refusalLogIntervalMs: 60_000 }),
+    );
+    const h = await startHarness({ store: suite.store, ledger, listen: false });
+    try {
+      await suite.store.quotas.set('acme', { grantPointsPerDay: 1_000 });
+      const grant = (key: string, viewer: string, points: number, id: string) =>
+        h.gateway.app.inject({ method: 'POST', url: '/v1/grants', headers: { authorization: `Bearer ${key}` }, payload: { viewer, points, id } });
+      const balance = (tenant: string, viewer: string) => ledger.balance(tenant, { kind: 'wallet', owner: viewer });
+      const day = utcDay(new Date());
+
+      assert.equal((await grant(suite.acme.apiKey, 'alice', 700, 'q1')).statusCode, 200);
+      assert.equal((await grant(suite.acme.apiKey, 'alice', 700, 'q1')).json().replayed, true, 'a replay');
+      assert.equal((await grant(suite.acme.apiKey, 'alice', 5, 'q1')).statusCode, 409, 'a conflict');
+      assert.equal(await suite.store.quotas.grantedPoints('acme', day), 700, 'neither the replay nor the conflict counted');
+
+      const over = await grant(suite.acme.apiKey, 'bob', 301, 'q2');
+      assert.equal(over.statusCode, 429, over.body);
+      assert.equal(over.json().code, 'CP_ERR_TENANT_QUOTA');
+      assert.equal(await balance('acme', 'bob'), 0, 'nothing granted');
+      assert.equal(await suite.store.quotas.grantedPoints('acme', day), 700, 'nothing counted');
+      assert.equal((await grant(suite.acme.apiKey, 'alice', 700, 'q1')).json().replayed, true, 'a replay still answers over the quota');
+      assert.equal((await grant(suite.acme.apiKey, 'bob', 300, 'q3')).statusCode, 200, 'up to the quota exactly');
+
+      // rival keeps the default (10^12 points a day): acme's refusals do not touch it.
+      const r = await grant(suite.rival.apiKey, 'carol', 5_000, 'r1');
+      assert.equal(r.statusCode, 200, r.body);
+      assert.equal(await balance('rival', 'carol'), 5_000);
+
+      const text = await h.metricsText();
+      assert.equal(metricValue(text, 'crowdplay_tenant_quota_refusals_total', { tenant: 'acme', quota: 'grantPointsPerDay' }), 1);
+      assert.equal(metricValue(text, 'crowdplay_tenant_quota_refusals_total', { tenant: 'rival' }), 0);
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'funding', reason: 'CP_ERR_TENANT_QUOTA' }), 1);
+    } finally {
+      await suite.store.quotas.set('acme', { grantPointsPerDay: null });
+      await h.close();
+      await ledger.close();
     }
   });
 });
