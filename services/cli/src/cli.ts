@@ -8,6 +8,8 @@
  *   crowdplay tenant rotate-key <id>
  *   crowdplay tenant rotate-secret <id>
  *   crowdplay tenant list
+ *   crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--clear NAME]
+ *                                        show a tenant's effective quotas, or set (N) or remove (default, --clear) overrides
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
  *   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
  *                                        the bot's webhook, commands and menu button, then a check (telegram-setup.ts)
@@ -28,12 +30,14 @@ import { runUntilSignal, startHealthServer, type HealthServer } from './health.t
 import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
+import { parseQuotaFlags, QUOTA_FLAGS, tenantQuota } from './tenant-quota.ts';
 
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
   crowdplay cluster [--gateways G] [--shards S] [--routers R] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
+  crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--clear NAME|all]
   crowdplay ledger verify
   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
   crowdplay settings`;
@@ -43,11 +47,30 @@ function fail(msg: string, code = 2): never {
   process.exit(code);
 }
 
-async function tenantCommand(config: Config, args: string[], name: string | undefined): Promise<void> {
+/** The quota flags as parsed: each `--channels` … value, and the `--clear` names. */
+interface QuotaFlagValues {
+  values: Partial<Record<string, string>>;
+  clear: string[];
+}
+
+async function tenantCommand(config: Config, args: string[], name: string | undefined, quotaFlags: QuotaFlagValues): Promise<void> {
   const [sub, id] = args;
+  let patch;
+  if (sub === 'quota') {
+    if (!id) fail(USAGE);
+    try {
+      // Checked before the store is opened: bad input reads and writes nothing.
+      patch = parseQuotaFlags(quotaFlags.values, quotaFlags.clear);
+    } catch (err) {
+      if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}\n${USAGE}`);
+      throw err;
+    }
+  }
   const store = await connectStore(config);
   try {
-    if (sub === 'create' && id) {
+    if (sub === 'quota' && id && patch) {
+      process.stdout.write(await tenantQuota(store, config, id, patch));
+    } else if (sub === 'create' && id) {
       const { tenant, apiKey } = await store.tenants.create(id, name ?? id);
       process.stdout.write(
         `tenant:         ${tenant.id}\nname:           ${tenant.name}\napi key:        ${apiKey}\nsigning secret: ${tenant.signingSecret}\n` +
@@ -69,7 +92,8 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
   } catch (err) {
     const e = err as { code?: string; message?: string };
     if (e.code === '23505') fail(`tenant ${id} already exists`, 1);
-    if (err instanceof TypeError || isCrowdplayError(err)) fail(e.message ?? String(err), 1);
+    if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}`, 1);
+    if (err instanceof TypeError) fail(e.message ?? String(err), 1);
     throw err;
   } finally {
     await store.close();
@@ -197,6 +221,8 @@ async function main(): Promise<void> {
         'public-url': { type: 'string' },
         'dry-run': { type: 'boolean', default: false },
         'deadline-s': { type: 'string' },
+        ...Object.fromEntries(Object.values(QUOTA_FLAGS).map((f) => [f, { type: 'string' as const }])),
+        clear: { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -212,6 +238,9 @@ async function main(): Promise<void> {
   if (rest.length > takes[cmd]!) fail(`crowdplay ${cmd}: unexpected argument "${rest[takes[cmd]!]}"\n${USAGE}`);
   if (cmd === 'service' && rest[0] !== undefined && !SERVICES.includes(rest[0] as ServiceName))
     fail(`unknown service "${rest[0]}" (one of: ${SERVICES.join(', ')})\n${USAGE}`);
+  const quotaFlagsGiven = [...Object.values(QUOTA_FLAGS), 'clear'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
+  if (quotaFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'quota'))
+    fail(`--${quotaFlagsGiven[0]} is for crowdplay tenant quota only\n${USAGE}`);
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
     return;
@@ -261,7 +290,10 @@ async function main(): Promise<void> {
       break;
     }
     case 'tenant':
-      await tenantCommand(config, rest, values.name);
+      await tenantCommand(config, rest, values.name, {
+        values: Object.fromEntries(Object.values(QUOTA_FLAGS).map((f) => [f, (values as Record<string, unknown>)[f] as string | undefined])),
+        clear: values.clear ?? [],
+      });
       break;
     case 'ledger':
       await ledgerCommand(config, rest);
