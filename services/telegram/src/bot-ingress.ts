@@ -25,6 +25,7 @@
  * Every message id seen is noted for the client (so a board post whose
  * answer was lost can be found).
  */
+import { isCrowdplayError } from '@crowdplay/protocol';
 import type { SendQueue } from '@crowdplay/sendq';
 import { startParamFor, telegramChannelId, type BotCall, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
@@ -183,7 +184,15 @@ export class TelegramBot {
     switch (cmd) {
       case 'start':
         this.commands.add(1, { command: 'start' });
-        await this.d.ensureChannel(telegramChannelId(chat.id));
+        try {
+          await this.d.ensureChannel(telegramChannelId(chat.id));
+        } catch (err) {
+          if (!isCrowdplayError(err, 'CP_ERR_TENANT_QUOTA')) throw err;
+          // The bot's tenant has all the channels its quota allows: counted, and the group is told, not left silent.
+          this.d.telemetry.refusals.refuse('telegram', 'CP_ERR_TENANT_QUOTA', { chat: chat.id, quota: 'channels' });
+          reply('This game cannot take another group right now. Try /start again later.');
+          return;
+        }
         await this.d.queue.reactivate(chat.id);
         this.d.boards.watch(chat.id, title, at);
         reply("Today's word puzzle: six guesses each, and the group's board below.", {

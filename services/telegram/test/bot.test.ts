@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createTelemetry } from '@crowdplay/telemetry';
+import { CrowdplayError } from '@crowdplay/protocol';
 import { chatFromStartParam, startParamSecret } from '@crowdplay/telegram';
 import { TelegramBot, parseCommand, boardOf, BOT_COMMANDS, BOT_UPDATE_TYPES, type ChannelMove } from '../src/index.ts';
 
@@ -14,7 +15,7 @@ test('bot - commands: its own, with or without @username; another bot’s and pl
   assert.equal(parseCommand('/startx', 'cp_bot'), 'startx', 'an unknown command is parsed (and then ignored)');
 });
 
-function fakes(moveChannel?: (from: string, to: string) => Promise<ChannelMove>) {
+function fakes(moveChannel?: (from: string, to: string) => Promise<ChannelMove>, ensureChannel?: (channel: string) => Promise<void>) {
   const log: string[] = [];
   const telemetry = createTelemetry({ service: 'bot-test', level: 'silent', refusalLogIntervalMs: 60_000 });
   const sent: Array<{ chat: number; text: string; markup?: unknown }> = [];
@@ -42,7 +43,10 @@ function fakes(moveChannel?: (from: string, to: string) => Promise<ChannelMove>)
     client: client as never,
     queue: queue as never,
     boards: boards as never,
-    ensureChannel: async (c) => void log.push(`ensure ${c}`),
+    ensureChannel: async (c) => {
+      log.push(`ensure ${c}`);
+      await ensureChannel?.(c);
+    },
     moveChannel: async (from, to) => {
       log.push(`moveChannel ${from} ${to}`);
       return moveChannel ? moveChannel(from, to) : { outcome: 'moved', absorbed: null };
@@ -64,6 +68,20 @@ test('bot - /start creates the channel, starts the board and answers with a Mini
   const url = new URL((sent[0]!.markup as { inline_keyboard: Array<Array<{ url: string }>> }).inline_keyboard[0]![0]!.url);
   assert.equal(`${url.origin}${url.pathname}`, 'https://t.me/cp_bot/play');
   assert.equal(chatFromStartParam(url.searchParams.get('startapp')!, secret), -100777, 'the link names this chat, signed');
+});
+
+test("bot - /start over the tenant's channels quota: the group is told, the refusal counted, no board started", async () => {
+  const { bot, log, sent, telemetry } = fakes(undefined, async () => {
+    throw new CrowdplayError('CP_ERR_TENANT_QUOTA', ['channels', 'acme', 5]);
+  });
+  await bot.handle({ update_id: 1, message: { message_id: 5, chat: { id: -100778, title: 'Late' }, text: '/start' } });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(log, ['note -100778 5', 'ensure tgn100778'], 'nothing reactivated or watched');
+  assert.equal(sent.length, 1);
+  assert.match(sent[0]!.text, /cannot take another group/);
+  assert.equal(sent[0]!.markup, undefined, 'no Play link');
+  const metrics = await telemetry.metrics.prometheusText();
+  assert.match(metrics, /crowdplay_refusals_total\{area="telegram",reason="CP_ERR_TENANT_QUOTA"[^}]*\} 1/);
 });
 
 test('bot - every command it lists for Telegram is one it acts on; a command it does not list changes nothing', async () => {
