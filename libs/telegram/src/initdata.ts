@@ -451,3 +451,11 @@ export function telegramChannelId(chatId: number): string {
   if (!Number.isSafeInteger(chatId) || chatId === 0) throw new RangeError(`not a chat id: ${chatId}`);
   return chatId < 0 ? `tgn${-chatId}` : `tg${chatId}`;
 }
+
+/** True for a channel id {@link telegramChannelId} makes (a Telegram chat's channel: `tg<id>` or `tgn<id>`). */
+export function isTelegramChannelId(channel: string): boolean {
+  return /^tgn?[1-9]\d{0,15}$/.test(channel);
+}
+
+/** Viewer ids of Telegram players (`tg:<user id>`): only a session from verified initData carries one. */
+export const TELEGRAM_VIEWER_PREFIX = 'tg:';

@@ -13,6 +13,8 @@ import {
   startParamSecret,
   verifyInitData,
   START_PARAM_RE,
+  isTelegramChannelId,
+  telegramChannelId,
 } from '../src/index.ts';
 
 const TOKEN = '123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw';
@@ -276,4 +278,11 @@ void test('miniAppSession: the chat comes from the signed start_param; data for 
   throwsCode(() => miniAppSession(sample(), opts), 'CP_ERR_INITDATA_NO_CHAT');
   const noUser = signInitData({ auth_date: NOW_S, start_param: startParamFor(chatA, secret) }, { botToken: TOKEN });
   throwsCode(() => miniAppSession(noUser, opts), 'CP_ERR_INITDATA_MISSING_FIELD', /no user field/);
+});
+
+test('channel ids - a Telegram chat channel is recognised; other channels and malformed ones are not', () => {
+  for (const chat of [-1001234567890, -42, 42, 777000]) assert.ok(isTelegramChannelId(telegramChannelId(chat)), String(chat));
+  for (const other of ['demo', 'tg', 'tgn', 'tgn0', 'tg01', 'tgx12', 'tgn12a', `tgn${'9'.repeat(17)}`, 'TGN12']) {
+    assert.equal(isTelegramChannelId(other), false, other);
+  }
 });

@@ -19,6 +19,7 @@ import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { ChannelRow, Store, Tenant } from '@crowdplay/store';
 import { lruCountBound } from '@crowdplay/ratelimit';
+import { TELEGRAM_VIEWER_PREFIX } from '@crowdplay/telegram';
 
 /** How long tenants and known channels are cached, ms (a rotated secret takes effect within this). */
 export const AUTH_CACHE_TTL_MS = 5_000;
@@ -166,6 +167,10 @@ export class Authenticator {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', [
         `sub must be a viewer id of 1–${MAX_VIEWER_ID_CHARS} characters, no control characters`,
       ]);
+    }
+    // Telegram players' ids come only from verified initData (telegram-auth.ts): a token naming one would act as them.
+    if (sub.startsWith(TELEGRAM_VIEWER_PREFIX)) {
+      throw new CrowdplayError('CP_ERR_AUTH_INVALID', [`sub ${TELEGRAM_VIEWER_PREFIX}… is reserved for Telegram Mini App sessions`]);
     }
     if (payload.tid !== undefined && payload.tid !== ch.tenantId) {
       throw new CrowdplayError('CP_ERR_AUTH_INVALID', ["tid is not the channel's tenant"]);

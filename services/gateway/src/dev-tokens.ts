@@ -12,6 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
+import { isTelegramChannelId, TELEGRAM_VIEWER_PREFIX } from '@crowdplay/telegram';
 import { mintDevToken } from './auth.ts';
 
 /** Largest POST /v1/tokens/dev body, bytes. */
@@ -66,6 +67,13 @@ export function registerDevTokenRoute(app: FastifyInstance, config: Config, tele
     const { channel, viewer } = body as { channel?: unknown; viewer?: unknown };
     if (typeof channel !== 'string' || !CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (viewer !== undefined && typeof viewer !== 'string') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer must be a string']);
+    // A Telegram chat's game is played through the Mini App (verified initData), never with a token anyone can mint.
+    if (isTelegramChannelId(channel)) {
+      throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['channel is a Telegram chat: its players join through the Mini App']);
+    }
+    if (viewer?.startsWith(TELEGRAM_VIEWER_PREFIX)) {
+      throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`viewer ids starting ${TELEGRAM_VIEWER_PREFIX} are Telegram players'`]);
+    }
     const id = viewer ?? `v-${randomBytes(6).toString('hex')}`;
     const token = await mintDevToken(config.standalone.tenantSecret, { viewer: id, channel });
     return { token, viewer: id, channel };

@@ -139,6 +139,13 @@ describe('gateway auth', () => {
       'CP_ERR_AUTH_INVALID',
       4001,
     );
+    // `tg:` ids are Telegram players': only a Mini App session (verified initData) carries one.
+    await expectRefused(
+      h,
+      { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { sub: 'tg:42' }) },
+      'CP_ERR_AUTH_INVALID',
+      4001,
+    );
     await expectRefused(
       h,
       { role: 'crowd', channel: suite.channel, token: await viewerToken(secret, { tid: 'rival' }) },

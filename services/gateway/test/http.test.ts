@@ -222,6 +222,15 @@ describe('gateway http', () => {
         [400, 'CP_ERR_PROTO_INVALID'],
         'no token the socket would refuse',
       );
+      // A Telegram chat's players come only from verified initData: no dev token names one or opens its chat.
+      for (const payload of [{ channel: 'tgn100123', viewer: 'ann' }, { channel: 'tg42' }, { channel: 'demo', viewer: 'tg:42' }]) {
+        const refused = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload });
+        assert.deepEqual(
+          [refused.statusCode, refused.json<{ code: string }>().code],
+          [400, 'CP_ERR_PROTO_INVALID'],
+          JSON.stringify(payload),
+        );
+      }
       const badJson = await h.gateway.app.inject({
         method: 'POST',
         url: '/v1/tokens/dev',
