@@ -79,6 +79,8 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
   return value as CrowdMsg | GameMsg;
 }
 
+// Only separators, format characters (zero-width space and joiners among them) and combining marks: nothing to see.
+const INVISIBLE = /^[\p{Z}\p{Cf}\p{M}\s]*$/u;
 // C0 and C1 controls (\p{Cc}: tabs and newlines too) and the bidi controls that reorder the text around them
 // (ALM, LRM, RLM, the embeddings and overrides U+202A–U+202E, the isolates U+2066–U+2069), and lone surrogates.
 const FORBIDDEN_IN_LABEL = /[\p{Cc}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]|\p{Cs}/u;
@@ -90,6 +92,7 @@ const FORBIDDEN_IN_LABEL = /[\p{Cc}\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]
  */
 export function labelProblem(text: string, maxCodePoints: number): string | undefined {
   if (text.trim() === '') return 'is blank';
+  if (INVISIBLE.test(text)) return 'has no visible character';
   let n = 0;
   for (const _ of text) n++;
   if (n > maxCodePoints) return `is ${n} code points (at most ${maxCodePoints})`;

@@ -104,6 +104,9 @@ describe('protocol - display labels', () => {
       [declare({ optionLabels: { de: 'Deutschland' } }), '/actions/0/optionLabels/de'],
       [JSON.stringify({ t: 'declare', actions: [{ name: 'go', maxPerTick: 1, optionLabels: { x: 'X' } }] }), '/actions/0/optionLabels/x'],
       [open({ title: '\uD800' }), '/title'],
+      [open({ labels: { heads: '\u200B' } }), '/labels/heads'], // a zero-width space alone: nothing to see
+      [open({ title: '🎲'.repeat(121) }), '/title'], // 242 UTF-16 units: still told in code points
+      [declare({ optionLabels: { jp: 'x'.repeat(200) } }), '/actions/0/optionLabels/jp'],
     ];
     for (const [raw, field] of cases) {
       assert.throws(
@@ -116,7 +119,7 @@ describe('protocol - display labels', () => {
 
   it('labels - a label over the schema bound in UTF-16 units is a schema refusal', () => {
     assert.throws(
-      () => parseInbound('game', open({ title: 'x'.repeat(241) })),
+      () => parseInbound('game', open({ title: 'x'.repeat(481) })),
       (err: unknown) => isCrowdplayError(err) && err.code === 'CP_ERR_PROTO_INVALID',
     );
   });
