@@ -131,6 +131,9 @@ export function publicBaseUrl(raw: string | undefined): string {
   return u.origin;
 }
 
+/** The shape of a Bot API token: the bot's numeric id, a colon, then the secret part. */
+const BOT_TOKEN_RE = /^\d{1,20}:[A-Za-z0-9_-]{1,200}$/;
+
 /**
  * Checks the token and secret.
  * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming each missing or malformed one
@@ -139,6 +142,8 @@ function checkCredentials(t: TelegramSetupOptions['telegram']): void {
   const errors: string[] = [];
   if (!t.botToken)
     errors.push('TELEGRAM_BOT_TOKEN: not set; it is the token @BotFather gave the bot (/newbot), and every Bot API call needs it');
+  else if (!BOT_TOKEN_RE.test(t.botToken))
+    errors.push("TELEGRAM_BOT_TOKEN: not a bot token (@BotFather's are <bot id>:<letters, digits, _ and ->); not sent anywhere");
   if (!t.webhookSecret)
     errors.push("TELEGRAM_WEBHOOK_SECRET: not set; it is setWebhook's secret_token, which the webhook checks on every update");
   else if (!SECRET_RE.test(t.webhookSecret))

@@ -156,6 +156,8 @@ test('telegram setup - a public URL Telegram cannot use, a missing or malformed 
     }
     await refusedWith(setup(stub, { telegram: { botToken: '' } }).run(), 'CP_ERR_CONFIG_INVALID', /TELEGRAM_BOT_TOKEN: not set/);
     await refusedWith(setup(stub, { telegram: { webhookSecret: '' } }).run(), 'CP_ERR_CONFIG_INVALID', /TELEGRAM_WEBHOOK_SECRET: not set/);
+    for (const botToken of ['notatoken', '123:has space', ':abc', 'abc:def', '123:'])
+      await refusedWith(setup(stub, { telegram: { botToken } }).run(), 'CP_ERR_CONFIG_INVALID', /TELEGRAM_BOT_TOKEN: not a bot token/);
     await refusedWith(
       setup(stub, { telegram: { botToken: '', webhookSecret: '' } }).run(),
       'CP_ERR_CONFIG_INVALID',
