@@ -157,7 +157,8 @@ async function start() {
   try {
     await c.connect();
   } catch (err) {
-    setState('error', err && err.message ? err.message : String(err));
+    // The code when there is one (a token refused for good: CP_ERR_AUTH_REVOKED, CP_ERR_AUTH_EXPIRED), as after a drop.
+    setState('error', err && err.code ? err.code : err && err.message ? err.message : String(err));
   }
 }
 
