@@ -195,7 +195,7 @@ export class TelegramBot {
         }
         await this.d.queue.reactivate(chat.id);
         this.d.boards.watch(chat.id, title, at);
-        reply("Today's word puzzle: six guesses each, and the group's board below.", {
+        reply("Today's word puzzle: six guesses each. The group's board appears here after the first guess.", {
           inline_keyboard: [[{ text: 'Play', url: this.appLink(chat.id) }]],
         });
         return;
