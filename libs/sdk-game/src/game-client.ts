@@ -3,7 +3,10 @@
  * one batch per tick, publishes game state for the viewers' updates, runs
  * rounds (open, settle, cancel: request/answer by `ref`), and reconnects with
  * jittered backoff, re-sending its declaration and its latest state after
- * every reconnect (the server keeps neither per socket).
+ * every reconnect (the server keeps neither per socket). A declaration or a
+ * state whose frame is over `maxFrameBytes` is refused before it is sent, and
+ * one the server closes the socket over (1009) is not re-sent: either would
+ * otherwise close every reconnected socket again.
  *
  * @example
  *   const game = new GameClient({ url: 'http://127.0.0.1:8080', channel: 'demo', apiKey });
@@ -146,6 +149,13 @@ export interface GameClientOptions {
    * @defaultValue DEFAULT_RETRY_DEADLINE_MS (10_000)
    */
   retryDeadlineMs?: number;
+  /**
+   * Largest frame `declare` and `publishState` send, bytes (UTF-8): a larger one is refused before it is
+   * sent. Raise it only for a gateway known to accept larger game frames (its WS_MAX_MESSAGE_BYTES or
+   * MAX_GAME_STATE_BYTES + 1 KiB over 64 KiB): the welcome does not tell the limit.
+   * @defaultValue GAME_FRAME_MAX_BYTES (65_536)
+   */
+  maxFrameBytes?: number;
 }
 
 /** Default of `requestTimeoutMs`, ms. */
@@ -158,6 +168,16 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 60_000;
 /** Default of `retryDeadlineMs`, ms. */
 export const DEFAULT_RETRY_DEADLINE_MS = 10_000;
+/**
+ * Default of `maxFrameBytes`: the game socket's frame limit every gateway guarantees, bytes (UTF-8). A
+ * gateway accepts game frames up to max(WS_MAX_MESSAGE_BYTES, MAX_GAME_STATE_BYTES + 1 KiB, 64 KiB)
+ * (docs/protocol.md, close code 1009; GAME_MIN_MESSAGE_BYTES in services/gateway/src/upgrade-admission.ts)
+ * and closes the socket with 1009 over it.
+ */
+export const GAME_FRAME_MAX_BYTES = 65_536;
+
+/** Bytes of a `state` frame around its state: `{"t":"state","state":` and `}`. */
+const STATE_ENVELOPE_BYTES = '{"t":"state","state":}'.length;
 
 /** Final round states remembered to drop a late duplicate `round` frame. */
 const FINAL_ROUNDS_KEPT = 64;
@@ -184,6 +204,14 @@ export interface OpenRoundOptions {
 export interface DeclareOptions {
   /** Points granted once per (channel, viewer) from the tenant's treasury on the viewer's first join (0 / absent = none). */
   welcomeGrant?: number;
+}
+
+/** The largest declaration or state frame sent on a socket: what a 1009 close of it was about. */
+interface LargestSent {
+  sock: WebSocket;
+  kind: 'declare' | 'state';
+  raw: string;
+  bytes: number;
 }
 
 interface PendingRequest {
@@ -224,6 +252,8 @@ export class GameClient extends TypedEmitter<GameEvents> {
   #declared: string | null = null;
   #declaredActions: ActionSpec[] | null = null;
   #gameState: string | null = null;
+  readonly #maxFrameBytes: number;
+  #largestSent: LargestSent | null = null;
   readonly #requestTimeoutMs: number;
   readonly #retryDeadlineMs: number;
   readonly #retryBackoff: BackoffOptions;
@@ -252,6 +282,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
     this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
     if (!(this.#retryDeadlineMs >= 0) || !Number.isFinite(this.#retryDeadlineMs))
       throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['retryDeadlineMs must be a finite number >= 0']);
+    this.#maxFrameBytes = options.maxFrameBytes ?? GAME_FRAME_MAX_BYTES;
+    if (!(Number.isSafeInteger(this.#maxFrameBytes) && this.#maxFrameBytes > STATE_ENVELOPE_BYTES))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [`maxFrameBytes must be an integer > ${STATE_ENVELOPE_BYTES}`]);
     this.#retryBackoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.#random = options.random ?? Math.random;
     const url = buildWsUrl(options.url, options.path ?? '/v1/ws', { role: 'game', channel: options.channel, key: options.apiKey });
@@ -276,14 +309,17 @@ export class GameClient extends TypedEmitter<GameEvents> {
         onState: (state, previous) => this.emit('state', state, previous),
         onWelcome: (w) => {
           this.#reconcileRounds = true;
-          if (this.#declared !== null) this.#send(this.#declared);
-          if (this.#gameState !== null) this.#send(this.#gameState);
+          if (this.#declared !== null) this.#send(this.#declared, 'declare');
+          if (this.#gameState !== null) this.#send(this.#gameState, 'state');
           this.emit('welcome', w);
         },
         onFrame: (t, msg, info) => this.#onFrame(t, msg, info),
         onError: (err, frame) => this.#onError(err, frame),
         onClose: (code, reason) => {
+          const largest = this.#largestSent;
+          this.#largestSent = null;
           this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
+          if (code === CloseCode.messageTooBig) this.#onTooBig(largest);
           this.emit('close', code, reason);
         },
       },
@@ -344,8 +380,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
    * @param actions 1–32 ActionSpecs (`{name, maxPerTick, options?, cost?}`, see libs/protocol)
    * @param options `welcomeGrant`: points (integer ≥ 0, at most WELCOME_GRANT_MAX_POINTS)
    *   granted once per (channel, viewer) from the tenant's treasury on the viewer's first join
-   * @throws CrowdplayError CP_ERR_GAME_INVALID_DECLARE (schema mismatch; nothing is sent or
-   *   remembered), CP_ERR_CLIENT_NOT_OPEN after `close()`
+   * @throws CrowdplayError CP_ERR_GAME_INVALID_DECLARE (schema mismatch, or a frame over
+   *   `maxFrameBytes`: display labels in every script can make a valid declaration larger than
+   *   the game frame limit; nothing is sent or remembered), CP_ERR_CLIENT_NOT_OPEN after `close()`
    */
   declare(actions: ActionSpec[], options: DeclareOptions = {}): void {
     if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
@@ -358,20 +395,36 @@ export class GameClient extends TypedEmitter<GameEvents> {
       if (isCrowdplayError(err)) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', [err.message], { cause: err });
       throw err;
     }
+    const bytes = Buffer.byteLength(raw, 'utf8');
+    if (bytes > this.#maxFrameBytes) {
+      throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', [
+        `a frame of ${bytes} bytes, over the ${this.#maxFrameBytes}-byte game frame limit`,
+      ]);
+    }
     this.#declared = raw;
     this.#declaredActions = structuredClone(actions);
-    if (this.#conn.state === 'open') this.#send(raw);
+    if (this.#conn.state === 'open') this.#send(raw, 'declare');
   }
 
   /**
-   * Publishes game-owned state, shown to viewers in the next update (the
-   * server caps its size at MAX_GAME_STATE_BYTES). The latest state is re-sent
-   * after every reconnect.
+   * Publishes game-owned state, shown to viewers in the next update. The
+   * latest state is re-sent after every reconnect.
+   *
+   * Two limits apply. The server refuses a state over its MAX_GAME_STATE_BYTES
+   * (default 16,384) with an `error` event CP_ERR_GAME_STATE_TOO_BIG and keeps
+   * the socket. A `state` frame over the game socket's frame limit would make
+   * the server close the socket (1009), so one over `maxFrameBytes` (default
+   * GAME_FRAME_MAX_BYTES, 65,536 bytes UTF-8: a state of at most 65,514 bytes
+   * as JSON) is refused here, and a state the server closed the socket over
+   * anyway is dropped: an `error` event CP_ERR_PROTO_TOO_BIG, and it is not
+   * re-sent after the reconnect (the next `publishState` is).
    *
    * @param state a JSON object (not an array)
    * @returns true when it was sent now, false when it waits for the next welcome
    * @throws CrowdplayError CP_ERR_PROTO_INVALID (not a plain object / not JSON-serialisable),
-   *   CP_ERR_CLIENT_NOT_OPEN after `close()`
+   *   CP_ERR_GAME_STATE_TOO_BIG (its frame is over `maxFrameBytes`), CP_ERR_CLIENT_NOT_OPEN
+   *   after `close()`; when it throws, nothing is sent and the state published before stays
+   *   the one re-sent after a reconnect
    */
   publishState(state: Record<string, unknown>): boolean {
     if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
@@ -385,9 +438,12 @@ export class GameClient extends TypedEmitter<GameEvents> {
     } catch (err) {
       throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['/state is not JSON-serialisable'], { cause: err });
     }
+    if (Buffer.byteLength(raw, 'utf8') > this.#maxFrameBytes) {
+      throw new CrowdplayError('CP_ERR_GAME_STATE_TOO_BIG', [this.#maxFrameBytes - STATE_ENVELOPE_BYTES]);
+    }
     this.#gameState = raw;
     if (this.#conn.state !== 'open') return false;
-    this.#send(raw);
+    this.#send(raw, 'state');
     return true;
   }
 
@@ -591,10 +647,30 @@ export class GameClient extends TypedEmitter<GameEvents> {
     p.resolve(round);
   }
 
+  /**
+   * The server closed the socket with 1009 (a frame over its limit; ws sends no reason). Only a declaration or a
+   * state can be that large (round frames are a few KB at most), and if one was, the largest sent on that socket
+   * was: if it is still the one kept for re-sending, it is dropped, else every reconnect would be closed again.
+   */
+  #onTooBig(largest: LargestSent | null): void {
+    let what = "the server's limit, in";
+    if (largest !== null) {
+      what = `the server's limit: the ${largest.kind} frame of ${largest.bytes}`;
+      if (largest.kind === 'state' && largest.raw === this.#gameState) this.#gameState = null;
+      if (largest.kind === 'declare' && largest.raw === this.#declared) {
+        this.#declared = null;
+        this.#declaredActions = null;
+      }
+    }
+    this.emit('error', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [what]));
+  }
+
   /** Sends on the open socket (dropped when there is none); a failed write is reported as CP_ERR_CLIENT_SOCKET. */
-  #send(raw: string): void {
+  #send(raw: string, kind: LargestSent['kind']): void {
     const sock = this.#conn.socket;
     if (!sock || sock.readyState !== WS_OPEN) return;
+    const bytes = Buffer.byteLength(raw, 'utf8');
+    if (this.#largestSent?.sock !== sock || bytes >= this.#largestSent.bytes) this.#largestSent = { sock, kind, raw, bytes };
     sock.send(raw, (err) => {
       if (err && this.#conn.socket === sock) this.emit('error', new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err }));
     });

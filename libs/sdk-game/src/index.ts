@@ -3,6 +3,6 @@
  * receive batches, publish state, open/settle/cancel rounds; reconnects and
  * re-declares by itself.
  */
-export { GameClient, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS } from './game-client.ts';
+export { GameClient, DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS, GAME_FRAME_MAX_BYTES } from './game-client.ts';
 export type { BatchInfo, ConnectionState, DeclareOptions, GameClientOptions, GameEvents, OpenRoundOptions } from './game-client.ts';
 export type { RoundView } from '@crowdplay/protocol';

@@ -5,7 +5,7 @@ import { nextEvent, within } from '@crowdplay/testing';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
 import { CloseCode, CrowdplayError, isCrowdplayError, type ActionSpec, type Batch, type RoundView } from '@crowdplay/protocol';
-import { GameClient, type ConnectionState, type GameClientOptions, type GameEvents } from '@crowdplay/sdk-game';
+import { GAME_FRAME_MAX_BYTES, GameClient, type ConnectionState, type GameClientOptions, type GameEvents } from '@crowdplay/sdk-game';
 
 interface TestServer {
   url: string;
@@ -206,6 +206,95 @@ test('sdk-game - an invalid declaration throws and changes nothing', async (t) =
     { t: 'declare', actions: VOTE },
     { t: 'state', state: { ok: true } },
   ]);
+  await c.close();
+});
+
+test('sdk-game - a state or declaration whose frame is over the 64 KiB game frame limit throws and sends nothing', async (t) => {
+  const server = await startServer((ws) => welcome(ws));
+  t.after(() => server.close());
+  const c = client(t, server);
+  await c.connect();
+  c.declare(VOTE);
+  c.publishState({ kept: 1 });
+  await framesOf(server, 0, 2);
+  assert.equal(GAME_FRAME_MAX_BYTES, 65_536);
+  const envelope = '{"t":"state","state":{"big":""}}'.length;
+  for (const big of ['x'.repeat(100_000), 'x'.repeat(GAME_FRAME_MAX_BYTES - envelope + 1), 'é'.repeat(40_000)]) {
+    assert.throws(
+      () => c.publishState({ big }),
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_STATE_TOO_BIG') && err.message.includes(String(GAME_FRAME_MAX_BYTES - 22)),
+    );
+  }
+  // A valid declaration can be larger than the frame limit: display labels of up to 64 code points of 4 bytes.
+  const label = '😀'.repeat(64);
+  const labelled: ActionSpec[] = Array.from({ length: 32 }, (_, a) => {
+    const options = Array.from({ length: 32 }, (_, o) => `o${o}`);
+    return { name: `a${a}`, options, maxPerTick: 1, label, optionLabels: Object.fromEntries(options.map((o) => [o, label])) };
+  });
+  assert.throws(
+    () => c.declare(labelled),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_INVALID_DECLARE') && err.message.includes('65536-byte game frame limit'),
+  );
+  assert.deepEqual(c.actions, VOTE);
+  // A state right at the limit is sent; a round trip proves nothing was sent before it.
+  const fits = 'x'.repeat(GAME_FRAME_MAX_BYTES - envelope);
+  assert.equal(c.publishState({ big: fits }), true);
+  assert.deepEqual(await framesOf(server, 0, 3), [
+    { t: 'declare', actions: VOTE },
+    { t: 'state', state: { kept: 1 } },
+    { t: 'state', state: { big: fits } },
+  ]);
+  // maxFrameBytes lowers (or raises) the limit; nonsense is refused.
+  const small = client(t, server, { maxFrameBytes: 100 });
+  assert.throws(
+    () => small.publishState({ big: 'x'.repeat(100) }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_STATE_TOO_BIG') && err.message.includes(' 78 bytes'),
+  );
+  assert.throws(
+    () => client(t, server, { maxFrameBytes: 0 }),
+    (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'),
+  );
+  await c.close();
+});
+
+test('sdk-game - a server that closes with 1009 over a state: one error, the state is not re-sent, the client goes on', async (t) => {
+  // A server whose frame limit (1,000 bytes) is below what the client assumes: the local check lets the state through.
+  const server = await startServer((ws) => {
+    welcome(ws);
+    ws.on('message', (raw) => {
+      if (Buffer.byteLength(String(raw)) > 1_000) ws.close(CloseCode.messageTooBig);
+    });
+  });
+  t.after(() => server.close());
+  const c = client(t, server);
+  const errors: string[] = [];
+  c.on('error', (e) => errors.push(`${e.code}: ${e.message}`));
+  const closes: number[] = [];
+  c.on('close', (code) => closes.push(code));
+  await c.connect();
+  c.declare(VOTE);
+  c.publishState({ small: 1 });
+  await framesOf(server, 0, 2);
+  const reconnected = next(c, 'welcome');
+  assert.equal(c.publishState({ big: 'x'.repeat(10_000) }), true);
+  await reconnected;
+  assert.equal(c.state, 'open');
+  assert.deepEqual(closes, [CloseCode.messageTooBig]);
+  assert.equal(errors.length, 1, errors.join('\n'));
+  assert.match(errors[0]!, /^CP_ERR_PROTO_TOO_BIG: frame larger than the server's limit: the state frame of 100\d\d bytes$/);
+  // The reconnect re-sent the declaration only; a later small state is sent on the new socket.
+  assert.equal(c.publishState({ small: 2 }), true);
+  assert.deepEqual(await framesOf(server, 1, 2), [
+    { t: 'declare', actions: VOTE },
+    { t: 'state', state: { small: 2 } },
+  ]);
+  // A round trip on that socket: no further close, no further error.
+  const rt = framesOf(server, 1, 3);
+  c.publishState({ small: 3 });
+  await rt;
+  assert.equal(server.conns.length, 2);
+  assert.deepEqual(closes, [CloseCode.messageTooBig]);
+  assert.equal(errors.length, 1);
   await c.close();
 });
 
