@@ -25,8 +25,11 @@ import { TelegramAuth } from './telegram-auth.ts';
 export const WS_PATH = '/v1/ws';
 /**
  * Largest game frame, bytes, unless WS_MAX_MESSAGE_BYTES is larger: a full
- * `declare` (32 actions × 32 options of 32 characters, messages.ts) is ~40 KB,
- * and a `state` may carry MAX_GAME_STATE_BYTES plus its envelope.
+ * `declare` without labels (32 actions × 32 options of 32 characters,
+ * messages.ts) is ~40 KB, and a `state` may carry MAX_GAME_STATE_BYTES plus its
+ * envelope. A `declare` labelling every action and option with long labels can
+ * pass it (up to ~350 KB): sdk-game refuses such a frame before sending it
+ * (GAME_FRAME_MAX_BYTES), and a larger WS_MAX_MESSAGE_BYTES admits it.
  */
 export const GAME_MIN_MESSAGE_BYTES = 65_536;
 /**
