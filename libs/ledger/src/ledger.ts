@@ -29,9 +29,11 @@
  * - funds: the batch's wallets, escrows and makers are locked (FOR NO KEY
  *   UPDATE, in account-id order) and the transfers are applied in queue order
  *   against those balances; a debit that would take a wallet or escrow below
- *   zero is refused (CP_ERR_LEDGER_INSUFFICIENT_FUNDS) and ONLY that transfer
- *   is skipped — no savepoints, no aborted batch. The accounts' CHECK
- *   constraint stays the last line of defence;
+ *   zero is refused (CP_ERR_LEDGER_INSUFFICIENT_FUNDS), and so is a grant
+ *   that would take a wallet above `walletMax` (MAX_POINTS:
+ *   CP_ERR_LEDGER_BALANCE_LIMIT); ONLY that transfer is skipped — no
+ *   savepoints, no aborted batch. The accounts' CHECK constraint stays the
+ *   last line of defence for the floor;
  * - hot accounts (treasury, house, a market round's maker — every trade of
  *   the round touches it — and an escrow the batch only credits — every
  *   stake of a pool round) are not locked up front: the batch's net delta
@@ -67,7 +69,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { Counter, Histogram } from '@opentelemetry/api';
-import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, MAX_POINTS, type ErrorCode } from '@crowdplay/protocol';
 import type { Db } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 
@@ -165,6 +167,11 @@ export interface LedgerOptions {
   commitConcurrency?: number;
   /** LEDGER_ACCOUNT_CACHE_MAX: account ids cached in memory (default 100_000; oldest dropped first). */
   accountCacheMax?: number;
+  /**
+   * Most points a grant may leave in a wallet (default MAX_POINTS, 10^15): a grant past it is refused with
+   * CP_ERR_LEDGER_BALANCE_LIMIT, checked in the commit against the locked wallet row.
+   */
+  walletMax?: number;
   /** Called after every commit (benchmarks, tests): transfers in it, its duration in ms. */
   onCommit?: (info: CommitInfo) => void;
 }
@@ -190,6 +197,7 @@ const Status = {
   StaleEpoch: 4,
   UnknownChannel: 5,
   ForeignChannel: 6,
+  BalanceLimit: 7,
 } as const;
 
 interface Entry {
@@ -213,7 +221,7 @@ interface CommitRow {
 
 const COMMIT_SQL =
   'SELECT status, from_balance, to_balance FROM cp_ledger_commit($1::text[], $2::bytea, $3::int[], $4::int[], $5::bigint[], $6::int[], ' +
-  '$7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::int, $14::int)';
+  '$7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::bigint[], $13::int, $14::int, $15::bigint)';
 
 /** SQLSTATEs after which the whole batch is simply sent again. */
 const RETRY_SQLSTATES = new Set(['40P01', '40001', '23505', '55P03', '57P01', '57P02', '57P03']);
@@ -297,6 +305,17 @@ function accountKey(tenantId: string, kind: AccountKind, owner: string): string 
 
 function toNumberOrNull(v: string | number | null | undefined): number | null {
   return v === null || v === undefined ? null : Number(v);
+}
+
+/**
+ * A bigint column read as points: never rounded. Postgres's bigint goes to 2^63 − 1; past
+ * Number.MAX_SAFE_INTEGER a Number would silently be another figure, so that is an internal error naming `what`.
+ * @throws RangeError past ±Number.MAX_SAFE_INTEGER
+ */
+export function safePoints(v: string | number, what: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n)) throw new RangeError(`ledger: ${what} holds ${String(v)} points, beyond Number.MAX_SAFE_INTEGER`);
+  return n;
 }
 
 function sqlState(err: unknown): string | undefined {
@@ -393,6 +412,7 @@ export class Ledger {
   private readonly knownTenants = new Set<string>();
   private readonly concurrency: number;
   private readonly accountCacheMax: number;
+  private readonly walletMax: number;
   private readonly metrics: LedgerMetrics | null;
 
   /**
@@ -413,6 +433,8 @@ export class Ledger {
     if (!Number.isSafeInteger(this.concurrency) || this.concurrency < 1)
       throw new RangeError('commitConcurrency must be a positive integer');
     this.accountCacheMax = opts.accountCacheMax ?? 100_000;
+    this.walletMax = opts.walletMax ?? MAX_POINTS;
+    if (!Number.isSafeInteger(this.walletMax) || this.walletMax < 1) throw new RangeError('walletMax must be a positive integer');
     if (telemetry) {
       const m = telemetry.metrics;
       this.metrics = {
@@ -437,7 +459,8 @@ export class Ledger {
    * @returns the committed transfer (or `replayed: true` for an identical replay)
    * @throws (rejects) CrowdplayError: CP_ERR_LEDGER_INVALID_AMOUNT /
    *   CP_ERR_LEDGER_INVALID_TRANSFER (bad input, nothing queued),
-   *   CP_ERR_LEDGER_INSUFFICIENT_FUNDS, CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT,
+   *   CP_ERR_LEDGER_INSUFFICIENT_FUNDS, CP_ERR_LEDGER_BALANCE_LIMIT (a grant
+   *   past `walletMax`), CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT,
    *   CP_ERR_CHANNEL_STALE_EPOCH, CP_ERR_CHANNEL_UNKNOWN,
    *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (the channel is another tenant's),
    *   CP_ERR_TENANT_UNKNOWN, CP_ERR_LEDGER_OVERLOADED (over LEDGER_MAX_QUEUED),
@@ -496,14 +519,15 @@ export class Ledger {
 
   /**
    * The committed balance of an account, points (0 for an account that does not exist yet).
-   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed ref; CP_ERR_STORE_UNAVAILABLE when the
+   * @throws RangeError naming the account when its balance is beyond Number.MAX_SAFE_INTEGER (never rounded);
+   *   CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed ref; CP_ERR_STORE_UNAVAILABLE when the
    *   database cannot be reached (retryable)
    */
   async balance(tenantId: string, ref: AccountRef): Promise<number> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
     checkRef(ref, 'account');
     const { rows } = await this.db.query<{ balance: string | number }>(LEDGER_SQL.balance, [tenantId, ref.kind, ref.owner]);
-    return rows[0] ? Number(rows[0].balance) : 0;
+    return rows[0] ? safePoints(rows[0].balance, `tenant ${tenantId} ${ref.kind} account ${JSON.stringify(ref.owner)}`) : 0;
   }
 
   /**
@@ -511,7 +535,8 @@ export class Ledger {
    * (0 for a wallet that does not exist yet).
    * @param viewers wallet owners (at most 10,000 per call)
    * @returns viewer → balance, for every viewer asked
-   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed tenant or viewer, or too many viewers;
+   * @throws RangeError naming the wallet when a balance is beyond Number.MAX_SAFE_INTEGER (never rounded);
+   *   CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER for a malformed tenant or viewer, or too many viewers;
    *   CP_ERR_STORE_UNAVAILABLE when the database cannot be reached (retryable)
    */
   async walletBalances(tenantId: string, viewers: readonly string[]): Promise<Map<string, number>> {
@@ -521,7 +546,7 @@ export class Ledger {
     const out = new Map<string, number>(viewers.map((v) => [v, 0]));
     if (viewers.length === 0) return out;
     const { rows } = await this.db.query<{ owner: string; balance: string | number }>(LEDGER_SQL.walletBalances, [tenantId, viewers]);
-    for (const r of rows) out.set(r.owner, Number(r.balance));
+    for (const r of rows) out.set(r.owner, safePoints(r.balance, `tenant ${tenantId} wallet ${JSON.stringify(r.owner)}`));
     return out;
   }
 
@@ -548,7 +573,7 @@ export class Ledger {
       inKinds,
       backKinds,
     ]);
-    return rows.map((r) => [r.owner, Number(r.net)]);
+    return rows.map((r) => [r.owner, safePoints(r.net, `round ${roundId}'s net of tenant ${tenantId} wallet ${JSON.stringify(r.owner)}`)]);
   }
 
   /**
@@ -569,7 +594,11 @@ export class Ledger {
       stakeKinds,
     ]);
     // moved = Σ in − Σ out of the wallet; paid = moved + staked (the stakes are the outflows that are not claw-backs).
-    return rows.map((r) => [r.owner, Number(r.staked), Number(r.moved) + Number(r.staked)]);
+    return rows.map((r) => {
+      const what = `round ${roundId}'s flows of tenant ${tenantId} wallet ${JSON.stringify(r.owner)}`;
+      const staked = safePoints(r.staked, what);
+      return [r.owner, staked, safePoints(safePoints(r.moved, what) + staked, what)];
+    });
   }
 
   /**
@@ -981,6 +1010,7 @@ export class Ledger {
       accounts,
       checked.length,
       checked.length + other.length,
+      this.walletMax,
     ]);
     const row = rows[0];
     if (!row || !Array.isArray(row.status) || row.status.length !== n) throw new Error('cp_ledger_commit returned no status per transfer');
@@ -1010,6 +1040,9 @@ export class Ledger {
           break;
         case Status.InsufficientFunds:
           this.settle(e, new CrowdplayError('CP_ERR_LEDGER_INSUFFICIENT_FUNDS', [req.from.kind, req.from.owner, req.amount]));
+          break;
+        case Status.BalanceLimit:
+          this.settle(e, new CrowdplayError('CP_ERR_LEDGER_BALANCE_LIMIT', [req.to.kind, req.to.owner, req.amount, this.walletMax]));
           break;
         case Status.StaleEpoch:
           this.settle(e, new CrowdplayError('CP_ERR_CHANNEL_STALE_EPOCH', [req.channelId, req.epoch]));

@@ -1,7 +1,7 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CrowdplayError, isCrowdplayError, MAX_POINTS, type ErrorCode } from '@crowdplay/protocol';
 import { openStore, type Store } from '@crowdplay/store';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
@@ -416,6 +416,59 @@ function ledgerSuite(name: string, open: () => Promise<{ store: Store; cleanup: 
         [false, false],
       );
       assert.equal(await l.balance('acme', W('uma')), 163);
+    });
+
+    it('a grant that would take a wallet above MAX_POINTS is refused (CP_ERR_LEDGER_BALANCE_LIMIT), in queue order, and changes nothing', async () => {
+      const l = make();
+      await l.grant('acme', 'capped', MAX_POINTS - 5, 'cap-1');
+      const treasury = await l.balance('acme', TREASURY);
+      await assert.rejects(l.grant('acme', 'capped', 6, 'cap-2'), rejectsWith('CP_ERR_LEDGER_BALANCE_LIMIT'));
+      assert.equal(await l.balance('acme', W('capped')), MAX_POINTS - 5);
+      assert.equal(await l.balance('acme', TREASURY), treasury);
+      // Two grants in one batch: the second sees the first's balance, so together they cannot overshoot.
+      db.hold();
+      const both = outcomes([l.grant('acme', 'capped', 3, 'cap-3'), l.grant('acme', 'capped', 3, 'cap-4')]);
+      await db.waitHeld(1);
+      db.open();
+      const [first, second] = await both;
+      assert.equal((first as TransferResult).toBalance, MAX_POINTS - 2);
+      assert.equal(second, 'CP_ERR_LEDGER_BALANCE_LIMIT');
+      const r = await l.grant('acme', 'capped', 2, 'cap-5');
+      assert.equal(r.toBalance, MAX_POINTS);
+      const { rows } = await store.db.query<{ id: string }>("SELECT id FROM transfers WHERE id LIKE 'cap-%' ORDER BY id");
+      assert.deepEqual(
+        rows.map((x) => x.id),
+        ['cap-1', 'cap-3', 'cap-5'],
+      );
+      // Only grants are capped: points coming back from a round (a refund) are never refused.
+      await l.transfer(stake('cap-stake', 'capped', 'cap-round', 10));
+      const back = await l.transfer({
+        ...stake('cap-refund', 'capped', 'cap-round', 10),
+        from: E('cap-round'),
+        to: W('capped'),
+        kind: 'refund',
+      });
+      assert.equal(back.toBalance, MAX_POINTS);
+    });
+
+    it('balance reads never round: a balance past Number.MAX_SAFE_INTEGER throws naming the account', async () => {
+      const l = make();
+      await l.ensureAccount('acme', W('huge'));
+      const set = (v: string) =>
+        store.db.query("UPDATE accounts SET balance = $1::bigint WHERE tenant_id = 'acme' AND kind = 'wallet' AND owner = 'huge'", [v]);
+      try {
+        await set(String(Number.MAX_SAFE_INTEGER));
+        assert.equal(await l.balance('acme', W('huge')), Number.MAX_SAFE_INTEGER);
+        await set('9007199254740993'); // 2^53 + 1: as a Number it would read 2^53
+        await assert.rejects(l.balance('acme', W('huge')), (err: unknown) => {
+          assert.ok(err instanceof RangeError);
+          assert.match(err.message, /tenant acme wallet account "huge" holds 9007199254740993 points/);
+          return true;
+        });
+        await assert.rejects(l.walletBalances('acme', ['ann', 'huge']), /tenant acme wallet "huge" holds 9007199254740993 points/);
+      } finally {
+        await set('0');
+      }
     });
 
     it('verify: ok on the healthy ledger every test above left behind', async () => {

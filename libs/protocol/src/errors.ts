@@ -164,6 +164,7 @@ export const ERRORS = {
   CP_ERR_LEDGER_INVALID_TRANSFER: { message: 'invalid transfer: %s', httpStatus: 400 },
   CP_ERR_LEDGER_INSUFFICIENT_FUNDS: { message: 'not enough points in %s account %s for a transfer of %s', httpStatus: 402 },
   CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT: { message: 'transfer id %s was already used with different fields', httpStatus: 409 },
+  CP_ERR_LEDGER_BALANCE_LIMIT: { message: 'a grant to %s account %s of %s points would take it above %s points', httpStatus: 409 },
   CP_ERR_LEDGER_OVERLOADED: { message: 'the ledger holds its maximum of %s queued transfers', httpStatus: 503 },
   CP_ERR_LEDGER_CLOSED: { message: 'the ledger is draining or closed', httpStatus: 503 },
   CP_ERR_LEDGER_UNAVAILABLE: { message: 'the ledger could not commit: %s', httpStatus: 503 },

@@ -263,10 +263,12 @@ export class RoundIntake {
           let delta: number | undefined;
           if (this.welcomeGrant > 0 && !s.draining) {
             // Once per (channel, viewer): a grant already paid at another amount (the game changed it) is a conflict, i.e. paid.
+            // A wallet the grant would take past MAX_POINTS joins without it.
             const res = await d.ledger
               .grant(d.tenant, viewer, this.welcomeGrant, `welcome:${d.channel}:${hashOf(viewer, '#')}`)
               .catch((err: unknown) => {
-                if (isCrowdplayError(err, 'CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT')) return { replayed: true, toBalance: null };
+                if (isCrowdplayError(err, 'CP_ERR_LEDGER_IDEMPOTENCY_CONFLICT') || isCrowdplayError(err, 'CP_ERR_LEDGER_BALANCE_LIMIT'))
+                  return { replayed: true, toBalance: null };
                 throw err;
               });
             if (!res.replayed) {

@@ -1,6 +1,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Ledger } from '@crowdplay/ledger';
+import { MAX_POINTS } from '@crowdplay/protocol';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { openSuiteStore, startHarness, viewerToken, type Harness, type SuiteStore } from './helpers.ts';
 
@@ -143,5 +144,41 @@ describe('gateway funding', () => {
       headers: { authorization: `Bearer ${suite.acme.apiKey}` },
     });
     assert.deepEqual([tooLong.statusCode, (tooLong.json() as { code: string }).code], [400, 'CP_ERR_PROTO_INVALID']);
+  });
+  it('grants - a grant past MAX_POINTS in the wallet is refused with CP_ERR_LEDGER_BALANCE_LIMIT and changes nothing', async () => {
+    // Up to the cap through the ledger (the route takes at most 10^12 a grant), then the route.
+    await ledger.grant('acme', 'dave', MAX_POINTS - 10, 'cap-dave-1');
+    const over = await grant({ viewer: 'dave', points: 11, id: 'cap-dave-2' });
+    assert.equal(over.statusCode, 409, over.body);
+    assert.equal((over.json() as { code: string }).code, 'CP_ERR_LEDGER_BALANCE_LIMIT');
+    assert.equal((await balanceOf('dave')).balance, MAX_POINTS - 10, 'nothing granted');
+    const { rows } = await suite.store.db.query<{ n: string }>("SELECT count(*) AS n FROM transfers WHERE id LIKE 'grant:acme:cap-dave-%'");
+    assert.equal(Number(rows[0]!.n), 0);
+    const upTo = await grant({ viewer: 'dave', points: 10, id: 'cap-dave-3' });
+    assert.deepEqual(upTo.json(), { viewer: 'dave', points: 10, balance: MAX_POINTS, replayed: false });
+  });
+
+  it('balances - a balance past the safe-integer range is a 500 CP_ERR_INTERNAL, never a rounded figure', async () => {
+    await grant({ viewer: 'erin', points: 1, id: 'erin-1' });
+    const set = (v: string) =>
+      suite.store.db.query("UPDATE accounts SET balance = $1::bigint WHERE tenant_id = 'acme' AND kind = 'wallet' AND owner = 'erin'", [v]);
+    try {
+      await set('9100000000000001');
+      const byTenant = await h.gateway.app.inject({
+        method: 'GET',
+        url: '/v1/balances/erin',
+        headers: { authorization: `Bearer ${suite.acme.apiKey}` },
+      });
+      assert.deepEqual([byTenant.statusCode, byTenant.json()], [500, { code: 'CP_ERR_INTERNAL', message: 'internal error' }]);
+      const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'erin' });
+      const own = await h.gateway.app.inject({
+        method: 'GET',
+        url: `/v1/me/balance?channel=${suite.channel}`,
+        headers: { authorization: `Bearer ${token}` },
+      });
+      assert.deepEqual([own.statusCode, own.json()], [500, { code: 'CP_ERR_INTERNAL', message: 'internal error' }]);
+    } finally {
+      await set('1');
+    }
   });
 });
