@@ -8,12 +8,39 @@ import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/pro
 import type { Store, Tenant } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 
-/** The credential of `Authorization: Bearer <credential>`, or null when the header is absent, of another scheme or empty. */
+/** `Authorization: <scheme> <credentials>`: the scheme (a token, RFC 7235), then whitespace, then the rest. */
+const AUTHORIZATION_RE = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s;
+
+/**
+ * The credential of `Authorization: Bearer <credential>`, or null when the header is absent, of another scheme or
+ * empty. The scheme is case-insensitive (RFC 7235 §2.1): `bearer` and `BEARER` are Bearer.
+ */
 export function bearer(req: FastifyRequest): string | null {
-  const h = req.headers.authorization;
-  if (typeof h !== 'string' || !h.startsWith('Bearer ')) return null;
-  const v = h.slice('Bearer '.length).trim();
+  const m = authorization(req);
+  if (!m || m.scheme.toLowerCase() !== 'bearer') return null;
+  const v = m.rest.trim();
   return v === '' ? null : v;
+}
+
+/** The Authorization header split into its scheme and the rest, or null when absent or not of that shape. */
+function authorization(req: FastifyRequest): { scheme: string; rest: string } | null {
+  const h = req.headers.authorization;
+  if (typeof h !== 'string') return null;
+  const m = AUTHORIZATION_RE.exec(h.trim());
+  return m ? { scheme: m[1]!, rest: m[2] ?? '' } : null;
+}
+
+/**
+ * The message of CP_ERR_AUTH_MISSING on a `/v1` route whose bearer header carries `credential`: what to send, and
+ * when the request sent another scheme (`Basic …`), that only Bearer is taken. The scheme is echoed at most 20
+ * characters long.
+ */
+export function missingCredentialsMessage(req: FastifyRequest, credential: string): string {
+  const m = authorization(req);
+  const other = m && m.scheme.toLowerCase() !== 'bearer' ? m.scheme.slice(0, 20) : null;
+  return other === null
+    ? `no credentials: send the header Authorization: Bearer <${credential}>`
+    : `no credentials: the Authorization scheme ${other} is not accepted, the Bearer scheme is expected: send Authorization: Bearer <${credential}>`;
 }
 
 /** True when `credential` has the shape of a tenant API key (`cpk_<tenant>_<hex>`), not of a viewer token. */
@@ -43,8 +70,7 @@ export async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenan
 export function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry, area: string, credential: string): FastifyReply {
   if (isCrowdplayError(err)) {
     if (err.httpStatus < 500) telemetry.refusals.refuse(area, err.code);
-    const message =
-      err.code === 'CP_ERR_AUTH_MISSING' ? `no credentials: send the header Authorization: Bearer <${credential}>` : err.message;
+    const message = err.code === 'CP_ERR_AUTH_MISSING' ? missingCredentialsMessage(reply.request, credential) : err.message;
     return reply.status(err.httpStatus).send({ code: err.code, message });
   }
   telemetry.logger.error({ err, area }, 'request failed');

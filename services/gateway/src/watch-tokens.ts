@@ -21,7 +21,7 @@ import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } fr
 import { isWatchToken, type Store, type WatchToken } from '@crowdplay/store';
 import type { Logger, Telemetry } from '@crowdplay/telemetry';
 import type { Conn } from './connection.ts';
-import { tenantOf } from './api-auth.ts';
+import { missingCredentialsMessage, tenantOf } from './api-auth.ts';
 
 /** Largest page of GET /v1/watch-tokens. */
 export const WATCH_TOKEN_PAGE_MAX = 100;
@@ -55,8 +55,7 @@ function shown(t: WatchToken, now = Date.now()): Record<string, unknown> {
 function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry): FastifyReply {
   if (isCrowdplayError(err)) {
     if (err.httpStatus < 500) telemetry.refusals.refuse('watch', err.code);
-    const message =
-      err.code === 'CP_ERR_AUTH_MISSING' ? 'no credentials: send the header Authorization: Bearer <tenant API key>' : err.message;
+    const message = err.code === 'CP_ERR_AUTH_MISSING' ? missingCredentialsMessage(reply.request, 'tenant API key') : err.message;
     return reply.status(err.httpStatus).send({ code: err.code, message });
   }
   telemetry.logger.error({ err }, 'watch token request failed');

@@ -181,4 +181,40 @@ describe('gateway funding', () => {
       await set('1');
     }
   });
+  it('auth - the Bearer scheme is case-insensitive; another scheme is told Bearer is expected', async () => {
+    await grant({ viewer: 'fay', points: 4, id: 'fay-1' });
+    for (const scheme of ['bearer', 'BEARER', 'beaRer']) {
+      const r = await h.gateway.app.inject({
+        method: 'GET',
+        url: '/v1/balances/fay',
+        headers: { authorization: `${scheme} ${suite.acme.apiKey}` },
+      });
+      assert.deepEqual([r.statusCode, r.json()], [200, { viewer: 'fay', balance: 4 }], scheme);
+    }
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'fay' });
+    const own = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `bearer ${token}` },
+    });
+    assert.deepEqual(own.json(), { viewer: 'fay', balance: 4 });
+    const basic = await h.gateway.app.inject({
+      method: 'GET',
+      url: '/v1/balances/fay',
+      headers: { authorization: `Basic ${Buffer.from('acme:secret').toString('base64')}` },
+    });
+    assert.deepEqual(
+      [basic.statusCode, basic.json()],
+      [
+        401,
+        {
+          code: 'CP_ERR_AUTH_MISSING',
+          message:
+            'no credentials: the Authorization scheme Basic is not accepted, the Bearer scheme is expected: send Authorization: Bearer <tenant API key>',
+        },
+      ],
+    );
+    const watch = await h.gateway.app.inject({ method: 'GET', url: '/v1/watch-tokens', headers: { authorization: 'Basic abc' } });
+    assert.equal((watch.json() as { message: string }).message.includes('the Bearer scheme is expected'), true);
+  });
 });
