@@ -98,6 +98,26 @@ const STATIC: Record<
   [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
 };
 
+/**
+ * The message of a request refused by a route's querystring schema, naming the parameter: an unknown one
+ * (`additionalProperties: false`), one given more than once (the parser makes it an array), else the validator's
+ * own text. Names are shown at most 40 characters long. Undefined for any other error (its own message is used).
+ */
+export function queryValidationMessage(err: unknown, query: unknown): string | undefined {
+  const e = err as {
+    validation?: Array<{ keyword?: string; instancePath?: string; params?: Record<string, unknown> }>;
+    validationContext?: string;
+  };
+  if (e.validationContext !== 'querystring' || !Array.isArray(e.validation) || e.validation.length === 0) return undefined;
+  const first = e.validation[0]!;
+  if (first.keyword === 'additionalProperties' && typeof first.params?.additionalProperty === 'string')
+    return `unknown query parameter "${first.params.additionalProperty.slice(0, 40)}"`;
+  const name = (first.instancePath ?? '').replace(/^\//, '').split('/')[0] ?? '';
+  const value = typeof query === 'object' && query !== null ? (query as Record<string, unknown>)[name] : undefined;
+  if (name !== '' && Array.isArray(value)) return `query parameter "${name.slice(0, 40)}" given more than once`;
+  return undefined;
+}
+
 function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | string): FastifyReply {
   const e = typeof err === 'string' ? new CrowdplayError(code, [err]) : err;
   return reply.status(e.httpStatus).send({ code: e.code, message: e.message });
@@ -148,7 +168,10 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
         (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
       return reply.status(status).send({
         code,
-        message: code === 'CP_ERR_PROTO_MALFORMED' ? 'body is not valid JSON' : err instanceof Error ? err.message : 'bad request',
+        message:
+          code === 'CP_ERR_PROTO_MALFORMED'
+            ? 'body is not valid JSON'
+            : (queryValidationMessage(err, req.query) ?? (err instanceof Error ? err.message : 'bad request')),
       });
     }
     telemetry.logger.error({ err }, 'http handler failed');

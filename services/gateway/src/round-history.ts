@@ -62,6 +62,17 @@ export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHisto
   const { store, auth, telemetry } = ctx;
   app.get<{ Params: { channel: string }; Querystring: { limit?: string; before?: string } }>(
     '/v1/channels/:channel/rounds',
+    {
+      schema: {
+        // An unknown or repeated parameter is a 400 naming it (http.ts), as on the other /v1 routes; the values are
+        // checked below, with messages that say what each takes.
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          properties: { limit: { type: 'string' }, before: { type: 'string' } },
+        },
+      },
+    },
     async (req, reply) => {
       try {
         const { channel } = req.params;

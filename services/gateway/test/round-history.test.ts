@@ -1,0 +1,36 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { openSuiteStore, startHarness, viewerToken, type Harness, type SuiteStore } from './helpers.ts';
+
+describe('gateway round history route', () => {
+  let suite: SuiteStore;
+  let h: Harness;
+  before(async () => {
+    suite = await openSuiteStore();
+    h = await startHarness({ store: suite.store, listen: false });
+  });
+  after(async () => {
+    await h.close();
+    await suite.close();
+  });
+
+  const rounds = (query: string, authorization = `Bearer ${suite.acme.apiKey}`) =>
+    h.gateway.app.inject({ method: 'GET', url: `/v1/channels/${suite.channel}/rounds${query}`, headers: { authorization } });
+
+  it('query - an unknown or repeated parameter is a 400 CP_ERR_PROTO_INVALID naming it', async () => {
+    assert.deepEqual((await rounds('?limit=5')).json(), { rounds: [] });
+    const cases: Array<[string, string]> = [
+      ['?foo=bar', 'unknown query parameter "foo"'],
+      ['?limit=5&foo=1', 'unknown query parameter "foo"'],
+      ['?limit=1&limit=2', 'query parameter "limit" given more than once'],
+      ['?before=a&before=b', 'query parameter "before" given more than once'],
+    ];
+    for (const [query, message] of cases) {
+      const r = await rounds(query);
+      assert.deepEqual([r.statusCode, r.json()], [400, { code: 'CP_ERR_PROTO_INVALID', message }], query);
+    }
+    const viewer = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'vic' });
+    const asViewer = await rounds('?foo=bar', `Bearer ${viewer}`);
+    assert.deepEqual([asViewer.statusCode, (asViewer.json() as { code: string }).code], [400, 'CP_ERR_PROTO_INVALID']);
+  });
+});
