@@ -56,7 +56,7 @@ import { registerRoundHistoryRoutes } from './round-history.ts';
 import { registerWatchTokenRoutes, WatchSockets } from './watch-tokens.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
-import { registerRoutes } from './http.ts';
+import { frameworkErrors, MAX_PARAM_LENGTH, registerRoutes } from './http.ts';
 import { IntentBatcher } from './intents.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { Snapshots } from './snapshots.ts';
@@ -263,7 +263,9 @@ class GatewayImpl implements Gateway {
       // Bodies are validated as sent: "5" is not the integer 5 and an unknown field is an error (fastify coerces and strips by default).
       ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
       // Path parameters carry viewer ids of up to 128 characters (GET /v1/balances/:viewer), percent-encoded.
-      routerOptions: { maxParamLength: 1_024 },
+      routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+      // A longer one, or a path that does not decode: crowdplay's error shape, not fastify's (http.ts).
+      frameworkErrors: frameworkErrors(telemetry),
     }) as unknown as FastifyInstance;
     registerRoutes(this.app, {
       config,

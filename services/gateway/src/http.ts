@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import type { Telemetry } from '@crowdplay/telemetry';
@@ -116,6 +116,33 @@ export function queryValidationMessage(err: unknown, query: unknown): string | u
   const value = typeof query === 'object' && query !== null ? (query as Record<string, unknown>)[name] : undefined;
   if (name !== '' && Array.isArray(value)) return `query parameter "${name.slice(0, 40)}" given more than once`;
   return undefined;
+}
+
+/** Longest path parameter, characters as sent (percent-encoded): viewer ids of up to 128 characters fit encoded. */
+export const MAX_PARAM_LENGTH = 1_024;
+
+/**
+ * Fastify's `frameworkErrors`: what the router refuses before any route or the app's error handler runs, answered in
+ * crowdplay's `{code, message}` shape rather than fastify's (which echoes the URL back). A path parameter longer than
+ * MAX_PARAM_LENGTH: 414 `CP_ERR_PROTO_INVALID` (414 URI Too Long says what to shorten; the code is the catalogue's
+ * for a request of the wrong shape); a path that does not decode: 400 `CP_ERR_PROTO_INVALID`. Neither echoes the URL.
+ */
+export function frameworkErrors(telemetry: Telemetry): (err: FastifyError, req: FastifyRequest, reply: FastifyReply) => void {
+  return (err, _req, reply) => {
+    const code: ErrorCode = 'CP_ERR_PROTO_INVALID';
+    if (err.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+      telemetry.refusals.refuse('http', code, { why: 'param length' });
+      void reply.status(414).send({ code, message: `a path segment is longer than ${MAX_PARAM_LENGTH} characters` });
+      return;
+    }
+    if (err.code === 'FST_ERR_BAD_URL') {
+      telemetry.refusals.refuse('http', code, { why: 'bad url' });
+      void reply.status(400).send({ code, message: 'the URL path is not valid percent-encoding' });
+      return;
+    }
+    telemetry.logger.error({ err }, 'http request refused by the router');
+    void reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
+  };
 }
 
 function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | string): FastifyReply {

@@ -33,4 +33,24 @@ describe('gateway round history route', () => {
     const asViewer = await rounds('?foo=bar', `Bearer ${viewer}`);
     assert.deepEqual([asViewer.statusCode, (asViewer.json() as { code: string }).code], [400, 'CP_ERR_PROTO_INVALID']);
   });
+
+  it('path - a parameter past 1,024 characters is a 414 CP_ERR_PROTO_INVALID that does not echo the URL', async () => {
+    const long = 'q'.repeat(1_100);
+    const urls: Array<['GET' | 'DELETE', string]> = [
+      ['GET', `/v1/channels/${long}/rounds`],
+      ['DELETE', `/v1/watch-tokens/${long}`],
+    ];
+    for (const [method, url] of urls) {
+      const r = await h.gateway.app.inject({ method, url, headers: { authorization: `Bearer ${suite.acme.apiKey}` } });
+      assert.deepEqual(
+        [r.statusCode, r.json()],
+        [414, { code: 'CP_ERR_PROTO_INVALID', message: 'a path segment is longer than 1024 characters' }],
+        url.slice(0, 20),
+      );
+      assert.equal(r.body.includes('qqqq'), false);
+    }
+    const badUrl = await h.gateway.app.inject({ method: 'GET', url: '/v1/channels/%E0%A4%A/rounds' });
+    assert.equal(badUrl.statusCode, 400);
+    assert.deepEqual(badUrl.json(), { code: 'CP_ERR_PROTO_INVALID', message: 'the URL path is not valid percent-encoding' });
+  });
 });
