@@ -5,7 +5,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
-import type { Store, Tenant } from '@crowdplay/store';
+import { WATCH_TOKEN_PREFIX, type Store, type Tenant } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 
 /** `Authorization: <scheme> <credentials>`: the scheme (a token, RFC 7235), then whitespace, then the rest. */
@@ -49,6 +49,16 @@ export function isApiKey(credential: string): boolean {
 }
 
 /**
+ * Refuses a read-only watch token (`cpw_…`, what an overlay connects with) on a route that needs a viewer or a
+ * tenant: CP_ERR_AUTH_READ_ONLY (403), answered by {@link fail} with a message naming what the route takes, so an
+ * embedder knows what to send instead of reading "malformed token".
+ * @throws CrowdplayError CP_ERR_AUTH_READ_ONLY when `credential` is a watch token
+ */
+export function refuseWatchToken(credential: string | null): void {
+  if (credential?.startsWith(WATCH_TOKEN_PREFIX)) throw new CrowdplayError('CP_ERR_AUTH_READ_ONLY');
+}
+
+/**
  * The tenant whose API key the request carries.
  * @throws CrowdplayError CP_ERR_AUTH_MISSING (no bearer credential), CP_ERR_AUTH_INVALID (unknown key)
  */
@@ -70,7 +80,12 @@ export async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenan
 export function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry, area: string, credential: string): FastifyReply {
   if (isCrowdplayError(err)) {
     if (err.httpStatus < 500) telemetry.refusals.refuse(area, err.code);
-    const message = err.code === 'CP_ERR_AUTH_MISSING' ? missingCredentialsMessage(reply.request, credential) : err.message;
+    const message =
+      err.code === 'CP_ERR_AUTH_MISSING'
+        ? missingCredentialsMessage(reply.request, credential)
+        : err.code === 'CP_ERR_AUTH_READ_ONLY'
+          ? `a watch token is read-only (it only watches a channel's socket): this route takes a ${credential}`
+          : err.message;
     return reply.status(err.httpStatus).send({ code: err.code, message });
   }
   telemetry.logger.error({ err, area }, 'request failed');

@@ -13,14 +13,15 @@
  *   Postgres before the transfer: over it → 429 `CP_ERR_TENANT_QUOTA`, nothing
  *   granted. A replay is not counted (its reservation is given back).
  * - `GET /v1/balances/:viewer` `Authorization: Bearer <api key>` → `{ viewer, balance }`.
- * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }`.
+ * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }` (a watch token:
+ *   403 CP_ERR_AUTH_READ_ONLY).
  */
 import type { FastifyInstance } from 'fastify';
 import type { Ledger } from '@crowdplay/ledger';
 import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type WalletCredit } from '@crowdplay/protocol';
 import { TenantQuotaError, utcDay, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, tenantOf } from './api-auth.ts';
+import { bearer, fail, refuseWatchToken, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 import type { TenantQuotas } from './tenant-quotas.ts';
 
@@ -120,6 +121,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
       const token = bearer(req);
       const channel = req.query.channel ?? '';
       if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+      refuseWatchToken(token);
       const id = await auth.crowd(channel, token);
       return { viewer: id.viewer, balance: await ledger.balance(id.tenantId, { kind: 'wallet', owner: id.viewer }) };
     } catch (err) {

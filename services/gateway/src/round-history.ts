@@ -6,13 +6,14 @@
  * `Authorization: Bearer <viewer token | tenant API key>` →
  * `{ rounds: RoundSummary[], next? }`. A viewer token is checked as for the
  * WebSocket (the channel's tenant signed it); an API key must be the
- * channel's tenant's. `next` is the cursor of the following page.
+ * channel's tenant's; a read-only watch token is refused (403 CP_ERR_AUTH_READ_ONLY). `next` is the cursor of the
+ * following page.
  */
 import type { FastifyInstance } from 'fastify';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import { parseRoundCursor, roundCursor, type RoundRow, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, isApiKey, tenantOf } from './api-auth.ts';
+import { bearer, fail, isApiKey, refuseWatchToken, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 
 /** Rounds per page when `limit` is absent. */
@@ -88,6 +89,7 @@ export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHisto
         if (beforeText !== undefined && !before)
           throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['before: a cursor from a previous page']);
         const credential = bearer(req);
+        refuseWatchToken(credential);
         let viewer: { tenantId: string; viewer: string } | undefined;
         if (credential !== null && isApiKey(credential)) {
           const tenant = await tenantOf(req, store);

@@ -217,4 +217,23 @@ describe('gateway funding', () => {
     const watch = await h.gateway.app.inject({ method: 'GET', url: '/v1/watch-tokens', headers: { authorization: 'Basic abc' } });
     assert.equal((watch.json() as { message: string }).message.includes('the Bearer scheme is expected'), true);
   });
+
+  it('balances - a watch token on /v1/me/balance is refused as read-only (403 CP_ERR_AUTH_READ_ONLY)', async () => {
+    const { token } = await suite.store.watchTokens.create('acme', suite.channel, 600, 'overlay');
+    const r = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.deepEqual(
+      [r.statusCode, r.json()],
+      [
+        403,
+        {
+          code: 'CP_ERR_AUTH_READ_ONLY',
+          message: "a watch token is read-only (it only watches a channel's socket): this route takes a viewer token",
+        },
+      ],
+    );
+  });
 });

@@ -53,4 +53,19 @@ describe('gateway round history route', () => {
     assert.equal(badUrl.statusCode, 400);
     assert.deepEqual(badUrl.json(), { code: 'CP_ERR_PROTO_INVALID', message: 'the URL path is not valid percent-encoding' });
   });
+
+  it('auth - a watch token is refused as read-only (403 CP_ERR_AUTH_READ_ONLY), naming what the route takes', async () => {
+    const { token } = await suite.store.watchTokens.create('acme', suite.channel, 600, 'overlay');
+    const r = await rounds('', `Bearer ${token}`);
+    assert.deepEqual(
+      [r.statusCode, r.json()],
+      [
+        403,
+        {
+          code: 'CP_ERR_AUTH_READ_ONLY',
+          message: "a watch token is read-only (it only watches a channel's socket): this route takes a viewer token or tenant API key",
+        },
+      ],
+    );
+  });
 });
