@@ -147,6 +147,13 @@ export class NatsBus implements Bus {
   readonly kind = 'nats';
   private closing: Promise<void> | undefined;
   private draining: Promise<void> | undefined;
+  /**
+   * Publishes of this event-loop turn, handed to nats.js together at its end (or before any other operation, so
+   * their order with requests, subscriptions and flushes is kept): nats.js writes its buffer to the socket once per
+   * microtask checkpoint, so publishes spread over a turn's promise continuations became one socket write each.
+   */
+  private pending: Array<{ subject: string; data: Uint8Array; headers: Headers | undefined }> = [];
+  private pendingFlush: NodeJS.Immediate | undefined;
 
   /** Prefer {@link connectNatsBus}; `onError` as in {@link NatsBusOptions}. */
   constructor(
@@ -161,19 +168,39 @@ export class NatsBus implements Bus {
     return this.nc;
   }
 
-  /** Allowed while draining (handlers of in-flight requests may still respond), dropped once nats.js refuses. */
+  /**
+   * Allowed while draining (handlers of in-flight requests may still respond), dropped once nats.js refuses. Handed
+   * to nats.js at the end of the event-loop turn with the turn's other publishes (see `pending`), in order.
+   */
   publish(subject: string, data: Uint8Array, opts?: { headers?: Headers }): void {
     if (this.closing) return;
-    try {
-      this.nc.publish(subject, data, { headers: toNats(publishHeaders(opts?.headers)) });
-    } catch (err) {
-      if (isClosedError(err)) return; // at most once: dropped after close
-      throw err;
+    this.pending.push({ subject, data, headers: publishHeaders(opts?.headers) });
+    this.pendingFlush ??= setImmediate(() => this.sendPending());
+  }
+
+  /** Hands this turn's publishes to nats.js now, in order (before any other operation on the connection). */
+  private sendPending(): void {
+    if (this.pendingFlush) {
+      clearImmediate(this.pendingFlush);
+      this.pendingFlush = undefined;
+    }
+    if (this.pending.length === 0) return;
+    const batch = this.pending;
+    this.pending = [];
+    for (const p of batch) {
+      if (this.closing) return;
+      try {
+        this.nc.publish(p.subject, p.data, { headers: toNats(p.headers) });
+      } catch (err) {
+        if (isClosedError(err)) return; // at most once: dropped after close
+        safeReport(this.onError, err, p.subject);
+      }
     }
   }
 
   subscribe(subject: string, handler: BusHandler, opts?: SubscribeOptions): Subscription {
     if (this.closing || this.draining) throw new BusError('closed', 'bus is closed');
+    this.sendPending();
     let active = true;
     let sub;
     try {
@@ -202,6 +229,7 @@ export class NatsBus implements Bus {
         if (!active) return;
         active = false;
         if (this.nc.isClosed()) return;
+        this.sendPending();
         try {
           natsSub.unsubscribe();
         } catch (err) {
@@ -216,6 +244,7 @@ export class NatsBus implements Bus {
           return;
         }
         try {
+          this.sendPending();
           await natsSub.drain();
         } catch {
           // closed or draining meanwhile: nothing more can arrive
@@ -228,6 +257,7 @@ export class NatsBus implements Bus {
   async request(subject: string, data: Uint8Array, opts: RequestOptions): Promise<BusMessage> {
     checkTimeoutMs(opts.timeoutMs);
     if (this.closing || this.draining) throw new BusError('closed', 'bus is closed');
+    this.sendPending();
     try {
       const msg = await this.nc.request(subject, data, { timeout: opts.timeoutMs, headers: toNats(publishHeaders(opts.headers)) });
       return new NatsBusMessage(msg, this);
@@ -238,6 +268,7 @@ export class NatsBus implements Bus {
 
   async flush(): Promise<void> {
     if (this.closing || this.nc.isClosed()) throw new BusError('closed', 'bus is closed');
+    this.sendPending();
     try {
       await this.nc.flush();
     } catch (err) {
@@ -254,6 +285,7 @@ export class NatsBus implements Bus {
    */
   drain(): Promise<void> {
     if (this.closing) return this.closing;
+    this.sendPending();
     this.draining ??= (async () => {
       try {
         if (!this.nc.isClosed()) await this.nc.drain();
@@ -266,6 +298,7 @@ export class NatsBus implements Bus {
 
   /** Closes at once: pending requests reject with `closed`, undelivered messages are dropped. Idempotent. */
   close(): Promise<void> {
+    if (!this.closing) this.sendPending();
     this.closing ??= this.nc.close();
     return this.closing;
   }

@@ -68,3 +68,43 @@ void test('nats - hedgedRequest: no responders fails at once, without a re-send'
     await bus.close();
   }
 });
+
+void test(
+  'nats - publishes of one turn leave together, in order with requests, subscriptions and flushes',
+  { timeout: 15_000 },
+  async () => {
+    const a = await connectNatsBus({ servers: NATS_URL, name: 'bus-suite-turn-a' });
+    const b = await connectNatsBus({ servers: NATS_URL, name: 'bus-suite-turn-b' });
+    try {
+      const p = randomPrefix();
+      const seen: string[] = [];
+      b.subscribe(`${p}.>`, (m) => {
+        seen.push(new TextDecoder().decode(m.data));
+        if (m.subject === `${p}.req`) m.respond(new Uint8Array([1]));
+      });
+      await b.flush();
+      // Publishes spread over promise continuations of one turn, then a request: the request must not overtake them.
+      const steps = Array.from({ length: 50 }, (_, i) =>
+        Promise.resolve().then(() => a.publish(`${p}.pub`, new TextEncoder().encode(`p${i}`))),
+      );
+      await Promise.all(steps);
+      await a.request(`${p}.req`, new TextEncoder().encode('req'), { timeoutMs: 2_000 });
+      assert.deepEqual(seen, [...Array.from({ length: 50 }, (_, i) => `p${i}`), 'req'], 'publishes before the request, in order');
+      // A publish then a flush: once the flush resolves, the server has the publish (b receives it without a wait on a timer).
+      a.publish(`${p}.pub`, new TextEncoder().encode('last'));
+      await a.flush();
+      await b.flush();
+      assert.equal(seen.at(-1), 'last');
+      // One turn's publishes are handed to nats.js together at the turn's end (so they leave in one socket write).
+      const stats = a.connection.stats();
+      const before = stats.outMsgs;
+      for (let i = 0; i < 10; i++) await Promise.resolve().then(() => a.publish(`${p}.pub`, new TextEncoder().encode(`t${i}`)));
+      assert.equal(a.connection.stats().outMsgs, before, 'nothing handed to nats.js before the turn ends');
+      await new Promise((r) => setImmediate(r));
+      await a.flush();
+      assert.equal(a.connection.stats().outMsgs, before + 10, 'the ten publishes, handed over at the end of the turn');
+    } finally {
+      await Promise.all([a.close(), b.close()]);
+    }
+  },
+);
