@@ -103,6 +103,8 @@ const runs: Record<string, RunInfo> = {
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
   'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '3c45def' },
+  'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '2770a08' },
+  'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '2770a08' },
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
@@ -125,6 +127,7 @@ const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
+const CLUSTER_STEADY = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
@@ -929,7 +932,11 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'The router’s control plane: `npm run bench -- cluster-control`',
-      decisions: ['0002-epoch-fencing-in-postgres.md', '0011-queue-group-ownership-subscription.md'],
+      decisions: [
+        '0002-epoch-fencing-in-postgres.md',
+        '0011-queue-group-ownership-subscription.md',
+        '0031-publishes-coalesced-per-turn.md',
+      ],
       intro: [
         '`services/cli/bench/cluster-control.bench.ts`: the bundle started by `startCluster` as separate processes (sequencer, ' +
           'router, crowd-engine shards, one gateway no viewer uses) on the machine’s NATS and PostgreSQL, every ROUTER_* setting at ' +
@@ -1025,7 +1032,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steady.phases.0.cpuUsPerChannelSecond.shard-1:0} / {steady.phases.0.cpuUsPerChannelSecond.router:0} / ' +
             '{steady.phases.0.cpuUsPerChannelSecond.nats-server:0} / {steady.phases.0.cpuUsPerChannelSecond.postgres backends:0}',
-          files: ['cluster-control.json'],
+          files: CLUSTER_STEADY,
         },
         {
           figure: 'steady, a game subscribed to the batches: the same',
@@ -1034,7 +1041,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steady.phases.1.cpuUsPerChannelSecond.shard-1:0} / {steady.phases.1.cpuUsPerChannelSecond.router:0} / ' +
             '{steady.phases.1.cpuUsPerChannelSecond.nats-server:0} / {steady.phases.1.cpuUsPerChannelSecond.postgres backends:0}',
-          files: ['cluster-control.json'],
+          files: CLUSTER_STEADY,
         },
         {
           figure: 'load average (1 min) before / after the run, 2 cores',
