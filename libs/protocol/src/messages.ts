@@ -274,6 +274,19 @@ export interface RoundView {
 }
 
 /**
+ * One round of a channel's history (`GET /v1/channels/:channel/rounds`): the
+ * RoundView's identity, question, outcomes, state, times and winner, and, for
+ * a viewer that took part, its own figures (points in, points back, their
+ * difference), as in {@link RoundResultFrame}.
+ */
+export type RoundSummary = Pick<
+  RoundView,
+  'id' | 'kind' | 'title' | 'outcomes' | 'labels' | 'state' | 'openedAt' | 'deadline' | 'winner'
+> & {
+  mine?: { staked: number; paid: number; net: number };
+};
+
+/**
  * A viewer's own result in a round that finished (settled or cancelled), sent
  * to that viewer's sockets on the channel once every payout and refund of the
  * round committed. Points: `staked` is what the viewer put in (stakes, the

@@ -25,7 +25,9 @@ export type ChannelCtlRequest =
       outcomes: string[];
       durationMs: number;
       liquidity?: number;
+      /** The question viewers see (checked again at the shard as protocol's checkLabels does). */
       title?: string;
+      /** Display label by outcome. */
       labels?: Record<string, string>;
     }
   | { op: 'round.settle'; tenant: string; round: string; outcome: string }

@@ -10,6 +10,7 @@ import type { Config } from '@crowdplay/config';
 import type { Market, MarketHandoff } from '@crowdplay/lmsr';
 import { CrowdplayError, checkLabels, type BusTrade, type ErrorCode } from '@crowdplay/protocol';
 import type { RoundRow, RoundState } from '@crowdplay/store';
+import type { ChannelCtlRequest } from './api.ts';
 
 /**
  * The book written to the round's row: the final one when it locks, or the
@@ -34,18 +35,8 @@ export interface HandoffMark {
   atMs: number;
 }
 
-/** What the game (or the built-in game) asks of a channel's rounds. */
-export interface OpenRoundRequest {
-  round: string;
-  kind: 'pool' | 'market';
-  outcomes: string[];
-  durationMs: number;
-  liquidity?: number;
-  /** The question viewers see (checked as protocol's checkLabels does). */
-  title?: string;
-  /** Display label by outcome. */
-  labels?: Record<string, string>;
-}
+/** What the game (or the built-in game) asks of a channel's rounds: a `round.open` control request without its routing. */
+export type OpenRoundRequest = Omit<Extract<ChannelCtlRequest, { op: 'round.open' }>, 'op' | 'tenant'>;
 
 /** One stake of a pool round (points). */
 export interface PoolStakeRec {

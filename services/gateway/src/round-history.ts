@@ -10,7 +10,7 @@
  * following page.
  */
 import type { FastifyInstance } from 'fastify';
-import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CrowdplayError, type RoundSummary } from '@crowdplay/protocol';
 import { parseRoundCursor, roundCursor, type RoundRow, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { bearer, fail, isApiKey, refuseWatchToken, tenantOf } from './api-auth.ts';
@@ -20,22 +20,6 @@ import type { Authenticator } from './auth.ts';
 export const ROUND_HISTORY_DEFAULT_LIMIT = 20;
 /** Most rounds per page. */
 export const ROUND_HISTORY_MAX_LIMIT = 100;
-
-/** One round of the history. Times in ms since epoch; points are integers. */
-export interface RoundSummary {
-  id: string;
-  kind: 'pool' | 'market';
-  title?: string;
-  outcomes: string[];
-  labels?: Record<string, string>;
-  state: 'open' | 'locked' | 'settled' | 'cancelled';
-  openedAt: number;
-  deadline: number;
-  /** Settled: the winning outcome. */
-  winner?: string;
-  /** A viewer's own figures, when the caller is a viewer that took part: points in, points back, and their difference. */
-  mine?: { staked: number; paid: number; net: number };
-}
 
 export interface RoundHistoryContext {
   store: Store;
