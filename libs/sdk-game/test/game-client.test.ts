@@ -722,7 +722,7 @@ test('sdk-game - connect() to a refused port retries until connectTimeoutMs, the
   );
   const elapsed = Date.now() - t0;
   assert.ok(elapsed >= 390, `rejected after ${elapsed} ms, not before the deadline`);
-  assert.ok(attempts >= 3, `retried meanwhile (${attempts} attempts)`);
+  assert.ok(attempts >= 2, `retried meanwhile (${attempts} attempts)`);
   assert.equal(c.state, 'closed');
   const before = attempts;
   await new Promise((r) => setTimeout(r, 100)); // two backoff periods: no attempt follows the end

@@ -147,6 +147,8 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
   #welcome: Welcome | null = null;
   /** Why the current attempt failed, if known (server error frame, welcome deadline, socket error). */
   #failure: CrowdplayError | null = null;
+  /** The failure of the latest attempt that failed since the last welcome (kept while the next attempt runs). */
+  #lastFailure: CrowdplayError | null = null;
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #welcomeTimer: ReturnType<typeof setTimeout> | undefined;
   #connectTimer: ReturnType<typeof setTimeout> | undefined;
@@ -273,7 +275,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
   #connectTimedOut(): void {
     const settle = this.#connectSettle;
     if (settle === null || this.#ended) return;
-    const failure = this.#failure;
+    const failure = this.#failure ?? this.#lastFailure;
     const err = new CrowdplayError('CP_ERR_CLIENT_WELCOME_TIMEOUT', [this.#connectTimeoutMs], failure ? { cause: failure } : undefined);
     if (failure) err.message += ` (last attempt: ${failure.code}: ${failure.message})`;
     this.#connectSettle = null;
@@ -376,6 +378,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
   /** After a failed attempt or a dropped socket: reconnect with backoff, or end. */
   #afterDrop(code: number, reason: string, fatal: boolean): void {
     if (this.#ended) return;
+    if (this.#failure) this.#lastFailure = this.#failure;
     if (fatal || !this.#autoReconnect) {
       const err = this.#failure ?? new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']);
       this.#ended = true;
@@ -427,6 +430,7 @@ export class ReconnectingSocket<S extends WebSocketLike = WebSocketLike> {
     clearTimeout(this.#connectTimer);
     this.#attempt = 0;
     this.#failure = null;
+    this.#lastFailure = null;
     this.#welcome = w;
     this.#setState('open');
     this.#hooks.onWelcome(w);
