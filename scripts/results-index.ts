@@ -103,8 +103,8 @@ const runs: Record<string, RunInfo> = {
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
   'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '3c45def' },
-  'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '2770a08' },
-  'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '2770a08' },
+  'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
+  'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60',
     machine: 'shared',
@@ -113,7 +113,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
-    commit: '859e4c2',
+    commit: '5afe190',
   },
 };
 
