@@ -11,7 +11,7 @@ import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
 import { renderCost, type RenderPool, type RenderPoolOptions } from '@crowdplay/board';
 import { newRenderPool, openRenders, startRenderWorker, type RenderQueue } from '@crowdplay/board-renderer';
-import type { Config } from '@crowdplay/config';
+import { defaultConfig, type Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { SendQueue } from '@crowdplay/sendq';
 import { RedisUpdates, startParamSecret, type BotCall, type SharedUpdates, type TelegramClient } from '@crowdplay/telegram';
@@ -187,6 +187,10 @@ export async function startTelegram(deps: {
     { queue: queue.kind, bucket: queue.bucket.kind, renders: renders.kind, renderHere: pool !== null, apiRoot: t.apiRoot },
     'Telegram is on',
   );
+  // The daily answers are keyed by PUZZLE_SECRET: with the published default anyone can compute them.
+  if (config.puzzle.secret === defaultConfig().puzzle.secret) {
+    telemetry.logger.warn('PUZZLE_SECRET is its published default: anyone can compute the daily answers; set your own');
+  }
   return {
     bot,
     boards,
@@ -205,4 +209,3 @@ export async function startTelegram(deps: {
     },
   };
 }
-

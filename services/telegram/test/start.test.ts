@@ -56,3 +56,21 @@ test('startTelegram - with REDIS_URL and render: false the gateway only submits 
     await local?.close();
   }
 });
+
+test('startTelegram - warns at start when PUZZLE_SECRET is its published default, not when it is set', async () => {
+  const tg = { botToken: '1:x', webhookSecret: 's' };
+  const warnings = async (puzzle: Partial<ReturnType<typeof defaultConfig>['puzzle']>): Promise<string[]> => {
+    const tel = createTelemetry({ service: 'start-test-puzzle', level: 'silent', refusalLogIntervalMs: 60_000 });
+    const seen: string[] = [];
+    tel.logger.warn = ((...args: unknown[]) => void seen.push(String(args.find((a) => typeof a === 'string')))) as typeof tel.logger.warn;
+    const part = await startTelegram({
+      ...base,
+      telemetry: tel,
+      config: defaultConfig({ telegram: tg, puzzle, board: { enabled: false } }),
+    });
+    await part?.close();
+    return seen.filter((w) => w.includes('PUZZLE_SECRET'));
+  };
+  assert.equal((await warnings({})).length, 1, 'the default secret is named');
+  assert.deepEqual(await warnings({ secret: 'our-own-secret' }), [], 'a secret of its own: no warning');
+});
