@@ -377,14 +377,15 @@ export const LEDGER_SQL = {
        WHERE t.round_id = $2 AND t.tenant_id = $1 AND t.kind = ANY($3::text[] || $4::text[])
        GROUP BY a.owner HAVING sum(CASE WHEN t.from_account = a.id THEN t.amount ELSE -t.amount END) <> 0
        ORDER BY a.owner`,
-  roundFlows: `SELECT a.owner,
+  // $4: one viewer's wallet only, or NULL for every viewer.
+  roundFlows: `SELECT t.round_id, a.owner,
          COALESCE(sum(t.amount) FILTER (WHERE t.from_account = a.id AND t.kind = ANY($3::text[])), 0) AS staked,
          COALESCE(sum(CASE WHEN t.to_account = a.id THEN t.amount ELSE -t.amount END), 0) AS moved
        FROM transfers t
        JOIN accounts a ON a.kind = 'wallet' AND a.tenant_id = t.tenant_id AND (a.id = t.from_account OR a.id = t.to_account)
-       WHERE t.round_id = $2 AND t.tenant_id = $1
-       GROUP BY a.owner
-       ORDER BY a.owner`,
+       WHERE t.round_id = ANY($2::text[]) AND t.tenant_id = $1 AND ($4::text IS NULL OR a.owner = $4::text)
+       GROUP BY t.round_id, a.owner
+       ORDER BY t.round_id, a.owner`,
 } as const;
 
 /**
@@ -586,18 +587,45 @@ export class Ledger {
    * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed tenant or round id)
    */
   async roundFlows(tenantId: string, roundId: string, stakeKinds: readonly string[]): Promise<Array<[string, number, number]>> {
+    const flows = await this.flows(tenantId, [roundId], stakeKinds, null);
+    return flows.map((f) => [f.viewer, f.staked, f.paid]);
+  }
+
+  /**
+   * One viewer's {@link roundFlows} in each of `roundIds` (one query, e.g. a page of a channel's rounds).
+   * @returns round id → { staked, paid } for the rounds in which the viewer moved points
+   * @throws CrowdplayError CP_ERR_LEDGER_INVALID_TRANSFER (malformed tenant or round id)
+   */
+  async viewerRoundFlows(
+    tenantId: string,
+    viewer: string,
+    roundIds: readonly string[],
+    stakeKinds: readonly string[],
+  ): Promise<Map<string, { staked: number; paid: number }>> {
+    const out = new Map<string, { staked: number; paid: number }>();
+    if (roundIds.length === 0) return out;
+    for (const f of await this.flows(tenantId, roundIds, stakeKinds, viewer)) out.set(f.roundId, { staked: f.staked, paid: f.paid });
+    return out;
+  }
+
+  private async flows(
+    tenantId: string,
+    roundIds: readonly string[],
+    stakeKinds: readonly string[],
+    viewer: string | null,
+  ): Promise<Array<{ roundId: string; viewer: string; staked: number; paid: number }>> {
     if (typeof tenantId !== 'string' || !TENANT_ID_RE.test(tenantId)) throw invalid('tenantId must match ^[A-Za-z0-9_-]{1,64}$');
-    if (typeof roundId !== 'string' || !TRANSFER_ID_RE.test(roundId)) throw invalid('roundId must be 1-128 printable ASCII characters');
-    const { rows } = await this.db.query<{ owner: string; staked: string | number; moved: string | number }>(LEDGER_SQL.roundFlows, [
-      tenantId,
-      roundId,
-      stakeKinds,
-    ]);
+    for (const id of roundIds)
+      if (typeof id !== 'string' || !TRANSFER_ID_RE.test(id)) throw invalid('roundId must be 1-128 printable ASCII characters');
+    const { rows } = await this.db.query<{ round_id: string; owner: string; staked: string | number; moved: string | number }>(
+      LEDGER_SQL.roundFlows,
+      [tenantId, [...roundIds], stakeKinds, viewer],
+    );
     // moved = Σ in − Σ out of the wallet; paid = moved + staked (the stakes are the outflows that are not claw-backs).
     return rows.map((r) => {
-      const what = `round ${roundId}'s flows of tenant ${tenantId} wallet ${JSON.stringify(r.owner)}`;
+      const what = `round ${r.round_id}'s flows of tenant ${tenantId} wallet ${JSON.stringify(r.owner)}`;
       const staked = safePoints(r.staked, what);
-      return [r.owner, staked, safePoints(safePoints(r.moved, what) + staked, what)];
+      return { roundId: r.round_id, viewer: r.owner, staked, paid: safePoints(safePoints(r.moved, what) + staked, what) };
     });
   }
 

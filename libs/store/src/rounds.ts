@@ -213,34 +213,6 @@ export class RoundRepository {
     return rows.length > limit && last ? { rows: page, next: { openedAt: last.openedAt, id: last.id } } : { rows: page };
   }
 
-  /**
-   * One viewer's points in and out of each round, from the ledger: `staked`
-   * (stakes and buys from the viewer's wallet), `paid` (what the round's
-   * accounts sent back: payouts, refunds, sale proceeds, less claw-backs).
-   * Rounds the viewer had no part in are absent.
-   * @param uids the rounds' ledger ids (`<channel>/<id>`), at most a page
-   */
-  async viewerResults(tenantId: string, viewer: string, uids: readonly string[]): Promise<Map<string, { staked: number; paid: number }>> {
-    const out = new Map<string, { staked: number; paid: number }>();
-    if (uids.length === 0) return out;
-    const { rows } = await this.db.query<{ round_id: string; staked: string; inflow: string; outflow: string }>(
-      `WITH w AS (SELECT id FROM accounts WHERE tenant_id = $1 AND kind = 'wallet' AND owner = $2)
-       SELECT t.round_id,
-              COALESCE(SUM(t.amount) FILTER (WHERE t.from_account = w.id AND t.kind IN ('stake', 'buy')), 0) AS staked,
-              COALESCE(SUM(t.amount) FILTER (WHERE t.to_account = w.id), 0) AS inflow,
-              COALESCE(SUM(t.amount) FILTER (WHERE t.from_account = w.id), 0) AS outflow
-         FROM transfers t, w
-        WHERE t.round_id = ANY($3::text[]) AND (t.from_account = w.id OR t.to_account = w.id)
-        GROUP BY t.round_id`,
-      [tenantId, viewer, [...uids]],
-    );
-    for (const r of rows) {
-      const staked = Number(r.staked);
-      out.set(r.round_id, { staked, paid: Number(r.inflow) - Number(r.outflow) + staked });
-    }
-    return out;
-  }
-
   /** Channels that hold an unfinished round (recovery at start-up). */
   async channelsWithUnfinished(): Promise<string[]> {
     const { rows } = await this.db.query<{ channel_id: string }>('SELECT DISTINCT channel_id FROM rounds WHERE NOT paid ORDER BY 1');

@@ -4,7 +4,7 @@
  * (`{code, message}` with the catalogue's HTTP status), counted.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import { WATCH_TOKEN_PREFIX, type Store, type Tenant } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 
@@ -35,7 +35,7 @@ function authorization(req: FastifyRequest): { scheme: string; rest: string } | 
  * when the request sent another scheme (`Basic …`), that only Bearer is taken. The scheme is echoed at most 20
  * characters long.
  */
-export function missingCredentialsMessage(req: FastifyRequest, credential: string): string {
+function missingCredentialsMessage(req: FastifyRequest, credential: string): string {
   const m = authorization(req);
   const other = m && m.scheme.toLowerCase() !== 'bearer' ? m.scheme.slice(0, 20) : null;
   return other === null
@@ -68,6 +68,17 @@ export async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenan
   const tenant = await store.tenants.byApiKey(key);
   if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
   return tenant;
+}
+
+/**
+ * Checks that `channel` is one of `tenantId`'s channels (a tenant-key route naming a channel).
+ * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_CHANNEL_UNKNOWN, CP_ERR_AUTH_FORBIDDEN_CHANNEL
+ */
+export async function tenantChannel(store: Store, tenantId: string, channel: string): Promise<void> {
+  if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
+  const row = await store.channels.get(channel);
+  if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+  if (row.tenantId !== tenantId) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
 }
 
 /**

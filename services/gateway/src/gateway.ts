@@ -295,7 +295,7 @@ class GatewayImpl implements Gateway {
         onGranted: (credit) => this.bus.publish(subjects.walletCredits(), encodeJson(credit)),
       });
     }
-    registerRoundHistoryRoutes(this.app, { store, auth, telemetry });
+    registerRoundHistoryRoutes(this.app, { store, auth, telemetry, ...(deps.ledger ? { ledger: deps.ledger } : {}) });
     this.app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => this.admission.onUpgrade(req, socket, head));
   }
 

@@ -11,9 +11,10 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { CHANNEL_ID_RE, CrowdplayError, type RoundSummary } from '@crowdplay/protocol';
+import { TransferKinds, type Ledger } from '@crowdplay/ledger';
 import { parseRoundCursor, roundCursor, type RoundRow, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, isApiKey, refuseWatchToken, tenantOf } from './api-auth.ts';
+import { bearer, fail, isApiKey, refuseWatchToken, tenantChannel, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 
 /** Rounds per page when `limit` is absent. */
@@ -23,6 +24,8 @@ export const ROUND_HISTORY_MAX_LIMIT = 100;
 
 export interface RoundHistoryContext {
   store: Store;
+  /** Where a viewer's own figures are read (without one, the rounds come without `mine`). */
+  ledger?: Ledger;
   auth: Authenticator;
   telemetry: Telemetry;
 }
@@ -44,7 +47,7 @@ function summary(r: RoundRow): RoundSummary {
 
 /** Registers `GET /v1/channels/:channel/rounds` on `app`. */
 export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHistoryContext): void {
-  const { store, auth, telemetry } = ctx;
+  const { store, ledger, auth, telemetry } = ctx;
   app.get<{ Params: { channel: string }; Querystring: { limit?: string; before?: string } }>(
     '/v1/channels/:channel/rounds',
     {
@@ -76,20 +79,18 @@ export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHisto
         refuseWatchToken(credential);
         let viewer: { tenantId: string; viewer: string } | undefined;
         if (credential !== null && isApiKey(credential)) {
-          const tenant = await tenantOf(req, store);
-          const ch = await store.channels.get(channel);
-          if (!ch) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
-          if (ch.tenantId !== tenant.id) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
+          await tenantChannel(store, (await tenantOf(req, store)).id, channel);
         } else {
           viewer = await auth.crowd(channel, credential);
         }
         const page = await store.rounds.listRecent(channel, { limit, ...(before ? { before } : {}) });
         const rounds = page.rows.map(summary);
-        if (viewer) {
-          const mine = await store.rounds.viewerResults(
+        if (viewer && ledger) {
+          const mine = await ledger.viewerRoundFlows(
             viewer.tenantId,
             viewer.viewer,
             page.rows.map((r) => r.uid),
+            [TransferKinds.stake, TransferKinds.buy],
           );
           page.rows.forEach((r, i) => {
             const m = mine.get(r.uid);

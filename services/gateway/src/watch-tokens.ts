@@ -14,14 +14,14 @@
  * (`watch.revoked`); each gateway also re-reads its open watch sockets' tokens every WATCH_TOKEN_RECHECK_MS (a lost
  * message, an expiry), so a revoked token's sockets close within that.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
-import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import type { FastifyInstance } from 'fastify';
+import { CHANNEL_ID_RE, CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import { isWatchToken, type Store, type WatchToken } from '@crowdplay/store';
 import type { Logger, Telemetry } from '@crowdplay/telemetry';
 import type { Conn } from './connection.ts';
-import { missingCredentialsMessage, tenantOf } from './api-auth.ts';
+import { fail, tenantChannel, tenantOf } from './api-auth.ts';
 
 /** Largest page of GET /v1/watch-tokens. */
 export const WATCH_TOKEN_PAGE_MAX = 100;
@@ -52,27 +52,6 @@ function shown(t: WatchToken, now = Date.now()): Record<string, unknown> {
   };
 }
 
-function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry): FastifyReply {
-  if (isCrowdplayError(err)) {
-    if (err.httpStatus < 500) telemetry.refusals.refuse('watch', err.code);
-    const message = err.code === 'CP_ERR_AUTH_MISSING' ? missingCredentialsMessage(reply.request, 'tenant API key') : err.message;
-    return reply.status(err.httpStatus).send({ code: err.code, message });
-  }
-  telemetry.logger.error({ err }, 'watch token request failed');
-  return reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
-}
-
-/**
- * Checks that `channel` is a channel of `tenantId`.
- * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_CHANNEL_UNKNOWN, CP_ERR_AUTH_FORBIDDEN_CHANNEL
- */
-async function ownChannel(store: Store, tenantId: string, channel: string): Promise<void> {
-  if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-  const row = await store.channels.get(channel);
-  if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
-  if (row.tenantId !== tenantId) throw new CrowdplayError('CP_ERR_AUTH_FORBIDDEN_CHANNEL', [channel]);
-}
-
 /** Registers the watch-token routes on `app` (module comment). */
 export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRoutesContext): void {
   const { config, store, telemetry } = ctx;
@@ -100,7 +79,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
       try {
         const tenant = await tenantOf(req, store);
         const { channel, ttlS = defaultTtlS, label = '' } = req.body;
-        await ownChannel(store, tenant.id, channel);
+        await tenantChannel(store, tenant.id, channel);
         const max = config.gateway.watchTokenMaxPerChannel;
         if ((await store.watchTokens.countLive(tenant.id, channel)) >= max)
           throw new CrowdplayError('CP_ERR_WATCH_TOO_MANY', [channel, max]);
@@ -108,7 +87,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
         const { state: _state, revokedAt: _revokedAt, ...fields } = shown(row);
         return reply.status(201).send({ ...fields, token });
       } catch (err) {
-        return fail(reply, err, telemetry);
+        return fail(reply, err, telemetry, 'watch', 'tenant API key');
       }
     },
   );
@@ -134,7 +113,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
         const { channel, after } = req.query;
         const limit = req.query.limit === undefined ? WATCH_TOKEN_PAGE_MAX : Number(req.query.limit);
         if (limit > WATCH_TOKEN_PAGE_MAX) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`limit must be 1–${WATCH_TOKEN_PAGE_MAX}`]);
-        if (channel !== undefined) await ownChannel(store, tenant.id, channel);
+        if (channel !== undefined) await tenantChannel(store, tenant.id, channel);
         // One more than the page: whether there is a next one.
         const rows = await store.watchTokens.list(tenant.id, {
           ...(channel !== undefined ? { channel } : {}),
@@ -145,7 +124,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
         const now = Date.now();
         return { tokens: page.map((t) => shown(t, now)), next: rows.length > limit ? page.at(-1)!.id : null };
       } catch (err) {
-        return fail(reply, err, telemetry);
+        return fail(reply, err, telemetry, 'watch', 'tenant API key');
       }
     },
   );
@@ -161,7 +140,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
       ctx.onRevoked(row.id);
       return { id: row.id, channel: row.channel, revokedAt: row.revokedAt?.toISOString() ?? null };
     } catch (err) {
-      return fail(reply, err, telemetry);
+      return fail(reply, err, telemetry, 'watch', 'tenant API key');
     }
   });
 }
