@@ -18,6 +18,7 @@ import { SequencerService } from '@crowdplay/sequencer';
 import { PgDb, type Store } from '@crowdplay/store';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { startBoardRenderer } from '@crowdplay/board-renderer';
+import { isTelegramChannelId } from '@crowdplay/telegram';
 import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
 import { startTelegramSender } from '@crowdplay/telegram-sender';
 
@@ -165,7 +166,7 @@ export async function startServices(
         ledger: parts.ledger,
         gameFor: (c) =>
           // A Telegram chat's channel (`tg<id>`, `tgn<id>` for a group) plays the word puzzle.
-          /^tgn?\d+$/.test(c)
+          isTelegramChannelId(c)
             ? wordPuzzle({ periodMs: config.puzzle.periodMs, ...fiveLetterWords(), key: config.puzzle.secret })
             : demo && c === DEMO_CHANNEL
               ? tugOfWar({
