@@ -186,6 +186,7 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     }
     if ((err as { code?: string }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       const type = String(req.headers['content-type'] ?? 'none').slice(0, 100);
+      telemetry.refusals.refuse('http', 'CP_ERR_PROTO_INVALID', { url: req.routeOptions.url, why: 'content type' });
       return reply
         .status(415)
         .send({ code: 'CP_ERR_PROTO_INVALID', message: `send the body as JSON (Content-Type: application/json), not ${type}` });
@@ -193,6 +194,8 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     if (status >= 400 && status < 500) {
       const code: ErrorCode =
         (err as { code?: string }).code === 'FST_ERR_CTP_INVALID_JSON_BODY' ? 'CP_ERR_PROTO_MALFORMED' : 'CP_ERR_PROTO_INVALID';
+      // A route's schema is where its bounds live (a grant's points, a watch token's ttlS, …): a refusal by it is counted.
+      telemetry.refusals.refuse('http', code, { url: req.routeOptions.url });
       return reply.status(status).send({
         code,
         message:

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Ledger } from '@crowdplay/ledger';
 import { MAX_POINTS } from '@crowdplay/protocol';
 import { createTelemetry } from '@crowdplay/telemetry';
-import { openSuiteStore, startHarness, viewerToken, type Harness, type SuiteStore } from './helpers.ts';
+import { metricValue, openSuiteStore, startHarness, viewerToken, type Harness, type SuiteStore } from './helpers.ts';
 
 describe('gateway funding', () => {
   let suite: SuiteStore;
@@ -65,11 +65,17 @@ describe('gateway funding', () => {
       { viewer: 'bob', points: 5, id: 'has space' },
       { viewer: 'bob', points: 5, id: 'g', extra: 1 },
     ];
+    const refusedBefore = metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_INVALID' });
     for (const body of bad) {
       const r = await grant(body);
       assert.equal(r.statusCode, 400, `${JSON.stringify(body)} → ${r.body}`);
       assert.equal((r.json() as { code: string }).code, 'CP_ERR_PROTO_INVALID');
     }
+    assert.equal(
+      metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_INVALID' }) - refusedBefore,
+      bad.length,
+      'every body its schema refuses is counted (a grant over MAX_GRANT_POINTS among them)',
+    );
     const form = await h.gateway.app.inject({
       method: 'POST',
       url: '/v1/grants',
