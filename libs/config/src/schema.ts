@@ -299,6 +299,7 @@ export const schema = {
       min: 60,
       unit: 's',
       doc: 'Lifetime of a watch token minted without ttlS (capped at WATCH_TOKEN_MAX_TTL_S).',
+      why: 'An overlay sits in a streamer\'s OBS scene for months: a year outlives a season without asking for a new URL, and revocation, not expiry, is how a leaked one is ended.',
     }),
     watchTokenMaxTtlS: int({
       env: 'WATCH_TOKEN_MAX_TTL_S',
@@ -306,6 +307,7 @@ export const schema = {
       min: 60,
       unit: 's',
       doc: 'Longest lifetime a watch token may be minted with; a larger ttlS is refused with CP_ERR_PROTO_INVALID.',
+      why: 'Ten years: a bound against a typo (a ttlS in ms), not a policy; a watch token only watches and can be revoked at any time.',
     }),
     watchTokenMaxPerChannel: int({
       env: 'WATCH_TOKEN_MAX_PER_CHANNEL',
@@ -313,6 +315,7 @@ export const schema = {
       min: 1,
       unit: 'count',
       doc: 'Live (not revoked, not expired) watch tokens one channel may have; minting one more is refused with CP_ERR_WATCH_TOO_MANY.',
+      why: 'Not measured: a channel has a handful of overlays (scenes, co-streamers); 100 bounds the rows and the re-check a runaway script can create, far above any real use.',
     }),
     watchTokenRecheckMs: int({
       env: 'WATCH_TOKEN_RECHECK_MS',
@@ -320,6 +323,7 @@ export const schema = {
       min: 100,
       unit: 'ms',
       doc: "How often a gateway re-reads its open watch sockets' tokens, closing revoked and expired ones (the backstop of the revocation message).",
+      why: 'A revoked overlay closes within seconds even when the bus drops the revocation (the embedding guide says so); 2 s costs one indexed query per gateway per interval, and only while it holds a watch socket.',
     }),
     shutdownMs: int({
       env: 'SHUTDOWN_DEADLINE_MS',
