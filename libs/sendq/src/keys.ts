@@ -120,8 +120,8 @@ export function boardBudgetKey(prefix: string): string {
 }
 
 /**
- * The render queue's keys under `prefix`: a chat's render state, the set of chats queued, and BullMQ's prefix and
- * queue name.
+ * The render queue's keys under `prefix`: a chat's render state, the set of chats queued, BullMQ's prefix and
+ * queue name, and the pub/sub channel of board ends (what became of each board handed to the send queue).
  * @throws RangeError on a bad prefix (see {@link keyBase})
  */
 export function renderQueueKeys(prefix: string = DEFAULT_RENDER_PREFIX): {
@@ -130,7 +130,8 @@ export function renderQueueKeys(prefix: string = DEFAULT_RENDER_PREFIX): {
   queued: string;
   bullPrefix: string;
   queueName: string;
+  ends: string;
 } {
   const base = keyBase(prefix);
-  return { base, chat: (id) => `${base}:c:${id}`, queued: `${base}:queued`, bullPrefix: base, queueName: 'r' };
+  return { base, chat: (id) => `${base}:c:${id}`, queued: `${base}:queued`, bullPrefix: base, queueName: 'r', ends: `${base}:ends` };
 }

@@ -896,6 +896,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_board_ends_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Board ends (what became of each board handed to the send queue) published by render workers, heard by gateways, or dropped as malformed, over Redis',
+    labels: { way: ['published', 'heard', 'malformed'] },
+  },
+  {
     name: 'crowdplay_board_latest_total',
     type: 'counter',
     unit: '1',

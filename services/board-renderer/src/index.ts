@@ -1,3 +1,4 @@
+export * from './board-ends.ts';
 export * from './render-queue.ts';
 export { BullmqRenderQueue, STALE_MS, type BullmqRenderQueueOptions } from './render-queue-bullmq.ts';
 export * from './render-queue-open.ts';

@@ -10,6 +10,7 @@ import type { EnqueueResult } from '@crowdplay/sendq';
 import type { TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { QueuePrefixes } from '@crowdplay/telegram-sender';
+import { LocalBoardEnds, RedisBoardEnds, type BoardEnds } from './board-ends.ts';
 import { openRenderQueue } from './render-queue-open.ts';
 import type { RenderQueue } from './render-queue.ts';
 
@@ -27,6 +28,22 @@ export function openRenders(config: Config, telemetry: Telemetry, prefixes: Queu
     metrics: telemetry.metrics,
     refusals: telemetry.refusals,
     onError: (err, context) => telemetry.logger.error({ err, context }, 'board render queue error'),
+  });
+}
+
+/**
+ * Where board ends travel (board-ends.ts): over Redis under BOARD_RENDER_PREFIX with REDIS_URL (render workers and
+ * the gateways holding the chats may be different processes), within this process without.
+ * @param prefixes.render its Redis key prefix (tests) @defaultValue BOARD_RENDER_PREFIX
+ * @throws the ioredis error when Redis is unreachable
+ */
+export async function openBoardEnds(config: Config, telemetry: Telemetry, prefixes: QueuePrefixes = {}): Promise<BoardEnds> {
+  if (!config.redis.url) return new LocalBoardEnds();
+  return RedisBoardEnds.open({
+    redisUrl: config.redis.url,
+    prefix: prefixes.render ?? config.board.renderPrefix,
+    metrics: telemetry.metrics,
+    onError: (err, context) => telemetry.logger.error({ err, context }, 'board ends error'),
   });
 }
 

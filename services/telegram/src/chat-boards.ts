@@ -18,10 +18,10 @@ import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson, encodeJson } from '@crowdplay/bus';
 import type { Board, Card, Square } from '@crowdplay/board';
 import type { ChannelUpdate } from '@crowdplay/protocol';
-import type { EnqueueResult, JobResult } from '@crowdplay/sendq';
+import type { EnqueueResult } from '@crowdplay/sendq';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
-import type { RenderQueue } from '@crowdplay/board-renderer';
+import type { BoardEnd, RenderQueue } from '@crowdplay/board-renderer';
 import type { BoardBudget, RefreshScheduler } from './scheduler.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
@@ -408,13 +408,14 @@ export class ChatBoards {
     const w = this.chats.get(chatId);
     if (!w) return;
     if (r.status === 'refused') {
-      if (r.reason === 'deactivated') this.deactivated(chatId);
-      else this.d.scheduler.undelivered(chatId, version);
+      this.heard({ chatId, version, outcome: r.reason === 'deactivated' ? 'deactivated' : 'refused' });
       return;
     }
-    this.rendered(chatId, version);
-    this.d.scheduler.queuedForSend(chatId, version);
-    void r.result.then((res) => this.settled(chatId, w, version, res));
+    this.heard({ chatId, version, outcome: 'queued' });
+    // Stopped or moved since: what became of the board concerns no board here.
+    void r.result.then((res) => {
+      if (this.chats.get(chatId) === w) this.heard({ chatId, version, outcome: res.status });
+    });
   }
 
   /**
@@ -422,23 +423,35 @@ export class ChatBoards {
    * the chat is due again at the next pass. Nothing for a chat this process does not hold.
    */
   notHandedOn(chatId: number, version: number): void {
-    if (this.chats.has(chatId)) this.d.scheduler.undelivered(chatId, version);
+    this.heard({ chatId, version, outcome: 'not-handed-on' });
   }
 
-  private settled(chatId: number, w: Watched, version: number, res: JobResult): void {
-    // Stopped or moved since: what became of the board concerns no board here.
-    if (this.chats.get(chatId) !== w) return;
-    switch (res.status) {
+  /**
+   * What became of a board of chat `chatId` (here, or reported by a render worker in another process: board-renderer
+   * `BoardEnds`): `queued` is {@link rendered} and a newer board replaces it on the send queue; `sent` tells the
+   * scheduler it is shown; `superseded` nothing (the newer one's end decides); `deactivated` and `purged` stop the
+   * chat's board; `refused`, `failed`, `dropped` and `not-handed-on` make the chat due again. Nothing for a chat this
+   * process does not hold.
+   */
+  heard(end: BoardEnd): void {
+    const { chatId, version } = end;
+    if (!this.chats.has(chatId)) return;
+    switch (end.outcome) {
+      case 'queued':
+        this.rendered(chatId, version);
+        this.d.scheduler.queuedForSend(chatId, version);
+        return;
       case 'sent':
         this.d.scheduler.delivered(chatId, version);
         return;
       case 'superseded':
-        // A newer board of the chat replaced it in the queue: that one's end decides.
         return;
-      case 'purged':
       case 'deactivated':
+      case 'purged':
         this.deactivated(chatId);
         return;
+      case 'refused':
+      case 'not-handed-on':
       case 'dropped':
       case 'failed':
         this.d.scheduler.undelivered(chatId, version);

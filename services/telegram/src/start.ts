@@ -10,7 +10,7 @@
 import { hostname } from 'node:os';
 import type { Bus, Subjects } from '@crowdplay/bus';
 import { renderCost, type RenderPool, type RenderPoolOptions } from '@crowdplay/board';
-import { newRenderPool, openRenders, startRenderWorker, type RenderQueue } from '@crowdplay/board-renderer';
+import { newRenderPool, openBoardEnds, openRenders, publishingHooks, startRenderWorker, type RenderQueue } from '@crowdplay/board-renderer';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { SendQueue } from '@crowdplay/sendq';
@@ -31,9 +31,9 @@ export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'up
 export const GROUP_MIN_INTERVAL_MS = 3_000;
 
 /**
- * In one process (no REDIS_URL), a board handed on and not known delivered or undelivered after this long is
- * handed on again (an end not heard), ms. Generous: a board waiting in a backlog is
- * only superseded by the new one.
+ * A board handed on and not known delivered or undelivered after this long is handed on again (an end not heard:
+ * in the cluster ends travel over Redis pub/sub, which may drop them), ms. Generous: a board waiting in a backlog
+ * is only superseded by the new one.
  */
 export const BOARD_CONFIRM_TIMEOUT_MS = 60_000;
 
@@ -106,7 +106,8 @@ export async function startTelegram(deps: {
   // render threads keeps the photos as Telegram serves them).
   // Without REDIS_URL every board's end is seen here (in-process render and send queues): a board that was not
   // delivered goes back to the scheduler, which hands it on again, instead of waiting in the queue's retries.
-  // In the cluster a board may be rendered and sent in other processes: the queue keeps retrying it.
+  // In the cluster a board may be rendered and sent in other processes: the queue retries it, and its end reaches
+  // the gateway holding the chat over Redis (board ends) once the retries are over.
   const oneProcess = !config.redis.url;
   const { queue, client } = await openBot(config, telemetry, deps.prefixes, pool ? (bytes) => pool.thumbnail(bytes) : undefined, {
     // A chat that stopped accepting the bot stops its board here (no more renders for it).
@@ -115,19 +116,11 @@ export async function startTelegram(deps: {
   });
   if (deps.send !== false) queue.start(client.sender());
   const renders = await openRenders(config, telemetry, deps.prefixes);
-  // Each board's send-queue answer tells this gateway's scheduler: late binding (drawn newer than handed on),
-  // delivered or not, or the chat deactivated.
-  if (pool)
-    startRenderWorker(
-      renders,
-      pool,
-      client,
-      {
-        onQueued: (chatId, version, r) => boardsHere?.queued(chatId, version, r),
-        onFailed: (chatId, version) => boardsHere?.notHandedOn(chatId, version),
-      },
-      config.board.renderJobsInFlight,
-    );
+  // What became of each board (late binding, delivered or not, the chat deactivated) reaches the gateway that holds
+  // its chat: this one directly in one process, any one over Redis in the cluster.
+  const ends = await openBoardEnds(config, telemetry, deps.prefixes);
+  ends.subscribe((end) => boardsHere?.heard(end));
+  if (pool) startRenderWorker(renders, pool, client, publishingHooks(ends), config.board.renderJobsInFlight);
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
@@ -137,7 +130,8 @@ export async function startTelegram(deps: {
     // The send budget is a floor: boards also take the slots replies leave idle, kept BOARD_SEND_AHEAD_MS ahead.
     aheadMs: config.board.sendAheadMs,
     botRatePerS: t.botRatePerS,
-    confirmTimeoutMs: oneProcess ? BOARD_CONFIRM_TIMEOUT_MS : 0,
+    // A board whose end is never heard (pub/sub delivers at most once) is handed on again.
+    confirmTimeoutMs: BOARD_CONFIRM_TIMEOUT_MS,
   });
   // With REDIS_URL the send and render budgets are the bot's, shared by every gateway (docs/telegram.md).
   const budget = config.redis.url
@@ -206,6 +200,7 @@ export async function startTelegram(deps: {
       await renders.close();
       await pool?.close();
       await queue.close(5_000);
+      await ends.close();
     },
   };
 }
