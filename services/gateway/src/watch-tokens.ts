@@ -15,7 +15,7 @@
  * message, an expiry), so a revoked token's sockets close within that.
  */
 import type { FastifyInstance } from 'fastify';
-import { CHANNEL_ID_RE, CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
+import { CHANNEL_ID_RE, CrowdplayError, labelProblem, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import { isWatchToken, type Store, type WatchToken } from '@crowdplay/store';
@@ -25,7 +25,7 @@ import { fail, tenantChannel, tenantOf } from './api-auth.ts';
 
 /** Largest page of GET /v1/watch-tokens. */
 export const WATCH_TOKEN_PAGE_MAX = 100;
-/** Longest label, characters. */
+/** Longest label, code points (also refused: blank, invisible, control or bidi-override characters: labelProblem). */
 export const WATCH_TOKEN_LABEL_MAX = 100;
 /** A token id as minted (`wt_` + base64url). */
 const WATCH_ID_RE = /^wt_[A-Za-z0-9_-]{1,64}$/;
@@ -79,6 +79,9 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
       try {
         const tenant = await tenantOf(req, store);
         const { channel, ttlS = defaultTtlS, label = '' } = req.body;
+        // A label is shown to the tenant as text: the rules of round and action labels (no bidi overrides, not blank).
+        const why = label === '' ? undefined : labelProblem(label, WATCH_TOKEN_LABEL_MAX);
+        if (why) throw new CrowdplayError('CP_ERR_LABEL_INVALID', ['/label', why]);
         await tenantChannel(store, tenant.id, channel);
         const max = config.gateway.watchTokenMaxPerChannel;
         if ((await store.watchTokens.countLive(tenant.id, channel)) >= max)

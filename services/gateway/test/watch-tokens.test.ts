@@ -130,6 +130,22 @@ describe('gateway watch tokens', () => {
         code: 'CP_ERR_AUTH_FORBIDDEN_CHANNEL',
       },
       {
+        name: 'a label with a bidi override',
+        method: 'POST',
+        url: '/v1/watch-tokens',
+        body: { channel: 'room1', label: 'OBS \u202Eenecs' },
+        status: 400,
+        code: 'CP_ERR_LABEL_INVALID',
+      },
+      {
+        name: 'a blank label',
+        method: 'POST',
+        url: '/v1/watch-tokens',
+        body: { channel: 'room1', label: ' \u200B ' },
+        status: 400,
+        code: 'CP_ERR_LABEL_INVALID',
+      },
+      {
         name: 'ttlS 0',
         method: 'POST',
         url: '/v1/watch-tokens',
