@@ -133,7 +133,14 @@ export class Ownership {
           ready.map(async (i) => {
             const { channel, epoch } = items[i]!;
             try {
-              const o = await this.start1(channel, epoch, rows.get(channel)!.tenantId, snaps.get(channel), rounds.get(channel) ?? [], committed);
+              const o = await this.start1(
+                channel,
+                epoch,
+                rows.get(channel)!.tenantId,
+                snaps.get(channel),
+                rounds.get(channel) ?? [],
+                committed,
+              );
               return { i, o, last: lastBatches.get(channel) };
             } catch (err) {
               refuse(i, isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE', String(err));
@@ -277,6 +284,7 @@ export class Ownership {
     await this.ticker.tickSettled();
     const results: AcquireResult[] = [];
     const leaving: Owned[] = [];
+    const seen = new Set<Owned>();
     for (const channel of channels) {
       const o = this.s.owned.get(channel);
       if (o && ifIdle && (o.rounds?.unfinished ?? 0) > 0) {
@@ -284,8 +292,9 @@ export class Ownership {
         continue;
       }
       results.push({ channel, ok: true });
-      if (!o || leaving.includes(o)) continue;
+      if (!o || seen.has(o)) continue;
       this.s.stopServing(o);
+      seen.add(o);
       leaving.push(o);
     }
     if (leaving.length === 0) return results;
@@ -362,7 +371,12 @@ export class Ownership {
         } catch (err) {
           o.moving = false;
           o.rounds?.resumeServing();
-          failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
+          failed.set(o.rt.id, {
+            channel: o.rt.id,
+            ok: false,
+            code: isCrowdplayError(err) ? err.code : 'CP_ERR_CHANNEL_UNAVAILABLE',
+            message: String(err),
+          });
         }
       }),
     );
@@ -400,7 +414,11 @@ export class Ownership {
       const tTicks = performance.now();
       await this.saveSnapshotsOf(leaving);
       await this.s.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.s.id, epoch: o.epoch })));
-      const ms = { roundsMs: Math.round(tRounds - t0), ticksMs: Math.round(tTicks - tRounds), releaseMs: Math.round(performance.now() - tTicks) };
+      const ms = {
+        roundsMs: Math.round(tRounds - t0),
+        ticksMs: Math.round(tTicks - tRounds),
+        releaseMs: Math.round(performance.now() - tTicks),
+      };
       this.s.deps.telemetry.logger.info(
         leaving.length === 1 ? { channel: leaving[0]!.rt.id, epoch: leaving[0]!.epoch, ...ms } : { channels: leaving.length, ...ms },
         leaving.length === 1 ? 'channel handed off' : 'channels handed off',

@@ -8,6 +8,7 @@
  */
 import { decodeJson, encodeJson, hedgedRequest, type BusMessage, type Subscription } from '@crowdplay/bus';
 import {
+  CONTROL_BATCH_MAX,
   CONTROL_VERSION,
   CrowdplayError,
   decodeAssignments,
@@ -418,8 +419,15 @@ export class Shard {
     await this.ticker.tickSettled(); // a tick in flight would make this one a no-op
     await this.ticker.tick();
     for (const o of this.s.owned.values()) if (o.rt.dirty) this.updates.sendUpdate(o);
-    for (const ch of [...this.s.owned.keys()])
-      await this.release(ch).catch((err: unknown) => this.s.deps.telemetry.logger.error({ err, channel: ch }, 'release failed'));
+    // What no shard took is released in batches: one snapshot statement, one owner statement and one assignments
+    // message per CONTROL_BATCH_MAX channels, not one each (thousands of channels when the whole cluster stops).
+    const left = [...this.s.owned.keys()];
+    for (let i = 0; i < left.length; i += CONTROL_BATCH_MAX) {
+      const chunk = left.slice(i, i + CONTROL_BATCH_MAX);
+      await this.releaseMany(chunk, false).catch((err: unknown) =>
+        this.s.deps.telemetry.logger.error({ err, channels: chunk.length, first: chunk[0] }, 'release failed'),
+      );
+    }
     await this.close();
   }
 
