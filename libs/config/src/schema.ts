@@ -38,9 +38,10 @@ export const schema = {
     embedOrigins: str({
       env: 'EMBED_ORIGINS',
       default: '',
-      pattern: /^$|^https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?([\s,]+https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?)*$/,
+      pattern:
+        /^$|^https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?([\s,]+https?:\/\/(\*\.)?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:\d{1,5})?)*$/,
       patternDoc: 'origins like https://example.com[:port] (a leading *. allowed), separated by commas',
-      doc: 'Origins whose pages may frame the viewer page and the overlay (CSP frame-ancestors), separated by commas; empty: the gateway\'s own origin only.',
+      doc: "Origins whose pages may frame the viewer page and the overlay (CSP frame-ancestors), separated by commas; empty: the gateway's own origin only.",
     }),
     metricsOnPort: bool({
       env: 'METRICS_ON_PORT',
@@ -270,7 +271,7 @@ export const schema = {
       max: 60_000,
       unit: 'ms',
       doc: "A game's declare or state refused as retryable (its channel moving) is sent again until this long after the gateway got it, then refused (0: no retry).",
-      why: "The game SDK retries round requests for 10 s (its retryDeadlineMs); declare and state carry no answer the game could retry on, so the gateway gives them the same window.",
+      why: 'The game SDK retries round requests for 10 s (its retryDeadlineMs); declare and state carry no answer the game could retry on, so the gateway gives them the same window.',
     }),
     pingIntervalMs: int({
       env: 'WS_PING_INTERVAL_MS',
@@ -299,7 +300,7 @@ export const schema = {
       min: 60,
       unit: 's',
       doc: 'Lifetime of a watch token minted without ttlS (capped at WATCH_TOKEN_MAX_TTL_S).',
-      why: 'An overlay sits in a streamer\'s OBS scene for months: a year outlives a season without asking for a new URL, and revocation, not expiry, is how a leaked one is ended.',
+      why: "An overlay sits in a streamer's OBS scene for months: a year outlives a season without asking for a new URL, and revocation, not expiry, is how a leaked one is ended.",
     }),
     watchTokenMaxTtlS: int({
       env: 'WATCH_TOKEN_MAX_TTL_S',
@@ -356,7 +357,7 @@ export const schema = {
       min: 0,
       unit: 'per second',
       doc: "A tenant's intents per second per gateway (token bucket, burst one second's worth); over it an intent's ack is refused with CP_ERR_TENANT_QUOTA.",
-      why: 'Not measured: above the load rigs\' per-gateway intent rates (docs/decisions/0030-tenant-quotas.md).',
+      why: "Not measured: above the load rigs' per-gateway intent rates (docs/decisions/0030-tenant-quotas.md).",
     }),
     grantPointsPerDay: int({
       env: 'TENANT_MAX_GRANT_POINTS_PER_DAY',
@@ -1187,6 +1188,36 @@ export const schema = {
       default: 'dev-puzzle-secret-change-me',
       secret: true,
       doc: 'Keys the sequence of answers (answer n = list[HMAC(secret, n) mod size]) so it cannot be read off the word list; change it for anything public.',
+    }),
+    round: oneOf({
+      env: 'PUZZLE_ROUND',
+      values: ['off', 'pool', 'market'] as const,
+      default: 'off',
+      doc: "The word puzzle's round of the day in every chat (will someone solve it within PUZZLE_ROUND_GUESSES?): off, a pool, or a market.",
+      why: 'Off: a round moves points (welcome grants from the treasury, a market subsidy per chat and day), which the tenant opts into.',
+    }),
+    roundMs: int({
+      env: 'PUZZLE_ROUND_MS',
+      default: 3_600_000,
+      min: 1_000,
+      unit: 'ms',
+      doc: "How long the puzzle's round takes stakes after it opens (cut at the puzzle's end); within it a solve settles it early.",
+      why: 'Not measured: an hour gives a group time to gather and stake while most of the day is left for the answer to come in.',
+    }),
+    roundGuesses: int({
+      env: 'PUZZLE_ROUND_GUESSES',
+      default: 4,
+      min: 1,
+      max: 6,
+      unit: 'count',
+      doc: 'The puzzle round is won by "yes" when a player solves the word in at most this many guesses before betting closes.',
+    }),
+    welcomeGrant: int({
+      env: 'PUZZLE_WELCOME_GRANT',
+      default: 100,
+      min: 0,
+      unit: 'points',
+      doc: "Points a player gets from the tenant's treasury on first joining a chat when PUZZLE_ROUND is on (once per chat and player).",
     }),
   },
 } as const;

@@ -10,7 +10,7 @@ import type { HelperThreads } from './threads.ts';
 import { connectBus, connectStore } from './connect.ts';
 import type { ProcessStartSettings } from './allocator.ts';
 import type { Config } from '@crowdplay/config';
-import { Shard, fiveLetterWords, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
+import { Shard, fiveLetterWords, puzzleRound, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
 import { CachingRouter, LeasedRouter, RouterClient, type Router } from '@crowdplay/router';
@@ -167,7 +167,7 @@ export async function startServices(
         gameFor: (c) =>
           // A Telegram chat's channel (`tg<id>`, `tgn<id>` for a group) plays the word puzzle.
           isTelegramChannelId(c)
-            ? wordPuzzle({ periodMs: config.puzzle.periodMs, ...fiveLetterWords(), key: config.puzzle.secret })
+            ? wordPuzzle({ periodMs: config.puzzle.periodMs, ...fiveLetterWords(), key: config.puzzle.secret, ...puzzleRound(config) })
             : demo && c === DEMO_CHANNEL
               ? tugOfWar({
                   maxPerTick: config.engine.defaultMaxPerTick,

@@ -6,3 +6,4 @@ export * from './games/game-module.ts';
 export * from './games/tug-of-war.ts';
 export * from './games/word-puzzle.ts';
 export * from './games/words.ts';
+export * from './games/puzzle-round.ts';

@@ -18,6 +18,7 @@
 import { createHmac } from 'node:crypto';
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { AbsorbResult, GameModule } from './game-module.ts';
+import { puzzleRoundStep, type PuzzleRoundOptions } from './puzzle-round.ts';
 
 /** Letters in a word. */
 export const WORD_LENGTH = 5;
@@ -129,6 +130,10 @@ export interface WordPuzzleOptions {
   key: string;
   /** Clock for `init` (ms since epoch; the shard's clock drives the rest). @defaultValue Date.now */
   now?: () => number;
+  /** The round of the day (puzzle-round.ts); absent: the puzzle opens no rounds. */
+  round?: PuzzleRoundOptions;
+  /** Points each player is granted on first joining the chat (0 = none; only useful with `round`). */
+  welcomeGrant?: number;
 }
 
 /** The broadcast state: the puzzle number and every player's marks (colours only, never letters). */
@@ -142,17 +147,29 @@ export interface WordPuzzleState extends Record<string, unknown> {
  * frames are scored at once (the ack carries the marks), the state (puzzle
  * number and every player's marks) is broadcast on change, and the puzzle
  * rolls over at each period boundary (a player's game of the previous puzzle
- * is then over).
+ * is then over). With `round`, it also opens and settles one round per
+ * puzzle (puzzle-round.ts) and grants `welcomeGrant` points to each new player.
  */
 export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
   let current: ChatPuzzle | null = null;
   let sentVersion = -1;
   let sentNumber = -1;
+  /** When a player first solved the current puzzle within the round's guesses (ms since epoch; 0 = before this game held the chat). */
+  let firstSolveAt: number | null = null;
+  const quick = (g: PlayerGame): boolean => opts.round !== undefined && g.solved && g.marks.length <= opts.round.guesses;
   const at = (nowMs: number): ChatPuzzle => {
     const n = puzzleNumber(nowMs, opts.periodMs);
-    if (current?.number !== n) current = new ChatPuzzle(n, answerFor(n, opts.answers, opts.key), opts.dictionary);
+    if (current?.number !== n) {
+      current = new ChatPuzzle(n, answerFor(n, opts.answers, opts.key), opts.dictionary);
+      firstSolveAt = null;
+    }
     return current;
   };
+  /** Players restored or absorbed: a quick solve among them counts as made before any deadline. */
+  const noteRestored = (p: ChatPuzzle): void => {
+    if (firstSolveAt === null && [...p.players.values()].some(quick)) firstSolveAt = 0;
+  };
+  const step = opts.round ? puzzleRoundStep(opts.round) : null;
   const state = (p: ChatPuzzle): WordPuzzleState => ({
     puzzle: p.number,
     players: Object.fromEntries(
@@ -161,16 +178,29 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
   });
   return {
     name: 'word-puzzle',
+    welcomeGrant: opts.welcomeGrant ?? 0,
     actions: () => [],
     init(restored) {
       const p = at((opts.now ?? Date.now)());
       for (const [v, g] of playersOf(restored, p.number) ?? []) p.players.set(v, g);
+      noteRestored(p);
       sentVersion = p.version;
       sentNumber = p.number;
       return state(p);
     },
     onBatch: () => null,
-    guess: (viewer, word, nowMs, name) => at(nowMs).guess(viewer, word, name),
+    guess(viewer, word, nowMs, name) {
+      const p = at(nowMs);
+      const r = p.guess(viewer, word, name);
+      if (firstSolveAt === null && quick(p.players.get(viewer)!)) firstSolveAt = nowMs;
+      return r;
+    },
+    rounds: step
+      ? (nowMs, rounds) => {
+          const p = at(nowMs);
+          return step(nowMs, rounds, { number: p.number, endsAt: (p.number + 1) * opts.periodMs, firstSolveAt });
+        }
+      : undefined,
     tick(nowMs) {
       const p = at(nowMs);
       if (p.number === sentNumber && p.version === sentVersion) return null;
@@ -194,6 +224,7 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
       }
       if (r.added + r.replaced > 0) {
         // The board's version moves on, so the next tick() sends the merged state too.
+        noteRestored(p);
         p.version++;
         r.state = state(p);
       }
