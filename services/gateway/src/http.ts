@@ -96,6 +96,7 @@ const STATIC: Record<
     fill: fillMiniAppPage,
   },
   [`${MINI_APP_PATH}app.js`]: { file: 'tg/app.js', type: 'text/javascript; charset=utf-8' },
+  [`${MINI_APP_PATH}rounds.js`]: { file: 'tg/rounds.js', type: 'text/javascript; charset=utf-8' },
 };
 
 /**
@@ -156,7 +157,7 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs.
  * - `GET /readyz` → 200 `{ready:true}` when serving, else 503 `{ready:false, state}`.
  * - `GET /metrics` → Prometheus text, only with METRICS_ON_PORT (else the HEALTH_PORT listener serves it).
- * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js` → the word puzzle's Mini App
+ * - `GET /`, `/app.js` → the viewer page (read once, cached); `GET /tg/`, `/tg/app.js`, `/tg/rounds.js` → the word puzzle's Mini App
  *   (its direct link filled in: {@link fillMiniAppPage});
  *   `GET /overlay?channel=C…`, `/overlay.js` → the streamer overlay (its query checked: overlay.ts).
  * - `GET /sdk-viewer.js` → the hosted viewer client: the prebuilt file (SDK_VIEWER_PREBUILT), else libs/sdk-viewer

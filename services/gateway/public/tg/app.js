@@ -3,13 +3,16 @@
 // initData to the gateway, which verifies it and picks the chat from its
 // signed start parameter (docs/telegram.md). Stable ids for browser tests:
 // tg-state, puzzle-number, grid, row-<i>, cell-<i>-<j> (data-mark g/y/.),
-// guess-input, guess-submit, last-error, group-title, share, board-players, player-<viewer>.
+// guess-input, guess-submit, last-error, group-title, share, board-players, player-<viewer>; the round panel's
+// are listed in rounds.js.
 // Telegram's MainButton submits the guess too, and HapticFeedback marks each
 // answer; an older client without them (or no Telegram at all) keeps the
 // page's own form: every Telegram feature is looked up before it is used.
 // The share button opens Telegram's share dialog (openTelegramLink) with the
 // bot's direct link for this chat: the app link the gateway put in the page's
 // <meta name="crowdplay-app-link"> plus this launch's start parameter.
+import { roundsPanel } from './rounds.js';
+
 const $ = (id) => document.getElementById(id);
 // Telegram's API (telegram-web-app.js, loaded by the page); absent outside Telegram or when the script failed.
 const tg = (window.Telegram && window.Telegram.WebApp) || null;
@@ -18,7 +21,8 @@ const COLS = 5;
 const WORD_RE = /^[a-z]{5}$/;
 let ws = null;
 let seq = 0;
-const pending = new Map();
+const pending = new Map(); // guesses in flight, by seq
+const trades = new Map(); // stakes and trades in flight, by seq: { resolve, reject }
 let myViewer = null;
 let puzzle = null;
 let rows = []; // [{ word, marks }]
@@ -178,9 +182,22 @@ function renderBoard(game) {
   }
 }
 
+/** Sends a stake or trade frame; resolves with its ack, rejects when the socket is not open or closes first. */
+function sendTrade(frame) {
+  if (!ws || ws.readyState !== 1) return Promise.reject(new Error('not connected'));
+  const s = ++seq;
+  return new Promise((resolve, reject) => {
+    trades.set(s, { resolve, reject });
+    ws.send(JSON.stringify({ ...frame, seq: s }));
+  });
+}
+
+const panel = roundsPanel($('round-panel'), sendTrade);
+
 function onFrame(f) {
   if (f.t === 'welcome') {
     myViewer = f.viewer;
+    if (typeof f.serverTime === 'number') panel.setServerTime(f.serverTime);
     setState('open');
     updateMainButton();
     showShare();
@@ -197,7 +214,17 @@ function onFrame(f) {
     }
     if (isOver((game.players || {})[myViewer])) finished = true;
     renderBoard(game);
+    panel.render(f.rounds);
     updateMainButton();
+  } else if (f.t === 'balance') {
+    if (typeof f.points === 'number') panel.setBalance(f.points);
+  } else if (f.t === 'roundResult') {
+    panel.result(f);
+    if (f.net !== 0) haptic('notification', f.net > 0 ? 'success' : 'warning');
+  } else if (f.t === 'ack' && trades.has(f.seq)) {
+    const t = trades.get(f.seq);
+    trades.delete(f.seq);
+    t.resolve(f);
   } else if (f.t === 'ack') {
     const p = pending.get(f.seq);
     pending.delete(f.seq);
@@ -239,6 +266,8 @@ function connect() {
   };
   ws.onclose = (ev) => {
     pending.clear(); // never answered now
+    for (const t of trades.values()) t.reject(new Error('connection closed'));
+    trades.clear();
     setState(`closed ${ev.code}`);
     if (ev.reason) showError(ev.reason);
     updateMainButton();
