@@ -7,9 +7,10 @@
  * quantising and deflating every pixel, the rest), and the canvas area follows
  * the cards through `layout()`. PNG bytes follow the cards (names, avatars and
  * guesses are what does not compress; the flat background is nearly free).
- * So: `ms = msBase + msPerMpx × Mpx(cards)` and
- * `bytes = bytesBase + bytesPerCard × min(cards, BOARD_MAX_CARDS)`, with
- * Mpx(cards) = layout(cards).width × height / 10⁶, fitted by least squares
+ * So: `ms = msBase + msPerMpx × Mpx(cards, rounds)` and
+ * `bytes = bytesBase + bytesPerCard × min(cards, BOARD_MAX_CARDS) + bytesPerRound × rounds`, with
+ * Mpx(cards, rounds) = layout(cards, rounds).width × height / 10⁶ (a round
+ * strip is 44 px of the board's width: its time is its area's), fitted by least squares
  * on 1–64-card sample boards with `npm run bench -- render --fit`
  * (docs/board.md has the table and docs/benchmarks/render-fit.json the run).
  */
@@ -29,6 +30,11 @@ export const RENDER_COST_MODEL = {
   bytesBase: 1_970,
   /** PNG bytes per card drawn. */
   bytesPerCard: 1_081,
+  /**
+   * PNG bytes per round strip (two lines of text across the board): the mean of the increase from 0 to 1 and 1 to 2
+   * strips on sample boards of 1 to 64 cards, 1.0–3.9 KB (docs/board.md "Rounds on the board").
+   */
+  bytesPerRound: 2_900,
   /** Where the numbers come from. */
   source: 'npm run bench -- render --fit --json docs/benchmarks/render-fit.json',
 } as const;
@@ -42,16 +48,16 @@ export interface RenderCost {
 }
 
 /**
- * The predicted cost of rendering a board of `cards` cards (see the module
- * comment for the formula and RENDER_COST_MODEL for the numbers).
- * @throws RangeError when `cards` is not a non-negative safe integer (layout)
+ * The predicted cost of rendering a board of `cards` cards and `rounds` round
+ * strips (see the module comment for the formula and RENDER_COST_MODEL for the numbers).
+ * @throws RangeError when `cards` is not a non-negative safe integer or `rounds` not 0 to BOARD_MAX_ROUNDS (layout)
  */
-export function renderCost(cards: number): RenderCost {
-  const l = layout(cards);
+export function renderCost(cards: number, rounds = 0): RenderCost {
+  const l = layout(cards, rounds);
   const m = RENDER_COST_MODEL;
   return {
     ms: m.msBase + (m.msPerMpx * (l.width * l.height)) / 1e6,
-    bytes: Math.round(m.bytesBase + m.bytesPerCard * Math.min(cards, BOARD_MAX_CARDS)),
+    bytes: Math.round(m.bytesBase + m.bytesPerCard * Math.min(cards, BOARD_MAX_CARDS) + m.bytesPerRound * rounds),
   };
 }
 

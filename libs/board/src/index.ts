@@ -2,8 +2,20 @@
  * @crowdplay/board: the live board of a chat game (model, layout, renderer,
  * measured cost model, render pool). docs/board.md.
  */
-export { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type Card, type Square } from './model.ts';
-export { BOARD_MAX_CARDS, GEOMETRY, GRID_H, GRID_W, NAME_W, cardOrigin, layout, type BoardLayout } from './layout.ts';
+export {
+  BOARD_MAX_OUTCOMES,
+  BOARD_MAX_ROUNDS,
+  CARD_ROWS,
+  ROW_SQUARES,
+  validateBoard,
+  type Board,
+  type BoardOutcome,
+  type BoardRound,
+  type Card,
+  type Square,
+} from './model.ts';
+export { roundStripText, type RoundStripText } from './round-strip.ts';
+export { BOARD_MAX_CARDS, GEOMETRY, GRID_H, GRID_W, NAME_W, cardOrigin, layout, roundOrigin, type BoardLayout } from './layout.ts';
 export {
   FONT_STACK,
   adoptFontRegistry,

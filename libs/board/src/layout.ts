@@ -7,6 +7,7 @@
  * ┌──────────────────────────── width ────────────────────────────┐
  * │ MARGIN                                                         │
  * │  title · puzzle                       (HEADER_H)               │
+ * │  round: title, outcomes               (ROUND_H each, 0–2)      │
  * │  ┌ CARD_W ┐ GUTTER ┌────────┐ …  up to MAX_COLS cards a row    │
  * │  │(o) name│        │        │                                  │
  * │  │ ▪▪▪▪▪  │CARD_H  │        │                                  │
@@ -16,7 +17,7 @@
  * └────────────────────────────────────────────────────────────────┘
  * ```
  */
-import { CARD_ROWS, ROW_SQUARES, type Card } from './model.ts';
+import { BOARD_MAX_ROUNDS, CARD_ROWS, ROW_SQUARES, type Card } from './model.ts';
 
 /** Fixed geometry of a board at 1x (px). */
 export const GEOMETRY = {
@@ -48,6 +49,12 @@ export const GEOMETRY = {
   NAME_PX: 13,
   /** Title font size. */
   TITLE_PX: 16,
+  /** Height of one round's strip below the title bar (its box, and the space after it). */
+  ROUND_H: 44,
+  /** Space below a round's box, inside ROUND_H. */
+  ROUND_GAP: 6,
+  /** Round text font size. */
+  ROUND_PX: 13,
 } as const;
 
 /** Most cards drawn on one board (8 columns × 8 rows, 1,136 × 1,492 px); the rest are counted in the title bar as "+N". */
@@ -74,6 +81,8 @@ export interface BoardLayout {
   readonly shown: number;
   /** Cards counted but not drawn (past BOARD_MAX_CARDS). */
   readonly hidden: number;
+  /** Round strips below the title bar. */
+  readonly rounds: number;
 }
 
 /**
@@ -82,15 +91,19 @@ export interface BoardLayout {
  * then `rows = ceil(n / cols)` (landscape, about twice as many columns as
  * rows, as few empty cells as that allows);
  * `width = 2·MARGIN + cols·CARD_W + (cols − 1)·GUTTER`,
- * `height = 2·MARGIN + HEADER_H + rows·CARD_H + (rows − 1)·GUTTER`.
+ * `height = 2·MARGIN + HEADER_H + rounds·ROUND_H + rows·CARD_H + (rows − 1)·GUTTER`.
  * 0 cards is a title-only board one card wide. Examples: 4 cards 4×1 →
- * 576 × 232 px; 10 cards 5×2 → 716 × 412 px; 40 cards 8×5 → 1,136 × 952 px.
+ * 576 × 232 px; 10 cards 5×2 → 716 × 412 px; 40 cards 8×5 → 1,136 × 952 px;
+ * each round strip adds 44 px of height.
  * @param cards the cards, or how many
- * @throws RangeError when a count is not a non-negative safe integer
+ * @param rounds round strips (0 to BOARD_MAX_ROUNDS)
+ * @throws RangeError when a count is not a non-negative safe integer, or rounds is past BOARD_MAX_ROUNDS
  */
-export function layout(cards: number | readonly Card[]): BoardLayout {
+export function layout(cards: number | readonly Card[], rounds = 0): BoardLayout {
   const total = typeof cards === 'number' ? cards : cards.length;
   if (!Number.isSafeInteger(total) || total < 0) throw new RangeError(`card count must be a non-negative integer, got ${total}`);
+  if (!Number.isInteger(rounds) || rounds < 0 || rounds > BOARD_MAX_ROUNDS)
+    throw new RangeError(`round count must be 0 to ${BOARD_MAX_ROUNDS}, got ${rounds}`);
   const n = Math.min(total, BOARD_MAX_CARDS);
   const g = GEOMETRY;
   let rows = Math.max(1, Math.round(Math.sqrt(n / 2)));
@@ -98,11 +111,12 @@ export function layout(cards: number | readonly Card[]): BoardLayout {
   rows = Math.max(1, Math.ceil(n / cols));
   return {
     width: 2 * g.MARGIN + cols * g.CARD_W + (cols - 1) * g.GUTTER,
-    height: 2 * g.MARGIN + g.HEADER_H + rows * g.CARD_H + (rows - 1) * g.GUTTER,
+    height: 2 * g.MARGIN + g.HEADER_H + rounds * g.ROUND_H + rows * g.CARD_H + (rows - 1) * g.GUTTER,
     cols,
     rows,
     shown: n,
     hidden: total - n,
+    rounds,
   };
 }
 
@@ -111,5 +125,10 @@ export function cardOrigin(l: BoardLayout, i: number): { x: number; y: number } 
   const g = GEOMETRY;
   const col = i % l.cols;
   const row = Math.floor(i / l.cols);
-  return { x: g.MARGIN + col * (g.CARD_W + g.GUTTER), y: g.MARGIN + g.HEADER_H + row * (g.CARD_H + g.GUTTER) };
+  return { x: g.MARGIN + col * (g.CARD_W + g.GUTTER), y: g.MARGIN + g.HEADER_H + l.rounds * g.ROUND_H + row * (g.CARD_H + g.GUTTER) };
+}
+
+/** Top-left corner (px) of round strip `i` (0-based) in a layout. */
+export function roundOrigin(i: number): { x: number; y: number } {
+  return { x: GEOMETRY.MARGIN, y: GEOMETRY.MARGIN + GEOMETRY.HEADER_H + i * GEOMETRY.ROUND_H };
 }

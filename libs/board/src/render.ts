@@ -6,8 +6,9 @@
 import { createHash } from 'node:crypto';
 import { createCanvas, Image, type Canvas, type SKRSContext2D } from '@napi-rs/canvas';
 import { FONT_STACK, ensureBoardGlyphs, registerBoardFonts } from './fonts.ts';
-import { GEOMETRY as G, GRID_W, NAME_W, cardOrigin, layout, type BoardLayout } from './layout.ts';
-import { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type Card, type Square } from './model.ts';
+import { GEOMETRY as G, GRID_W, NAME_W, cardOrigin, layout, roundOrigin, type BoardLayout } from './layout.ts';
+import { CARD_ROWS, ROW_SQUARES, validateBoard, type Board, type BoardRound, type Card, type Square } from './model.ts';
+import { roundStripText } from './round-strip.ts';
 import { BOARD_PNG_OPTIONS, encodePng, type PngOptions } from './png.ts';
 
 /** Colours (a light theme: Telegram shows the photo on either chat background). */
@@ -275,6 +276,33 @@ function drawCard(ctx: SKRSContext2D, card: Card, x: number, y: number): void {
   }
 }
 
+/** Draws round strip `i` (its box, the question and state, the figures or the result) at the layout's width `width`. */
+function drawRound(ctx: SKRSContext2D, r: BoardRound, i: number, width: number): void {
+  const { x, y } = roundOrigin(i);
+  const w = width - 2 * G.MARGIN;
+  const h = G.ROUND_H - G.ROUND_GAP;
+  const t = roundStripText(r);
+  ctx.fillStyle = COLOURS.card;
+  ctx.fillRect(x, y, w, h);
+  ctx.save();
+  ctx.beginPath();
+  ctx.rect(x, y, w, h);
+  ctx.clip();
+  ctx.font = `${G.ROUND_PX}px ${FONT_STACK}`;
+  const inner = w - 2 * G.CARD_PAD;
+  const state = cleanText(t.state);
+  const stateW = Math.min(ctx.measureText(state).width, inner / 3);
+  ctx.fillStyle = COLOURS.muted;
+  ctx.direction = 'ltr';
+  ctx.textAlign = 'right';
+  ctx.fillText(fitText(ctx, state, stateW), x + w - G.CARD_PAD, y + h / 4 + 1);
+  ctx.fillStyle = COLOURS.text;
+  drawText(ctx, cleanText(t.title), x + G.CARD_PAD, y + h / 4 + 1, Math.max(0, inner - stateW - 8));
+  ctx.fillStyle = r.state === 'settled' ? COLOURS.green : COLOURS.text;
+  drawText(ctx, cleanText(t.figures), x + G.CARD_PAD, y + (3 * h) / 4, inner);
+  ctx.restore();
+}
+
 /** This thread's canvas of the last size drawn: reused while the size holds (a new surface costs page faults). */
 let lastCanvas: Canvas | null = null;
 
@@ -285,10 +313,12 @@ let lastCanvas: Canvas | null = null;
  */
 export function drawBoard(board: Board, fresh = false): { canvas: Canvas; layout: BoardLayout } {
   validateBoard(board);
-  const l = layout(board.cards);
+  const rounds = board.rounds ?? [];
+  const l = layout(board.cards, rounds.length);
   // The CJK and Hangul font files this board's text needs, registered before any of it is measured.
   ensureBoardGlyphs(board.title);
   ensureBoardGlyphs(board.puzzle);
+  for (const r of rounds) ensureBoardGlyphs([r.title, ...r.outcomes.map((o) => o.label)].join(' '));
   for (let i = 0; i < l.shown; i++) ensureBoardGlyphs(board.cards[i]!.name);
   let canvas: Canvas;
   if (!fresh && lastCanvas !== null && lastCanvas.width === l.width && lastCanvas.height === l.height) canvas = lastCanvas;
@@ -322,6 +352,7 @@ export function drawBoard(board: Board, fresh = false): { canvas: Canvas; layout
   ctx.clip();
   drawText(ctx, cleanText(board.title), G.MARGIN, ty, Math.max(0, innerW - rightW - 12));
   ctx.restore();
+  rounds.forEach((r, i) => drawRound(ctx, r, i, l.width));
   ctx.font = `${G.NAME_PX}px ${FONT_STACK}`;
   for (let i = 0; i < l.shown; i++) {
     const { x, y } = cardOrigin(l, i);

@@ -15,14 +15,14 @@ import {
 } from '../src/index.ts';
 
 test('layout sizes the canvas to the cards (exact, documented geometry)', () => {
-  assert.deepEqual(layout(4), { width: 576, height: 232, cols: 4, rows: 1, shown: 4, hidden: 0 });
-  assert.deepEqual(layout(10), { width: 716, height: 412, cols: 5, rows: 2, shown: 10, hidden: 0 });
-  assert.deepEqual(layout(40), { width: 1136, height: 952, cols: 8, rows: 5, shown: 40, hidden: 0 });
-  assert.deepEqual(layout(64), { width: 1136, height: 1492, cols: 8, rows: 8, shown: 64, hidden: 0 });
-  assert.deepEqual(layout(1), { width: 156, height: 232, cols: 1, rows: 1, shown: 1, hidden: 0 });
-  assert.deepEqual(layout(0), { width: 156, height: 232, cols: 1, rows: 1, shown: 0, hidden: 0 });
-  assert.deepEqual(layout(3), { width: 436, height: 232, cols: 3, rows: 1, shown: 3, hidden: 0 });
-  assert.deepEqual(layout(16), { width: 856, height: 592, cols: 6, rows: 3, shown: 16, hidden: 0 });
+  assert.deepEqual(layout(4), { width: 576, height: 232, cols: 4, rows: 1, shown: 4, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(10), { width: 716, height: 412, cols: 5, rows: 2, shown: 10, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(40), { width: 1136, height: 952, cols: 8, rows: 5, shown: 40, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(64), { width: 1136, height: 1492, cols: 8, rows: 8, shown: 64, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(1), { width: 156, height: 232, cols: 1, rows: 1, shown: 1, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(0), { width: 156, height: 232, cols: 1, rows: 1, shown: 0, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(3), { width: 436, height: 232, cols: 3, rows: 1, shown: 3, hidden: 0, rounds: 0 });
+  assert.deepEqual(layout(16), { width: 856, height: 592, cols: 6, rows: 3, shown: 16, hidden: 0, rounds: 0 });
   // Past the cap: the canvas stops growing, the rest is counted.
   assert.deepEqual(layout(200), { ...layout(64), hidden: 136 });
   assert.equal(BOARD_MAX_CARDS, 64);

@@ -119,7 +119,12 @@ export function encodeBoardJob(board: Board): string {
     if (c.avatar) w.avatar = Buffer.from(c.avatar.buffer, c.avatar.byteOffset, c.avatar.byteLength).toString('base64');
     return w;
   });
-  return JSON.stringify({ title: board.title, puzzle: board.puzzle, cards });
+  return JSON.stringify({ title: board.title, puzzle: board.puzzle, cards, ...roundsOf(board) });
+}
+
+/** A board's rounds as the job carries them (plain JSON), absent when it has none. */
+function roundsOf(board: Board): { rounds?: Board['rounds'] } {
+  return board.rounds && board.rounds.length > 0 ? { rounds: board.rounds } : {};
 }
 
 /**
@@ -139,7 +144,7 @@ export function boardJobBytes(board: Board): number {
     }
     return w;
   });
-  return Buffer.byteLength(JSON.stringify({ title: board.title, puzzle: board.puzzle, cards })) + avatars;
+  return Buffer.byteLength(JSON.stringify({ title: board.title, puzzle: board.puzzle, cards, ...roundsOf(board) })) + avatars;
 }
 
 /**
@@ -147,7 +152,7 @@ export function boardJobBytes(board: Board): number {
  * @throws SyntaxError on bad JSON; TypeError when the result is not a valid board
  */
 export function decodeBoardJob(json: string): Board {
-  const raw = JSON.parse(json) as { title: string; puzzle: string; cards: WireCard[] };
+  const raw = JSON.parse(json) as { title: string; puzzle: string; cards: WireCard[]; rounds?: Board['rounds'] };
   if (typeof raw !== 'object' || raw === null || !Array.isArray(raw.cards)) throw new TypeError('board job: not a board');
   const board: Board = {
     title: raw.title,
@@ -157,6 +162,7 @@ export function decodeBoardJob(json: string): Board {
         return { id: c.id, name: c.name, rows: c.rows, avatar: new Uint8Array(Buffer.from(c.avatar, 'base64')) };
       return { id: c.id, name: c.name, rows: c.rows };
     }),
+    ...(raw.rounds !== undefined ? { rounds: raw.rounds } : {}),
   };
   validateBoard(board);
   return board;

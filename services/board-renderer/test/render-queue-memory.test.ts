@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { sampleBoard } from '@crowdplay/board';
+import { sampleBoard, type Board } from '@crowdplay/board';
 import { MemoryRenderQueue, boardJobBytes, decodeBoardJob, encodeBoardJob } from '../src/index.ts';
 import { memoryFactory } from './render-queue-harness.ts';
 import { renderQueueSuite } from './render-queue-suite.ts';
@@ -24,6 +24,26 @@ test('encodeBoardJob / decodeBoardJob - avatars round-trip as bytes; JSON only',
     b.cards.map((c) => [c.id, c.name, c.rows, c.avatar ? [...c.avatar] : null]),
   );
   assert.throws(() => decodeBoardJob('{"title":1,"puzzle":"p","cards":[]}'), TypeError);
+});
+
+test('encodeBoardJob / decodeBoardJob - the rounds ride with the board; a malformed one is refused', () => {
+  const rounds: NonNullable<Board['rounds']> = [
+    {
+      title: 'Q?',
+      kind: 'pool',
+      state: 'settled',
+      winner: 1,
+      outcomes: [
+        { label: 'Yes', value: 3 },
+        { label: 'No', value: 9 },
+      ],
+    },
+  ];
+  const b: Board = { ...sampleBoard(2, { avatarShare: 0 }), rounds };
+  assert.deepEqual(decodeBoardJob(encodeBoardJob(b)).rounds, rounds);
+  assert.equal(boardJobBytes(b), Buffer.byteLength(encodeBoardJob(b)));
+  assert.equal(decodeBoardJob(encodeBoardJob(sampleBoard(1))).rounds, undefined);
+  assert.throws(() => decodeBoardJob('{"title":"t","puzzle":"p","cards":[],"rounds":[{"title":"q"}]}'), TypeError);
 });
 
 test('boardJobBytes - the exact size of the encoded job, without encoding it', () => {
