@@ -17,12 +17,13 @@
 import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson, encodeJson } from '@crowdplay/bus';
 import type { Board, Card, Square } from '@crowdplay/board';
-import type { ChannelUpdate } from '@crowdplay/protocol';
+import type { ChannelUpdate, RoundView } from '@crowdplay/protocol';
 import type { EnqueueResult } from '@crowdplay/sendq';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { BoardEnd, RenderQueue } from '@crowdplay/board-renderer';
 import type { BoardBudget, RefreshScheduler } from './scheduler.ts';
+import { boardRounds } from './board-rounds.ts';
 
 /** The word puzzle's broadcast state (services/crowd-engine word-puzzle.ts). */
 interface PuzzleState {
@@ -34,6 +35,8 @@ interface Watched {
   title: string;
   sub: Subscription;
   state: PuzzleState | null;
+  /** The channel's rounds in its last update (the board shows the live one and the last result). */
+  rounds: RoundView[];
   ev: number;
   /**
    * A chat moved here (group → supergroup): the old chat's last state, shown merged with this chat's until this
@@ -105,9 +108,10 @@ const SQUARE: Record<string, Square> = { g: 'green', y: 'yellow', '.': 'grey' };
 
 /**
  * The board of a puzzle state: one card per player, solved first, then by
- * fewer guesses, then by name (colours only; letters never leave the shard).
+ * fewer guesses, then by name (colours only; letters never leave the shard),
+ * and the chat's live round and last result from `rounds` (board-rounds.ts).
  */
-export function boardOf(title: string, s: PuzzleState): Board {
+export function boardOf(title: string, s: PuzzleState, rounds?: readonly RoundView[]): Board {
   const cards: Card[] = Object.entries(s.players).map(([viewer, p]) => {
     const id = viewer.startsWith('tg:') ? viewer.slice(3) : viewer;
     return { id, name: p.name ?? `player ${id}`, rows: p.marks.map((m) => [...m].map((c) => SQUARE[c] ?? 'empty')) };
@@ -119,7 +123,8 @@ export function boardOf(title: string, s: PuzzleState): Board {
     const [sb, gb] = rank(byViewer.get(b.id)!);
     return sa - sb || ga - gb || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
   });
-  return { title, puzzle: `#${s.puzzle}`, cards };
+  const drawn = boardRounds(rounds);
+  return { title, puzzle: `#${s.puzzle}`, cards, ...(drawn.length > 0 ? { rounds: drawn } : {}) };
 }
 
 /** A board op published between gateways (cluster mode). */
@@ -283,6 +288,7 @@ export class ChatBoards {
     const entry: Watched = {
       title,
       state: null,
+      rounds: from?.rounds ?? [],
       ev: 0,
       carried: from?.state ?? null,
       vbase: from ? versionOf(from) + 1 : 0,
@@ -307,7 +313,7 @@ export class ChatBoards {
   /** Tells the scheduler the chat's board is at its current version. */
   private changedHere(chatId: number, w: Watched): void {
     const s = this.shown(w);
-    if (s) this.d.scheduler.changed(chatId, versionOf(w), Object.keys(s.players).length, this.now());
+    if (s) this.d.scheduler.changed(chatId, versionOf(w), Object.keys(s.players).length, this.now(), boardRounds(w.rounds).length);
   }
 
   private unwatchHere(chatId: number): void {
@@ -341,6 +347,7 @@ export class ChatBoards {
       for (const id of w.avatars.keys()) if (!(`tg:${id}` in state.players)) w.avatars.delete(id);
     }
     w.state = state;
+    w.rounds = Array.isArray(u.rounds) ? u.rounds : [];
     // The moved state is in this chat's channel now (or the chat plays another puzzle): show the channel alone.
     if (w.carried && mergeCarried(w.carried, state).complete) w.carried = null;
     for (const viewer of Object.keys(state.players)) this.readAvatar(chatId, w, viewer);
@@ -385,7 +392,7 @@ export class ChatBoards {
     if (!w || !state) return null;
     const now = versionOf(w);
     if (!(now > version)) return null;
-    return { version: now, board: this.withAvatars(w, boardOf(w.title, state)) };
+    return { version: now, board: this.withAvatars(w, boardOf(w.title, state, w.rounds)) };
   }
 
   /**
@@ -504,7 +511,7 @@ export class ChatBoards {
         // drawn a second time as an identical picture (Telegram: "message is not modified", a send wasted).
         const version = Math.max(dueVersion, versionOf(w));
         this.d.scheduler.sent(chatId, version, this.now());
-        const board = this.withAvatars(w, boardOf(w.title, state));
+        const board = this.withAvatars(w, boardOf(w.title, state, w.rounds));
         // The render queue's consumer renders it and queues the PNG on the send queue (startTelegram wires it).
         const out = await this.d.renders.submit(chatId, version, board);
         if (out.status === 'refused') this.d.scheduler.failed(chatId);

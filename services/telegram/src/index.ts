@@ -3,3 +3,4 @@ export * from './chat-boards.ts';
 export * from './bot-ingress.ts';
 export * from './start.ts';
 export * from './budget-redis.ts';
+export * from './board-rounds.ts';

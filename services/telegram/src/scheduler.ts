@@ -157,8 +157,8 @@ export interface RefreshSchedulerOptions {
   sendBudgetPerS: number;
   /** Shortest interval of one chat, ms (Telegram's 20/min per group: 3,000). */
   minIntervalMs: number;
-  /** Render cost of a board of `cards` cards, ms (libs/board `renderCost(cards).ms`). */
-  costMs: (cards: number) => number;
+  /** Render cost of a board of `cards` cards and `rounds` round strips, ms (libs/board `renderCost(cards, rounds).ms`). */
+  costMs: (cards: number, rounds: number) => number;
   /**
    * BOARD_MAX_BACKLOG: boards handed on and not sent yet (see `setBacklog`) beyond which no board is taken.
    * 0 = no limit. @defaultValue 0
@@ -185,6 +185,8 @@ const DRAIN_TAU_MS = 5_000;
 
 interface ChatEntry {
   cards: number;
+  /** Round strips on the board (libs/board: they add to its area, so to its render cost). */
+  rounds: number;
   /** Version of the newest state seen, of the one last sent (rendered and queued), and of the newest one delivered. */
   version: number;
   sentVersion: number;
@@ -261,12 +263,13 @@ export class RefreshScheduler {
     return this.chats.size;
   }
 
-  /** A chat's state changed to `version` with `cards` cards (ignored when not newer). */
-  changed(chatId: number, version: number, cards: number, nowMs: number): void {
+  /** A chat's state changed to `version` with `cards` cards and `rounds` round strips (ignored when not newer). */
+  changed(chatId: number, version: number, cards: number, nowMs: number, rounds = 0): void {
     const e = this.chats.get(chatId);
     if (!e) {
       this.chats.set(chatId, {
         cards,
+        rounds,
         version,
         sentVersion: -1,
         deliveredVersion: -1,
@@ -280,6 +283,7 @@ export class RefreshScheduler {
     if (e.version <= e.sentVersion) e.dirtySinceMs = nowMs;
     e.version = version;
     e.cards = cards;
+    e.rounds = rounds;
   }
 
   /** The chat's board at `version` was rendered and queued. */
@@ -412,7 +416,7 @@ export class RefreshScheduler {
       // Handed on long ago and never confirmed: lost on the way (a render that threw, an outcome not heard).
       if (confirmMs > 0 && e.sentVersion > e.deliveredVersion && nowMs - e.lastSentMs >= confirmMs) e.sentVersion = e.deliveredVersion;
       if (e.version <= e.sentVersion) continue;
-      const cost = this.o.costMs(e.cards);
+      const cost = this.o.costMs(e.cards, e.rounds);
       dirty++;
       costMs += cost;
       if (nowMs - e.lastSentMs >= this.o.minIntervalMs) ready.push({ chatId, e, cost });

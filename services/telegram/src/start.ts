@@ -125,7 +125,7 @@ export async function startTelegram(deps: {
     renderBudgetMsPerS: config.board.renderBudgetMsPerS,
     sendBudgetPerS: config.board.sendBudgetPerS,
     minIntervalMs: GROUP_MIN_INTERVAL_MS,
-    costMs: (cards) => renderCost(cards).ms,
+    costMs: (cards, rounds) => renderCost(cards, rounds).ms,
     maxBacklog: config.board.maxBacklog,
     // The send budget is a floor: boards also take the slots replies leave idle, kept BOARD_SEND_AHEAD_MS ahead.
     aheadMs: config.board.sendAheadMs,

@@ -2,6 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
 import type { Board } from '@crowdplay/board';
+import type { RoundView } from '@crowdplay/protocol';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { AVATAR_REV_SPAN, ChatBoards, boardVersion } from '../src/chat-boards.ts';
@@ -41,19 +42,25 @@ function rig() {
     },
   } as unknown as RenderQueue;
   const client = { avatars } as unknown as TelegramClient;
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const costs: Array<[cards: number, rounds: number]> = [];
+  const costMs = (cards: number, rounds: number): number => {
+    costs.push([cards, rounds]);
+    return 5;
+  };
+  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs });
   const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now: () => now });
-  const publish = (ev: number, puzzle: number, players: Record<string, string[]>): void => {
+  const publish = (ev: number, puzzle: number, players: Record<string, string[]>, rounds?: RoundView[]): void => {
     const game = {
       puzzle,
       players: Object.fromEntries(Object.entries(players).map(([v, marks]) => [v, { marks, solved: false, name: v }])),
     };
     bus.publish(
       subj.channelOut(telegramChannelId(CHAT)),
-      encodeJson({ t: 'update', channel: 'x', ev, at: now, actions: [], tally: {}, game }),
+      encodeJson({ t: 'update', channel: 'x', ev, at: now, actions: [], tally: {}, game, ...(rounds ? { rounds } : {}) }),
     );
   };
   return {
+    costs,
     boards,
     avatars,
     rendered,
@@ -383,5 +390,70 @@ test('ChatBoards.notHandedOn - a board whose render threw makes its chat due aga
   r.boards.notHandedOn(-1, 1); // a chat this process does not hold: nothing
   await r.boards.tick();
   assert.equal(r.queued.length, 2, 'handed on again');
+  r.boards.close();
+});
+
+test('ChatBoards - the board draws the live round and the last result; its strips count in the render cost', async () => {
+  const r = rig();
+  r.boards.watch(CHAT, 'chat');
+  const round = (id: string, state: RoundView['state'], deadline: number, extra: Partial<RoundView> = {}): RoundView => ({
+    id,
+    kind: 'pool',
+    title: `Q ${id}`,
+    outcomes: ['yes', 'no'],
+    labels: { yes: 'Yes', no: 'No' },
+    state,
+    openedAt: 0,
+    deadline,
+    pool: [30, 10],
+    entries: 2,
+    ...extra,
+  });
+  r.publish(1, 10, { 'tg:501': ['g....'] }, [
+    round('puzzle-9', 'settled', 100, { winner: 'no' }),
+    round('old', 'cancelled', 50),
+    round('puzzle-10', 'open', 200),
+  ]);
+  await r.flush();
+  await r.boards.tick();
+  assert.deepEqual(r.rendered[0]!.board.rounds, [
+    {
+      title: 'Q puzzle-10',
+      kind: 'pool',
+      state: 'open',
+      outcomes: [
+        { label: 'Yes', value: 30 },
+        { label: 'No', value: 10 },
+      ],
+    },
+    {
+      title: 'Q puzzle-9',
+      kind: 'pool',
+      state: 'settled',
+      winner: 1,
+      outcomes: [
+        { label: 'Yes', value: 30 },
+        { label: 'No', value: 10 },
+      ],
+    },
+  ]);
+  assert.deepEqual(r.costs.at(-1), [1, 2], 'the cost of one card and two strips');
+  // The round settles: a newer board with the result alone.
+  r.publish(2, 10, { 'tg:501': ['g....'] }, [round('puzzle-10', 'settled', 200, { winner: 'yes' })]);
+  await r.flush();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.rendered.length, 2);
+  assert.deepEqual(
+    r.rendered[1]!.board.rounds?.map((x) => [x.title, x.state, x.winner]),
+    [['Q puzzle-10', 'settled', 0]],
+  );
+  // No rounds (PUZZLE_ROUND off): no strips.
+  r.publish(3, 10, { 'tg:501': ['g....', 'ggggg'] });
+  await r.flush();
+  r.advance(3_000);
+  await r.boards.tick();
+  assert.equal(r.rendered[2]!.board.rounds, undefined);
+  assert.deepEqual(r.costs.at(-1), [1, 0]);
   r.boards.close();
 });
