@@ -702,6 +702,13 @@ export const metricCatalogue = [
     labels: { command: ['start', 'board', 'stop'] },
   },
   {
+    name: 'crowdplay_telegram_round_results_total',
+    type: 'counter',
+    unit: '1',
+    help: "Result messages of chats' rounds queued on the transactional lane, by how the round ended",
+    labels: { outcome: ['settled', 'cancelled'] },
+  },
+  {
     name: 'crowdplay_board_interval_ms',
     type: 'gauge',
     unit: 'ms',

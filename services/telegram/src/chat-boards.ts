@@ -174,6 +174,8 @@ export interface ChatBoardsDeps {
   cluster?: { gatewayId: string };
   /** BOARDS_ENABLED: when false, `watch` does nothing (no board is rendered or sent). @defaultValue true */
   enabled?: boolean;
+  /** Told the rounds of every update of a chat held here, and when the chat is no longer held (round-results.ts). */
+  rounds?: { seen(chatId: number, rounds: readonly RoundView[]): void; forget(chatId: number): void };
   now?: () => number;
 }
 
@@ -322,6 +324,7 @@ export class ChatBoards {
     w.sub.unsubscribe();
     this.chats.delete(chatId);
     this.d.scheduler.remove(chatId);
+    this.d.rounds?.forget(chatId);
   }
 
   private moveHere(oldId: number, newId: number): void {
@@ -348,6 +351,7 @@ export class ChatBoards {
     }
     w.state = state;
     w.rounds = Array.isArray(u.rounds) ? u.rounds : [];
+    this.d.rounds?.seen(chatId, w.rounds);
     // The moved state is in this chat's channel now (or the chat plays another puzzle): show the channel alone.
     if (w.carried && mergeCarried(w.carried, state).complete) w.carried = null;
     for (const viewer of Object.keys(state.players)) this.readAvatar(chatId, w, viewer);

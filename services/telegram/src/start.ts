@@ -21,6 +21,7 @@ import { TelegramBot, type TelegramBotDeps } from './bot-ingress.ts';
 import { ChatBoards } from './chat-boards.ts';
 import { RedisBoardBudget } from './budget-redis.ts';
 import { RefreshScheduler } from './scheduler.ts';
+import { RoundResults } from './round-results.ts';
 
 /** The Redis key prefix of the bot's shared webhook updates and board budget, derived from the send queue's. */
 export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'updates' | 'budget'): string {
@@ -155,6 +156,8 @@ export async function startTelegram(deps: {
     ...(config.redis.url ? { cluster: { gatewayId: deps.gatewayId ?? `${hostname()}-${process.pid}` } } : {}),
     telemetry,
     enabled: config.board.enabled,
+    // The result message of each round that finishes in a chat held here (transactional lane).
+    rounds: new RoundResults(client, telemetry),
   });
   boardsHere = boards;
   boards.start();
