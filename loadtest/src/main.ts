@@ -11,6 +11,7 @@
  *         [--liquidity B] [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
  *
  *   rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
+ *   chatrounds --chats N --players P [--kind pool|market] [--json FILE]
  *         [--database-url URL] [--redis-url URL] [--connect-concurrency C]
  *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
  *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
@@ -33,6 +34,7 @@ import { formatMarketReport } from './market/report.ts';
 import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
 import { formatRolloverReport } from './rollover/report.ts';
 import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
+import { runChatRoundsScenario } from './chatrounds/scenario.ts';
 import { parseWatchPid } from './proc.ts';
 import { formatFailoverReport } from './failover/report.ts';
 import { parseFaults, runFailoverScenario } from './failover/scenario.ts';
@@ -45,6 +47,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--grant P] [--liquidity B]
        [--rate R] [--ack-timeout-ms MS] [--budget-s S] [--server-pid P]
      npm run loadtest -- rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
+     npm run loadtest -- chatrounds --chats N --players P [--kind pool|market] [--no-pin] [--json FILE]
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
@@ -266,7 +269,39 @@ async function failoverMain(argv: string[]): Promise<number> {
   return report.correct ? 0 : 1;
 }
 
+async function chatRoundsMain(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv.slice(1),
+    options: {
+      chats: { type: 'string' },
+      players: { type: 'string' },
+      kind: { type: 'string', default: 'pool' },
+      json: { type: 'string' },
+      'database-url': { type: 'string' },
+      'redis-url': { type: 'string' },
+      'connect-concurrency': { type: 'string' },
+      'no-pin': { type: 'boolean', default: false },
+    },
+  });
+  if (values.kind !== 'pool' && values.kind !== 'market') throw new Error(`--kind must be pool or market, got ${values.kind}`);
+  const report = await runChatRoundsScenario({
+    chats: required('chats', num('chats', values.chats)),
+    players: required('players', num('players', values.players)),
+    kind: values.kind,
+    databaseUrl: values['database-url'] ?? (process.env.DATABASE_URL || undefined),
+    redisUrl: values['redis-url'] ?? (process.env.REDIS_URL || undefined),
+    connectConcurrency: num('connect-concurrency', values['connect-concurrency']),
+    pin: !values['no-pin'],
+    onProgress: (line) => console.error(line),
+    command: commandLine(argv),
+  });
+  console.log(JSON.stringify(report, null, 2));
+  writeJson(values.json, report);
+  return report.complete ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'chatrounds') return chatRoundsMain(argv);
   if (argv[0] === 'failover') return failoverMain(argv);
   if (argv[0] === 'market') return marketMain(argv);
   if (argv[0] === 'rollover') return rolloverMain(argv);
