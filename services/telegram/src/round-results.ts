@@ -9,7 +9,8 @@
  * round across gateways) and posts when a round it saw open or locked is
  * settled or cancelled. A round first seen already finished (the board
  * started, or this gateway took the chat over, after it ended) is not
- * announced: the board shows its result. The send queue key
+ * announced: the board shows its result; nor is one nobody took part in
+ * (a quiet group is not told every day that its round had no stakes). The send queue key
  * `round:<chat>:<round>` makes a second message for the same round, queued
  * meanwhile, replace the first.
  */
@@ -18,19 +19,15 @@ import type { EnqueueResult } from '@crowdplay/sendq';
 import type { TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 
-/** The text the bot posts when round `r` finished (settled or cancelled), or null while it has not. */
+/** The text the bot posts when round `r` finished (settled or cancelled), or null while it has not or when nobody took part. */
 export function roundResultText(r: RoundView): string | null {
+  if (r.entries === 0) return null;
   const question = r.title ?? (r.kind === 'market' ? 'Market' : 'Pool');
   const label = (o: string): string => r.labels?.[o] ?? o;
   if (r.state === 'cancelled') return `Round cancelled: ${question}\nEvery stake is refunded.`;
   if (r.state !== 'settled' || r.winner === undefined) return null;
   const pool = r.kind === 'pool' && Array.isArray(r.pool) ? r.pool.reduce((a, b) => a + b, 0) : 0;
-  const tail =
-    r.entries === 0
-      ? 'Nobody took part.'
-      : r.kind === 'pool'
-        ? `${pool} points shared by the winners.`
-        : 'Winning shares pay 1 point each.';
+  const tail = r.kind === 'pool' ? `${pool} points shared by the winners.` : 'Winning shares pay 1 point each.';
   return `Round result: ${question}\nWinner: ${label(r.winner)}. ${tail}`;
 }
 
