@@ -56,6 +56,13 @@ test('puzzle round - settles yes on a quick solve before the deadline (even whil
     [{ op: 'settle', round: 'puzzle-7', outcome: 'no' }],
     'a solve after the deadline does not count',
   );
+  // The previous puzzle's round, still locked just after the rollover: settled by that puzzle's solves.
+  const after = puzzleRoundStep({ kind: 'pool', durationMs: 30_000, guesses: 4, minDurationMs: 1_000 });
+  assert.deepEqual(
+    after(10_100, [view('puzzle-6', 'locked'), view('puzzle-7', 'open')], puzzle({ previous: { number: 6, firstSolveAt: 9_990 } })),
+    [{ op: 'settle', round: 'puzzle-6', outcome: 'yes' }],
+    'a quick solve in the last moment of the previous puzzle counts for its round',
+  );
   // A locked round of an earlier puzzle (the shard restarted across midnight) is settled too, and rounds of others are left alone.
   assert.deepEqual(late(10_100, [view('puzzle-6', 'locked'), view('ext', 'locked'), view('puzzle-7', 'locked')], puzzle()), [
     { op: 'settle', round: 'puzzle-6', outcome: 'no' },
@@ -69,6 +76,29 @@ test('puzzle round - off by default; the settings turn it on with a welcome gran
   const g = wordPuzzle({ periodMs: 60_000, answers: ['hello'], dictionary: new Set(['hello']), key: 'k', ...on });
   assert.equal(g.welcomeGrant, 40);
   assert.equal(wordPuzzle({ periodMs: 60_000, answers: ['hello'], dictionary: new Set(['hello']), key: 'k' }).rounds, undefined);
+});
+
+test('puzzle round - the word puzzle settles the round it opened from its own solves, across the rollover', () => {
+  const g = wordPuzzle({
+    periodMs: 60_000,
+    answers: ['hello'],
+    dictionary: new Set(['hello', 'crane']),
+    key: 'k',
+    now: () => 60_000,
+    round: { kind: 'pool', durationMs: 120_000, guesses: 2, minDurationMs: 1_000 },
+  });
+  g.init(null);
+  const [open] = g.rounds!(60_000, []);
+  assert.ok(open?.op === 'open');
+  assert.deepEqual([open.request.round, open.request.durationMs], ['puzzle-1', 60_000], 'cut at the puzzle end');
+  const round = (state: RoundView['state']): RoundView => ({ ...view('puzzle-1', state, 120_000), openedAt: 60_000 });
+  assert.equal(g.guess!('tg:1', 'crane', 119_800).solved, false);
+  assert.deepEqual(g.rounds!(119_850, [round('open')]), [], 'one guess, not solved');
+  assert.equal(g.guess!('tg:1', 'hello', 119_900).solved, true, 'solved in 2, 100 ms before the deadline');
+  // The next tick is already in puzzle 2: the locked round of puzzle 1 is settled yes, and puzzle 2 gets its own round.
+  const cmds = g.rounds!(120_100, [round('locked')]);
+  assert.deepEqual(cmds[0], { op: 'settle', round: 'puzzle-1', outcome: 'yes' });
+  assert.ok(cmds[1]?.op === 'open' && cmds[1].request.round === 'puzzle-2');
 });
 
 describe('puzzle round in the shard', () => {

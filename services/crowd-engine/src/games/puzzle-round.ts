@@ -49,6 +49,8 @@ export interface PuzzleView {
   endsAt: number;
   /** When a player first solved this puzzle within the round's guesses (ms since epoch), or null. */
   firstSolveAt: number | null;
+  /** The same of the puzzle before (its round may still wait for its settle right after the rollover), or null. */
+  previous?: { number: number; firstSolveAt: number | null } | null;
 }
 
 /** The title of a puzzle round asking about `guesses` guesses. */
@@ -78,7 +80,9 @@ export function puzzleRoundStep(opts: PuzzleRoundOptions): (now: number, rounds:
     for (const r of rounds) {
       if (!r.id.startsWith(PUZZLE_ROUND_PREFIX) || (r.state !== 'open' && r.state !== 'locked')) continue;
       if (inFlight.has(`s:${r.id}`)) continue;
-      const solvedInTime = r === mine && p.firstSolveAt !== null && p.firstSolveAt < r.deadline;
+      const n = Number(r.id.slice(PUZZLE_ROUND_PREFIX.length));
+      const at = n === p.number ? p.firstSolveAt : n === p.previous?.number ? p.previous.firstSolveAt : null;
+      const solvedInTime = at !== null && at < r.deadline;
       if (r.state === 'open' && !solvedInTime) continue;
       inFlight.set(`s:${r.id}`, now);
       out.push({ op: 'settle', round: r.id, outcome: solvedInTime ? 'yes' : 'no' });

@@ -156,10 +156,13 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
   let sentNumber = -1;
   /** When a player first solved the current puzzle within the round's guesses (ms since epoch; 0 = before this game held the chat). */
   let firstSolveAt: number | null = null;
+  /** The previous puzzle's number and first quick solve (its round may be settled just after the rollover). */
+  let previous: { number: number; firstSolveAt: number | null } | null = null;
   const quick = (g: PlayerGame): boolean => opts.round !== undefined && g.solved && g.marks.length <= opts.round.guesses;
   const at = (nowMs: number): ChatPuzzle => {
     const n = puzzleNumber(nowMs, opts.periodMs);
     if (current?.number !== n) {
+      previous = current ? { number: current.number, firstSolveAt } : null;
       current = new ChatPuzzle(n, answerFor(n, opts.answers, opts.key), opts.dictionary);
       firstSolveAt = null;
     }
@@ -198,7 +201,7 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
     rounds: step
       ? (nowMs, rounds) => {
           const p = at(nowMs);
-          return step(nowMs, rounds, { number: p.number, endsAt: (p.number + 1) * opts.periodMs, firstSolveAt });
+          return step(nowMs, rounds, { number: p.number, endsAt: (p.number + 1) * opts.periodMs, firstSolveAt, previous });
         }
       : undefined,
     tick(nowMs) {
