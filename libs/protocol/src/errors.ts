@@ -106,6 +106,10 @@ export const ERRORS = {
   // game
   CP_ERR_GAME_INVALID_DECLARE: { message: 'invalid action declaration: %s', httpStatus: 400 },
   CP_ERR_GAME_STATE_TOO_BIG: { message: 'game state larger than %s bytes', httpStatus: 413 },
+  // multi-channel game sockets (retryable: CP_ERR_GAME_CHANNEL_BUSY)
+  CP_ERR_GAME_NOT_ATTACHED: { message: 'this game socket is not attached to channel %s: attach it first', httpStatus: 409 },
+  CP_ERR_GAME_CHANNEL_BUSY: { message: 'channel %s already has %s game requests waiting: retry', httpStatus: 503 },
+  CP_ERR_GAME_TOO_MANY_CHANNELS: { message: 'a game socket serves at most %s channels (GAME_MAX_CHANNELS)', httpStatus: 429 },
   // limits
   CP_ERR_LIMIT_CONNECTION_RATE: {
     message: 'too many connections from your address',
@@ -327,6 +331,7 @@ export const RETRYABLE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   'CP_ERR_STORE_UNAVAILABLE',
   'CP_ERR_LEDGER_OVERLOADED',
   'CP_ERR_LEDGER_UNAVAILABLE',
+  'CP_ERR_GAME_CHANNEL_BUSY',
 ]);
 
 /** Whether a refusal `code` may succeed when retried ({@link RETRYABLE_CODES}). */

@@ -55,12 +55,19 @@ export type ActionSpec = Static<typeof ActionSpec>;
 /** A request reference the game picks; echoed in the `result` (or `error`) frame that answers it. */
 export const REF_PATTERN = '^[A-Za-z0-9_.:-]{1,64}$';
 const Ref = Type.String({ pattern: REF_PATTERN });
+/**
+ * The channel a game message is for. On a multi-channel game socket (`multi=1`) every per-channel message names
+ * one; on a single-channel socket it may be given and must be the socket's channel.
+ */
+const ChannelId = Type.String({ pattern: CHANNEL_ID_PATTERN });
 
 export const GameDeclare = Type.Object(
   {
     t: Type.Literal('declare'),
     /** With a ref, success is answered with a `result` frame (without, it is silent). */
     ref: Type.Optional(Ref),
+    /** Multi-channel socket: the channel; absent = every channel attached now and later (see `attach`). */
+    channel: Type.Optional(ChannelId),
     actions: Type.Array(ActionSpec, { minItems: 1, maxItems: 32 }),
     /**
      * Points granted once per (channel, viewer) from the tenant's treasury
@@ -73,7 +80,12 @@ export const GameDeclare = Type.Object(
 );
 /** Game-owned state broadcast to viewers on the next update (any JSON object). */
 export const GameState = Type.Object(
-  { t: Type.Literal('state'), ref: Type.Optional(Ref), state: Type.Record(Type.String(), Type.Unknown()) },
+  {
+    t: Type.Literal('state'),
+    ref: Type.Optional(Ref),
+    channel: Type.Optional(ChannelId),
+    state: Type.Record(Type.String(), Type.Unknown()),
+  },
   { additionalProperties: false },
 );
 /** Most points in one stake, budget or limit, and most shares in one trade (1e15 < 2^53: exact in a double). */
@@ -89,6 +101,7 @@ export const RoundOpen = Type.Object(
   {
     t: Type.Literal('round.open'),
     ref: Type.Optional(Ref),
+    channel: Type.Optional(ChannelId),
     round: Name,
     kind: Type.Union([Type.Literal('pool'), Type.Literal('market')]),
     outcomes: Type.Array(Name, { minItems: 2, maxItems: 10, uniqueItems: true }),
@@ -103,12 +116,12 @@ export const RoundOpen = Type.Object(
 );
 /** Locks the round (if open), then pays the winners of `outcome`. Idempotent for the same outcome. */
 export const RoundSettle = Type.Object(
-  { t: Type.Literal('round.settle'), ref: Type.Optional(Ref), round: Name, outcome: Name },
+  { t: Type.Literal('round.settle'), ref: Type.Optional(Ref), channel: Type.Optional(ChannelId), round: Name, outcome: Name },
   { additionalProperties: false },
 );
 /** Cancels the round and refunds everyone exactly. Idempotent. */
 export const RoundCancel = Type.Object(
-  { t: Type.Literal('round.cancel'), ref: Type.Optional(Ref), round: Name },
+  { t: Type.Literal('round.cancel'), ref: Type.Optional(Ref), channel: Type.Optional(ChannelId), round: Name },
   { additionalProperties: false },
 );
 export const GameInbound = Type.Union([GameDeclare, GameState, RoundOpen, RoundSettle, RoundCancel]);
@@ -118,6 +131,47 @@ export type RoundOpen = Static<typeof RoundOpen>;
 export type RoundSettle = Static<typeof RoundSettle>;
 export type RoundCancel = Static<typeof RoundCancel>;
 export type GameInbound = Static<typeof GameInbound>;
+
+/** Most channels one `attach` or `detach` frame names (a larger set is sent in several frames). */
+export const GAME_ATTACH_MAX = 1_000;
+
+/**
+ * Multi-channel game socket only: serve these channels over this socket (docs/protocol.md "Multi-channel games").
+ * `channels` names channels (each created for the key's tenant on first use, another tenant's refused); `chats: true`
+ * attaches every Telegram chat channel of the tenant, now and as new ones are placed. `lastEventIds` resumes a
+ * channel from the newest batch `ev` the game applied there. Answered with an `attached` frame.
+ */
+export const GameAttach = Type.Object(
+  {
+    t: Type.Literal('attach'),
+    ref: Type.Optional(Ref),
+    channels: Type.Optional(Type.Array(ChannelId, { minItems: 1, maxItems: GAME_ATTACH_MAX, uniqueItems: true })),
+    chats: Type.Optional(Type.Literal(true)),
+    lastEventIds: Type.Optional(
+      Type.Record(Type.String({ pattern: CHANNEL_ID_PATTERN }), Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }), {
+        maxProperties: GAME_ATTACH_MAX,
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+/**
+ * Multi-channel game socket only: stop serving these channels (and, with `chats: true`, stop taking new chats). The
+ * game gives the channels up: a Telegram chat plays the built-in word puzzle again. Answered with a `detached` frame.
+ */
+export const GameDetach = Type.Object(
+  {
+    t: Type.Literal('detach'),
+    ref: Type.Optional(Ref),
+    channels: Type.Optional(Type.Array(ChannelId, { minItems: 1, maxItems: GAME_ATTACH_MAX, uniqueItems: true })),
+    chats: Type.Optional(Type.Literal(true)),
+  },
+  { additionalProperties: false },
+);
+export type GameAttach = Static<typeof GameAttach>;
+export type GameDetach = Static<typeof GameDetach>;
+/** What a multi-channel game socket may send: the per-channel game messages (naming their channel), attach and detach. */
+export type MultiGameInbound = GameInbound | GameAttach | GameDetach;
 
 // ---------------------------------------------------------------- crowd → server
 
@@ -199,6 +253,8 @@ export interface Welcome {
   viewer?: string;
   /** True on a socket opened with a read-only watch token: it receives what a viewer sees and every frame it sends is refused. */
   readOnly?: true;
+  /** True on a multi-channel game socket (`multi=1`; `channel` is then empty). */
+  multi?: true;
   serverTime: number;
   tickMs: number;
 }
@@ -308,6 +364,8 @@ export interface RoundResultFrame {
 /** A round changed state (locked at its deadline, settled, cancelled): sent to the game socket. */
 export interface RoundFrame {
   t: 'round';
+  /** The round's channel. */
+  channel?: string;
   round: RoundView;
 }
 
@@ -315,6 +373,8 @@ export interface RoundFrame {
 export interface ResultFrame {
   t: 'result';
   ref: string;
+  /** Multi-channel game socket: the channel of the request. */
+  channel?: string;
   ok: true;
   round?: RoundView;
 }
@@ -365,6 +425,27 @@ export interface ErrorFrame {
   message: string;
   /** The `ref` of the game request this answers. */
   ref?: string;
+  /** Multi-channel game socket: the channel the refused request was for. */
+  channel?: string;
+}
+
+/**
+ * Multi-channel game socket: channels now served over it. The answer to an `attach` (with its `ref`), and, without
+ * `ref`, each Telegram chat attached later by an `attach` with `chats: true`. `refused` lists the channels not attached
+ * and why (CP_ERR_AUTH_FORBIDDEN_CHANNEL, CP_ERR_CHANNEL_GAME_CONNECTED, CP_ERR_GAME_TOO_MANY_CHANNELS, …).
+ */
+export interface AttachedFrame {
+  t: 'attached';
+  ref?: string;
+  channels: string[];
+  refused?: Array<{ channel: string; code: string; message: string }>;
+}
+
+/** Multi-channel game socket: the answer to a `detach`: the channels no longer served over it. */
+export interface DetachedFrame {
+  t: 'detached';
+  ref?: string;
+  channels: string[];
 }
 
 /**
@@ -387,7 +468,18 @@ export interface ResyncFrame {
 }
 
 export type ServerFrame =
-  Welcome | ActAck | BalanceFrame | RoundResultFrame | ChannelUpdate | Batch | RoundFrame | ResultFrame | ErrorFrame | ResyncFrame;
+  | Welcome
+  | ActAck
+  | BalanceFrame
+  | RoundResultFrame
+  | ChannelUpdate
+  | Batch
+  | RoundFrame
+  | ResultFrame
+  | ErrorFrame
+  | ResyncFrame
+  | AttachedFrame
+  | DetachedFrame;
 
 // ---------------------------------------------------------------- bus payloads (gateway ↔ shard)
 

@@ -8,13 +8,16 @@ import {
   CrowdGuess,
   CrowdSell,
   CrowdStake,
+  GameAttach,
   GameDeclare,
+  GameDetach,
   GameState,
   RoundCancel,
   RoundOpen,
   RoundSettle,
   type CrowdInbound as CrowdMsg,
   type GameInbound as GameMsg,
+  type MultiGameInbound as MultiGameMsg,
 } from './messages.ts';
 import { CrowdplayError } from './errors.ts';
 
@@ -35,6 +38,7 @@ const GAME = new Map<string, TSchema>([
   ['round.settle', RoundSettle],
   ['round.cancel', RoundCancel],
 ]);
+const MULTI_GAME = new Map<string, TSchema>([...GAME, ['attach', GameAttach], ['detach', GameDetach]]);
 const compiled = new Map<TSchema, TypeCheck<TSchema>>();
 function checkerOf(schema: TSchema): TypeCheck<TSchema> {
   let c = compiled.get(schema);
@@ -55,7 +59,9 @@ function checkerOf(schema: TSchema): TypeCheck<TSchema> {
  */
 export function parseInbound(role: 'crowd', raw: string): CrowdMsg;
 export function parseInbound(role: 'game', raw: string): GameMsg;
-export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | GameMsg {
+/** A multi-channel game socket's frame: the game messages, `attach` and `detach`. */
+export function parseInbound(role: 'multigame', raw: string): MultiGameMsg;
+export function parseInbound(role: 'crowd' | 'game' | 'multigame', raw: string): CrowdMsg | MultiGameMsg {
   let value: unknown;
   try {
     value = JSON.parse(raw);
@@ -66,9 +72,12 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     throw new CrowdplayError('CP_ERR_PROTO_MALFORMED');
   }
   const t = (value as { t?: unknown }).t;
-  const schema = typeof t === 'string' ? (role === 'crowd' ? CROWD : GAME).get(t) : undefined;
+  const schema = typeof t === 'string' ? (role === 'crowd' ? CROWD : role === 'game' ? GAME : MULTI_GAME).get(t) : undefined;
   if (!schema) {
-    throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [t === undefined ? '(no t field)' : String(t).slice(0, 32), role]);
+    throw new CrowdplayError('CP_ERR_PROTO_UNKNOWN_TYPE', [
+      t === undefined ? '(no t field)' : String(t).slice(0, 32),
+      role === 'crowd' ? 'crowd' : 'game',
+    ]);
   }
   const check = checkerOf(schema);
   if (!check.Check(value)) {
@@ -76,7 +85,7 @@ export function parseInbound(role: 'crowd' | 'game', raw: string): CrowdMsg | Ga
     throw new CrowdplayError('CP_ERR_PROTO_INVALID', [first ? `${first.path || '/'} ${first.message}` : 'invalid']);
   }
   if (t === 'declare' || t === 'round.open') checkLabels(value as GameMsg);
-  return value as CrowdMsg | GameMsg;
+  return value as CrowdMsg | MultiGameMsg;
 }
 
 // Only separators, format characters (zero-width space and joiners among them) and combining marks: nothing to see.
@@ -134,12 +143,12 @@ export function checkLabels(msg: GameMsg): void {
 }
 
 /**
- * The `seq` (crowd) and `ref` (game) of a frame that failed `parseInbound`,
+ * The `seq` (crowd), `ref` and `channel` (game) of a frame that failed `parseInbound`,
  * when it is a JSON object carrying valid ones, so the refusal can answer the
  * request it refuses (an ack for `seq`, an error frame with `ref`).
  * Parses `raw` again: call it on the error path only.
  */
-export function inboundContext(raw: string): { seq?: number; ref?: string } {
+export function inboundContext(raw: string): { seq?: number; ref?: string; channel?: string } {
   let v: unknown;
   try {
     v = JSON.parse(raw);
@@ -147,8 +156,9 @@ export function inboundContext(raw: string): { seq?: number; ref?: string } {
     return {};
   }
   if (typeof v !== 'object' || v === null) return {};
-  const { seq, ref } = v as { seq?: unknown; ref?: unknown };
-  const out: { seq?: number; ref?: string } = {};
+  const { seq, ref, channel } = v as { seq?: unknown; ref?: unknown; channel?: unknown };
+  const out: { seq?: number; ref?: string; channel?: string } = {};
+  if (typeof channel === 'string' && /^[A-Za-z0-9_-]{1,64}$/.test(channel)) out.channel = channel;
   if (typeof seq === 'number' && Number.isSafeInteger(seq) && seq >= 0) out.seq = seq;
   if (typeof ref === 'string' && /^[A-Za-z0-9_.:-]{1,64}$/.test(ref)) out.ref = ref;
   return out;
