@@ -36,6 +36,11 @@ export type ChannelCtlRequest =
   /** The channel's current `update` frame (JSON text), for a viewer that just joined. */
   | { op: 'snapshot' }
   /**
+   * The external game gives the channel up (a multi-channel game's `detach`): a built-in game that yielded to it
+   * (GameModule.yieldsToGame) runs again; the game's unfinished rounds are cancelled and refunded. No-op otherwise.
+   */
+  | { op: 'release' }
+  /**
    * From the router's `migrate` only (never forwarded from a socket): merge
    * the final snapshot of channel `from` (whose chat became this channel's)
    * into this channel's game (GameModule.absorb), then snapshot this channel

@@ -26,6 +26,11 @@ export interface ChannelSnapshotState {
   tick: number;
   /** The game's welcome grant (declare.welcomeGrant), points; absent = 0. The next owner pays it to viewers joining after a move. */
   welcomeGrant?: number;
+  /**
+   * True while an external game holds a channel whose built-in game yields to one (a Telegram chat's word puzzle):
+   * the next owner keeps the built-in game off until the game releases the channel. Absent = false.
+   */
+  external?: true;
 }
 
 export class ChannelRuntime {
@@ -40,6 +45,8 @@ export class ChannelRuntime {
   tick = 0;
   /** The game's welcome grant (declare.welcomeGrant), points: snapshotted with the actions. */
   welcomeGrant = 0;
+  /** An external game holds the channel in place of its built-in game ({@link ChannelSnapshotState.external}). */
+  external = false;
   /** Event id of the newest change; 0 before any. */
   ev = 0;
   /** Server time (ms since epoch) of the newest change. */
@@ -191,6 +198,7 @@ export class ChannelRuntime {
   snapshot(): ChannelSnapshotState {
     const s: ChannelSnapshotState = { v: 1, actions: this.actionList, tally: this.tally, game: this.game, tick: this.tick };
     if (this.welcomeGrant > 0) s.welcomeGrant = this.welcomeGrant;
+    if (this.external) s.external = true;
     return s;
   }
 
@@ -202,6 +210,7 @@ export class ChannelRuntime {
     this.game = s.game;
     this.tick = s.tick;
     this.welcomeGrant = s.welcomeGrant ?? 0;
+    this.external = s.external === true;
     this.ev = ev;
   }
 

@@ -212,11 +212,15 @@ export class Ownership {
     const { config, store, bus, subjects, telemetry } = this.s.deps;
     const rt = new ChannelRuntime(channel);
     if (snap) rt.restore(snap.state as ChannelSnapshotState, snap.eventId);
-    const game = this.s.deps.gameFor?.(channel);
+    const builtin = this.s.deps.gameFor?.(channel);
+    // An external game took the channel over before the move (its snapshot says so): the built-in game stays off.
+    if (rt.external && !builtin?.yieldsToGame) rt.external = false;
+    const game = rt.external ? undefined : builtin;
     const o: Owned = {
       rt,
       epoch,
       game,
+      builtin,
       subs: [],
       updateTimer: null,
       lastUpdateMs: 0,
@@ -240,7 +244,7 @@ export class Ownership {
         now: this.s.now,
         sendAcks: (gw, acks, balances) => this.intake.sendAcks(gw, acks, balances),
         sendWallet: (entries) => bus.publish(subjects.channelWallet(channel), encodeJson({ entries } satisfies WalletBatch)),
-        sendRound: (round) => bus.publish(subjects.channelGame(channel), encodeJson({ t: 'round', round } satisfies RoundFrame)),
+        sendRound: (round) => bus.publish(subjects.channelGame(channel), encodeJson({ t: 'round', channel, round } satisfies RoundFrame)),
         changed: () => {
           o.roundsDirty = true;
         },

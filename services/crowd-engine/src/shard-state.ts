@@ -55,7 +55,10 @@ export interface ShardDeps {
 export interface Owned {
   rt: ChannelRuntime;
   epoch: number;
+  /** The built-in game running now: undefined when there is none, or while an external game holds the channel. */
   game: GameModule | undefined;
+  /** The channel's built-in game, also while an external game holds the channel in its place (`rt.external`). */
+  builtin: GameModule | undefined;
   subs: Subscription[];
   updateTimer: NodeJS.Timeout | null;
   lastUpdateMs: number;

@@ -24,6 +24,7 @@ import {
 } from '@crowdplay/protocol';
 import type { AbsorbCounts, ChannelCtlReply, ChannelCtlRequest } from './api.ts';
 import type { ChannelSnapshotState } from './channel.ts';
+import { release as releaseExternal, takeOver, type ExternalGameDeps } from './external-game.ts';
 import type { IdBlock } from './ids.ts';
 import { Intake } from './intake.ts';
 import { Ownership } from './ownership.ts';
@@ -53,6 +54,8 @@ export class Shard {
   private readonly intake: Intake;
   private readonly ticker: Ticker;
   private readonly own: Ownership;
+  /** What a game's takeover or release of a channel needs (external-game.ts). */
+  private readonly extDeps: ExternalGameDeps;
   private tickTimer: NodeJS.Timeout | null = null;
   private snapshotTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
@@ -73,6 +76,7 @@ export class Shard {
     this.updates = new UpdatePublisher(this.s);
     this.intake = new Intake(this.s);
     this.ticker = new Ticker(this.s, this.intake, this.updates);
+    this.extDeps = { s: this.s, scheduleUpdate: (o) => this.updates.scheduleUpdate(o) };
     this.own = new Ownership(this.s, this.intake, this.ticker, this.updates, (o, msg) => this.onChannelCtl(o, msg));
   }
 
@@ -316,7 +320,7 @@ export class Shard {
         }
         reply = { ok: true, round };
       } else if (req.op === 'declare') {
-        if (o.game) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['this channel runs a built-in game']);
+        if (o.game && !o.game.yieldsToGame) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['this channel runs a built-in game']);
         const names = new Set(req.actions.map((a) => a.name));
         if (names.size !== req.actions.length) throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', ['duplicate action name']);
         const grant = req.welcomeGrant ?? 0;
@@ -327,6 +331,9 @@ export class Shard {
           ]);
         }
         const ev = await this.s.eventIdFor(o);
+        this.stillServing(o);
+        // A Telegram chat's word puzzle yields to the tenant's own game (external-game.ts).
+        if (o.game) await takeOver(this.extDeps, o, ev);
         this.stillServing(o);
         if (o.rounds) o.rounds.welcomeGrant = grant;
         o.rt.welcomeGrant = grant;
@@ -348,6 +355,12 @@ export class Shard {
         this.stillServing(o);
         o.rt.setGameState(req.state, ev, now);
         this.updates.scheduleUpdate(o);
+        reply = { ok: true };
+      } else if (req.op === 'release') {
+        if (await releaseExternal(this.extDeps, o, () => this.s.eventIdFor(o))) {
+          this.stillServing(o);
+          if (!(await this.own.saveSnapshot(o))) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
+        }
         reply = { ok: true };
       } else if (req.op === 'absorb') {
         reply = { ok: true, absorbed: await this.absorb(o, req.from, req.state) };

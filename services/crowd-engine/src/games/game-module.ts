@@ -35,6 +35,12 @@ export interface GameModule {
    * normal intake each tick so they are tallied like any viewer's.
    */
   botIntents?(): Array<{ viewer: string; action: string; option?: string }>;
+  /**
+   * True when an external game may take the channel over: its `declare` turns this game off (its unfinished rounds
+   * are cancelled and refunded) until the game releases the channel (`release`), then this game starts afresh.
+   * Without it an external declare is refused (CP_ERR_GAME_INVALID_DECLARE).
+   */
+  readonly yieldsToGame?: boolean;
   /** Points granted once per viewer joining the channel (0 = none). */
   readonly welcomeGrant?: number;
   /**

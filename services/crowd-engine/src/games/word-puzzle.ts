@@ -182,6 +182,8 @@ export function wordPuzzle(opts: WordPuzzleOptions): GameModule {
   return {
     name: 'word-puzzle',
     welcomeGrant: opts.welcomeGrant ?? 0,
+    // A tenant's own game may take a chat over (attach); the puzzle comes back when it lets go.
+    yieldsToGame: true,
     actions: () => [],
     init(restored) {
       const p = at((opts.now ?? Date.now)());

@@ -1,0 +1,99 @@
+/**
+ * A chat plays the tenant's game when one is attached, the word puzzle otherwise: an external declare takes over a
+ * channel whose built-in game yields (GameModule.yieldsToGame), `release` gives it back, and the choice moves with
+ * the channel (its snapshot) to another shard.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ChannelUpdate } from '@crowdplay/protocol';
+import type { GameModule, Shard } from '../src/index.ts';
+import { wordPuzzle } from '../src/games/word-puzzle.ts';
+import { startHarness, type Harness } from './harness.ts';
+
+const VOTE = [{ name: 'vote', maxPerTick: 10, options: ['a', 'b'] }];
+
+describe('external game on a chat channel', () => {
+  let h: Harness;
+  let s2: Shard;
+  let seq = 0;
+  const now = (): number => 10 * 60_000 + 5;
+  const puzzle = (): GameModule =>
+    wordPuzzle({ periodMs: 60_000, answers: ['hello'], dictionary: new Set(['hello', 'lolly']), key: 'k', now });
+  // A built-in game that does not yield (as the demo's tug-of-war).
+  const fixed: GameModule = {
+    name: 'fixed',
+    actions: () => [{ name: 'pull', maxPerTick: 10 }],
+    init: () => ({ fixed: true }),
+    onBatch: () => null,
+  };
+  const gameFor = (c: string): GameModule | undefined => (c === 'chat1' ? puzzle() : c === 'fixed' ? fixed : undefined);
+
+  before(async () => {
+    h = await startHarness({ gameFor, now });
+    s2 = await h.newShard('s2', { gameFor, now });
+    for (const c of ['chat1', 'fixed']) {
+      await h.store.channels.ensure(c, 'acme');
+      await h.shard.acquire(c, await h.store.channels.acquire(c, h.shard.id));
+    }
+  });
+  after(() => h.close());
+
+  async function send(channel: string, intent: { action: string; option?: string; guess?: string }) {
+    const s = ++seq;
+    h.send(channel, [{ ...intent, viewer: `tg:${s}`, seq: s, conn: s }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+  function actionsOf(u: string | undefined): string[] {
+    return (JSON.parse(u ?? '{}') as ChannelUpdate).actions.map((a) => a.name);
+  }
+  async function snapshotActions(channel: string): Promise<string[]> {
+    return actionsOf((await h.ctl(channel, { op: 'snapshot' })).update);
+  }
+  async function move(channel: string, from: Shard, to: Shard): Promise<void> {
+    await from.handOff(channel);
+    from.forget(channel);
+    await to.acquire(channel, await h.store.channels.acquire(channel, to.id));
+  }
+
+  it('the puzzle runs until a game declares; then the chat plays the game: its actions, its batches, no guesses', async () => {
+    assert.deepEqual(await snapshotActions('chat1'), []); // the puzzle takes guesses, it declares no action
+    assert.equal((await send('chat1', { action: '', guess: 'lolly' })).ok, true);
+    assert.deepEqual(await h.ctl('chat1', { op: 'declare', actions: VOTE }), { ok: true });
+    const u = JSON.parse((await h.ctl('chat1', { op: 'snapshot' })).update ?? '{}') as ChannelUpdate;
+    assert.deepEqual(
+      u.actions.map((a) => a.name),
+      ['vote'],
+    );
+    assert.deepEqual(u.game, {}, "the puzzle's board is gone from the chat's update");
+    const g = await send('chat1', { action: '', guess: 'hello' });
+    assert.deepEqual([g.ok, g.code], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION']);
+    assert.equal((await send('chat1', { action: 'vote', option: 'a' })).ok, true);
+    const b = await h.waitFor(() => h.batches.find((x) => x.channel === 'chat1' && x.actions.vote?.tally.a === 1));
+    assert.equal(b.actions.vote?.intents.length, 1, "the game gets the chat's batch");
+  });
+
+  it('a move to another shard keeps the game (the choice is in the snapshot); release brings the puzzle back there', async () => {
+    await move('chat1', h.shard, s2);
+    assert.deepEqual(await snapshotActions('chat1'), ['vote']);
+    const g = await send('chat1', { action: '', guess: 'hello' });
+    assert.deepEqual([g.ok, g.code], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION'], 'the new owner did not start the puzzle');
+    assert.deepEqual(await h.ctl('chat1', { op: 'release' }), { ok: true });
+    assert.deepEqual(await snapshotActions('chat1'), []);
+    const again = await send('chat1', { action: '', guess: 'hello' });
+    assert.deepEqual([again.ok, again.solved], [true, true], 'the puzzle is back');
+    const v = await send('chat1', { action: 'vote', option: 'a' });
+    assert.deepEqual([v.ok, v.code], [false, 'CP_ERR_INTENT_NO_GAME'], 'the puzzle declares no action');
+    await move('chat1', s2, h.shard);
+    assert.equal((await send('chat1', { action: '', guess: 'lolly' })).ok, true, 'and stays after the next move');
+  });
+
+  it('bad input - a built-in game that does not yield refuses a declare; a release with no game attached changes nothing', async () => {
+    const before = await h.ctl('fixed', { op: 'snapshot' });
+    const r = await h.ctl('fixed', { op: 'declare', actions: VOTE });
+    assert.deepEqual([r.ok, r.code], [false, 'CP_ERR_GAME_INVALID_DECLARE']);
+    assert.deepEqual(await h.ctl('fixed', { op: 'release' }), { ok: true });
+    const after = await h.ctl('fixed', { op: 'snapshot' });
+    assert.equal(after.update, before.update, 'nothing changed');
+    assert.equal((await send('fixed', { action: 'pull' })).ok, true);
+  });
+});
