@@ -48,6 +48,9 @@ export const CHANNEL_SQL = {
   byId: `SELECT ${COLUMNS} FROM channels WHERE id = $1`,
   byOwner: `SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`,
   byIds: `SELECT ${COLUMNS} FROM channels WHERE id = ANY($1::text[])`,
+  /** A tenant's Telegram chat channels (`tg<id>`, `tgn<id>`; libs/telegram isTelegramChannelId) not moved away ($2: at most). */
+  telegramChatsOf: `SELECT id FROM channels
+    WHERE tenant_id = $1 AND id ~ '^tgn?[1-9][0-9]{0,15}$' AND migrated_to IS NULL ORDER BY id LIMIT $2`,
   /**
    * The bulk acquire ($1 channel ids, $2 their new owners): locks the rows in id order (as the set-fenced writes lock
    * them FOR SHARE), bumps each epoch and sets its owner; a migrated or unknown channel is left out.
@@ -150,6 +153,15 @@ export class ChannelRepository {
     if (!CHANNEL_ID_RE.test(id)) return null;
     const { rows } = await this.db.query<Row>(CHANNEL_SQL.byId, [id]);
     return rows[0] ? toChannel(rows[0]) : null;
+  }
+
+  /**
+   * The ids of a tenant's Telegram chat channels (`tg<id>`, `tgn<id>`) that did not move to another channel, in id
+   * order, at most `limit` (one query on the tenant index): what a game attaching "every chat" of its tenant serves.
+   */
+  async telegramChatsOf(tenantId: string, limit: number): Promise<string[]> {
+    const { rows } = await this.db.query<{ id: string }>(CHANNEL_SQL.telegramChatsOf, [tenantId, limit]);
+    return rows.map((r) => r.id);
   }
 
   /** The channels of `ids` that exist, by id (one query). Invalid ids are left out. */
