@@ -273,6 +273,15 @@ export const schema = {
       doc: "A game's declare or state refused as retryable (its channel moving) is sent again until this long after the gateway got it, then refused (0: no retry).",
       why: 'The game SDK retries round requests for 10 s (its retryDeadlineMs); declare and state carry no answer the game could retry on, so the gateway gives them the same window.',
     }),
+    gameMaxChannels: int({
+      env: 'GAME_MAX_CHANNELS',
+      default: 10_000,
+      min: 1,
+      max: 1_000_000,
+      unit: 'count',
+      doc: 'Most channels one multi-channel game socket serves; an attach past it is refused per channel (CP_ERR_GAME_TOO_MANY_CHANNELS).',
+      why: 'Each attached channel costs the gateway a bus subscription and a queue: the bound caps what one key holds on a gateway, with room for a bot of several thousand chats.',
+    }),
     pingIntervalMs: int({
       env: 'WS_PING_INTERVAL_MS',
       default: 30_000,

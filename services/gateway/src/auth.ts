@@ -195,6 +195,17 @@ export class Authenticator {
   }
 
   /**
+   * Authenticates a multi-channel game connection: the key's tenant (its channels are checked as it attaches them).
+   * @throws CrowdplayError CP_ERR_AUTH_MISSING (no key), CP_ERR_AUTH_INVALID (unknown key); store errors pass through.
+   */
+  async gameKey(key: string | null): Promise<{ tenantId: string }> {
+    if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+    const tenant = await this.store.tenants.byApiKey(key);
+    if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
+    return { tenantId: tenant.id };
+  }
+
+  /**
    * Authenticates a game connection for `channel`, creating the channel for
    * the key's tenant if it does not exist.
    *

@@ -24,6 +24,48 @@ export type ConnRole = 'crowd' | 'game' | 'invalid';
 /** `ws.send` options for text frames (updates arrive from the bus as bytes and go out as text). */
 export const TEXT_FRAME = Object.freeze({ binary: false });
 
+/** What a game channel's queue holds: the game's messages, and the `release` a multi-channel socket's `detach` sends. */
+export type LinkMsg = GameInbound | { t: 'release' };
+
+/**
+ * One channel a game socket serves: the socket itself for a single-channel game (its fields below), or a
+ * {@link ChannelLink} of a multi-channel one. Batches, resume and the queue of `ch.<C>.ctl` requests are per link.
+ */
+export interface GameLink {
+  readonly channel: string;
+  /** Resume point (the newest batch `ev` the game applied here), if any. */
+  lastEventId: number | undefined;
+  /** Live `ch.<C>.game` messages held while the missed ones are read from the event log. */
+  resumeBuffer: Uint8Array[] | null;
+  /** The newest batch `ev` sent for this channel (see Conn.lastBatchEv). */
+  lastBatchEv: number | null;
+  gameSub: Subscription | undefined;
+  /** Messages waiting for their `ch.<C>.ctl` request (processed one at a time, in order). */
+  readonly gameQueue: LinkMsg[];
+  gamePumping: boolean;
+  /** Called when the pump has emptied the queue (a multi-channel `detach` waits for it). */
+  onIdle?: (() => void) | undefined;
+}
+
+/** A channel attached to a multi-channel game socket (multi-game-session.ts). */
+export class ChannelLink implements GameLink {
+  resumeBuffer: Uint8Array[] | null = null;
+  lastBatchEv: number | null = null;
+  gameSub: Subscription | undefined;
+  readonly gameQueue: LinkMsg[] = [];
+  gamePumping = false;
+  onIdle: (() => void) | undefined;
+  /** Being detached: new messages for it are refused, it leaves the socket once its queue is done. */
+  detaching = false;
+  /** Declared by the socket's class-wide declaration (a `declare` without `channel`). */
+  declaredByDefault = false;
+
+  constructor(
+    readonly channel: string,
+    public lastEventId: number | undefined,
+  ) {}
+}
+
 /** One frame received before authentication finished; replayed in order after the welcome. */
 export interface EarlyFrame {
   data: Buffer;
@@ -65,9 +107,17 @@ export class Conn {
   /** Game: the `ch.<C>.game` subscription. */
   gameSub: Subscription | undefined;
   /** Game: inbound messages waiting for their `ch.<C>.ctl` request (processed one at a time, in order). */
-  readonly gameQueue: GameInbound[] = [];
+  readonly gameQueue: LinkMsg[] = [];
   /** Game: a queue pump is running. */
   gamePumping = false;
+  /** Multi-channel game socket (`multi=1`): its channels by id; null on every other socket. */
+  links: Map<string, ChannelLink> | null = null;
+  /** Multi-channel game socket: messages queued across its channels (GAME_MULTI_QUEUED_MAX pauses the socket). */
+  multiQueued = 0;
+  /** Multi-channel game socket: attached to every Telegram chat of its tenant, new ones too (`attach` with `chats`). */
+  chats = false;
+  /** Multi-channel game socket: its class-wide declaration (a `declare` without `channel`), sent to each channel attached. */
+  defaultDeclare: GameInbound | undefined;
   /** Answered the last ping (or was just opened). */
   alive = true;
   /** Crowd: the id of the read-only watch token it opened with (watch-tokens.ts); such a socket never acts. */
@@ -95,21 +145,22 @@ export class Conn {
 }
 
 /**
- * Serialises an error frame `{"t":"error","code","message","ref"?}`; `ref` is
- * the game request it answers (omitted when undefined).
+ * Serialises an error frame `{"t":"error","code","message","ref"?,"channel"?}`; `ref` is
+ * the game request it answers, `channel` its channel on a multi-channel game socket (each omitted when undefined).
  */
-export function errorFrame(code: string, message: string, ref?: string): string {
+export function errorFrame(code: string, message: string, ref?: string, channel?: string): string {
   const frame: ErrorFrame = ref === undefined ? { t: 'error', code, message } : { t: 'error', code, message, ref };
+  if (channel !== undefined) frame.channel = channel;
   return JSON.stringify(frame);
 }
 
 /**
- * Sends an error frame (with `ref` when given) if the socket is still OPEN
+ * Sends an error frame (with `ref` and `channel` when given) if the socket is still OPEN
  * (state `auth`, `open` or `closing` before the close frame went out). Never throws.
  */
-export function sendErrorFrame(conn: Conn, code: string, message: string, ref?: string): void {
+export function sendErrorFrame(conn: Conn, code: string, message: string, ref?: string, channel?: string): void {
   if (conn.ws.readyState !== 1) return;
-  conn.ws.send(errorFrame(code, message, ref));
+  conn.ws.send(errorFrame(code, message, ref, channel));
 }
 
 /**

@@ -9,9 +9,9 @@
  * live batch it already has is skipped.
  */
 import { decodeJson, encodeJson } from '@crowdplay/bus';
-import { formatMessage, isRetryable, parseInbound, type GameInbound, type ResultFrame, type ResyncFrame } from '@crowdplay/protocol';
+import { CrowdplayError, formatMessage, isRetryable, parseInbound, type ResultFrame, type ResyncFrame } from '@crowdplay/protocol';
 import type { ChannelCtlReply, ChannelCtlRequest } from '@crowdplay/crowd-engine';
-import { sendErrorFrame, TEXT_FRAME, type Conn } from './connection.ts';
+import { sendErrorFrame, TEXT_FRAME, type Conn, type GameLink, type LinkMsg } from './connection.ts';
 import { protocolError, refuse, slowConsumer, type GatewayContext } from './gateway-context.ts';
 import type { Snapshots } from './snapshots.ts';
 
@@ -21,6 +21,12 @@ import type { Snapshots } from './snapshots.ts';
  * until half of it is done.
  */
 export const GAME_QUEUE_MAX = 64;
+/**
+ * Game messages queued across all channels of a multi-channel game socket; at this count the gateway stops reading
+ * the socket until half of them are done (each channel also holds at most GAME_QUEUE_MAX: one more is refused
+ * CP_ERR_GAME_CHANNEL_BUSY, so one slow channel does not stall the others).
+ */
+export const GAME_MULTI_QUEUED_MAX = 4_096;
 /** First and largest pause between sends of a game's declare or state refused as retryable, ms (doubling, jittered). */
 const GAME_CTL_RETRY_MIN_MS = 50;
 const GAME_CTL_RETRY_MAX_MS = 1_000;
@@ -57,8 +63,17 @@ export class GameSession {
    * @throws the bus error when the subscription fails
    */
   subscribe(conn: Conn): void {
-    if (conn.lastEventId !== undefined) conn.resumeBuffer = [];
-    conn.gameSub = this.ctx.bus.subscribe(this.ctx.subjects.channelGame(conn.channel), (msg) => this.sendToGame(conn, msg.data));
+    if (!conn.links) this.subscribeLink(conn, conn);
+  }
+
+  /**
+   * Subscribes one channel of a game socket (the socket itself, or a channel a multi-channel socket attached) to
+   * `ch.<C>.game`; with a `lastEventId` its live batches are held until {@link startLink} replayed the missed ones.
+   * @throws the bus error when the subscription fails
+   */
+  subscribeLink(conn: Conn, link: GameLink): void {
+    if (link.lastEventId !== undefined) link.resumeBuffer = [];
+    link.gameSub = this.ctx.bus.subscribe(this.ctx.subjects.channelGame(link.channel), (msg) => this.sendToGame(conn, link, msg.data));
   }
 
   /**
@@ -67,33 +82,63 @@ export class GameSession {
    * was away (a drain's cancel) without a `round` frame.
    */
   start(conn: Conn): void {
-    if (conn.resumeBuffer) void this.resumeGame(conn);
+    if (!conn.links) this.startLink(conn, conn);
   }
 
-  /** One text frame of an open game socket: queued for its `ch.<C>.ctl` request (or a protocol error). */
+  /** {@link start} of one channel of a game socket. */
+  startLink(conn: Conn, link: GameLink): void {
+    if (link.resumeBuffer) void this.resumeGame(conn, link);
+  }
+
+  /**
+   * One text frame of an open single-channel game socket: queued for its `ch.<C>.ctl` request (or a protocol
+   * error). A `channel` in the frame must be the socket's. Multi-channel sockets: multi-game-session.ts.
+   */
   onText(conn: Conn, text: string): void {
-    let msg: GameInbound;
+    let msg;
     try {
       msg = parseInbound('game', text);
     } catch (err) {
       protocolError(this.ctx, conn, err, text);
       return;
     }
+    if (msg.channel !== undefined && msg.channel !== conn.channel) {
+      protocolError(
+        this.ctx,
+        conn,
+        new CrowdplayError('CP_ERR_PROTO_INVALID', [`/channel must be this socket's channel ${conn.channel}`]),
+        text,
+      );
+      return;
+    }
     conn.gameQueue.push(msg);
     if (conn.gameQueue.length >= GAME_QUEUE_MAX && !conn.ws.isPaused) conn.ws.pause();
-    if (!conn.gamePumping) void this.pumpGame(conn);
+    this.pump(conn, conn);
   }
 
-  /** Sends the game's messages to the shard one at a time, in order. Never rejects. */
-  private async pumpGame(conn: Conn): Promise<void> {
-    conn.gamePumping = true;
+  /** Starts the queue pump of one channel of a game socket unless it runs. */
+  pump(conn: Conn, link: GameLink): void {
+    if (!link.gamePumping) void this.pumpGame(conn, link);
+  }
+
+  /**
+   * Sends one channel's game messages to the shard one at a time, in order. A single-channel socket paused at
+   * GAME_QUEUE_MAX resumes at half of it; a multi-channel socket counts its messages across channels
+   * (`conn.multiQueued`, MultiGameSession). Never rejects.
+   */
+  private async pumpGame(conn: Conn, link: GameLink): Promise<void> {
+    link.gamePumping = true;
     try {
-      for (let msg = conn.gameQueue.shift(); msg !== undefined && conn.state === 'open'; msg = conn.gameQueue.shift()) {
-        if (conn.ws.isPaused && conn.gameQueue.length <= GAME_QUEUE_MAX / 2) conn.ws.resume();
-        await this.forwardGame(conn, msg);
+      for (let msg = link.gameQueue.shift(); msg !== undefined && conn.state === 'open'; msg = link.gameQueue.shift()) {
+        if (conn.links) {
+          conn.multiQueued--;
+          if (conn.ws.isPaused && conn.multiQueued <= GAME_MULTI_QUEUED_MAX / 2) conn.ws.resume();
+        } else if (conn.ws.isPaused && link.gameQueue.length <= GAME_QUEUE_MAX / 2) conn.ws.resume();
+        await this.forwardGame(conn, link, msg);
       }
     } finally {
-      conn.gamePumping = false;
+      link.gamePumping = false;
+      link.onIdle?.();
     }
   }
 
@@ -103,20 +148,20 @@ export class GameSession {
    * request with `ref` is answered with `{t:'result', ref, ok:true, round?}`
    * or an error frame with `ref` (without `ref`, success is silent too).
    */
-  private async forwardGame(conn: Conn, msg: GameInbound): Promise<void> {
+  private async forwardGame(conn: Conn, link: GameLink, msg: LinkMsg): Promise<void> {
     const { ctx } = this;
     const { req, ref } = ctlRequest(conn, msg);
-    // Declare and state have no answer the game could retry on: a retryable refusal (the channel moving, no owner
-    // yet) is sent again here, in order, until GAME_CTL_RETRY_MS; a state with a newer one queued behind it is not.
-    const retries = req.op === 'declare' || req.op === 'state';
+    // Declare, state and release have no answer the game could retry on: a retryable refusal (the channel moving, no
+    // owner yet) is sent again here, in order, until GAME_CTL_RETRY_MS; a state with a newer one queued behind it is not.
+    const retries = req.op === 'declare' || req.op === 'state' || req.op === 'release';
     const limitMs = ctx.config.gateway.gameCtlRetryMs;
     const t0 = performance.now();
     let backoffMs = GAME_CTL_RETRY_MIN_MS;
     let reply: ChannelCtlReply;
     for (;;) {
-      reply = await this.ctlOnce(conn, req);
+      reply = await this.ctlOnce(conn, link.channel, req);
       if (reply.ok || !retries || !isRetryable(reply.code) || limitMs === 0) break;
-      if (req.op === 'state' && conn.gameQueue.some((m) => m.t === 'state')) return; // superseded
+      if (req.op === 'state' && link.gameQueue.some((m) => m.t === 'state')) return; // superseded
       const leftMs = limitMs - (performance.now() - t0);
       if (leftMs <= 0 || ctx.intakeClosed() || conn.state !== 'open') {
         ctx.metrics.gameCtlRetried.add(1, { outcome: 'expired' });
@@ -128,12 +173,14 @@ export class GameSession {
       await new Promise<void>((resolve) => ctx.later(resolve, delayMs));
       if (conn.state !== 'open') return;
     }
+    const channel = conn.links ? link.channel : undefined;
+    if (msg.t === 'release') return; // answered by the `detached` frame (multi-game-session.ts)
     if (!reply.ok) {
-      sendErrorFrame(conn, reply.code, reply.message, ref);
+      sendErrorFrame(conn, reply.code, reply.message, ref, channel);
       return;
     }
     if (ref === undefined || !conn.writable) return;
-    const result: ResultFrame = { t: 'result', ref, ok: true };
+    const result: ResultFrame = channel === undefined ? { t: 'result', ref, ok: true } : { t: 'result', ref, channel, ok: true };
     if (reply.round !== undefined) result.round = reply.round;
     conn.ws.send(JSON.stringify(result));
   }
@@ -142,16 +189,20 @@ export class GameSession {
    * One `ch.<C>.ctl` request; a bus failure (no owner answering, a timeout) is CP_ERR_CHANNEL_UNAVAILABLE, counted
    * as a refusal (logged once per interval: under overload every game's retries fail alike). Never rejects.
    */
-  private async ctlOnce(conn: Conn, req: ChannelCtlRequest): Promise<ChannelCtlReply> {
+  private async ctlOnce(conn: Conn, channel: string, req: ChannelCtlRequest): Promise<ChannelCtlReply> {
     const { bus, subjects, config } = this.ctx;
     try {
-      const res = await bus.request(subjects.channelCtl(conn.channel), encodeJson(req), {
+      const res = await bus.request(subjects.channelCtl(channel), encodeJson(req), {
         timeoutMs: config.bus.requestTimeoutMs,
       });
       return decodeJson<ChannelCtlReply>(res.data);
     } catch (err) {
-      refuse(this.ctx, 'CP_ERR_CHANNEL_UNAVAILABLE', conn, { op: req.op, bus: (err as { code?: string }).code ?? String(err) });
-      return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [conn.channel]) };
+      refuse(this.ctx, 'CP_ERR_CHANNEL_UNAVAILABLE', conn, {
+        op: req.op,
+        gameChannel: channel,
+        bus: (err as { code?: string }).code ?? String(err),
+      });
+      return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: formatMessage('CP_ERR_CHANNEL_UNAVAILABLE', [channel]) };
     }
   }
 
@@ -168,14 +219,14 @@ export class GameSession {
    * after the read is then published to a live subscription, never into the
    * gap between the two (a busy gateway's SUB can wait seconds in its buffer).
    */
-  private async resumeGame(conn: Conn): Promise<void> {
+  private async resumeGame(conn: Conn, link: GameLink): Promise<void> {
     const { ctx } = this;
-    const from = conn.lastEventId ?? 0;
+    const from = link.lastEventId ?? 0;
     let replayedUpTo = from;
     let reason: ResyncFrame['reason'] | null = null;
     try {
       await ctx.bus.flush();
-      const s = await ctx.store.events.since(conn.channel, from, ctx.config.eventLog.resumeMaxEvents);
+      const s = await ctx.store.events.since(link.channel, from, ctx.config.eventLog.resumeMaxEvents);
       if (from < s.floor) reason = 'pruned';
       else if (s.more) reason = 'behind';
       else {
@@ -186,34 +237,34 @@ export class GameSession {
         ctx.metrics.eventsReplayed.add(s.events.length);
       }
     } catch (err) {
-      ctx.logger.warn({ err, channel: conn.channel }, 'event log read failed; the game resyncs');
+      ctx.logger.warn({ err, channel: link.channel }, 'event log read failed; the game resyncs');
       reason = 'unavailable';
     }
     ctx.metrics.resumes.add(1, { role: 'game', outcome: reason ? `resync_${reason}` : 'replayed' });
-    if (reason) this.snapshots.sendResync(conn, reason);
+    if (reason) this.snapshots.sendResync(conn, reason, link);
     // After a resync the snapshot replaces the game's state; after a replay it tells the game its rounds' states.
-    const bytes = await this.snapshots.snapshot(conn.channel).catch(() => undefined);
+    const bytes = await this.snapshots.snapshot(link.channel).catch(() => undefined);
     if (bytes) this.sendToGameNow(conn, bytes);
-    const held = conn.resumeBuffer ?? [];
-    conn.resumeBuffer = null;
+    const held = link.resumeBuffer ?? [];
+    link.resumeBuffer = null;
     // Only batches the replay sent can come live afterwards: with nothing replayed (a game ahead of the log, e.g. a
     // fresh database), live batches are not held back against its lastEventId.
-    if (replayedUpTo > from) conn.lastBatchEv = replayedUpTo;
+    if (replayedUpTo > from) link.lastBatchEv = replayedUpTo;
     for (const data of held) {
       const ev = frameEv(data);
       if (ev !== undefined && ev <= replayedUpTo) ctx.metrics.replayedLiveSkipped.add(1);
-      else this.sendLiveToGame(conn, data, ev);
+      else this.sendLiveToGame(conn, link, data, ev);
     }
   }
 
   /** Forwards one `ch.<C>.game` message (Batch bytes) to the game socket as a text frame. */
-  private sendToGame(conn: Conn, data: Uint8Array): void {
-    if (conn.resumeBuffer) {
-      conn.resumeBuffer.push(data);
-      if (conn.resumeBuffer.length > this.ctx.config.eventLog.resumeMaxEvents) slowConsumer(this.ctx, conn);
+  private sendToGame(conn: Conn, link: GameLink, data: Uint8Array): void {
+    if (link.resumeBuffer) {
+      link.resumeBuffer.push(data);
+      if (link.resumeBuffer.length > this.ctx.config.eventLog.resumeMaxEvents) slowConsumer(this.ctx, conn);
       return;
     }
-    this.sendLiveToGame(conn, data, frameEv(data));
+    this.sendLiveToGame(conn, link, data, frameEv(data));
   }
 
   /**
@@ -222,13 +273,13 @@ export class GameSession {
    * skipped (counted); round frames (no `ev`) always go.
    * @param ev the frame's `ev` ({@link frameEv}: read once by the caller)
    */
-  private sendLiveToGame(conn: Conn, data: Uint8Array, ev: number | undefined): void {
+  private sendLiveToGame(conn: Conn, link: GameLink, data: Uint8Array, ev: number | undefined): void {
     if (ev !== undefined) {
-      if (conn.lastBatchEv !== null && ev <= conn.lastBatchEv) {
+      if (link.lastBatchEv !== null && ev <= link.lastBatchEv) {
         this.ctx.metrics.replayedLiveSkipped.add(1);
         return;
       }
-      conn.lastBatchEv = ev;
+      link.lastBatchEv = ev;
     }
     this.sendToGameNow(conn, data);
   }
@@ -249,8 +300,10 @@ export class GameSession {
  * Round ops carry the tenant the game authenticated as; `declare` passes
  * `welcomeGrant` through when set.
  */
-function ctlRequest(conn: Conn, msg: GameInbound): { req: ChannelCtlRequest; ref: string | undefined } {
+function ctlRequest(conn: Conn, msg: LinkMsg): { req: ChannelCtlRequest; ref: string | undefined } {
   switch (msg.t) {
+    case 'release':
+      return { req: { op: 'release' }, ref: undefined };
     case 'declare': {
       const req: ChannelCtlRequest = { op: 'declare', actions: msg.actions };
       if (msg.welcomeGrant !== undefined) req.welcomeGrant = msg.welcomeGrant;
@@ -259,15 +312,15 @@ function ctlRequest(conn: Conn, msg: GameInbound): { req: ChannelCtlRequest; ref
     case 'state':
       return { req: { op: 'state', state: msg.state }, ref: msg.ref };
     case 'round.open': {
-      const { t: op, ref, ...fields } = msg;
+      const { t: op, ref, channel: _, ...fields } = msg;
       return { req: { op, tenant: conn.tenantId, ...fields }, ref };
     }
     case 'round.settle': {
-      const { t: op, ref, ...fields } = msg;
+      const { t: op, ref, channel: _, ...fields } = msg;
       return { req: { op, tenant: conn.tenantId, ...fields }, ref };
     }
     case 'round.cancel': {
-      const { t: op, ref, ...fields } = msg;
+      const { t: op, ref, channel: _, ...fields } = msg;
       return { req: { op, tenant: conn.tenantId, ...fields }, ref };
     }
   }

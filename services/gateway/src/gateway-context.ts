@@ -10,7 +10,7 @@ import type { Config } from '@crowdplay/config';
 import { CrowdplayError, inboundContext, formatMessage, type ErrorCode } from '@crowdplay/protocol';
 import type { Store } from '@crowdplay/store';
 import type { Logger, Telemetry } from '@crowdplay/telemetry';
-import { ackFrame, closeWithError, sendErrorFrame, type Conn } from './connection.ts';
+import { ackFrame, closeWithError, sendErrorFrame, type Conn, type GameLink } from './connection.ts';
 import type { ChannelFanout } from './fanout.ts';
 import type { IntentBatcher } from './intents.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -99,6 +99,25 @@ export function detach(ctx: GatewayContext, conn: Conn): void {
   conn.gameSub = undefined;
   conn.gameQueue.length = 0;
   if (ctx.games.get(conn.channel) === conn) ctx.games.delete(conn.channel);
+  if (conn.links) {
+    for (const link of conn.links.values()) dropLink(ctx, conn, link);
+    conn.links.clear();
+    conn.multiQueued = 0;
+    conn.chats = false;
+  }
+}
+
+/**
+ * Stops serving one channel of a multi-channel game socket: its `ch.<C>.game` subscription, its queue and its
+ * channel slot (the caller removes it from `conn.links`). The channel's game state at the shard is left as it is.
+ */
+export function dropLink(ctx: GatewayContext, conn: Conn, link: GameLink): void {
+  link.gameSub?.unsubscribe();
+  link.gameSub = undefined;
+  conn.multiQueued -= link.gameQueue.length;
+  link.gameQueue.length = 0;
+  link.resumeBuffer = null;
+  if (ctx.games.get(link.channel) === conn) ctx.games.delete(link.channel);
 }
 
 /**
@@ -125,7 +144,7 @@ export function protocolError(ctx: GatewayContext, conn: Conn, err: unknown, tex
   const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_PROTO_MALFORMED', [], { cause: err });
   refuse(ctx, e.code, conn);
   const frame = text === undefined ? {} : inboundContext(text);
-  if (conn.role === 'game') sendErrorFrame(conn, e.code, e.message, frame.ref);
+  if (conn.role === 'game') sendErrorFrame(conn, e.code, e.message, frame.ref, conn.links ? frame.channel : undefined);
   else {
     sendErrorFrame(conn, e.code, e.message);
     if (frame.seq !== undefined && conn.ws.readyState === 1) conn.ws.send(ackFrame(frame.seq, false, undefined, e.code));

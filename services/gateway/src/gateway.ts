@@ -56,6 +56,7 @@ import { registerRoundHistoryRoutes } from './round-history.ts';
 import { registerWatchTokenRoutes, WatchSockets } from './watch-tokens.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
+import { MultiGameSession } from './multi-game-session.ts';
 import { frameworkErrors, MAX_PARAM_LENGTH, registerRoutes } from './http.ts';
 import { IntentBatcher } from './intents.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
@@ -169,6 +170,7 @@ class GatewayImpl implements Gateway {
   private readonly admission: UpgradeAdmission;
   private readonly crowd: CrowdSession;
   private readonly game: GameSession;
+  private readonly multiGame: MultiGameSession;
   private readonly acks: AckRouter;
   private telegramWebhook: { drain(): Promise<void> } | undefined;
   /** Timers of `later` (intents and joins sent back by a moving channel, game ctl retries), cleared on close. */
@@ -254,6 +256,7 @@ class GatewayImpl implements Gateway {
     const snapshots = new Snapshots(this.ctx);
     this.crowd = new CrowdSession(this.ctx, snapshots);
     this.game = new GameSession(this.ctx, snapshots);
+    this.multiGame = new MultiGameSession(this.ctx, this.game, router);
     this.acks = new AckRouter(this.ctx, this.crowd);
 
     this.app = Fastify({
@@ -396,6 +399,7 @@ class GatewayImpl implements Gateway {
     this.admission.close();
     this.acks.close();
     this.ctx.watch.close();
+    this.multiGame.close();
     for (const t of this.laterTimers) clearTimeout(t);
     this.laterTimers.clear();
     this.batcher.close();
@@ -463,6 +467,7 @@ class GatewayImpl implements Gateway {
       serverTime: Date.now(),
       tickMs: this.config.engine.tickMs,
     };
+    if (conn.links) welcome.multi = true;
     if (conn.watchToken !== undefined) welcome.readOnly = true;
     else if (conn.role === 'crowd') welcome.viewer = conn.viewer;
     conn.ws.send(JSON.stringify(welcome));
@@ -500,7 +505,8 @@ class GatewayImpl implements Gateway {
       protocolError(this.ctx, conn, new CrowdplayError('CP_ERR_PROTO_INVALID', ['binary frames are not accepted: send JSON text']));
       return;
     }
-    this.sessionOf(conn).onText(conn, data.toString('utf8'));
+    if (conn.links) this.multiGame.onText(conn, data.toString('utf8'));
+    else this.sessionOf(conn).onText(conn, data.toString('utf8'));
   }
 
   /** The session that serves a socket's role (a socket of role `invalid` never opens). */
@@ -524,6 +530,7 @@ class GatewayImpl implements Gateway {
   private onClose(conn: Conn): void {
     if (conn.state === 'closed') return;
     detach(this.ctx, conn);
+    if (conn.links) this.multiGame.forget(conn);
     conn.state = 'closed';
     this.conns.delete(conn.id);
     if (conn.counted) {

@@ -54,10 +54,13 @@ export class Snapshots {
     fanout.sendTo(conn, latest.bytes);
   }
 
-  /** Sends `{t:'resync', channel, from: lastEventId ?? 0, reason}` if the socket is writable. */
-  sendResync(conn: Conn, reason: ResyncFrame['reason']): void {
+  /**
+   * Sends `{t:'resync', channel, from: lastEventId ?? 0, reason}` if the socket is writable.
+   * @param link the channel and resume point (default: the socket's own; a multi-channel game socket's attached channel)
+   */
+  sendResync(conn: Conn, reason: ResyncFrame['reason'], link: { channel: string; lastEventId: number | undefined } = conn): void {
     if (!conn.writable) return;
-    const frame: ResyncFrame = { t: 'resync', channel: conn.channel, from: conn.lastEventId ?? 0, reason };
+    const frame: ResyncFrame = { t: 'resync', channel: link.channel, from: link.lastEventId ?? 0, reason };
     conn.ws.send(JSON.stringify(frame));
   }
 

@@ -268,7 +268,7 @@ export class UpgradeAdmission {
 
   /**
    * Identifies the socket (crowd: token or Telegram initData; game: key, one
-   * game per channel per gateway), assigns its channel, then hands it to the
+   * game per channel per gateway; a multi-channel game: key only, no channel yet), assigns its channel, then hands it to the
    * `open` hook. A refusal ends the socket with an error frame and the
    * documented close code. Never rejects.
    */
@@ -285,6 +285,11 @@ export class UpgradeAdmission {
         conn.tenantId = id.tenantId;
         conn.viewer = id.viewer;
         conn.displayName = id.name;
+      } else if (conn.role === 'game' && query.get('multi') === '1') {
+        // A multi-channel game: its channels come in `attach` frames (multi-game-session.ts).
+        if (conn.channel !== '') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['a multi-channel game socket names no channel']);
+        conn.tenantId = (await this.deps.auth.gameKey(query.get('key'))).tenantId;
+        conn.links = new Map();
       } else if (!CHANNEL_ID_RE.test(conn.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
       else if (conn.role === 'crowd') {
         conn.lastEventId = parseLastEventId(query);
@@ -303,7 +308,7 @@ export class UpgradeAdmission {
       if (conn.state !== 'auth') return;
       if (conn.role === 'crowd' && !(await this.takeTenantSlot(conn))) return;
       try {
-        await this.assign(conn.channel);
+        if (!conn.links) await this.assign(conn.channel);
       } catch (err) {
         if (initData === null || !isCrowdplayError(err, 'CP_ERR_CHANNEL_MIGRATED')) throw err;
         // The chat moved (group → supergroup) since this gateway cached its channel: look again, once.
