@@ -2,7 +2,8 @@
  * @crowdplay/loadtest — load scenarios (`crowd`: viewers acting in channels, `market`:
  * funded viewers trading and staking in rounds, then ledger verify;
  * `rollover`: Telegram chats at the word puzzle's rollover; `failover`: a
- * local cluster with a shard killed, one drained and a gateway restarted), the
+ * local cluster with a shard killed, one drained and a gateway restarted; `multigame`: one game process serving
+ * many Telegram chats over one connection), the
  * frozen bare-ws reference server, and the report formats. CLI: main.ts.
  */
 export {
@@ -68,3 +69,7 @@ export { runFailoverScenario, lostIntents, msFigures, stakeHash, FAILOVER_DEFAUL
 export type { FailoverOptions } from './failover/scenario.ts';
 export { formatFailoverReport } from './failover/report.ts';
 export type { FailoverReport, FailoverTarget, RecoveryFigures } from './failover/report.ts';
+export { runMultigameScenario, MAX_MULTIGAME_CHATS } from './multigame/scenario.ts';
+export type { MultigameOptions } from './multigame/scenario.ts';
+export { formatMultigameReport } from './multigame/report.ts';
+export type { MultigameReport } from './multigame/report.ts';

@@ -21,6 +21,9 @@
  *         [--faults kill,drain,gateway,router]
  *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
  *
+ *   multigame --chats N --duration S [--round-every K] [--json FILE]
+ *         (DATABASE_URL: the product's PostgreSQL; default this machine's)
+ *
  * Prints a table to stdout (progress lines go to stderr) and writes the JSON
  * report to --json. Fields: loadtest/README.md.
  */
@@ -38,6 +41,8 @@ import { runChatRoundsScenario } from './chatrounds/scenario.ts';
 import { parseWatchPid } from './proc.ts';
 import { formatFailoverReport } from './failover/report.ts';
 import { parseFaults, runFailoverScenario } from './failover/scenario.ts';
+import { formatMultigameReport } from './multigame/report.ts';
+import { runMultigameScenario } from './multigame/scenario.ts';
 
 const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --viewers N --duration S --channels K --json FILE
        [--tenant-id dev] [--tenant-secret S] [--tenant-key KEY] [--ramp-s R] [--workers W]
@@ -52,7 +57,8 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
        [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
-       [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)`;
+       [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)
+     npm run loadtest -- multigame --chats N --duration S [--round-every K] [--json FILE]`;
 
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
@@ -300,7 +306,37 @@ async function chatRoundsMain(argv: string[]): Promise<number> {
   return report.complete ? 0 : 1;
 }
 
+/** `multigame`: exit 0 when every chat was attached and had batches; 1 otherwise. */
+async function multigameMain(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv.slice(1),
+    options: {
+      chats: { type: 'string' },
+      duration: { type: 'string' },
+      'round-every': { type: 'string' },
+      json: { type: 'string' },
+      help: { type: 'boolean', default: false },
+    },
+  });
+  if (values.help) {
+    console.error(USAGE);
+    return 0;
+  }
+  const report = await runMultigameScenario({
+    chats: required('chats', num('chats', values.chats)),
+    durationS: required('duration', num('duration', values.duration)),
+    roundEvery: num('round-every', values['round-every']),
+    databaseUrl: process.env.DATABASE_URL || undefined,
+    onProgress: (line) => console.error(line),
+    command: commandLine(argv),
+  });
+  console.log(formatMultigameReport(report));
+  writeJson(values.json, report);
+  return report.warnings.length === 0 ? 0 : 1;
+}
+
 async function main(argv: string[]): Promise<number> {
+  if (argv[0] === 'multigame') return multigameMain(argv);
   if (argv[0] === 'chatrounds') return chatRoundsMain(argv);
   if (argv[0] === 'failover') return failoverMain(argv);
   if (argv[0] === 'market') return marketMain(argv);
