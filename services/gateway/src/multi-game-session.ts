@@ -45,6 +45,8 @@ export class MultiGameSession {
   private readonly chatTenants = new Map<string, string | null>();
   /** Per socket: its attach and detach frames run one after the other. */
   private readonly chains = new WeakMap<Conn, Promise<void>>();
+  /** Per `chats` socket: chats it detached by name, not attached again when the router places them. */
+  private readonly declined = new WeakMap<Conn, Set<string>>();
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -141,7 +143,10 @@ export class MultiGameSession {
     const links = conn.links;
     if (!links) return;
     const wanted = new Set(msg.channels ?? []);
+    const declined = this.declined.get(conn);
+    for (const ch of wanted) declined?.delete(ch);
     if (msg.chats) {
+      this.declined.delete(conn);
       conn.chats = true;
       this.chatSockets.add(conn);
       this.followPlacements();
@@ -258,6 +263,11 @@ export class MultiGameSession {
       for (const ch of links.keys()) if (isTelegramChannelId(ch)) names.add(ch);
     }
     const leaving: ChannelLink[] = [];
+    if (conn.chats) {
+      let declined = this.declined.get(conn);
+      if (!declined) this.declined.set(conn, (declined = new Set()));
+      for (const ch of names) if (isTelegramChannelId(ch)) declined.add(ch);
+    }
     for (const ch of names) {
       const link = links.get(ch);
       if (!link || link.detaching) continue;
@@ -310,7 +320,9 @@ export class MultiGameSession {
       this.chatTenants.set(channel, tenant);
       if (this.chatTenants.size > CHAT_TENANTS_KEPT) this.chatTenants.delete(this.chatTenants.keys().next().value!);
     }
-    const conn = [...this.chatSockets].find((s) => s.tenantId === tenant && s.state === 'open' && s.chats);
+    const conn = [...this.chatSockets].find(
+      (s) => s.tenantId === tenant && s.state === 'open' && s.chats && !this.declined.get(s)?.has(channel),
+    );
     if (!conn || this.ctx.games.has(channel)) return;
     if ((conn.links?.size ?? 0) >= this.ctx.config.gateway.gameMaxChannels) {
       refuse(this.ctx, 'CP_ERR_GAME_TOO_MANY_CHANNELS', conn, { gameChannel: channel, op: 'attach' });

@@ -173,9 +173,19 @@ describe('multi-channel game socket', () => {
     h.bus.publish(h.subj.channelGame('tg103'), encodeJson(batch('tg103', 70)));
     await c.frame((f) => f.t === 'batch' && f.channel === 'tg103', 'tg103 batch');
     assert.equal(h.gateway.stats().games, 4, 'the rival chat was not attached');
+    // A chat detached by name stays detached when it is placed again (a move).
+    c.send({ t: 'detach', ref: 'd0', channels: ['tg102'] });
+    await c.frame((f) => f.t === 'detached' && f.ref === 'd0', 'detached tg102');
+    placed('tg102');
+    placed('tg103'); // already attached: nothing
+    c.send({ t: 'attach', ref: 'a9', channels: ['roomA'] }); // runs after the placements were handled
+    await c.frame((f) => f.t === 'attached' && f.ref === 'a9', 'attached a9');
+    assert.equal(c.frames.filter((f) => f.t === 'attached' && f.ref === undefined).length, 1, 'no chat attached again');
+    c.send({ t: 'detach', ref: 'd9', channels: ['roomA'] });
+    await c.frame((f) => f.t === 'detached' && f.ref === 'd9', 'detached a9');
     c.send({ t: 'detach', ref: 'd1', chats: true });
-    const d = await c.frame((f) => f.t === 'detached', 'detached');
-    assert.deepEqual((d.channels as string[]).sort(), ['tg101', 'tg102', 'tg103', 'tgn5']);
+    const d = await c.frame((f) => f.t === 'detached' && f.ref === 'd1', 'detached');
+    assert.deepEqual((d.channels as string[]).sort(), ['tg101', 'tg103', 'tgn5']);
     await closeAll(c);
   });
 
