@@ -150,6 +150,7 @@ export const GameAttach = Type.Object(
     lastEventIds: Type.Optional(
       Type.Record(Type.String({ pattern: CHANNEL_ID_PATTERN }), Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }), {
         maxProperties: GAME_ATTACH_MAX,
+        additionalProperties: false,
       }),
     ),
   },
