@@ -97,3 +97,83 @@ describe('external game on a chat channel', () => {
     assert.equal((await send('fixed', { action: 'pull' })).ok, true);
   });
 });
+
+describe('external game on a chat channel - rounds', () => {
+  let h: Harness;
+  let seq = 50_000;
+  let opened = false;
+  // A built-in game that yields and runs a round of its own, once.
+  const roundy: GameModule = {
+    name: 'roundy',
+    yieldsToGame: true,
+    actions: () => [{ name: 'pull', maxPerTick: 10 }],
+    init: () => ({ roundy: true }),
+    onBatch: () => null,
+    rounds: () => {
+      if (opened) return [];
+      opened = true;
+      return [{ op: 'open', request: { round: 'b1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 } }];
+    },
+  };
+  before(async () => {
+    h = await startHarness({ ledger: true, gameFor: (c) => (c === 'chat2' ? roundy : undefined), rounds: { walletReloadMs: 0 } });
+    await h.store.tenants.create('evil', 'Evil');
+    await h.store.channels.ensure('chat2', 'acme');
+    await h.router.assign('chat2');
+  });
+  after(() => h.close());
+
+  const bal = (viewer: string): Promise<number> => h.ledger!.balance('acme', { kind: 'wallet', owner: viewer });
+  async function stake(round: string, viewer: string, points: number) {
+    const s = ++seq;
+    h.send('chat2', [{ action: '', viewer, seq: s, conn: s, trade: { k: 'stake', round, outcome: 'x', points } }]);
+    return h.waitFor(() => h.acks.find((a) => a.seq === s));
+  }
+  const stateOf = async (round: string): Promise<string | undefined> => (await h.store.rounds.get('chat2', round))?.state;
+  /** Polls an async condition every 10 ms (fails after 5 s): a balance settles after its ledger commit. */
+  async function eventually(cond: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + 5_000;
+    while (!(await cond())) {
+      if (Date.now() > deadline) throw new Error(`${what} not met in time`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  it("a takeover refunds the built-in game's round; a release refunds the game's; another tenant touches neither", async () => {
+    await h.ledger!.grant('acme', 'p1', 100, 'grant-p1');
+    await eventually(async () => (await stateOf('b1')) === 'open', "the built-in game's round opened");
+    assert.equal((await stake('b1', 'p1', 30)).ok, true);
+    assert.equal(await bal('p1'), 70);
+    // The game's round requests are refused while the built-in game runs the channel.
+    const early = await h.ctl('chat2', {
+      op: 'round.open',
+      tenant: 'acme',
+      round: 'e0',
+      kind: 'pool',
+      outcomes: ['x', 'y'],
+      durationMs: 60_000,
+    });
+    assert.deepEqual([early.ok, early.code], [false, 'CP_ERR_ROUND_FORBIDDEN']);
+    assert.deepEqual(await h.ctl('chat2', { op: 'declare', actions: VOTE }), { ok: true });
+    assert.equal(await stateOf('b1'), 'cancelled');
+    const frame = await h.waitFor(() => h.roundFrames.find((f) => f.round.id === 'b1' && f.round.state === 'cancelled'));
+    assert.equal(frame.channel, 'chat2', 'a round frame names its channel');
+    await eventually(async () => (await bal('p1')) === 100, 'the stake refunded');
+    const open = await h.ctl('chat2', {
+      op: 'round.open',
+      tenant: 'acme',
+      round: 'e1',
+      kind: 'pool',
+      outcomes: ['x', 'y'],
+      durationMs: 60_000,
+    });
+    assert.equal(open.ok, true);
+    assert.equal((await stake('e1', 'p1', 20)).ok, true);
+    const forged = await h.ctl('chat2', { op: 'round.settle', tenant: 'evil', round: 'e1', outcome: 'x' });
+    assert.deepEqual([forged.ok, forged.code], [false, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL']);
+    assert.equal(await stateOf('e1'), 'open', 'nothing changed');
+    assert.deepEqual(await h.ctl('chat2', { op: 'release' }), { ok: true });
+    assert.equal(await stateOf('e1'), 'cancelled');
+    await eventually(async () => (await bal('p1')) === 100, "the game's stake refunded");
+  });
+});
