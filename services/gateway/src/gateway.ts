@@ -27,6 +27,8 @@
  *    `state` and `round.open|settle|cancel` become `ch.<C>.ctl` requests (in
  *    order); a request with `ref` is answered with a `result` or an `error`
  *    frame carrying that `ref`; `ch.<C>.game` messages are forwarded as they are.
+ *    A multi-channel game socket (`multi=1`) does the same per channel it
+ *    attached (multi-game-session.ts).
  *
  * The parts, each given the shared {@link GatewayContext} (gateway-context.ts):
  * upgrade admission (upgrade-admission.ts: steps 1–3), the crowd and game
