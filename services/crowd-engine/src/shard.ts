@@ -384,12 +384,18 @@ export class Shard {
    * Merges the final snapshot of channel `from` (its chat became this one)
    * into this channel's built-in game, and snapshots this channel at its
    * epoch before answering, so the router may then mark the move finished.
-   * Idempotent when the game's `absorb` is (the word puzzle's is).
+   * Idempotent when the game's `absorb` is (the word puzzle's is). A channel an external game holds takes
+   * nothing (its game is not the puzzle) and answers zero counts.
    * @throws CrowdplayError CP_ERR_CHANNEL_MIGRATION_INVALID (no built-in game
    *   that can absorb, or a snapshot that is not a channel's),
    *   CP_ERR_CHANNEL_UNAVAILABLE (the snapshot write failed; the router retries)
    */
   private async absorb(o: Owned, from: string, state: unknown): Promise<AbsorbCounts> {
+    if (o.rt.external) {
+      // The tenant's game holds this chat (external-game.ts): the old chat's puzzle has nothing to merge into.
+      if (!(await this.own.saveSnapshot(o))) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [o.rt.id]);
+      return { added: 0, replaced: 0, kept: 0, stale: false };
+    }
     const game = o.game;
     if (!game?.absorb)
       throw new CrowdplayError('CP_ERR_CHANNEL_MIGRATION_INVALID', [from, `${o.rt.id} runs no game that can take its state`]);

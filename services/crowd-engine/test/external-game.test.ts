@@ -75,6 +75,13 @@ describe('external game on a chat channel', () => {
   it('a move to another shard keeps the game (the choice is in the snapshot); release brings the puzzle back there', async () => {
     await move('chat1', h.shard, s2);
     assert.deepEqual(await snapshotActions('chat1'), ['vote']);
+    // A chat that moved (group → supergroup) into this one: nothing to merge into the game, the move completes.
+    const absorbed = await h.ctl('chat1', {
+      op: 'absorb',
+      from: 'chat0',
+      state: { v: 1, actions: [], tally: {}, game: { puzzle: 10, players: {} }, tick: 0 },
+    });
+    assert.deepEqual(absorbed, { ok: true, absorbed: { added: 0, replaced: 0, kept: 0, stale: false } });
     const g = await send('chat1', { action: '', guess: 'hello' });
     assert.deepEqual([g.ok, g.code], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION'], 'the new owner did not start the puzzle');
     assert.deepEqual(await h.ctl('chat1', { op: 'release' }), { ok: true });
