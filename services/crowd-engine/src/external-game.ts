@@ -2,7 +2,8 @@
  * A channel whose built-in game yields to an external one (a Telegram chat's word puzzle,
  * GameModule.yieldsToGame): a game's `declare` takes the channel over, the game's `release` gives it back. The
  * state is one flag of the channel (`ChannelRuntime.external`), snapshotted with it, so a channel that moves to
- * another shard keeps its game: the new owner starts the built-in game only when the flag is off.
+ * another shard keeps its game: the new owner starts the built-in game only when the flag is off
+ * (docs/decisions/0032-multi-channel-game-sockets.md).
  */
 import type { ShardState, Owned } from './shard-state.ts';
 
