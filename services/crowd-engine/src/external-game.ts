@@ -36,10 +36,11 @@ async function cancelUnfinished(d: ExternalGameDeps, o: Owned): Promise<void> {
  * @param ev the event id of the change (taken by the caller)
  */
 export async function takeOver(d: ExternalGameDeps, o: Owned, ev: number): Promise<void> {
-  await cancelUnfinished(d, o);
+  // Off first: a tick during the refunds must not run the built-in game (a new round of its own) any more.
   o.game = undefined;
   o.pendingState = undefined;
   o.rt.external = true;
+  await cancelUnfinished(d, o);
   o.rt.setGameState({}, ev, d.s.now());
 }
 
