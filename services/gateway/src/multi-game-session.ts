@@ -84,7 +84,7 @@ export class MultiGameSession {
       const run = (this.chains.get(conn) ?? Promise.resolve()).then(() => (m.t === 'attach' ? this.attach(conn, m) : this.detach(conn, m)));
       this.chains.set(
         conn,
-        run.catch((err: unknown) => this.ctx.logger.error({ err }, 'game attach/detach failed')),
+        run.catch((err: unknown) => this.failed(conn, m.t, m.ref, err)),
       );
       return;
     }
@@ -331,6 +331,18 @@ export class MultiGameSession {
     const link = this.link(conn, channel, undefined);
     this.startLink(conn, link);
     this.send(conn, { t: 'attached', channels: [channel] });
+  }
+
+  /**
+   * An attach or detach that threw (the store unreachable): answered with an error frame carrying its `ref`
+   * (CP_ERR_STORE_UNAVAILABLE, retryable, for anything but a CrowdplayError), so the game can send it again.
+   */
+  private failed(conn: Conn, op: 'attach' | 'detach', ref: string | undefined, err: unknown): void {
+    const code: ErrorCode = isCrowdplayError(err) ? err.code : 'CP_ERR_STORE_UNAVAILABLE';
+    const message = isCrowdplayError(err) ? err.message : formatMessage(code, [err instanceof Error ? err.message : String(err)]);
+    this.ctx.logger.warn({ err, op }, 'game attach/detach failed');
+    refuse(this.ctx, code, conn, { op });
+    sendErrorFrame(conn, code, message, ref);
   }
 
   private send(conn: Conn, frame: AttachedFrame | DetachedFrame): void {

@@ -116,6 +116,24 @@ describe('multi-channel game socket', () => {
     assert.equal((await bad.closed).reason, 'CP_ERR_PROTO_INVALID');
   });
 
+  it('attach - a store that fails answers the attach with a retryable error; nothing is attached', async () => {
+    const c = await multi();
+    const channels = suite.store.channels;
+    const getMany = channels.getMany.bind(channels);
+    channels.getMany = () => Promise.reject(new Error('connection refused'));
+    try {
+      c.send({ t: 'attach', ref: 'f1', channels: ['roomA'] });
+      const e = await c.frame((f) => f.t === 'error' && f.ref === 'f1', 'f1');
+      assert.equal(e.code, 'CP_ERR_STORE_UNAVAILABLE');
+      assert.equal(h.gateway.stats().games, 0);
+    } finally {
+      channels.getMany = getMany;
+    }
+    const again = await attach(c, 'f2', { channels: ['roomA'] });
+    assert.deepEqual(again.channels, ['roomA'], 'sent again, it goes through');
+    await closeAll(c);
+  });
+
   it('one game per channel - a channel attached here refuses a second game, and is free again after detach', async () => {
     const c = await multi();
     await attach(c, 'a1', { channels: ['roomA', 'roomB'] });
