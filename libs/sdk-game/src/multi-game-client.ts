@@ -291,12 +291,25 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
     return this.#conn.close(code, reason);
   }
 
-  /** After a welcome: attaches every channel wanted (and the chats), then re-sends per-channel declarations and states. */
+  /**
+   * After a welcome: attaches every channel wanted (and the chats); `#onAttached` then re-sends their declarations
+   * and states. A retryable refusal (the server's store briefly unavailable) is retried with backoff on this socket.
+   */
   async #attachWanted(): Promise<void> {
-    try {
-      await this.#attachFrames([...this.#wanted], this.#chats);
-    } catch (err) {
-      if (isCrowdplayError(err) && err.code !== 'CP_ERR_CLIENT_CLOSED') this.emit('error', err);
+    const sock = this.#conn.socket;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.#attachFrames([...this.#wanted], this.#chats);
+        return;
+      } catch (err) {
+        if (!isCrowdplayError(err) || err.code === 'CP_ERR_CLIENT_CLOSED') return;
+        if (!isRetryable(err.code) || this.#conn.socket !== sock) {
+          this.emit('error', err);
+          return;
+        }
+        await new Promise((r) => setTimeout(r, Math.max(1, backoffDelayMs(attempt, this.#retryBackoff, this.#random))));
+        if (this.#conn.socket !== sock || this.#conn.state !== 'open') return;
+      }
     }
   }
 

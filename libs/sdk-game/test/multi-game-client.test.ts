@@ -9,8 +9,8 @@ import { nextEvent } from '@crowdplay/testing';
 
 type Frame = Record<string, unknown> & { t: string };
 
-/** A gateway stand-in: welcomes multi sockets, answers attach with every channel asked, records frames. */
-async function fakeGateway(): Promise<{
+/** A gateway stand-in: welcomes multi sockets, answers attach with every channel asked (after `failAttach` refusals), records frames. */
+async function fakeGateway(failAttach = 0): Promise<{
   url: string;
   urls: URL[];
   frames: Frame[][];
@@ -33,7 +33,10 @@ async function fakeGateway(): Promise<{
     ws.on('message', (raw) => {
       const f = JSON.parse(String(raw)) as Frame;
       frames[i]!.push(f);
-      if (f.t === 'attach') ws.send(JSON.stringify({ t: 'attached', ref: f.ref, channels: f.channels ?? ['tg1', 'tg2'] }));
+      if (f.t === 'attach' && failAttach > 0) {
+        failAttach--;
+        ws.send(JSON.stringify({ t: 'error', ref: f.ref, code: 'CP_ERR_STORE_UNAVAILABLE', message: 'the database is unavailable' }));
+      } else if (f.t === 'attach') ws.send(JSON.stringify({ t: 'attached', ref: f.ref, channels: f.channels ?? ['tg1', 'tg2'] }));
       for (const w of [...waiters]) w();
     });
     for (const w of [...waiters]) w();
@@ -151,4 +154,18 @@ test('multi game client - bad input is refused before anything is sent', async (
     isCrowdplayError(e, 'CP_ERR_ROUND_INVALID'),
   );
   await c.close();
+});
+
+test('multi game client - an attach refused as retryable is sent again', async () => {
+  const gw = await fakeGateway(2);
+  const c = new MultiGameClient({ url: gw.url, apiKey: 'k', channels: ['a1'], backoff: { initialMs: 10, maxMs: 20 } });
+  try {
+    const attached = nextEvent<MultiGameEvents, 'attached'>(c, 'attached');
+    await c.connect();
+    assert.deepEqual((await attached)[0], ['a1']);
+    assert.equal(gw.frames[0]!.filter((f) => f.t === 'attach').length, 3);
+  } finally {
+    await c.close();
+    await gw.close();
+  }
 });
