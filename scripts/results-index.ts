@@ -110,6 +110,16 @@ const runs: Record<string, RunInfo> = {
     machine: 'shared',
     commit: '7c7101e',
   },
+  'chatrounds-200x10.json': {
+    command: 'npm run loadtest -- chatrounds --chats 200 --players 10',
+    machine: 'shared',
+    commit: '7f479e3',
+  },
+  'chatrounds-200x10-market.json': {
+    command: 'npm run loadtest -- chatrounds --chats 200 --players 10 --kind market',
+    machine: 'shared',
+    commit: '7f479e3',
+  },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -683,6 +693,47 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{telegram.utilisation:3}; {maxLoopStallMs:0} ms',
           files: ['rollover-1000x10-cluster.json'],
+        },
+      ],
+    },
+    {
+      title: 'Rounds in Telegram chats: 200 group chats × 10 players',
+      intro: [
+        'The product as `npm start` runs it on PostgreSQL and Redis with `PUZZLE_ROUND` on, pinned to one core; the generator ' +
+          'and the Bot API stub (no avatars) on the other. /start in every chat through the webhook; every player opens the Mini ' +
+          'App with signed initData, waits for its chat\u2019s round of the day and stakes in it (a pool) or buys and cashes out ' +
+          'half (a market); then one player solves the word and the game settles the round. Checked against the ledger and the ' +
+          'stub: every payout, `ledger verify`, each chat\u2019s final board and its one result message. Fields: ' +
+          'loadtest/README.md ("chatrounds").',
+      ],
+      rows: [
+        {
+          figure: 'players connected; trades acked / refused / failed',
+          target: 'all; all / 0 / 0',
+          seed: '—',
+          value: '{players.connected} of {players.requested}; {trades.acked} / {trades.refused} / {trades.failed}',
+          files: ['chatrounds-200x10.json', 'chatrounds-200x10-market.json'],
+        },
+        {
+          figure: 'rounds settled by the game; payouts checked, mismatches; ledger verify',
+          target: 'all; 0; ok',
+          seed: '—',
+          value: '{rounds.resultsReceived} of {rounds.resultsExpected}; {payouts.checked}, {payouts.balanceMismatches}; {ledgerVerify}',
+          files: ['chatrounds-200x10.json', 'chatrounds-200x10-market.json'],
+        },
+        {
+          figure: 'final boards showing the result; chats with one result message; Telegram 429s',
+          target: 'all; all; 0',
+          seed: '—',
+          value: '{boards.finalCorrect} of {boards.chats}; {resultMessages.chatsWithOne}; {telegram.rejected429}',
+          files: ['chatrounds-200x10.json', 'chatrounds-200x10-market.json'],
+        },
+        {
+          figure: 'trade ack p50 / p99 (the generator\u2019s)',
+          target: '—',
+          seed: '—',
+          value: '{tradeAckMs.p50} / {tradeAckMs.p99} ms',
+          files: ['chatrounds-200x10.json', 'chatrounds-200x10-market.json'],
         },
       ],
     },
