@@ -120,6 +120,12 @@ const runs: Record<string, RunInfo> = {
     machine: 'shared',
     commit: '7f479e3',
   },
+  'multigame-1000.json': {
+    command: 'npm run loadtest -- multigame --chats 1000 --duration 60',
+    machine: 'shared',
+    commit: 'fb61e03',
+    date: '2026-12-06',
+  },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -734,6 +740,46 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{tradeAckMs.p50} / {tradeAckMs.p99} ms',
           files: ['chatrounds-200x10.json', 'chatrounds-200x10-market.json'],
+        },
+      ],
+    },
+    {
+      title: 'One game process serving 1,000 chats over one connection',
+      decisions: ['0032-multi-channel-game-sockets.md'],
+      intro: [
+        'The product standalone on PostgreSQL with 1,000 Telegram chat channels of one tenant; one game process (sdk-game ' +
+          '`MultiGameClient`, a multi-channel game socket) attached to all of them, answering every batch with its chat\u2019s ' +
+          'state and running a round in every tenth chat; one viewer per chat acting once a second. The game\u2019s CPU and ' +
+          'memory are read over the window, divided by the chats. Fields: loadtest/README.md ("multigame").',
+      ],
+      rows: [
+        {
+          figure: 'chats attached over one connection; batches per second; rounds opened / settled; warnings',
+          target: 'all; —; —; 0',
+          seed: '—',
+          value: '{game.chats} of {chats}; {game.batchesPerS}; {game.roundsOpened} / {game.roundsSettled}; {warnings.length}',
+          files: ['multigame-1000.json'],
+        },
+        {
+          figure: 'game process CPU: % of a core; ms per chat per second',
+          target: '—',
+          seed: '—',
+          value: '{game.cpuPct} %; {game.cpuMsPerChatPerS} ms',
+          files: ['multigame-1000.json'],
+        },
+        {
+          figure: 'game process RSS (before attaching); per chat; heap per chat',
+          target: '—',
+          seed: '—',
+          value: '{game.rssMb} ({game.rssBeforeAttachMb}) MiB; {game.rssKbPerChat} KiB; {game.heapKbPerChat} KiB',
+          files: ['multigame-1000.json'],
+        },
+        {
+          figure: 'the product meanwhile: % of a core; RSS',
+          target: '—',
+          seed: '—',
+          value: '{product.cpuPct} %; {product.rssMb} MiB',
+          files: ['multigame-1000.json'],
         },
       ],
     },
