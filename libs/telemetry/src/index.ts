@@ -6,3 +6,4 @@ export * from './refusals.ts';
 export * from './telemetry.ts';
 export * from './tracing.ts';
 export * from './tenant-quota-refusals.ts';
+export * from './labelled.ts';
