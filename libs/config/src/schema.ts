@@ -384,6 +384,14 @@ export const schema = {
       unit: 'count',
       doc: 'Most tenant label values of crowdplay_tenant_quota_refusals_total per process; refusals of further tenants are counted under tenant="~other".',
     }),
+    bots: int({
+      env: 'TENANT_MAX_BOTS',
+      default: 3,
+      min: 0,
+      unit: 'count',
+      doc: 'Telegram bots a tenant may register (exact, in Postgres: crowdplay tenant bot set); one more is refused with CP_ERR_TENANT_QUOTA.',
+      why: 'Not measured: every bot runs its own send queue, render queue and scheduler in each gateway, so a few per licensee (a live bot and a staging one) (docs/decisions/0030-tenant-quotas.md).',
+    }),
     cacheMs: int({
       env: 'TENANT_QUOTA_CACHE_MS',
       default: 5_000,
@@ -840,6 +848,21 @@ export const schema = {
       default: 'dev',
       pattern: /^[A-Za-z0-9_-]{1,64}$/,
       doc: "The tenant whose bot this is: the chats' channels (`tg<chat id>`, `n` for a negative id) and the players' wallets are that tenant's.",
+    }),
+    botSecretsKey: str({
+      env: 'TELEGRAM_BOT_SECRETS_KEY',
+      default: '',
+      secret: true,
+      pattern: /^(?:[0-9a-fA-F]{64})?$/,
+      patternDoc: '64 hex digits (32 bytes: `openssl rand -hex 32`)',
+      doc: "AES-256-GCM key of the tenants' bot tokens and webhook secrets at rest; empty: refused outside dev (standalone on a loopback HOST uses a published dev key).",
+    }),
+    botsCacheMs: int({
+      env: 'TELEGRAM_BOTS_CACHE_MS',
+      default: 5_000,
+      min: 0,
+      unit: 'ms',
+      doc: 'How long a gateway trusts what it read of a tenant bot (known or unknown); a bot set, changed or removed reaches the webhook within this.',
     }),
     webhookMaxQueued: int({
       env: 'TELEGRAM_WEBHOOK_MAX_QUEUED',

@@ -253,6 +253,13 @@ export const ERRORS = {
   // `crowdplay telegram setup` (services/cli): refused before any Bot API call, or a call Telegram refused
   CP_ERR_TELEGRAM_PUBLIC_URL_INVALID: { message: 'public URL "%s" refused: %s', httpStatus: 400 },
   CP_ERR_TELEGRAM_SETUP_FAILED: { message: '%s failed: %s', httpStatus: 502 },
+  // a tenant's own bots (`crowdplay tenant bot`, services/telegram bot-registry.ts, the webhook /v1/telegram/webhook/<bot id>)
+  /** getMe refused the token (revoked, mistyped) or did not answer: nothing is stored. The token itself is never in the message. */
+  CP_ERR_TELEGRAM_BOT_REJECTED: { message: 'Telegram did not accept the bot token: %s', httpStatus: 400 },
+  /** No bot with this id is registered (a webhook path or a `tenant bot remove` naming none). */
+  CP_ERR_TELEGRAM_BOT_UNKNOWN: { message: 'no Telegram bot %s is registered here', httpStatus: 404 },
+  /** The bot is the deployment's own (TELEGRAM_BOT_TOKEN) or another tenant's: a bot belongs to one tenant. */
+  CP_ERR_TELEGRAM_BOT_TAKEN: { message: 'Telegram bot %s already belongs to %s', httpStatus: 409 },
   // watch tokens (services/gateway watch-tokens.ts: POST, GET /v1/watch-tokens, DELETE /v1/watch-tokens/:id)
   CP_ERR_WATCH_UNKNOWN_TOKEN: { message: 'unknown watch token %s', httpStatus: 404 },
   CP_ERR_WATCH_TOO_MANY: {

@@ -7,3 +7,4 @@ export * from './rounds.ts';
 export * from './events.ts';
 export * from './watch-tokens.ts';
 export * from './quotas.ts';
+export * from './bots.ts';

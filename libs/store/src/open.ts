@@ -7,6 +7,7 @@ import { CrowdplayError } from '@crowdplay/protocol';
 import { mapPgError, PgDb, PgliteDb, type Db } from './db.ts';
 import { TenantRepository } from './tenants.ts';
 import { QuotaRepository } from './quotas.ts';
+import { BotRepository } from './bots.ts';
 import { ChannelRepository } from './channels.ts';
 import { SequencerRepository } from './sequencer.ts';
 import { RoundRepository } from './rounds.ts';
@@ -49,6 +50,8 @@ export interface Store {
   readonly watchTokens: WatchTokenRepository;
   /** Per-tenant quota overrides and the grant points used per UTC day. */
   readonly quotas: QuotaRepository;
+  /** A tenant's own Telegram bots (secrets encrypted). */
+  readonly bots: BotRepository;
   /**
    * A Db of its own connection on the same database and schema, for a statement that must not wait behind
    * the pool (the router lease's renewal); closed with the store. PGlite is one session: its own Db.
@@ -123,6 +126,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     events: new EventLogRepository(db),
     watchTokens: new WatchTokenRepository(db),
     quotas: new QuotaRepository(db),
+    bots: new BotRepository(db),
     dedicated: () => {
       if (main.kind === 'pglite') return main;
       const side = pgPool(1);

@@ -2,7 +2,7 @@ import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db, Queryable } from './db.ts';
 
 /** The quotas a tenant has (docs/decisions/0030-tenant-quotas.md). */
-export const QUOTA_NAMES = ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay'] as const;
+export const QUOTA_NAMES = ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay', 'bots'] as const;
 export type QuotaName = (typeof QUOTA_NAMES)[number];
 
 /** A value for each quota. */
@@ -22,6 +22,7 @@ const COLUMN: Record<QuotaName, string> = {
   connections: 'max_connections',
   intentsPerS: 'max_intents_per_s',
   grantPointsPerDay: 'max_grant_points_per_day',
+  bots: 'max_bots',
 };
 
 /**
@@ -35,6 +36,7 @@ interface Row {
   max_connections: string | null;
   max_intents_per_s: string | null;
   max_grant_points_per_day: string | null;
+  max_bots: string | null;
 }
 
 /** A refusal of a tenant over one of its quotas: CP_ERR_TENANT_QUOTA with the tenant and the quota to count it by. */
@@ -79,7 +81,7 @@ export class QuotaRepository {
    */
   async overrides(tenantId: string): Promise<QuotaOverrides> {
     const { rows } = await this.db.query<Row & { id: string }>(
-      `SELECT t.id, q.max_channels, q.max_connections, q.max_intents_per_s, q.max_grant_points_per_day
+      `SELECT t.id, q.max_channels, q.max_connections, q.max_intents_per_s, q.max_grant_points_per_day, q.max_bots
        FROM tenants t LEFT JOIN tenant_quotas q ON q.tenant_id = t.id WHERE t.id = $1`,
       [tenantId],
     );
@@ -102,7 +104,8 @@ export class QuotaRepository {
     const names = QUOTA_NAMES.filter((q) => patch[q] !== undefined);
     for (const q of names) {
       const v = patch[q];
-      if (v !== null && !isQuotaValue(v)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`${q} must be an integer 0..${MAX_QUOTA}, got ${String(v)}`]);
+      if (v !== null && !isQuotaValue(v))
+        throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`${q} must be an integer 0..${MAX_QUOTA}, got ${String(v)}`]);
     }
     if (names.length > 0) {
       const cols = names.map((q) => COLUMN[q]);
@@ -120,7 +123,7 @@ export class QuotaRepository {
   /** Every override, by tenant (tenants without one are left out). */
   async all(): Promise<Map<string, QuotaOverrides>> {
     const { rows } = await this.db.query<Row & { tenant_id: string }>(
-      'SELECT tenant_id, max_channels, max_connections, max_intents_per_s, max_grant_points_per_day FROM tenant_quotas ORDER BY tenant_id',
+      'SELECT tenant_id, max_channels, max_connections, max_intents_per_s, max_grant_points_per_day, max_bots FROM tenant_quotas ORDER BY tenant_id',
     );
     const out = new Map<string, QuotaOverrides>();
     for (const r of rows) {
@@ -168,10 +171,11 @@ export class QuotaRepository {
 
   /** Gives back points reserved for `day` that were not granted (a replay, a refused or failed transfer). */
   async releaseGrantPoints(tenantId: string, points: number, day: string): Promise<void> {
-    await this.db.query(
-      'UPDATE tenant_grant_days SET points = GREATEST(0, points - $2::bigint) WHERE tenant_id = $1 AND day = $3::date',
-      [tenantId, points, day],
-    );
+    await this.db.query('UPDATE tenant_grant_days SET points = GREATEST(0, points - $2::bigint) WHERE tenant_id = $1 AND day = $3::date', [
+      tenantId,
+      points,
+      day,
+    ]);
   }
 
   /** True when the ledger holds a transfer with this id (a grant that committed before: its repeat is a replay). */
@@ -182,10 +186,10 @@ export class QuotaRepository {
 
   /** The points granted to the tenant's viewers on `day` (0 when none). */
   async grantedPoints(tenantId: string, day: string): Promise<number> {
-    const { rows } = await this.db.query<{ points: string }>('SELECT points FROM tenant_grant_days WHERE tenant_id = $1 AND day = $2::date', [
-      tenantId,
-      day,
-    ]);
+    const { rows } = await this.db.query<{ points: string }>(
+      'SELECT points FROM tenant_grant_days WHERE tenant_id = $1 AND day = $2::date',
+      [tenantId, day],
+    );
     return rows[0] ? Number(rows[0].points) : 0;
   }
 }

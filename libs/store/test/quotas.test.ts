@@ -4,7 +4,7 @@ import { isCrowdplayError } from '@crowdplay/protocol';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { effectiveQuotas, openStore, utcDay, type Store } from '../src/index.ts';
 
-const DEFAULTS = { channels: 100_000, connections: 200_000, intentsPerS: 50_000, grantPointsPerDay: 1_000_000_000_000 };
+const DEFAULTS = { channels: 100_000, connections: 200_000, intentsPerS: 50_000, grantPointsPerDay: 1_000_000_000_000, bots: 3 };
 
 function quotaSuite(name: string, open: () => Promise<{ stores: Store[]; cleanup: () => Promise<void> }>): void {
   describe(`quotas (${name})`, () => {
@@ -34,7 +34,9 @@ function quotaSuite(name: string, open: () => Promise<{ stores: Store[]; cleanup
     it('quotas - bad values and unknown tenants are refused with a code and change nothing', async () => {
       await store.quotas.set('acme', { channels: 5 });
       for (const bad of [-1, 1.5, Number.NaN, 2 ** 60]) {
-        await assert.rejects(store.quotas.set('acme', { channels: bad, connections: 9 }), (e) => isCrowdplayError(e, 'CP_ERR_PROTO_INVALID'));
+        await assert.rejects(store.quotas.set('acme', { channels: bad, connections: 9 }), (e) =>
+          isCrowdplayError(e, 'CP_ERR_PROTO_INVALID'),
+        );
       }
       assert.deepEqual(await store.quotas.overrides('acme'), { channels: 5 });
       await assert.rejects(store.quotas.set('nobody', { channels: 1 }), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
@@ -74,8 +76,16 @@ function quotaSuite(name: string, open: () => Promise<{ stores: Store[]; cleanup
       const day = utcDay(new Date('2026-03-01T23:59:59Z'));
       assert.equal(day, '2026-03-01');
       await store.quotas.set('acme', { grantPointsPerDay: 1_000 });
-      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 600, DEFAULTS.grantPointsPerDay, day), { allowed: true, used: 600, limit: 1_000 });
-      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day), { allowed: false, used: 600, limit: 1_000 });
+      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 600, DEFAULTS.grantPointsPerDay, day), {
+        allowed: true,
+        used: 600,
+        limit: 1_000,
+      });
+      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day), {
+        allowed: false,
+        used: 600,
+        limit: 1_000,
+      });
       await store.quotas.releaseGrantPoints('acme', 100, day);
       assert.equal((await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day)).allowed, true);
       assert.equal(await store.quotas.grantedPoints('acme', day), 1_000);

@@ -8,7 +8,7 @@ import type { Refusals } from './refusals.ts';
 export const OTHER_TENANT_LABEL = '~other';
 
 /** The quotas a tenant has, as the `quota` label names them. */
-export const QUOTA_LABELS = ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay'] as const;
+export const QUOTA_LABELS = ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay', 'bots'] as const;
 export type QuotaLabel = (typeof QUOTA_LABELS)[number];
 
 /**

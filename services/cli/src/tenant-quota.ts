@@ -1,5 +1,5 @@
 /**
- * `crowdplay tenant quota <tenant> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--clear NAME]`:
+ * `crowdplay tenant quota <tenant> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--bots N] [--clear NAME]`:
  * shows a tenant's effective quotas (its overrides over the TENANT_MAX_* settings) or changes its overrides.
  * A value `default` (or `--clear NAME`, `--clear all`) removes an override. Bad input is refused before anything
  * is read or written (docs/decisions/0030-tenant-quotas.md).
@@ -14,6 +14,7 @@ export const QUOTA_FLAGS: Record<QuotaName, string> = {
   connections: 'connections',
   intentsPerS: 'intents-per-s',
   grantPointsPerDay: 'grants-per-day',
+  bots: 'bots',
 };
 
 /** Each quota's setting (the default's name in the output). */
@@ -22,6 +23,7 @@ const SETTING: Record<QuotaName, string> = {
   connections: 'TENANT_MAX_CONNECTIONS',
   intentsPerS: 'TENANT_MAX_INTENTS_PER_S',
   grantPointsPerDay: 'TENANT_MAX_GRANT_POINTS_PER_DAY',
+  bots: 'TENANT_MAX_BOTS',
 };
 
 /**
@@ -37,12 +39,17 @@ export function parseQuotaFlags(values: Partial<Record<string, string>>, clear: 
     if (raw === undefined) continue;
     if (raw === 'default') patch[q] = null;
     else if (/^\d{1,16}$/.test(raw) && Number(raw) <= MAX_QUOTA) patch[q] = Number(raw);
-    else throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`--${QUOTA_FLAGS[q]} must be an integer 0..${MAX_QUOTA} or "default", got "${raw}"`]);
+    else
+      throw new CrowdplayError('CP_ERR_PROTO_INVALID', [
+        `--${QUOTA_FLAGS[q]} must be an integer 0..${MAX_QUOTA} or "default", got "${raw}"`,
+      ]);
   }
   for (const name of clear) {
     const names = name === 'all' ? QUOTA_NAMES : QUOTA_NAMES.filter((q) => QUOTA_FLAGS[q] === name);
     if (names.length === 0)
-      throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`--clear takes one of ${[...Object.values(QUOTA_FLAGS), 'all'].join(', ')}, got "${name}"`]);
+      throw new CrowdplayError('CP_ERR_PROTO_INVALID', [
+        `--clear takes one of ${[...Object.values(QUOTA_FLAGS), 'all'].join(', ')}, got "${name}"`,
+      ]);
     for (const q of names) {
       if (typeof patch[q] === 'number') throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`--${QUOTA_FLAGS[q]} is both set and cleared`]);
       patch[q] = null;
@@ -60,7 +67,7 @@ export async function tenantQuota(store: Store, config: Config, tenant: string, 
   const overrides = Object.keys(patch).length > 0 ? await store.quotas.set(tenant, patch) : await store.quotas.overrides(tenant);
   const q = config.quota;
   const effective = effectiveQuotas(
-    { channels: q.channels, connections: q.connections, intentsPerS: q.intentsPerS, grantPointsPerDay: q.grantPointsPerDay },
+    { channels: q.channels, connections: q.connections, intentsPerS: q.intentsPerS, grantPointsPerDay: q.grantPointsPerDay, bots: q.bots },
     overrides,
   );
   const width = Math.max(...QUOTA_NAMES.map((n) => QUOTA_FLAGS[n].length));

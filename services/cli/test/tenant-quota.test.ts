@@ -21,7 +21,13 @@ describe('tenant quota flags', () => {
       grantPointsPerDay: null,
     });
     assert.deepEqual(parseQuotaFlags({}, ['connections']), { connections: null });
-    assert.deepEqual(parseQuotaFlags({}, ['all']), { channels: null, connections: null, intentsPerS: null, grantPointsPerDay: null });
+    assert.deepEqual(parseQuotaFlags({}, ['all']), {
+      channels: null,
+      connections: null,
+      intentsPerS: null,
+      grantPointsPerDay: null,
+      bots: null,
+    });
     assert.deepEqual(parseQuotaFlags({}), {});
   });
 
@@ -33,7 +39,7 @@ describe('tenant quota flags', () => {
       [{ 'grants-per-day': '1e12' }, []],
       [{ channels: '99999999999999999' }, []],
       [{ channels: '' }, []],
-      [{}, ['bots']],
+      [{}, ['robots']],
       [{ channels: '5' }, ['channels']],
     ];
     for (const [values, clear] of bad) {

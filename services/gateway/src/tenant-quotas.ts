@@ -22,7 +22,13 @@ interface Entry {
 
 /** The defaults from the settings. */
 export function quotaDefaults(q: Config['quota']): Quotas {
-  return { channels: q.channels, connections: q.connections, intentsPerS: q.intentsPerS, grantPointsPerDay: q.grantPointsPerDay };
+  return {
+    channels: q.channels,
+    connections: q.connections,
+    intentsPerS: q.intentsPerS,
+    grantPointsPerDay: q.grantPointsPerDay,
+    bots: q.bots,
+  };
 }
 
 /** Per-tenant quota state of one gateway process. */
