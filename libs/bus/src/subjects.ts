@@ -39,8 +39,11 @@ export interface Subjects {
   allChannelsIn(): string;
   /** Shards → router: membership heartbeats ({ id, channels, intentsPerS, draining, atMs }). */
   shardHeartbeat(): string;
-  /** Gateway → gateways: a chat's live board taken, stopped or moved (services/telegram ChatBoards: one gateway holds a chat's board). */
-  telegramBoards(): string;
+  /**
+   * Gateway → gateways: a chat's live board taken, stopped or moved (services/telegram ChatBoards: one gateway holds a chat's board).
+   * `bot`: a tenant's own bot (its Telegram id) has a subject of its own, `tg.boards.<bot>`; the deployment's bot uses `tg.boards`.
+   */
+  telegramBoards(bot?: number): string;
   /** Router → gateways and shards: a channel's assignment changed ({ channel, shard (null: none), epoch }). */
   routerAssignments(): string;
   /** Gateway → gateways: a watch token was revoked ({ id }): every gateway closes the sockets open with it. */
@@ -64,7 +67,7 @@ export function subjects(prefix: string): Subjects {
     routerCtl: () => `${prefix}.router.ctl`,
     allChannelsIn: () => `${prefix}.ch.*.in`,
     shardHeartbeat: () => `${prefix}.shard.heartbeat`,
-    telegramBoards: () => `${prefix}.tg.boards`,
+    telegramBoards: (bot) => (bot === undefined ? `${prefix}.tg.boards` : `${prefix}.tg.boards.${bot}`),
     routerAssignments: () => `${prefix}.router.assignments`,
     watchRevocations: () => `${prefix}.watch.revoked`,
   };

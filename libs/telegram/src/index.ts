@@ -1,7 +1,8 @@
 /**
  * @crowdplay/telegram: Mini App initData verification (initdata.ts), the Bot
  * API client whose every call passes the send queue (client.ts), outcome
- * classification of Bot API answers (outcome.ts), avatar reads (avatars.ts).
+ * classification of Bot API answers (outcome.ts), avatar reads (avatars.ts),
+ * a tenant bot's secrets at rest (bot-secrets.ts) and identity (bot-identity.ts).
  * See docs/telegram.md.
  */
 export * from './initdata.ts';
@@ -10,3 +11,5 @@ export * from './board-store.ts';
 export * from './avatars.ts';
 export * from './client.ts';
 export * from './updates.ts';
+export * from './bot-secrets.ts';
+export * from './bot-identity.ts';

@@ -446,15 +446,24 @@ export function miniAppSession(raw: string, opts: MiniAppSessionOptions): MiniAp
   return { user: initData.user, chatId, initData };
 }
 
-/** The crowdplay channel id of a Telegram chat: `tg` + the id, `n` standing for the minus of a group's negative id. */
-export function telegramChannelId(chatId: number): string {
+/**
+ * The crowdplay channel id of a Telegram chat: `tg` + the id, `n` standing for the minus of a group's negative id.
+ * A tenant's own bot (`bot`: its Telegram bot id) names its chats `tb<bot id>_<chat>` (`tb123_n100456`), so two
+ * bots in one group play two channels, each its own tenant's; the deployment's bot keeps `tg…`. At most 36
+ * characters, within CHANNEL_ID_PATTERN.
+ * @throws RangeError when `chatId` is not a non-zero safe integer, or `bot` is given and not a positive one
+ */
+export function telegramChannelId(chatId: number, bot?: number): string {
   if (!Number.isSafeInteger(chatId) || chatId === 0) throw new RangeError(`not a chat id: ${chatId}`);
-  return chatId < 0 ? `tgn${-chatId}` : `tg${chatId}`;
+  const chat = chatId < 0 ? `n${-chatId}` : `${chatId}`;
+  if (bot === undefined) return `tg${chat}`;
+  if (!Number.isSafeInteger(bot) || bot <= 0) throw new RangeError(`not a bot id: ${bot}`);
+  return `tb${bot}_${chat}`;
 }
 
-/** True for a channel id {@link telegramChannelId} makes (a Telegram chat's channel: `tg<id>` or `tgn<id>`). */
+/** True for a channel id {@link telegramChannelId} makes (a Telegram chat's channel: `tg<id>`, `tgn<id>`, `tb<bot>_<chat>`). */
 export function isTelegramChannelId(channel: string): boolean {
-  return /^tgn?[1-9]\d{0,15}$/.test(channel);
+  return /^(?:tg|tb[1-9]\d{0,15}_)n?[1-9]\d{0,15}$/.test(channel);
 }
 
 /** Viewer ids of Telegram players (`tg:<user id>`): only a session from verified initData carries one. */

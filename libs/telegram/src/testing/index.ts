@@ -3,3 +3,4 @@ export * from './limits.ts';
 export * from './stub.ts';
 export * from './multipart.ts';
 export * from './bot-settings.ts';
+export * from './bots.ts';

@@ -194,10 +194,10 @@ export interface StubOptions {
    */
   messageIds?: 'per-chat' | 'telegram';
   /**
-   * The bot's profile as getMe answers it. Default: username `crowdplay_stub_bot`, may join groups, privacy
+   * The bot's profile as getMe answers it (`id`: default 7000000001). Default: username `crowdplay_stub_bot`, may join groups, privacy
    * mode on (`can_read_all_group_messages` false), as @BotFather leaves a new bot.
    */
-  bot?: { username?: string; canJoinGroups?: boolean; canReadAllGroupMessages?: boolean };
+  bot?: { id?: number; username?: string; canJoinGroups?: boolean; canReadAllGroupMessages?: boolean };
 }
 
 type Params = Record<string, unknown>;
@@ -311,7 +311,7 @@ export class TelegramStub {
     const limits = opts.limits === false ? undefined : (opts.limits ?? TELEGRAM_LIMITS);
     this.limiter = limits ? new StubLimiter(limits) : undefined;
     this.me = {
-      id: BOT_ID,
+      id: opts.bot?.id ?? BOT_ID,
       is_bot: true,
       first_name: 'crowdplay stub',
       username: opts.bot?.username ?? 'crowdplay_stub_bot',
@@ -781,7 +781,7 @@ export class TelegramStub {
   private messageJson(m: StoredMessage, markup: unknown): Record<string, unknown> {
     const out: Record<string, unknown> = {
       message_id: m.message_id,
-      from: { id: BOT_ID, is_bot: true, first_name: 'crowdplay stub', username: this.me.username },
+      from: { id: this.me.id, is_bot: true, first_name: 'crowdplay stub', username: this.me.username },
       chat: { id: m.chat_id, type: chatType(m.chat_id), ...(m.chat_id < 0 ? { title: `chat ${m.chat_id}` } : { first_name: 'user' }) },
       date: m.date,
     };
