@@ -24,7 +24,8 @@ export interface QueuePrefixes {
  * @param prefixes.sendq the send queue's Redis key prefix (tests) @defaultValue TELEGRAM_SENDQ_PREFIX
  * @param shrinkAvatar a render thread's avatar thumbnailer (where one runs)
  * @param extra.hooks the client's chat lifecycle hooks; `extra.boardsHandedBack`: an undelivered board is handed back to
- *   the scheduler (one process) instead of retried in the queue
+ *   the scheduler (one process) instead of retried in the queue; `extra.token`: a tenant's own bot's token
+ *   (its queue is then under its own `prefixes.sendq`) @defaultValue TELEGRAM_BOT_TOKEN
  * @throws the queue's error when Redis is unreachable
  */
 export async function openBot(
@@ -32,7 +33,7 @@ export async function openBot(
   telemetry: Telemetry,
   prefixes: QueuePrefixes = {},
   shrinkAvatar?: (bytes: Uint8Array) => Promise<Uint8Array | null>,
-  extra: { hooks?: TelegramHooks; boardsHandedBack?: boolean } = {},
+  extra: { hooks?: TelegramHooks; boardsHandedBack?: boolean; token?: string } = {},
 ): Promise<{ queue: SendQueue<BotCall>; client: TelegramClient }> {
   const t = config.telegram;
   const queue = await openSendQueue<BotCall>({
@@ -51,7 +52,7 @@ export async function openBot(
     onError: (err, context) => telemetry.logger.error({ err, context }, 'send queue error'),
   });
   const client = new TelegramClient({
-    token: t.botToken,
+    token: extra.token ?? t.botToken,
     apiRoot: t.apiRoot.replace(/\/$/, ''),
     queue,
     avatars: {

@@ -68,6 +68,8 @@ export interface TelegramBotDeps {
   appName: string;
   /** The start-parameter secret (libs/telegram `startParamSecret(token)`). */
   startSecret: Uint8Array;
+  /** A tenant's own bot: its Telegram id, which names its chats' channels (`tb<bot>_<chat>`). Unset: the deployment's bot. */
+  bot?: number;
   telemetry: Telemetry;
 }
 
@@ -164,7 +166,7 @@ export class TelegramBot {
     this.d.boards.move(from, to, at);
     await this.d.queue.moveChat(from, to);
     try {
-      const m = await this.d.moveChannel(telegramChannelId(from), telegramChannelId(to));
+      const m = await this.d.moveChannel(telegramChannelId(from, this.d.bot), telegramChannelId(to, this.d.bot));
       this.d.telemetry.logger.info({ from, to, outcome: m.outcome, absorbed: m.absorbed }, 'chat migrated');
     } catch (err) {
       this.d.telemetry.logger.warn(
@@ -185,7 +187,7 @@ export class TelegramBot {
       case 'start':
         this.commands.add(1, { command: 'start' });
         try {
-          await this.d.ensureChannel(telegramChannelId(chat.id));
+          await this.d.ensureChannel(telegramChannelId(chat.id, this.d.bot));
         } catch (err) {
           if (!isCrowdplayError(err, 'CP_ERR_TENANT_QUOTA')) throw err;
           // The bot's tenant has all the channels its quota allows: counted, and the group is told, not left silent.

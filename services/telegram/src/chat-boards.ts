@@ -176,6 +176,11 @@ export interface ChatBoardsDeps {
   enabled?: boolean;
   /** Told the rounds of every update of a chat held here, and when the chat is no longer held (round-results.ts). */
   rounds?: { seen(chatId: number, rounds: readonly RoundView[]): void; forget(chatId: number): void };
+  /**
+   * A tenant's own bot: its Telegram id, which names its chats' channels (`telegramChannelId(chat, bot)`) and its
+   * board ops' subject. Unset: the deployment's bot (`tg<chat>`).
+   */
+  bot?: number;
   now?: () => number;
 }
 
@@ -200,7 +205,7 @@ export class ChatBoards {
     m.gauge('crowdplay_board_drain_per_s', () => Math.round(d.scheduler.drainPerS * 100) / 100);
     if (d.cluster) {
       const me = d.cluster.gatewayId;
-      this.peerSub = d.bus.subscribe(d.subjects.telegramBoards(), (msg) => {
+      this.peerSub = d.bus.subscribe(d.subjects.telegramBoards(d.bot), (msg) => {
         let op: BoardOp;
         try {
           op = decodeJson<BoardOp>(msg.data);
@@ -259,7 +264,7 @@ export class ChatBoards {
 
   private publish(op: Omit<BoardOp, 'by' | 'at'> & { at: number | undefined }): void {
     if (!this.d.cluster || op.at === undefined) return;
-    this.d.bus.publish(this.d.subjects.telegramBoards(), encodeJson({ ...op, by: this.d.cluster.gatewayId }));
+    this.d.bus.publish(this.d.subjects.telegramBoards(this.d.bot), encodeJson({ ...op, by: this.d.cluster.gatewayId }));
   }
 
   /** Another gateway's op. */
@@ -299,7 +304,7 @@ export class ChatBoards {
       reading: new Set(),
       avatarRev: 0,
     };
-    entry.sub = this.d.bus.subscribe(this.d.subjects.channelOut(telegramChannelId(chatId)), (msg) =>
+    entry.sub = this.d.bus.subscribe(this.d.subjects.channelOut(telegramChannelId(chatId, this.d.bot)), (msg) =>
       this.onUpdate(chatId, entry, msg.data),
     );
     this.chats.set(chatId, entry);

@@ -5,3 +5,5 @@ export * from './start.ts';
 export * from './budget-redis.ts';
 export * from './board-rounds.ts';
 export * from './round-results.ts';
+export * from './bot-runtime.ts';
+export * from './bot-registry.ts';
