@@ -65,6 +65,7 @@ import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { Snapshots } from './snapshots.ts';
 import { TenantQuotas } from './tenant-quotas.ts';
 import { registerTelegramWebhook, type TelegramUpdate } from './telegram-webhook.ts';
+import { registerTenantBotWebhooks, type TenantBots } from './tenant-bot-webhooks.ts';
 import { CLOSE_HANDSHAKE_MS, UpgradeAdmission } from './upgrade-admission.ts';
 
 export { WS_PATH, GAME_MIN_MESSAGE_BYTES, CLOSE_HANDSHAKE_MS } from './upgrade-admission.ts';
@@ -92,6 +93,8 @@ export interface GatewayDeps {
   onTelegramUpdate?: (update: TelegramUpdate) => Promise<void>;
   /** The webhook's shared de-duplication and per-chat order across gateways (REDIS_URL; services/telegram startTelegram). */
   telegramUpdates?: SharedUpdates;
+  /** Tenants' own bots: their webhooks at /v1/telegram/webhook/<bot id> and their Mini App sessions (services/telegram BotRegistry). */
+  tenantBots?: TenantBots;
   /** When given, the funding routes (grants, balances) are served. */
   ledger?: Ledger;
   /** Clock of the upgrade budget, ms (performance.now; tests). */
@@ -175,6 +178,7 @@ class GatewayImpl implements Gateway {
   private readonly multiGame: MultiGameSession;
   private readonly acks: AckRouter;
   private telegramWebhook: { drain(): Promise<void> } | undefined;
+  private tenantBotWebhooks: { drain(): Promise<void> } | undefined;
   /** Timers of `later` (intents and joins sent back by a moving channel, game ctl retries), cleared on close. */
   private readonly laterTimers = new Set<ReturnType<typeof setTimeout>>();
   private idleWaiters: Array<() => void> = [];
@@ -254,6 +258,7 @@ class GatewayImpl implements Gateway {
       auth,
       clock: deps.now ?? (() => performance.now()),
       hooks: { attach: (conn) => this.attach(conn), open: (conn) => this.open(conn) },
+      ...(deps.tenantBots ? { tenantBots: deps.tenantBots } : {}),
     });
     const snapshots = new Snapshots(this.ctx);
     this.crowd = new CrowdSession(this.ctx, snapshots);
@@ -288,6 +293,15 @@ class GatewayImpl implements Gateway {
         dedupeSize: config.telegram.webhookDedupeSize,
         bodyLimitBytes: config.telegram.webhookMaxBodyBytes,
         ...(deps.telegramUpdates ? { shared: deps.telegramUpdates } : {}),
+      });
+    }
+    if (deps.tenantBots) {
+      this.tenantBotWebhooks = registerTenantBotWebhooks(this.app, {
+        bots: deps.tenantBots,
+        telemetry,
+        maxQueued: config.telegram.webhookMaxQueued,
+        dedupeSize: config.telegram.webhookDedupeSize,
+        bodyLimitBytes: config.telegram.webhookMaxBodyBytes,
       });
     }
     if (deps.ledger) {
@@ -360,6 +374,7 @@ class GatewayImpl implements Gateway {
   private async doDrain(): Promise<void> {
     // Updates already taken from Telegram are handled (their replies queued) before the process stops.
     await this.telegramWebhook?.drain();
+    await this.tenantBotWebhooks?.drain();
     if (this.lifecycle === 'created' || this.lifecycle === 'ready') this.lifecycle = 'draining';
     const open = [...this.conns.values()].filter((c) => c.state === 'auth' || c.state === 'open');
     for (const conn of open) endConn(this.ctx, conn, 'CP_ERR_LIMIT_DRAINING');

@@ -22,7 +22,7 @@
  *   wholly admitted, then the re-delivery is a duplicate, or not at all).
  */
 import { timingSafeEqual } from 'node:crypto';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { LRUCache } from 'lru-cache';
 import type { ErrorCode } from '@crowdplay/protocol';
 import { updateChatKey, type SharedUpdates } from '@crowdplay/telegram';
@@ -58,6 +58,18 @@ export interface TelegramWebhookOptions {
 /** The webhook's path. */
 export const TELEGRAM_WEBHOOK_PATH = '/v1/telegram/webhook';
 
+/** One bot's webhook intake: its secret check, de-duplication and queue (or shared order). */
+export interface WebhookIntake {
+  /** Answers one webhook request (see the module doc). */
+  accept(req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply>;
+  /** Resolves when every queued update was handled. */
+  idle(): Promise<void>;
+  /** Stops taking updates' work (shared: the chats being handled stop after their current update and give their leases up), then idle. */
+  drain(): Promise<void>;
+  /** Updates waiting. */
+  readonly queued: number;
+}
+
 /**
  * Registers the webhook route on `app` and returns a handle to drain its queue.
  * @returns `idle()` resolves when every queued update was handled; `drain()` also stops (shared: the
@@ -67,6 +79,17 @@ export function registerTelegramWebhook(
   app: FastifyInstance,
   opts: TelegramWebhookOptions,
 ): { drain(): Promise<void>; idle(): Promise<void>; readonly queued: number } {
+  const intake = webhookIntake(opts);
+  app.post(TELEGRAM_WEBHOOK_PATH, { bodyLimit: opts.bodyLimitBytes ?? 1_048_576 }, (req, reply) => intake.accept(req, reply));
+  return intake;
+}
+
+/**
+ * One bot's webhook intake, not bound to a route: the deployment's bot's at {@link TELEGRAM_WEBHOOK_PATH}, each
+ * tenant bot's at `<TELEGRAM_WEBHOOK_PATH>/<bot id>` (tenant-bot-webhooks.ts). Update ids are a bot's own
+ * numbering, so each bot has its own de-duplication.
+ */
+export function webhookIntake(opts: TelegramWebhookOptions): WebhookIntake {
   const { telemetry } = opts;
   const maxQueued = opts.maxQueued ?? 10_000;
   const seen = new LRUCache<number, true>(lruCountBound(opts.dedupeSize ?? 100_000));
@@ -141,7 +164,10 @@ export function registerTelegramWebhook(
     }
   };
 
-  app.post(TELEGRAM_WEBHOOK_PATH, { bodyLimit: opts.bodyLimitBytes ?? 1_048_576 }, async (req, reply) => {
+  const whenIdle = (): Promise<void> =>
+    queue.length === 0 && !running && draining.size === 0 ? Promise.resolve() : new Promise<void>((r) => idle.push(r));
+
+  const accept = async (req: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
     const header = req.headers['x-telegram-bot-api-secret-token'];
     const given = Buffer.from(typeof header === 'string' ? header : '');
     if (given.length !== secret.length || !timingSafeEqual(given, secret)) {
@@ -197,18 +223,17 @@ export function registerTelegramWebhook(
     updates.add(1, { outcome: 'queued' });
     void pump();
     return reply.status(200).send();
-  });
+  };
 
   return {
+    accept,
     get queued() {
       return queue.length;
     },
-    idle() {
-      return queue.length === 0 && !running && draining.size === 0 ? Promise.resolve() : new Promise<void>((r) => idle.push(r));
-    },
+    idle: whenIdle,
     drain() {
       stopping = true;
-      return this.idle();
+      return whenIdle();
     },
   };
 }

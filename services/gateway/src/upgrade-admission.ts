@@ -20,6 +20,7 @@ import type { Authenticator } from './auth.ts';
 import { Conn, type ConnRole } from './connection.ts';
 import { endConn, refuse, type GatewayContext } from './gateway-context.ts';
 import { TelegramAuth } from './telegram-auth.ts';
+import type { TenantBots } from './tenant-bot-webhooks.ts';
 
 /** Path of the WebSocket endpoint. */
 export const WS_PATH = '/v1/ws';
@@ -55,6 +56,8 @@ export interface AdmissionDeps {
   /** Clock of the upgrade budget and of WS_UPGRADE_WAIT_MS, ms (performance.now unless a test gives one). */
   clock: () => number;
   hooks: AdmissionHooks;
+  /** The tenants' own bots whose Mini Apps may connect. @defaultValue none */
+  tenantBots?: TenantBots;
 }
 
 /** Writes a plain HTTP response on a socket whose upgrade is refused, then destroys it. */
@@ -110,7 +113,8 @@ export class UpgradeAdmission {
     const { config, store } = ctx;
     const g = config.gateway;
     this.upgradeBudget = new TurnBudget(g.upgradeTurnBudgetMs, deps.clock);
-    this.telegramAuth = new TelegramAuth(config.telegram, store, config.quota.channels);
+    const bots = deps.tenantBots;
+    this.telegramAuth = new TelegramAuth(config.telegram, store, config.quota.channels, bots ? () => bots.miniAppBots() : undefined);
     this.connLimiter = new KeyedLimiter({ ratePerS: g.connRatePerS, burst: g.connBurst });
     const wsOptions = (maxPayload: number): ServerOptions & { closeTimeout: number } => ({
       noServer: true,
@@ -323,7 +327,8 @@ export class UpgradeAdmission {
     } catch (err) {
       const e = err instanceof CrowdplayError ? err : new CrowdplayError('CP_ERR_INTERNAL', [], { cause: err });
       if (e.code === 'CP_ERR_INTERNAL') ctx.logger.error({ err, channel: conn.channel, role: conn.role }, 'connection setup failed');
-      else if (e instanceof TenantQuotaError) ctx.quotas.refuse('gateway', e.tenant, e.quota, { channel: conn.channel, role: conn.role, limit: e.limit });
+      else if (e instanceof TenantQuotaError)
+        ctx.quotas.refuse('gateway', e.tenant, e.quota, { channel: conn.channel, role: conn.role, limit: e.limit });
       else refuse(ctx, e.code, conn);
       if (conn.state === 'auth') {
         ctx.metrics.connectionsRefused.add(1, { reason: e.code });
