@@ -10,6 +10,8 @@
  *   crowdplay tenant list
  *   crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--clear NAME]
  *                                        show a tenant's effective quotas, or set (N) or remove (default, --clear) overrides
+ *   crowdplay tenant bot set <id> --token TOKEN --webhook-secret SECRET | bot list <id> | bot remove <id> <bot id>
+ *                                        a tenant's own Telegram bots (tenant-bot.ts)
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
  *   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
  *                                        the bot's webhook, commands and menu button, then a check (telegram-setup.ts)
@@ -31,13 +33,15 @@ import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
 import { parseQuotaFlags, QUOTA_FLAGS, tenantQuota } from './tenant-quota.ts';
+import { parseBotSetFlags, tenantBotList, tenantBotRemove, tenantBotSet, type BotSetInput } from './tenant-bot.ts';
 
 const USAGE = `usage:
   crowdplay start
   crowdplay service <${SERVICES.join('|')}>
   crowdplay cluster [--gateways G] [--shards S] [--routers R] [--renderers R]
   crowdplay tenant create <id> [--name NAME] | rotate-key <id> | rotate-secret <id> | list
-  crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--clear NAME|all]
+  crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--bots N] [--clear NAME|all]
+  crowdplay tenant bot set <id> --token TOKEN --webhook-secret SECRET | bot list <id> | bot remove <id> <bot id>
   crowdplay ledger verify
   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
   crowdplay settings`;
@@ -53,8 +57,16 @@ interface QuotaFlagValues {
   clear: string[];
 }
 
-async function tenantCommand(config: Config, args: string[], name: string | undefined, quotaFlags: QuotaFlagValues): Promise<void> {
+async function tenantCommand(
+  config: Config,
+  args: string[],
+  name: string | undefined,
+  quotaFlags: QuotaFlagValues,
+  botFlags: BotSetInput,
+): Promise<void> {
   const [sub, id] = args;
+  if (sub === 'bot') return tenantBotCommand(config, args.slice(1), botFlags);
+  if (args.length > 2) fail(`crowdplay tenant ${sub}: unexpected argument "${args[2]}"\n${USAGE}`);
   let patch;
   if (sub === 'quota') {
     if (!id) fail(USAGE);
@@ -100,6 +112,34 @@ async function tenantCommand(config: Config, args: string[], name: string | unde
   }
 }
 
+/** `crowdplay tenant bot set|list|remove` (tenant-bot.ts): exit 2 on bad input before anything is opened, 1 on a refusal. */
+async function tenantBotCommand(config: Config, args: string[], flags: BotSetInput): Promise<void> {
+  const [op, tenant, botId] = args;
+  const arity: Record<string, number> = { set: 2, list: 2, remove: 3 };
+  if (!op || !tenant || arity[op] !== args.length) fail(USAGE);
+  let input;
+  if (op === 'set') {
+    try {
+      // Checked before the store is opened or Telegram asked: bad input reads and writes nothing.
+      input = parseBotSetFlags(flags);
+    } catch (err) {
+      if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}\n${USAGE}`);
+      throw err;
+    }
+  }
+  const store = await connectStore(config);
+  try {
+    if (op === 'set' && input) process.stdout.write(await tenantBotSet(store, config, tenant, input));
+    else if (op === 'list') process.stdout.write(await tenantBotList(store, tenant));
+    else if (op === 'remove' && botId !== undefined) process.stdout.write(await tenantBotRemove(store, tenant, botId));
+  } catch (err) {
+    if (isCrowdplayError(err)) fail(`crowdplay tenant bot ${op}: ${err.code}: ${err.message}`, 1);
+    throw err;
+  } finally {
+    await store.close();
+  }
+}
+
 /**
  * `crowdplay cluster`: starts the children (this same entry, `service <name>`), prints their URLs, exits 1 when one
  * dies unexpectedly (naming it), and drains them in order on SIGINT / SIGTERM (a second signal kills them).
@@ -125,7 +165,9 @@ async function clusterCommand(gateways: number, shards: number, routers: number,
   const c = cluster;
   process.off('SIGINT', early);
   process.off('SIGTERM', early);
-  process.stdout.write(`crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s), ${routers} router(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`);
+  process.stdout.write(
+    `crowdplay cluster: ${shards} shard(s), ${gateways} gateway(s), ${routers} router(s)\n${c.gatewayUrls.map((u) => `  ${u}`).join('\n')}\n`,
+  );
   // Each child's operator listener on a port of its own: HEALTH_PORT + its index in start order (cluster.ts childEnv).
   const health = c.processes.filter((p) => p.healthPort !== undefined);
   if (health.length > 0) {
@@ -223,6 +265,8 @@ async function main(): Promise<void> {
         'deadline-s': { type: 'string' },
         ...Object.fromEntries(Object.values(QUOTA_FLAGS).map((f) => [f, { type: 'string' as const }])),
         clear: { type: 'string', multiple: true },
+        token: { type: 'string' },
+        'webhook-secret': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -233,7 +277,7 @@ async function main(): Promise<void> {
   const [cmd, ...rest] = positionals;
   if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
   // Words the command does not take are named before anything starts (a typo must not start something else).
-  const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 2, ledger: 1, telegram: 1 };
+  const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 4, ledger: 1, telegram: 1 };
   if (!(cmd in takes)) fail(`unknown command "${cmd}"\n${USAGE}`);
   if (rest.length > takes[cmd]!) fail(`crowdplay ${cmd}: unexpected argument "${rest[takes[cmd]!]}"\n${USAGE}`);
   if (cmd === 'service' && rest[0] !== undefined && !SERVICES.includes(rest[0] as ServiceName))
@@ -241,6 +285,9 @@ async function main(): Promise<void> {
   const quotaFlagsGiven = [...Object.values(QUOTA_FLAGS), 'clear'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
   if (quotaFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'quota'))
     fail(`--${quotaFlagsGiven[0]} is for crowdplay tenant quota only\n${USAGE}`);
+  const botFlagsGiven = ['token', 'webhook-secret'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
+  if (botFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'bot' && rest[1] === 'set'))
+    fail(`--${botFlagsGiven[0]} is for crowdplay tenant bot set only\n${USAGE}`);
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
     return;
@@ -290,10 +337,18 @@ async function main(): Promise<void> {
       break;
     }
     case 'tenant':
-      await tenantCommand(config, rest, values.name, {
-        values: Object.fromEntries(Object.values(QUOTA_FLAGS).map((f) => [f, (values as Record<string, unknown>)[f] as string | undefined])),
-        clear: values.clear ?? [],
-      });
+      await tenantCommand(
+        config,
+        rest,
+        values.name,
+        {
+          values: Object.fromEntries(
+            Object.values(QUOTA_FLAGS).map((f) => [f, (values as Record<string, unknown>)[f] as string | undefined]),
+          ),
+          clear: values.clear ?? [],
+        },
+        { token: values.token, webhookSecret: values['webhook-secret'] },
+      );
       break;
     case 'ledger':
       await ledgerCommand(config, rest);

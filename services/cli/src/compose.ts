@@ -21,6 +21,8 @@ import { startBoardRenderer } from '@crowdplay/board-renderer';
 import { isTelegramChannelId } from '@crowdplay/telegram';
 import { startTelegram, type TelegramPart } from '@crowdplay/telegram-service';
 import { startTelegramSender } from '@crowdplay/telegram-sender';
+import type { BotRegistry } from '@crowdplay/telegram-service';
+import { tenantBotRegistry } from './tenant-bots.ts';
 
 export const SERVICES = ['gateway', 'router', 'crowd-engine', 'sequencer', 'telegram-sender', 'board-renderer'] as const;
 export type ServiceName = (typeof SERVICES)[number];
@@ -48,6 +50,8 @@ interface Parts {
   router?: LeasedRouter;
   sequencer?: SequencerService;
   telegram?: TelegramPart | null;
+  /** Tenants' own bots running in this gateway. */
+  bots?: BotRegistry;
   sender?: { close(): Promise<void> };
   renderer?: { close(): Promise<void> };
   routerCache?: CachingRouter;
@@ -253,6 +257,15 @@ export async function startServices(
         moveChannel: (from, to) => router.migrate(from, to),
       });
       const bot = parts.telegram?.bot;
+      // Tenants' own bots (crowdplay tenant bot set): each its own runtime, started on its first update (tenant-bots.ts).
+      const tenantBots = tenantBotRegistry(store, {
+        config,
+        bus,
+        subjects,
+        telemetry,
+        moveChannel: (from, to) => router.migrate(from, to),
+      });
+      parts.bots = tenantBots.registry;
       parts.gateway = createGateway({
         config,
         bus,
@@ -263,6 +276,7 @@ export async function startServices(
         ...(bot ? { onTelegramUpdate: (u) => bot.handle(u) } : {}),
         // With REDIS_URL every gateway shares update_id de-duplication and each chat's order (docs/telegram.md).
         ...(parts.telegram?.updates ? { telegramUpdates: parts.telegram.updates } : {}),
+        tenantBots: tenantBots.gatewayView,
       });
       port = (await parts.gateway.listen()).port;
       logger.info({ url: `http://${config.http.host}:${port}` }, `crowdplay ${label} listening on http://${config.http.host}:${port}`);
@@ -281,6 +295,7 @@ export async function startServices(
         await parts.gateway?.close();
         parts.routerCache?.close();
         await parts.telegram?.close();
+        await parts.bots?.close();
         await parts.sender?.close();
         await parts.renderer?.close();
         await parts.ledger?.drain();
@@ -297,6 +312,7 @@ export async function startServices(
   } catch (err) {
     await parts.gateway?.close();
     await parts.telegram?.close();
+    await parts.bots?.close();
     await parts.sender?.close();
     await parts.renderer?.close();
     await parts.ledger?.close();
