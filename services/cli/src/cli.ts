@@ -13,8 +13,9 @@
  *   crowdplay tenant bot set <id> --token TOKEN --webhook-secret SECRET | bot list <id> | bot remove <id> <bot id>
  *                                        a tenant's own Telegram bots (tenant-bot.ts)
  *   crowdplay ledger verify              check every ledger invariant; exit 1 and list each failure
- *   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
- *                                        the bot's webhook, commands and menu button, then a check (telegram-setup.ts)
+ *   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S] [--tenant-bot BOT_ID]
+ *                                        the bot's webhook, commands and menu button, then a check (telegram-setup.ts);
+ *                                        --tenant-bot: a tenant's own bot, read from the database
  *   crowdplay settings                   the settings table (Markdown)
  *
  * Run through main.ts, which sets the allocator defaults first. With main.ts,
@@ -34,6 +35,8 @@ import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
 import { parseQuotaFlags, QUOTA_FLAGS, tenantQuota } from './tenant-quota.ts';
 import { parseBotSetFlags, tenantBotList, tenantBotRemove, tenantBotSet, type BotSetInput } from './tenant-bot.ts';
+import { openTenantBot } from './tenant-bots.ts';
+import { tenantBotWebhookPath } from '@crowdplay/gateway';
 
 const USAGE = `usage:
   crowdplay start
@@ -43,7 +46,7 @@ const USAGE = `usage:
   crowdplay tenant quota <id> [--channels N] [--connections N] [--intents-per-s N] [--grants-per-day N] [--bots N] [--clear NAME|all]
   crowdplay tenant bot set <id> --token TOKEN --webhook-secret SECRET | bot list <id> | bot remove <id> <bot id>
   crowdplay ledger verify
-  crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S]
+  crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S] [--tenant-bot BOT_ID]
   crowdplay settings`;
 
 function fail(msg: string, code = 2): never {
@@ -203,21 +206,43 @@ async function clusterCommand(gateways: number, shards: number, routers: number,
 /**
  * `crowdplay telegram setup`: the Bot API calls of telegram-setup.ts, one printed line each. Exit 0 when every call
  * succeeded and the check passed; 1 when Telegram refused a call or the check failed; 2 when refused before any call
- * (a missing token or secret, a public URL Telegram cannot use). Opens neither the store nor Redis.
+ * (a missing token or secret, a public URL Telegram cannot use). Opens neither the store nor Redis, unless
+ * `--tenant-bot` names a tenant's own bot, whose token, secret and username it reads from the store.
  */
 async function telegramCommand(
   config: Config,
   args: string[],
-  v: { publicUrl: string | undefined; dryRun: boolean; deadlineS: string | undefined },
+  v: { publicUrl: string | undefined; dryRun: boolean; deadlineS: string | undefined; tenantBot: string | undefined },
 ): Promise<void> {
   if (args.length !== 1 || args[0] !== 'setup') fail(USAGE);
   const deadlineS = v.deadlineS === undefined ? SETUP_DEADLINE_S : Number(v.deadlineS);
   if (!Number.isInteger(deadlineS) || deadlineS < 1)
     fail(`crowdplay telegram setup: --deadline-s must be a positive integer, got ${v.deadlineS}`);
   const print = (line: string): void => void process.stdout.write(`${line}\n`);
+  let telegram: Parameters<typeof telegramSetup>[0]['telegram'] = config.telegram;
+  let webhookPath: string | undefined;
+  if (v.tenantBot !== undefined) {
+    const botId = /^[1-9]\d{0,15}$/.test(v.tenantBot) ? Number(v.tenantBot) : NaN;
+    if (!Number.isSafeInteger(botId))
+      fail(`crowdplay telegram setup: --tenant-bot takes a bot id (digits), got ${v.tenantBot.slice(0, 32)}`);
+    const store = await connectStore(config);
+    try {
+      const row = await store.bots.get(botId);
+      if (!row) fail(`crowdplay telegram setup: CP_ERR_TELEGRAM_BOT_UNKNOWN: no Telegram bot ${botId} is registered here`, 2);
+      const bot = openTenantBot(config, row);
+      telegram = { ...config.telegram, botToken: bot.token, webhookSecret: bot.webhookSecret, botUsername: bot.username };
+      webhookPath = tenantBotWebhookPath(botId);
+    } catch (err) {
+      if (isCrowdplayError(err)) fail(`crowdplay telegram setup: ${err.code}: ${err.message}`, 2);
+      throw err;
+    } finally {
+      await store.close();
+    }
+  }
   try {
     const report = await telegramSetup({
-      telegram: config.telegram,
+      telegram,
+      ...(webhookPath !== undefined ? { webhookPath } : {}),
       publicUrl: v.publicUrl,
       dryRun: v.dryRun,
       deadlineMs: deadlineS * 1_000,
@@ -263,6 +288,7 @@ async function main(): Promise<void> {
         'public-url': { type: 'string' },
         'dry-run': { type: 'boolean', default: false },
         'deadline-s': { type: 'string' },
+        'tenant-bot': { type: 'string' },
         ...Object.fromEntries(Object.values(QUOTA_FLAGS).map((f) => [f, { type: 'string' as const }])),
         clear: { type: 'string', multiple: true },
         token: { type: 'string' },
@@ -354,7 +380,12 @@ async function main(): Promise<void> {
       await ledgerCommand(config, rest);
       break;
     case 'telegram':
-      await telegramCommand(config, rest, { publicUrl: values['public-url'], dryRun: values['dry-run'], deadlineS: values['deadline-s'] });
+      await telegramCommand(config, rest, {
+        publicUrl: values['public-url'],
+        dryRun: values['dry-run'],
+        deadlineS: values['deadline-s'],
+        tenantBot: values['tenant-bot'],
+      });
       break;
     default:
       fail(USAGE);

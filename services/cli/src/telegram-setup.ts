@@ -21,7 +21,9 @@
  * or malformed token or secret (CP_ERR_CONFIG_INVALID), a public URL Telegram
  * cannot use (CP_ERR_TELEGRAM_PUBLIC_URL_INVALID). A call Telegram refuses
  * ends the setup with CP_ERR_TELEGRAM_SETUP_FAILED and Telegram's description.
- * The token and the secret are never printed. Guide: docs/guides/telegram-bot.md.
+ * The token and the secret are never printed. A tenant's own bot (`--tenant-bot <bot id>`) gets the same calls
+ * with its stored token, secret and username, and its webhook path `/v1/telegram/webhook/<bot id>`.
+ * Guide: docs/guides/telegram-bot.md.
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Config } from '@crowdplay/config';
@@ -51,6 +53,8 @@ export interface TelegramSetupOptions {
   publicUrl: string | undefined;
   /** `--dry-run`: print the calls, make none. */
   dryRun?: boolean;
+  /** The webhook's path on the public host (a tenant's own bot: `/v1/telegram/webhook/<bot id>`). @defaultValue TELEGRAM_WEBHOOK_PATH */
+  webhookPath?: string;
   /** `--deadline-s`: the whole setup's time, 429 waits included, ms. @defaultValue 60_000 */
   deadlineMs?: number;
   /** Where each line goes. @defaultValue nothing */
@@ -169,7 +173,7 @@ export async function telegramSetup(o: TelegramSetupOptions): Promise<TelegramSe
   const fetchFn = o.fetch ?? globalThis.fetch;
   const deadlineMs = o.deadlineMs ?? SETUP_DEADLINE_S * 1_000;
   const apiRoot = t.apiRoot.replace(/\/+$/, '');
-  const webhookUrl = `${base}${TELEGRAM_WEBHOOK_PATH}`;
+  const webhookUrl = `${base}${o.webhookPath ?? TELEGRAM_WEBHOOK_PATH}`;
   const miniAppUrl = `${base}${MINI_APP_PATH}`;
   const allowedUpdates = [...BOT_UPDATE_TYPES];
   const commands = BOT_COMMANDS.map((c) => ({ command: c.command, description: c.description }));

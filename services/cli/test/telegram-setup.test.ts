@@ -277,3 +277,14 @@ test('telegram setup - the public URL: the origin, with a Telegram port kept, a 
   assert.equal(publicBaseUrl('https://bot.example.org:443/'), 'https://bot.example.org');
   assert.equal(publicBaseUrl('https://bot.example.org:88'), 'https://bot.example.org:88');
 });
+
+test("telegram setup - a tenant's own bot: its webhook path names the bot", async () => {
+  await withStub({}, async (stub) => {
+    const { run } = setup(stub, { webhookPath: '/v1/telegram/webhook/123456' });
+    const report = await run();
+    assert.equal(report.ok, true, report.problems.join('; '));
+    assert.equal(report.webhookUrl, 'https://bot.example.org/v1/telegram/webhook/123456');
+    assert.equal(stub.webhook().url, 'https://bot.example.org/v1/telegram/webhook/123456');
+    assert.equal(stub.webhook().secretToken, SECRET);
+  });
+});

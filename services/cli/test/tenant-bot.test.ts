@@ -36,9 +36,9 @@ describe('crowdplay tenant bot', () => {
   });
 
   // Not spawnSync: the Bot API stub answers getMe from this process's event loop.
-  const cli = (args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string; stdout: string }> =>
+  const run = (argv: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string; stdout: string }> =>
     new Promise((resolve, reject) => {
-      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, 'tenant', 'bot', ...args], {
+      const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...argv], {
         env: {
           ...process.env,
           DATABASE_URL: schema.databaseUrl,
@@ -58,6 +58,7 @@ describe('crowdplay tenant bot', () => {
       child.on('error', reject);
       child.on('close', (code) => resolve({ code, stdout, stderr }));
     });
+  const cli = (args: string[], env: Record<string, string> = {}) => run(['tenant', 'bot', ...args], env);
   const count = async (): Promise<number> =>
     Number((await store.db.query<{ n: string }>('SELECT count(*) AS n FROM tenant_bots')).rows[0]!.n);
 
@@ -82,6 +83,15 @@ describe('crowdplay tenant bot', () => {
     assert.equal(list.code, 0, list.stderr);
     assert.match(list.stdout, /^111111111\t@acme_bot\t\/v1\/telegram\/webhook\/111111111\t/m);
     assert.ok(!list.stdout.includes(A.token));
+    // `crowdplay telegram setup --tenant-bot`: the bot's own webhook URL and secret, set at Telegram with its own token.
+    const setup = await run(['telegram', 'setup', '--public-url', 'https://bot.example.org', '--tenant-bot', '111111111']);
+    assert.equal(setup.code, 0, setup.stderr + setup.stdout);
+    assert.equal(stubs.of(A.token).webhook().url, 'https://bot.example.org/v1/telegram/webhook/111111111');
+    assert.equal(stubs.of(A.token).webhook().secretToken, 'acme-secret-2');
+    assert.ok(!setup.stdout.includes(A.token) && !setup.stdout.includes('acme-secret-2'));
+    const unknown = await run(['telegram', 'setup', '--public-url', 'https://bot.example.org', '--tenant-bot', '333']);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /CP_ERR_TELEGRAM_BOT_UNKNOWN/);
   });
 
   it("tenant bot set - a token Telegram rejects, an unknown tenant, another tenant's bot, a second bot over the quota, no key outside dev: each refused with its code, nothing stored", async () => {
