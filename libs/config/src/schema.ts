@@ -390,7 +390,7 @@ export const schema = {
       min: 0,
       unit: 'count',
       doc: 'Telegram bots a tenant may register (exact, in Postgres: crowdplay tenant bot set); one more is refused with CP_ERR_TENANT_QUOTA.',
-      why: 'Not measured: every bot runs its own send queue, render queue and scheduler in each gateway, so a few per licensee (a live bot and a staging one) (docs/decisions/0030-tenant-quotas.md).',
+      why: 'Not measured: every bot runs its own send queue, render queue and scheduler in each gateway, so a few per licensee (a live bot and a staging one) (docs/decisions/0033-a-bot-runtime-per-tenant-bot.md).',
     }),
     cacheMs: int({
       env: 'TENANT_QUOTA_CACHE_MS',
