@@ -52,6 +52,7 @@ export function tenantBotRegistry(
       const rows = await store.bots.list();
       return rows.length === 0 ? [] : rows.map((r) => openTenantBot(config, r));
     },
+    readIds: async () => new Set((await store.bots.list()).map((r) => r.botId)),
     cacheMs: config.telegram.botsCacheMs,
   });
   // One webhook object per runtime: the gateway starts a new intake when it changes (a new secret or token).

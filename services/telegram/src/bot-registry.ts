@@ -3,14 +3,13 @@
  * (bot-runtime.ts), started on the first webhook update or Mini App session
  * that names the bot, read again from the store after TELEGRAM_BOTS_CACHE_MS
  * (a token or secret changed by `crowdplay tenant bot set` restarts the
- * runtime; a removed bot's runtime is closed). The deployment's bot is not
+ * runtime; a removed bot's runtime is closed). Which bot ids exist is read as
+ * one list per TELEGRAM_BOTS_CACHE_MS, so webhooks for ids nobody registered
+ * (any number of them) cost no store read each. The deployment's bot is not
  * here: it starts with the process (start.ts).
  */
 import { CrowdplayError } from '@crowdplay/protocol';
 import { startBotRuntime, type BotRuntimeDeps, type BotSpec, type TelegramPart } from './bot-runtime.ts';
-
-/** Unknown bot ids remembered (a webhook path naming none is answered without a store read while remembered). */
-export const UNKNOWN_BOTS_REMEMBERED = 10_000;
 
 /** A tenant bot as the registry reads it (secrets opened). */
 export type TenantBotSpec = BotSpec & { botId: number };
@@ -24,6 +23,8 @@ export interface BotRegistryDeps extends BotRuntimeDeps {
   read(botId: number): Promise<TenantBotSpec | null>;
   /** Every tenant bot (secrets opened): the candidates of a Mini App session's signature. */
   readAll(): Promise<TenantBotSpec[]>;
+  /** The ids of every tenant bot (no secrets read). */
+  readIds(): Promise<ReadonlySet<number>>;
   /** TELEGRAM_BOTS_CACHE_MS. */
   cacheMs: number;
   /** Starts a runtime (tests). @defaultValue startBotRuntime */
@@ -56,8 +57,9 @@ export function parseBotId(raw: string): number | null {
 /** The tenants' bot runtimes of this process. */
 export class BotRegistry {
   private readonly running = new Map<number, Entry>();
-  /** Unknown bot id → when it was found unknown (insertion order: the oldest is forgotten first). */
-  private readonly unknown = new Map<number, number>();
+  /** The registered bot ids as last read, and when (one read at a time). */
+  private ids: { at: number; ids: ReadonlySet<number> } | null = null;
+  private idsLoading: Promise<ReadonlySet<number>> | null = null;
   private readonly loading = new Map<number, Promise<TelegramPart>>();
   private all: { at: number; specs: TenantBotSpec[] } | null = null;
   private readonly now: () => number;
@@ -80,15 +82,14 @@ export class BotRegistry {
   /**
    * The runtime of tenant bot `botId`, started on first use and read again from the store once older than
    * TELEGRAM_BOTS_CACHE_MS (a changed token or secret restarts it). One read and one start at a time per bot.
-   * @throws CrowdplayError CP_ERR_TELEGRAM_BOT_UNKNOWN (no such bot; remembered for TELEGRAM_BOTS_CACHE_MS);
+   * @throws CrowdplayError CP_ERR_TELEGRAM_BOT_UNKNOWN (no such bot in the id list, read once per TELEGRAM_BOTS_CACHE_MS);
    *   the store's error or the runtime's start error (a running runtime is kept when the store read fails)
    */
   async get(botId: number): Promise<TelegramPart> {
     if (this.closed) throw new CrowdplayError('CP_ERR_LIMIT_DRAINING');
     const e = this.running.get(botId);
     if (e && this.now() - e.at < this.d.cacheMs) return e.part;
-    const gone = this.unknown.get(botId);
-    if (!e && gone !== undefined && this.now() - gone < this.d.cacheMs) throw new CrowdplayError('CP_ERR_TELEGRAM_BOT_UNKNOWN', [botId]);
+    if (!e && !(await this.knownIds()).has(botId)) throw new CrowdplayError('CP_ERR_TELEGRAM_BOT_UNKNOWN', [botId]);
     let p = this.loading.get(botId);
     if (!p) {
       p = this.refresh(botId).finally(() => this.loading.delete(botId));
@@ -120,6 +121,26 @@ export class BotRegistry {
     await Promise.all(parts.map((p) => p.close().catch(() => undefined)));
   }
 
+  /** The registered bot ids, read again once older than TELEGRAM_BOTS_CACHE_MS (a failed read keeps the last list). */
+  private async knownIds(): Promise<ReadonlySet<number>> {
+    if (this.ids && this.now() - this.ids.at < this.d.cacheMs) return this.ids.ids;
+    this.idsLoading ??= this.d
+      .readIds()
+      .then(
+        (ids) => {
+          this.ids = { at: this.now(), ids };
+          return ids;
+        },
+        (err: unknown) => {
+          if (!this.ids) throw err;
+          this.d.telemetry.logger.warn({ err }, 'tenant bots: the ids could not be read (the last list is kept)');
+          return this.ids.ids;
+        },
+      )
+      .finally(() => (this.idsLoading = null));
+    return this.idsLoading;
+  }
+
   private async refresh(botId: number): Promise<TelegramPart> {
     const old = this.running.get(botId);
     let spec: TenantBotSpec | null;
@@ -132,9 +153,6 @@ export class BotRegistry {
       return old.part;
     }
     if (!spec) {
-      this.unknown.delete(botId);
-      this.unknown.set(botId, this.now());
-      if (this.unknown.size > UNKNOWN_BOTS_REMEMBERED) this.unknown.delete(this.unknown.keys().next().value!);
       if (old) {
         this.running.delete(botId);
         this.d.telemetry.logger.info({ bot: botId }, 'tenant bot removed: its runtime stops');
@@ -142,7 +160,6 @@ export class BotRegistry {
       }
       throw new CrowdplayError('CP_ERR_TELEGRAM_BOT_UNKNOWN', [botId]);
     }
-    this.unknown.delete(botId);
     if (old && sameSpec(old.part.spec, spec)) {
       old.at = this.now();
       return old.part;

@@ -11,6 +11,7 @@ const telemetry = createTelemetry({ service: 'bot-registry-test', level: 'silent
 function harness(rows: Map<number, TenantBotSpec>) {
   let now = 0;
   const reads: number[] = [];
+  const idReads: number[] = [];
   const started: BotSpec[] = [];
   const closed: BotSpec[] = [];
   let failReads = false;
@@ -29,6 +30,10 @@ function harness(rows: Map<number, TenantBotSpec>) {
       return rows.get(id) ?? null;
     },
     readAll: async () => [...rows.values()],
+    readIds: async () => {
+      idReads.push(now);
+      return new Set(rows.keys());
+    },
     start: async (_deps, spec) => {
       started.push(spec);
       return { spec, close: async () => void closed.push(spec) } as unknown as TelegramPart;
@@ -37,6 +42,7 @@ function harness(rows: Map<number, TenantBotSpec>) {
   return {
     registry,
     reads,
+    idReads,
     started,
     closed,
     advance: (ms: number) => void (now += ms),
@@ -57,8 +63,9 @@ test('bot registry - a bot starts once on first use; an unknown one is refused C
   const [a, b] = await Promise.all([h.registry.get(7), h.registry.get(7)]);
   assert.equal(a, b);
   assert.equal(h.started.length, 1);
-  for (let i = 0; i < 3; i++) await assert.rejects(h.registry.get(8), (e) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_BOT_UNKNOWN'));
-  assert.deepEqual(h.reads, [7, 8], 'an unknown bot is read once per TELEGRAM_BOTS_CACHE_MS');
+  for (const id of [8, 9, 10, 8, 11]) await assert.rejects(h.registry.get(id), (e) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_BOT_UNKNOWN'));
+  assert.deepEqual(h.reads, [7], 'unknown bots cost no read of their own');
+  assert.equal(h.idReads.length, 1, 'the id list is read once per TELEGRAM_BOTS_CACHE_MS, whatever the ids asked');
   assert.equal(h.registry.size, 1);
   assert.equal(parseBotId('123'), 123);
   for (const bad of ['0', '01', '-1', 'abc', '1'.repeat(17), '9007199254740993']) assert.equal(parseBotId(bad), null, bad);
