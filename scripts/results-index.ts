@@ -125,6 +125,7 @@ const runs: Record<string, RunInfo> = {
     commit: 'fb61e03',
     date: '2026-12-06',
   },
+  'tenant-bots.json': { command: 'npm run bench -- tenant-bots', machine: 'quiet', commit: '0e02ce8', date: '2026-12-06' },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -795,6 +796,43 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{product.cpuPct} %; {product.rssMb} MiB',
           files: ['multigame-1000.json'],
+        },
+      ],
+    },
+    {
+      title: 'Two tenants’ bots: a 429 on one',
+      decisions: ['0033-a-bot-runtime-per-tenant-bot.md'],
+      intro: [
+        '`services/telegram/bench/tenant-bots.bench.ts`: two tenants, each with its own bot (a bot runtime each: its own ' +
+          'send queue, bucket at 25/s and pause), 250 replies per bot to distinct chats against the Bot API stub; bot A is ' +
+          'answered one 429 with `retry_after` 3 s. Send rate of each bot before, during and after A’s pause, with the ' +
+          'in-process queues and with the BullMQ queues and the Redis bucket.',
+      ],
+      rows: [
+        {
+          figure: 'in process: bot A before / during its pause / after; bot B the same',
+          target: 'B unchanged during A’s pause',
+          seed: '—',
+          value:
+            '{runs.0.bots.0.beforePerS} / {runs.0.bots.0.duringPerS} / {runs.0.bots.0.afterPerS} per s; ' +
+            '{runs.0.bots.1.beforePerS} / {runs.0.bots.1.duringPerS} / {runs.0.bots.1.afterPerS} per s',
+          files: ['tenant-bots.json'],
+        },
+        {
+          figure: 'Redis: bot A before / during its pause / after; bot B the same',
+          target: 'B unchanged during A’s pause',
+          seed: '—',
+          value:
+            '{runs.1.bots.0.beforePerS} / {runs.1.bots.0.duringPerS} / {runs.1.bots.0.afterPerS} per s; ' +
+            '{runs.1.bots.1.beforePerS} / {runs.1.bots.1.duringPerS} / {runs.1.bots.1.afterPerS} per s',
+          files: ['tenant-bots.json'],
+        },
+        {
+          figure: 'calls answered 429: bot A; bot B (in process, Redis)',
+          target: '1; 0',
+          seed: '—',
+          value: '{runs.0.bots.0.answered429}, {runs.1.bots.0.answered429}; {runs.0.bots.1.answered429}, {runs.1.bots.1.answered429}',
+          files: ['tenant-bots.json'],
         },
       ],
     },
