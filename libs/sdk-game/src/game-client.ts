@@ -46,6 +46,7 @@ import {
   type ConnectionState,
   type FrameInfo,
 } from '@crowdplay/sdk-viewer';
+import { PendingRequests } from './pending.ts';
 
 export type { ConnectionState };
 
@@ -214,13 +215,6 @@ interface LargestSent {
   bytes: number;
 }
 
-interface PendingRequest {
-  resolve: (round: RoundView) => void;
-  reject: (err: CrowdplayError) => void;
-  timer: ReturnType<typeof setTimeout>;
-  op: string;
-}
-
 /**
  * One game process's connection to a channel. See the module comment. The
  * connection lifecycle (welcome deadline, states, backoff, close codes) is the
@@ -254,12 +248,11 @@ export class GameClient extends TypedEmitter<GameEvents> {
   #gameState: string | null = null;
   readonly #maxFrameBytes: number;
   #largestSent: LargestSent | null = null;
-  readonly #requestTimeoutMs: number;
   readonly #retryDeadlineMs: number;
   readonly #retryBackoff: BackoffOptions;
   readonly #random: () => number;
   #nextRef = 0;
-  readonly #pending = new Map<string, PendingRequest>();
+  readonly #pending: PendingRequests<RoundView>;
   /** Rounds known as open or locked: their last known view (the state last emitted or opened). */
   readonly #liveRounds = new Map<string, RoundView>();
   /** Final states emitted lately, by round id (a late duplicate `round` frame is dropped), oldest first. */
@@ -277,8 +270,9 @@ export class GameClient extends TypedEmitter<GameEvents> {
     super();
     if (!CHANNEL_ID_RE.test(options.channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (!options.apiKey) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
-    this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-    if (!(this.#requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
+    const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    if (!(requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
+    this.#pending = new PendingRequests<RoundView>(requestTimeoutMs);
     this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
     if (!(this.#retryDeadlineMs >= 0) || !Number.isFinite(this.#retryDeadlineMs))
       throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['retryDeadlineMs must be a finite number >= 0']);
@@ -318,7 +312,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
         onClose: (code, reason) => {
           const largest = this.#largestSent;
           this.#largestSent = null;
-          this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
+          this.#pending.rejectAll(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
           if (code === CloseCode.messageTooBig) this.#onTooBig(largest);
           this.emit('close', code, reason);
         },
@@ -549,7 +543,7 @@ export class GameClient extends TypedEmitter<GameEvents> {
    * `closeDeadlineMs` (then the socket is terminated).
    */
   close(code: number = CloseCode.normal, reason = 'client closed'): Promise<void> {
-    this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
+    this.#pending.rejectAll(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
     return this.#conn.close(code, reason);
   }
 
@@ -587,44 +581,16 @@ export class GameClient extends TypedEmitter<GameEvents> {
     if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN) {
       return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));
     }
-    return new Promise<RoundView>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (!this.#pending.delete(ref)) return;
-        reject(new CrowdplayError('CP_ERR_CLIENT_REQUEST_TIMEOUT', [`${op} (ref ${ref})`, this.#requestTimeoutMs]));
-      }, this.#requestTimeoutMs);
-      this.#pending.set(ref, { resolve, reject, timer, op });
+    return this.#pending.wait(ref, op, (failed) =>
       sock.send(raw, (err) => {
-        if (!err) return;
-        const p = this.#pending.get(ref);
-        if (!p) return;
-        this.#pending.delete(ref);
-        clearTimeout(p.timer);
-        p.reject(new CrowdplayError('CP_ERR_CLIENT_SOCKET', [err.message], { cause: err }));
-      });
-    });
-  }
-
-  #rejectPending(err: CrowdplayError): void {
-    if (this.#pending.size === 0) return;
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const p of pending) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
+        if (err) failed(err);
+      }),
+    );
   }
 
   /** A server error frame answering a pending request (`ref`) rejects it; any other error is an `error` event. */
   #onError(err: CrowdplayError, frame?: ErrorFrame): void {
-    const ref = frame?.ref;
-    const p = typeof ref === 'string' ? this.#pending.get(ref) : undefined;
-    if (p === undefined || ref === undefined) {
-      this.emit('error', err, frame);
-      return;
-    }
-    this.#pending.delete(ref);
-    clearTimeout(p.timer);
-    p.reject(err);
+    if (!this.#pending.reject(frame?.ref, err)) this.emit('error', err, frame);
   }
 
   /** A `result` frame: resolves its request (a late answer after a timeout is dropped). */
@@ -633,18 +599,15 @@ export class GameClient extends TypedEmitter<GameEvents> {
       this.emit('error', new CrowdplayError('CP_ERR_PROTO_INVALID', ['result without ref']));
       return;
     }
-    const p = this.#pending.get(frame.ref);
-    if (!p) return;
-    this.#pending.delete(frame.ref);
-    clearTimeout(p.timer);
+    if (!this.#pending.has(frame.ref)) return;
     const round = frame.round;
     if (frame.ok !== true || typeof round !== 'object' || round === null || typeof round.id !== 'string') {
       const err = new CrowdplayError('CP_ERR_PROTO_INVALID', [`result ${frame.ref} without ok:true and a round`]);
       this.emit('error', err);
-      p.reject(err);
+      this.#pending.reject(frame.ref, err);
       return;
     }
-    p.resolve(round);
+    this.#pending.resolve(frame.ref, round);
   }
 
   /**

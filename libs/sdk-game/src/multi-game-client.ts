@@ -57,6 +57,7 @@ import {
   type DeclareOptions,
   type OpenRoundOptions,
 } from './game-client.ts';
+import { PendingRequests } from './pending.ts';
 
 /** Events of a {@link MultiGameClient}. */
 export interface MultiGameEvents {
@@ -105,12 +106,6 @@ export interface MultiGameClientOptions {
   retryDeadlineMs?: number;
 }
 
-interface Pending {
-  resolve: (frame: ResultFrame | AttachedFrame | DetachedFrame) => void;
-  reject: (err: CrowdplayError) => void;
-  timer: ReturnType<typeof setTimeout>;
-}
-
 /** A round request: the `round.*` frame without `t`, `ref`; `channel` required. */
 type RoundRequest = { t: 'round.open' | 'round.settle' | 'round.cancel' } & Record<string, unknown>;
 
@@ -132,12 +127,11 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
   #classDeclare: string | null = null;
   readonly #declares = new Map<string, string>();
   readonly #states = new Map<string, string>();
-  readonly #requestTimeoutMs: number;
   readonly #retryDeadlineMs: number;
   readonly #retryBackoff: BackoffOptions;
   readonly #random: () => number;
   #nextRef = 0;
-  readonly #pending = new Map<string, Pending>();
+  readonly #pending: PendingRequests<ResultFrame | AttachedFrame | DetachedFrame>;
 
   /** @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_MISSING, CP_ERR_CONFIG_INVALID */
   constructor(options: MultiGameClientOptions) {
@@ -153,8 +147,9 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
       this.#lastEventIds.set(ch, ev);
     }
     this.#chats = options.chats === true;
-    this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-    if (!(this.#requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
+    const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    if (!(requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
+    this.#pending = new PendingRequests(requestTimeoutMs);
     this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
     this.#retryBackoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.#random = options.random ?? Math.random;
@@ -182,7 +177,7 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
         onFrame: (t, msg, info) => this.#onFrame(t, msg, info),
         onError: (err, frame) => this.#onError(err, frame),
         onClose: (code, reason) => {
-          this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
+          this.#pending.rejectAll(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, reason ? `: ${reason}` : '']));
           this.emit('close', code, reason);
         },
       },
@@ -287,7 +282,7 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
 
   /** Closes for good; pending requests reject with CP_ERR_CLIENT_CLOSED. Idempotent. */
   close(code: number = CloseCode.normal, reason = 'client closed'): Promise<void> {
-    this.#rejectPending(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
+    this.#pending.rejectAll(new CrowdplayError('CP_ERR_CLIENT_CLOSED', [code, ': closed by the client']));
     return this.#conn.close(code, reason);
   }
 
@@ -376,14 +371,11 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
     const sock = this.#conn.socket;
     if (this.#conn.state !== 'open' || sock === null || sock.readyState !== WS_OPEN)
       return Promise.reject(new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', [this.#conn.state]));
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        if (this.#pending.delete(ref))
-          reject(new CrowdplayError('CP_ERR_CLIENT_REQUEST_TIMEOUT', [`${String(msg.t)} (ref ${ref})`, this.#requestTimeoutMs]));
-      }, this.#requestTimeoutMs);
-      this.#pending.set(ref, { resolve, reject, timer });
-      sock.send(raw);
-    });
+    return this.#pending.wait(ref, String(msg.t), (failed) =>
+      sock.send(raw, (err) => {
+        if (err) failed(err);
+      }),
+    );
   }
 
   /** A frame validated against the schema, as text. @throws CrowdplayError `code` with the schema's reason */
@@ -403,35 +395,8 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
     if (sock && sock.readyState === WS_OPEN) sock.send(raw);
   }
 
-  #settle(ref: unknown, frame: ResultFrame | AttachedFrame | DetachedFrame): boolean {
-    if (typeof ref !== 'string') return false;
-    const p = this.#pending.get(ref);
-    if (!p) return false;
-    this.#pending.delete(ref);
-    clearTimeout(p.timer);
-    p.resolve(frame);
-    return true;
-  }
-
-  #rejectPending(err: CrowdplayError): void {
-    const pending = [...this.#pending.values()];
-    this.#pending.clear();
-    for (const p of pending) {
-      clearTimeout(p.timer);
-      p.reject(err);
-    }
-  }
-
   #onError(err: CrowdplayError, frame?: ErrorFrame): void {
-    const ref = frame?.ref;
-    const p = typeof ref === 'string' ? this.#pending.get(ref) : undefined;
-    if (p === undefined || ref === undefined) {
-      this.emit('error', err, frame);
-      return;
-    }
-    this.#pending.delete(ref);
-    clearTimeout(p.timer);
-    p.reject(err);
+    if (!this.#pending.reject(frame?.ref, err)) this.emit('error', err, frame);
   }
 
   #onFrame(t: unknown, msg: object, info: FrameInfo): void {
@@ -449,14 +414,14 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
       case 'attached': {
         const f = msg as AttachedFrame;
         this.#onAttached(f);
-        this.#settle(f.ref, f);
+        this.#pending.resolve(f.ref, f);
         return;
       }
       case 'detached':
-        this.#settle((msg as DetachedFrame).ref, msg as DetachedFrame);
+        this.#pending.resolve((msg as DetachedFrame).ref, msg as DetachedFrame);
         return;
       case 'result':
-        this.#settle((msg as ResultFrame).ref, msg as ResultFrame);
+        this.#pending.resolve((msg as ResultFrame).ref, msg as ResultFrame);
         return;
       case 'round': {
         const f = msg as RoundFrame;
