@@ -66,7 +66,7 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
-  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: 'c799442' },
+  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '3d6e6f1' },
   'rollover-1000x10-ddef491.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-cluster.json': {
@@ -101,7 +101,7 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
-  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: 'c799442' },
+  'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '3d6e6f1' },
   'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
@@ -112,20 +112,20 @@ const runs: Record<string, RunInfo> = {
   'chatrounds-200x10.json': {
     command: 'npm run loadtest -- chatrounds --chats 200 --players 10',
     machine: 'shared',
-    commit: '7f479e3',
+    commit: '22ea79a',
   },
   'chatrounds-200x10-market.json': {
     command: 'npm run loadtest -- chatrounds --chats 200 --players 10 --kind market',
     machine: 'shared',
-    commit: '7f479e3',
+    commit: '22ea79a',
   },
   'multigame-1000.json': {
     command: 'npm run loadtest -- multigame --chats 1000 --duration 60',
     machine: 'shared',
-    commit: 'fb61e03',
+    commit: '9ceccf7',
     date: '2026-12-06',
   },
-  'tenant-bots.json': { command: 'npm run bench -- tenant-bots', machine: 'quiet', commit: '0e02ce8', date: '2026-12-06' },
+  'tenant-bots.json': { command: 'npm run bench -- tenant-bots', machine: 'quiet', commit: '7e2b578', date: '2026-12-06' },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
