@@ -1,11 +1,10 @@
 /**
- * Boards end to end against the Bot API stub (loadtest/src/telegram-stub), on one fake clock: the live boards,
+ * Boards end to end against the Bot API stub (@crowdplay/telegram/testing), on one fake clock: the live boards,
  * the scheduler, the in-process render queue (a fake render pool: a board's "PNG" is its content), the
  * production render worker (start.ts `startRenderWorker`), the send queue and the Bot API client.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
 import type { Board, RenderPool } from '@crowdplay/board';
 import { MemoryRenderQueue, startRenderWorker } from '@crowdplay/board-renderer';
@@ -14,32 +13,13 @@ import { TelegramClient, telegramChannelId, type BotCall } from '@crowdplay/tele
 import { createTelemetry } from '@crowdplay/telemetry';
 import { until } from '@crowdplay/testing';
 import { TelegramStub } from '@crowdplay/telegram/testing';
-import { ChatBoards, boardOf } from '../src/chat-boards.ts';
+import { ChatBoards } from '../src/chat-boards.ts';
+import { TITLE, fakePng, shaOf, stateOf, type Players } from './board-fixtures.ts';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
 const telemetry = createTelemetry({ service: 'board-delivery-test', level: 'silent', refusalLogIntervalMs: 60_000 });
 const TOKEN = '4242:delivery-test';
 const TICK_MS = 250;
-const TITLE = 'chat';
-
-/** A board's stand-in PNG: the PNG signature and IHDR, then the board's content (so each state has its own bytes). */
-function fakePng(board: Board): Buffer {
-  const head = Buffer.alloc(24);
-  Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52]).copy(head, 0);
-  head.writeUInt32BE(400, 16);
-  head.writeUInt32BE(300, 20);
-  return Buffer.concat([head, Buffer.from(JSON.stringify(board.cards.map((c) => [c.id, c.rows])))]);
-}
-
-type Players = Record<string, string[]>;
-const stateOf = (players: Players) => ({
-  puzzle: 1,
-  players: Object.fromEntries(Object.entries(players).map(([v, marks]) => [v, { marks, solved: false, name: v }])),
-});
-const shaOf = (players: Players): string =>
-  createHash('sha256')
-    .update(fakePng(boardOf(TITLE, stateOf(players))))
-    .digest('hex');
 
 async function rig() {
   const clock = new ManualClock();

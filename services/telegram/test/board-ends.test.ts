@@ -6,7 +6,6 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
 import type { Board, RenderPool } from '@crowdplay/board';
@@ -16,34 +15,16 @@ import { TelegramClient, telegramChannelId, type BotCall } from '@crowdplay/tele
 import { createTelemetry } from '@crowdplay/telemetry';
 import { until } from '@crowdplay/testing';
 import { TelegramStub } from '@crowdplay/telegram/testing';
-import { ChatBoards, boardOf } from '../src/chat-boards.ts';
+import { ChatBoards } from '../src/chat-boards.ts';
+import { TITLE, fakePng, shaOf, stateOf, type Players } from './board-fixtures.ts';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
 const telemetry = createTelemetry({ service: 'board-ends-test', level: 'silent', refusalLogIntervalMs: 60_000 });
 const REDIS_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
 const TOKEN = '4243:ends-test';
 const TICK_MS = 250;
-const TITLE = 'chat';
 let seq = 0;
 const uniquePrefix = (): string => `t_ends_${process.pid}_${Date.now().toString(36)}_${seq++}`;
-
-function fakePng(board: Board): Buffer {
-  const head = Buffer.alloc(24);
-  Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13, 0x49, 0x48, 0x44, 0x52]).copy(head, 0);
-  head.writeUInt32BE(400, 16);
-  head.writeUInt32BE(300, 20);
-  return Buffer.concat([head, Buffer.from(JSON.stringify(board.cards.map((c) => [c.id, c.rows])))]);
-}
-
-type Players = Record<string, string[]>;
-const stateOf = (players: Players) => ({
-  puzzle: 1,
-  players: Object.fromEntries(Object.entries(players).map(([v, marks]) => [v, { marks, solved: false, name: v }])),
-});
-const shaOf = (players: Players): string =>
-  createHash('sha256')
-    .update(fakePng(boardOf(TITLE, stateOf(players))))
-    .digest('hex');
 
 /** The worker side (render worker, send queue, client) and the gateway side (ChatBoards, scheduler), joined only by Redis. */
 async function rig() {
