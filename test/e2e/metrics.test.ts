@@ -2,7 +2,7 @@
  * Every metric docs/operations.md promises, CHANGED by the traffic that
  * should change it (not only present): standalone in this process on the
  * machine's PostgreSQL and Redis (BullMQ send and render queues), with the
- * Telegram Bot API stub (loadtest/src/telegram-stub). The test drives
+ * Telegram Bot API stub (@crowdplay/telegram/testing). The test drives
  * viewer intents (accepted, refused, over maxPerTick), a refused connection,
  * a stake, a slow consumer, Telegram chats whose boards are rendered and
  * sent (one call answered 429), a query that waits for a pg connection, and

@@ -1,6 +1,6 @@
 /**
  * A Telegram group plays the word puzzle end to end, against the Bot API
- * stub (loadtest/src/telegram-stub: Telegram's ceilings and error bodies):
+ * stub (@crowdplay/telegram/testing: Telegram's ceilings and error bodies):
  * the webhook's /start → the bot answers with a Mini App link for this chat
  * → a player opens it (signed initData with that link's start parameter) and
  * guesses → the chat's board is rendered and posted as a photo, once.
