@@ -210,9 +210,10 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
    */
   async attach(channels: string[], opts: { chats?: boolean } = {}): Promise<AttachedFrame> {
     for (const ch of channels) if (!CHANNEL_ID_RE.test(ch)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
-    for (const ch of channels) this.#wanted.add(ch);
+    const list = [...new Set(channels)]; // a channel named twice is asked for once
+    for (const ch of list) this.#wanted.add(ch);
     if (opts.chats) this.#chats = true;
-    const frames = await this.#attachFrames(channels, opts.chats === true);
+    const frames = await this.#attachFrames(list, opts.chats === true);
     return frames.reduce<AttachedFrame>(
       (all, f) => ({ t: 'attached', channels: [...all.channels, ...f.channels], refused: [...(all.refused ?? []), ...(f.refused ?? [])] }),
       { t: 'attached', channels: [], refused: [] },
@@ -224,13 +225,19 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
    * @returns the channels that left
    */
   async detach(channels: string[], opts: { chats?: boolean } = {}): Promise<string[]> {
-    for (const ch of channels) {
+    const list = [...new Set(channels)];
+    for (const ch of list) {
       this.#wanted.delete(ch);
       this.#declares.delete(ch);
       this.#states.delete(ch);
     }
     if (opts.chats) this.#chats = false;
-    const f = (await this.#requestOnce({ t: 'detach', channels, ...(opts.chats ? { chats: true } : {}) })) as DetachedFrame;
+    // An empty list is left out (the frame's `channels`, when given, names at least one).
+    const f = (await this.#requestOnce({
+      t: 'detach',
+      ...(list.length > 0 ? { channels: list } : {}),
+      ...(opts.chats ? { chats: true } : {}),
+    })) as DetachedFrame;
     for (const ch of f.channels) this.#attached.delete(ch);
     return f.channels;
   }

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { WebSocketServer, type WebSocket } from 'ws';
-import { isCrowdplayError, type Batch } from '@crowdplay/protocol';
+import { isCrowdplayError, parseInbound, type Batch } from '@crowdplay/protocol';
 import { MultiGameClient, type MultiGameEvents } from '@crowdplay/sdk-game';
 import { nextEvent } from '@crowdplay/testing';
 
@@ -37,6 +37,7 @@ async function fakeGateway(failAttach = 0): Promise<{
         failAttach--;
         ws.send(JSON.stringify({ t: 'error', ref: f.ref, code: 'CP_ERR_STORE_UNAVAILABLE', message: 'the database is unavailable' }));
       } else if (f.t === 'attach') ws.send(JSON.stringify({ t: 'attached', ref: f.ref, channels: f.channels ?? ['tg1', 'tg2'] }));
+      else if (f.t === 'detach') ws.send(JSON.stringify({ t: 'detached', ref: f.ref, channels: f.channels ?? ['tg1', 'tg2'] }));
       for (const w of [...waiters]) w();
     });
     for (const w of [...waiters]) w();
@@ -130,6 +131,28 @@ test('multi game client - rounds name their channel; a refusal rejects with its 
       JSON.stringify({ t: 'error', ref: s.ref, channel: 'tg9', code: 'CP_ERR_GAME_NOT_ATTACHED', message: 'not attached' }),
     );
     await assert.rejects(settle, (err: unknown) => isCrowdplayError(err, 'CP_ERR_GAME_NOT_ATTACHED'));
+  } finally {
+    await c.close();
+    await gw.close();
+  }
+});
+
+test('multi game client - a channel named twice is asked for once; detaching every chat sends a valid frame', async () => {
+  const gw = await fakeGateway();
+  const c = new MultiGameClient({ url: gw.url, apiKey: 'k', chats: true, retryDeadlineMs: 0 });
+  try {
+    await c.connect();
+    await gw.next(0, (f) => f.t === 'attach');
+    const got = await c.attach(['room1', 'room1', 'room2']);
+    assert.deepEqual(got.channels, ['room1', 'room2']);
+    const attach = gw.frames[0]!.filter((f) => f.t === 'attach').at(-1)!;
+    assert.deepEqual(attach.channels, ['room1', 'room2']);
+    assert.deepEqual(await c.detach([], { chats: true }), ['tg1', 'tg2']);
+    const detach = await gw.next(0, (f) => f.t === 'detach');
+    assert.equal(detach.chats, true);
+    assert.equal('channels' in detach, false, 'no empty list');
+    // What the gateway's decoder accepts: every frame this client sent.
+    for (const f of gw.frames[0]!) assert.doesNotThrow(() => parseInbound('multigame', JSON.stringify(f)), JSON.stringify(f));
   } finally {
     await c.close();
     await gw.close();
