@@ -48,9 +48,9 @@ export const CHANNEL_SQL = {
   byId: `SELECT ${COLUMNS} FROM channels WHERE id = $1`,
   byOwner: `SELECT ${COLUMNS} FROM channels WHERE owner = $1 ORDER BY id`,
   byIds: `SELECT ${COLUMNS} FROM channels WHERE id = ANY($1::text[])`,
-  /** A tenant's Telegram chat channels (`tg<id>`, `tgn<id>`; libs/telegram isTelegramChannelId) not moved away ($2: at most). */
+  /** A tenant's Telegram chat channels (`tg<id>`, `tgn<id>`, its bots' `tb<bot>_[n]<id>`: isTelegramChannelId) not moved away ($2: at most). */
   telegramChatsOf: `SELECT id FROM channels
-    WHERE tenant_id = $1 AND id ~ '^tgn?[1-9][0-9]{0,15}$' AND migrated_to IS NULL ORDER BY id LIMIT $2`,
+    WHERE tenant_id = $1 AND id ~ '^(tg|tb[1-9][0-9]{0,15}_)n?[1-9][0-9]{0,15}$' AND migrated_to IS NULL ORDER BY id LIMIT $2`,
   /**
    * The bulk acquire ($1 channel ids, $2 their new owners): locks the rows in id order (as the set-fenced writes lock
    * them FOR SHARE), bumps each epoch and sets its owner; a migrated or unknown channel is left out.
@@ -156,8 +156,8 @@ export class ChannelRepository {
   }
 
   /**
-   * The ids of a tenant's Telegram chat channels (`tg<id>`, `tgn<id>`) that did not move to another channel, in id
-   * order, at most `limit` (one query on the tenant index): what a game attaching "every chat" of its tenant serves.
+   * The ids of a tenant's Telegram chat channels (`tg<id>`, `tgn<id>`, its own bots' `tb<bot>_[n]<id>`) that did not
+   * move to another channel, in id order, at most `limit` (one query on the tenant index): what a game attaching "every chat" of its tenant serves.
    */
   async telegramChatsOf(tenantId: string, limit: number): Promise<string[]> {
     const { rows } = await this.db.query<{ id: string }>(CHANNEL_SQL.telegramChatsOf, [tenantId, limit]);

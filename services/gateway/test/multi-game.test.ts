@@ -11,7 +11,7 @@ import { connected, openSuiteStore, startHarness, waitUntil, type Client, type F
 
 let suite: SuiteStore;
 let h: Harness;
-const ANSWERED = ['roomA', 'roomB', 'roomC', 'tg101', 'tg102', 'tgn5', 'tg103', 'rivalroom'];
+const ANSWERED = ['roomA', 'roomB', 'roomC', 'tg101', 'tg102', 'tgn5', 'tb7_n5', 'tg103', 'rivalroom'];
 
 function batch(channel: string, ev: number): Record<string, unknown> {
   return { t: 'batch', channel, ev, tick: ev, closedAt: Date.now(), actions: { vote: { tally: { a: 1 }, intents: [], dropped: 0 } } };
@@ -34,7 +34,8 @@ function ctlOf(channel: string, op: string): number {
 
 before(async () => {
   suite = await openSuiteStore();
-  for (const c of ['roomA', 'roomB', 'roomC', 'tg101', 'tg102', 'tgn5']) await suite.store.channels.ensure(c, 'acme');
+  // tb7_n5: a chat of the tenant's own bot (bot 7).
+  for (const c of ['roomA', 'roomB', 'roomC', 'tg101', 'tg102', 'tgn5', 'tb7_n5']) await suite.store.channels.ensure(c, 'acme');
   await suite.store.channels.ensure('tg201', 'rival');
   h = await startHarness({ store: suite.store, channels: ANSWERED, gateway: { gameCtlRetryMs: 0 } });
 });
@@ -178,7 +179,7 @@ describe('multi-channel game socket', () => {
     const c = await multi();
     c.send({ t: 'declare', actions: [{ name: 'vote', maxPerTick: 10, options: ['a', 'b'] }] });
     const a = await attach(c, 'a1', { chats: true });
-    assert.deepEqual(a.channels, ['tg101', 'tg102', 'tgn5']);
+    assert.deepEqual(a.channels, ['tb7_n5', 'tg101', 'tg102', 'tgn5']);
     await suite.store.channels.ensure('tg103', 'acme');
     const declares = ctlOf('tg103', 'declare');
     const placed = (channel: string): void =>
@@ -190,7 +191,7 @@ describe('multi-channel game socket', () => {
     await waitUntil(() => ctlOf('tg103', 'declare') === declares + 1, 'the new chat got the declaration');
     h.bus.publish(h.subj.channelGame('tg103'), encodeJson(batch('tg103', 70)));
     await c.frame((f) => f.t === 'batch' && f.channel === 'tg103', 'tg103 batch');
-    assert.equal(h.gateway.stats().games, 4, 'the rival chat was not attached');
+    assert.equal(h.gateway.stats().games, 5, 'the rival chat was not attached');
     // A chat detached by name stays detached when it is placed again (a move).
     c.send({ t: 'detach', ref: 'd0', channels: ['tg102'] });
     await c.frame((f) => f.t === 'detached' && f.ref === 'd0', 'detached tg102');
@@ -203,7 +204,7 @@ describe('multi-channel game socket', () => {
     await c.frame((f) => f.t === 'detached' && f.ref === 'd9', 'detached a9');
     c.send({ t: 'detach', ref: 'd1', chats: true });
     const d = await c.frame((f) => f.t === 'detached' && f.ref === 'd1', 'detached');
-    assert.deepEqual((d.channels as string[]).sort(), ['tg101', 'tg103', 'tgn5']);
+    assert.deepEqual((d.channels as string[]).sort(), ['tb7_n5', 'tg101', 'tg103', 'tgn5']);
     await closeAll(c);
   });
 
