@@ -53,6 +53,7 @@ import {
   DEFAULT_CONNECT_TIMEOUT_MS,
   DEFAULT_REQUEST_TIMEOUT_MS,
   DEFAULT_RETRY_DEADLINE_MS,
+  GAME_FRAME_MAX_BYTES,
   type BatchInfo,
   type DeclareOptions,
   type OpenRoundOptions,
@@ -104,6 +105,12 @@ export interface MultiGameClientOptions {
   requestTimeoutMs?: number;
   /** How long a round request refused with a retryable code is sent again, ms. @defaultValue DEFAULT_RETRY_DEADLINE_MS */
   retryDeadlineMs?: number;
+  /**
+   * Largest declaration or state frame sent, bytes (UTF-8): one over it is refused before it is sent or kept, as
+   * `GameClient`'s `maxFrameBytes` (the gateway closes a socket with 1009 over its frame limit, and a frame kept for
+   * reconnects would close every one). @defaultValue GAME_FRAME_MAX_BYTES (65,536)
+   */
+  maxFrameBytes?: number;
 }
 
 /** A round request: the `round.*` frame without `t`, `ref`; `channel` required. */
@@ -128,6 +135,7 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
   readonly #declares = new Map<string, string>();
   readonly #states = new Map<string, string>();
   readonly #retryDeadlineMs: number;
+  readonly #maxFrameBytes: number;
   readonly #retryBackoff: BackoffOptions;
   readonly #random: () => number;
   #nextRef = 0;
@@ -150,6 +158,9 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
     const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     if (!(requestTimeoutMs > 0)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['requestTimeoutMs must be > 0']);
     this.#pending = new PendingRequests(requestTimeoutMs);
+    this.#maxFrameBytes = options.maxFrameBytes ?? GAME_FRAME_MAX_BYTES;
+    if (!(Number.isSafeInteger(this.#maxFrameBytes) && this.#maxFrameBytes > 0))
+      throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['maxFrameBytes must be a positive integer']);
     this.#retryDeadlineMs = options.retryDeadlineMs ?? DEFAULT_RETRY_DEADLINE_MS;
     this.#retryBackoff = { ...DEFAULT_BACKOFF, ...options.backoff };
     this.#random = options.random ?? Math.random;
@@ -261,7 +272,8 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
   /**
    * Publishes one channel's game state (shown to its viewers in the next update); the latest per channel is
    * re-sent after every reconnect. @returns true when sent now
-   * @throws CrowdplayError CP_ERR_PROTO_INVALID (not a JSON object), CP_ERR_CLIENT_NOT_OPEN after close
+   * @throws CrowdplayError CP_ERR_PROTO_INVALID (not a JSON object), CP_ERR_GAME_STATE_TOO_BIG (its frame is over
+   *   `maxFrameBytes`: nothing is sent or kept), CP_ERR_CLIENT_NOT_OPEN after close
    */
   setState(channel: string, state: Record<string, unknown>): boolean {
     if (this.#conn.ended) throw new CrowdplayError('CP_ERR_CLIENT_NOT_OPEN', ['closed']);
@@ -385,7 +397,11 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
     );
   }
 
-  /** A frame validated against the schema, as text. @throws CrowdplayError `code` with the schema's reason */
+  /**
+   * A frame validated against the schema and the frame limit, as text.
+   * @throws CrowdplayError `code` with the schema's reason; a state over `maxFrameBytes` CP_ERR_GAME_STATE_TOO_BIG,
+   *   a declaration over it CP_ERR_GAME_INVALID_DECLARE
+   */
   #checked(msg: GameInbound, code: 'CP_ERR_GAME_INVALID_DECLARE' | 'CP_ERR_PROTO_INVALID'): string {
     let raw: string;
     try {
@@ -393,6 +409,16 @@ export class MultiGameClient extends TypedEmitter<MultiGameEvents> {
       parseInbound('multigame', raw);
     } catch (err) {
       throw new CrowdplayError(code, [isCrowdplayError(err) ? err.message : String(err)], { cause: err });
+    }
+    const bytes = Buffer.byteLength(raw, 'utf8');
+    if (bytes > this.#maxFrameBytes) {
+      if (msg.t === 'state')
+        throw new CrowdplayError('CP_ERR_GAME_STATE_TOO_BIG', [
+          this.#maxFrameBytes - (bytes - Buffer.byteLength(JSON.stringify(msg.state), 'utf8')),
+        ]);
+      throw new CrowdplayError('CP_ERR_GAME_INVALID_DECLARE', [
+        `a frame of ${bytes} bytes, over the ${this.#maxFrameBytes}-byte game frame limit`,
+      ]);
     }
     return raw;
   }

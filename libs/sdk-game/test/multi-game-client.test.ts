@@ -159,6 +159,49 @@ test('multi game client - a channel named twice is asked for once; detaching eve
   }
 });
 
+test('multi game client - a state or declaration over the frame limit is refused, not sent nor kept for reconnects', async () => {
+  const gw = await fakeGateway();
+  const c = new MultiGameClient({ url: gw.url, apiKey: 'k', channels: ['room1'], retryDeadlineMs: 0 });
+  try {
+    const attached = nextEvent<MultiGameEvents, 'attached'>(c, 'attached');
+    await c.connect();
+    await attached;
+    assert.equal(c.setState('room1', { n: 1 }), true);
+    await gw.next(0, (f) => f.t === 'state');
+    assert.throws(
+      () => c.setState('room1', { a: 'x'.repeat(70_000) }),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_GAME_STATE_TOO_BIG'),
+    );
+    const labels = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`o${i}`, 'y'.repeat(64)]));
+    const actions = Array.from({ length: 32 }, (_, i) => ({
+      name: `a${i}`,
+      maxPerTick: 1,
+      label: 'z'.repeat(64),
+      options: Object.keys(labels),
+      optionLabels: labels,
+    }));
+    assert.throws(
+      () => c.declare(actions),
+      (e: unknown) => isCrowdplayError(e, 'CP_ERR_GAME_INVALID_DECLARE') && /frame limit/.test(e.message),
+    );
+    // A reconnect re-sends what was kept: the small state only.
+    const again = nextEvent<MultiGameEvents, 'attached'>(c, 'attached');
+    gw.socks[0]!.terminate();
+    await again;
+    await gw.next(1, (f) => f.t === 'state');
+    const sent = gw.frames.flat();
+    assert.equal(sent.filter((f) => f.t === 'declare').length, 0, 'no declaration sent');
+    assert.deepEqual(
+      sent.filter((f) => f.t === 'state').map((f) => f.state),
+      [{ n: 1 }, { n: 1 }],
+      'only the state within the limit, before and after the reconnect',
+    );
+  } finally {
+    await c.close();
+    await gw.close();
+  }
+});
+
 test('multi game client - bad input is refused before anything is sent', async () => {
   assert.throws(
     () => new MultiGameClient({ url: 'http://127.0.0.1:1', apiKey: 'k', channels: ['bad id'] }),
