@@ -855,7 +855,7 @@ export const schema = {
       secret: true,
       pattern: /^(?:[0-9a-fA-F]{64})?$/,
       patternDoc: '64 hex digits (32 bytes: `openssl rand -hex 32`)',
-      doc: "AES-256-GCM key of the tenants' bot tokens and webhook secrets at rest; empty: refused outside dev (standalone on a loopback HOST uses a published dev key).",
+      doc: "AES-256-GCM key of tenants' bot tokens and webhook secrets at rest; empty: refused except in dev (standalone, loopback HOST, embedded database: a public key).",
     }),
     botsCacheMs: int({
       env: 'TELEGRAM_BOTS_CACHE_MS',

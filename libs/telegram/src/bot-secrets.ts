@@ -5,9 +5,10 @@
  * (the id is the GCM additional data, so a ciphertext copied to another bot's
  * row does not open). Sealed form: `v1.<iv>.<tag>.<ciphertext>`, base64url.
  *
- * Without a key, only a dev deployment (standalone on a loopback HOST) may
- * store or read bot secrets, under {@link DEV_BOT_SECRETS_KEY}, a published
- * key: anyone who can read that database can open them.
+ * Without a key, only a dev deployment (standalone on a loopback HOST, on the
+ * embedded database: no DATABASE_URL) may store or read bot secrets, under
+ * {@link DEV_BOT_SECRETS_KEY}, a published key: anyone who can read that
+ * database can open them.
  */
 import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
 import { CrowdplayError } from '@crowdplay/protocol';
@@ -26,19 +27,25 @@ function isLoopback(host: string): boolean {
 
 /**
  * The key bot secrets are sealed with: TELEGRAM_BOT_SECRETS_KEY when set, else {@link DEV_BOT_SECRETS_KEY} in a
- * dev deployment (`mode` standalone and a loopback `host`).
+ * dev deployment (`mode` standalone, a loopback `host` and the embedded database). A DATABASE_URL names a server
+ * that other processes and people reach: secrets stored there are never sealed with a published key.
  * @param keyHex TELEGRAM_BOT_SECRETS_KEY (64 hex digits, or empty)
+ * @param deployment.databaseUrl DATABASE_URL (empty: the embedded database) @defaultValue ''
  * @returns the key and whether it is the published dev key
  * @throws CrowdplayError CP_ERR_CONFIG_INVALID when the setting is empty outside dev, or not 64 hex digits
  */
-export function botSecretsKey(keyHex: string, deployment: { mode: string; host: string }): { key: Buffer; dev: boolean } {
+export function botSecretsKey(
+  keyHex: string,
+  deployment: { mode: string; host: string; databaseUrl?: string },
+): { key: Buffer; dev: boolean } {
   if (keyHex !== '') {
     if (!/^[0-9a-fA-F]{64}$/.test(keyHex)) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', ['TELEGRAM_BOT_SECRETS_KEY: 64 hex digits']);
     return { key: Buffer.from(keyHex, 'hex'), dev: false };
   }
-  if (deployment.mode === 'standalone' && isLoopback(deployment.host)) return { key: DEV_BOT_SECRETS_KEY, dev: true };
+  if (deployment.mode === 'standalone' && isLoopback(deployment.host) && !deployment.databaseUrl)
+    return { key: DEV_BOT_SECRETS_KEY, dev: true };
   throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [
-    "TELEGRAM_BOT_SECRETS_KEY: required to store or read tenants' bot tokens outside dev (standalone on a loopback HOST); `openssl rand -hex 32`",
+    "TELEGRAM_BOT_SECRETS_KEY: required to store or read tenants' bot tokens outside dev (standalone on a loopback HOST and the embedded database); `openssl rand -hex 32`",
   ]);
 }
 

@@ -34,12 +34,13 @@ test('bot secrets - sealed secrets open only for their bot, under their key, una
   assert.throws(() => new BotSecretBox(Buffer.alloc(16)), RangeError);
 });
 
-test('bot secrets - the key: the setting when set; the published dev key only in standalone on loopback; else refused', () => {
+test('bot secrets - the key: the setting when set; the published dev key only in standalone on loopback and the embedded database; else refused', () => {
   assert.deepEqual(botSecretsKey('ab'.repeat(32), { mode: 'cluster', host: '0.0.0.0' }), { key: Buffer.alloc(32, 0xab), dev: false });
   assert.deepEqual(botSecretsKey('', { mode: 'standalone', host: '127.0.0.1' }), { key: DEV_BOT_SECRETS_KEY, dev: true });
   for (const d of [
     { mode: 'standalone', host: '0.0.0.0' },
     { mode: 'cluster', host: '127.0.0.1' },
+    { mode: 'standalone', host: '127.0.0.1', databaseUrl: 'postgresql://ops@db.internal/crowdplay' },
   ]) {
     assert.throws(
       () => botSecretsKey('', d),

@@ -16,7 +16,11 @@ import { BotRegistry, type BotRuntimeDeps, type TelegramPart, type TenantBotSpec
  * @throws CrowdplayError CP_ERR_CONFIG_INVALID when the key is unset outside dev (or malformed)
  */
 export function botSecretBox(config: Config): { box: BotSecretBox; dev: boolean } {
-  const { key, dev } = botSecretsKey(config.telegram.botSecretsKey, { mode: config.mode, host: config.http.host });
+  const { key, dev } = botSecretsKey(config.telegram.botSecretsKey, {
+    mode: config.mode,
+    host: config.http.host,
+    databaseUrl: config.db.url,
+  });
   return { box: new BotSecretBox(key), dev };
 }
 

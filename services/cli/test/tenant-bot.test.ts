@@ -123,6 +123,11 @@ describe('crowdplay tenant bot', () => {
       TELEGRAM_BOT_SECRETS_KEY: '',
       HOST: '0.0.0.0',
     });
+    // On loopback too: a DATABASE_URL (this suite's PostgreSQL) is no place for the published dev key.
+    await refused(['set', 'acme', '--token', B.token, '--webhook-secret', 's'], /CP_ERR_CONFIG_INVALID.*TELEGRAM_BOT_SECRETS_KEY/s, {
+      TELEGRAM_BOT_SECRETS_KEY: '',
+      HOST: '127.0.0.1',
+    });
     // Bad flags: refused before the store is opened or Telegram asked.
     await refused(['set', 'acme', '--token', 'not-a-token', '--webhook-secret', 's'], /CP_ERR_PROTO_INVALID: .*--token/, {}, 2);
     await refused(['set', 'acme', '--token', B.token], /CP_ERR_PROTO_INVALID: .*--webhook-secret/, {}, 2);
