@@ -223,18 +223,20 @@ export class ProcessWatch {
   /** Takes the last sample, stops sampling, and returns one entry per process. */
   stop(): ProcessSample[] {
     clearInterval(this.timer);
-    this.sampleRss();
     const wallMs = performance.now() - this.t0;
     return this.state.map((s) => {
       const cpu1 = processCpuMs(s.pid, this.ticksPerS);
       const cpuMs = s.cpu0 === null || cpu1 === null ? null : cpu1 - s.cpu0;
+      // The last sample is the end reading itself, so the peak is never below it.
+      const end = processRssBytes(s.pid);
+      if (end !== null && (s.peak === null || end > s.peak)) s.peak = end;
       return {
         name: s.name,
         pid: s.pid,
         cpuMs,
         cpuPct: cpuMs === null || wallMs <= 0 ? null : Math.round((cpuMs / wallMs) * 10_000) / 100,
         rssStartBytes: s.rss0,
-        rssEndBytes: processRssBytes(s.pid),
+        rssEndBytes: end,
         rssPeakBytes: s.peak,
       };
     });
