@@ -51,7 +51,7 @@ export async function openBoardEnds(config: Config, telemetry: Telemetry, prefix
  * Starts the render worker on `renders`: a RenderPool (BOARD_RENDER_CONCURRENCY
  * threads behind its semaphore) whose PNGs go to the send queue through
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
- * @param hooks.onQueued the send queue's answer for each board (a gateway's `ChatBoards.queued`: late binding,
+ * @param hooks.onQueued the send queue's answer for each board (board-ends.ts `publishingHooks`: late binding,
  *   and whether the board was delivered); `hooks.onFailed`: a board not handed on (its render threw)
  * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's concurrency
  */

@@ -7,8 +7,8 @@
  * queues each PNG on the bot's send queue (lane `board`, key `board:<chat>`: a newer board
  * supersedes a queued one there too).
  *
- * Each board's end comes back ({@link ChatBoards.queued}, from the render
- * worker in this process): delivered, or not (the chat is dirty again in the
+ * Each board's end comes back ({@link ChatBoards.heard}, from the render
+ * worker in this process or, in the cluster, over Redis): delivered, or not (the chat is dirty again in the
  * scheduler), or the chat stopped accepting the bot (kicked, blocked: its board
  * stops here, no more renders). A chat that moved to a supergroup keeps its
  * last state on the new chat's board until the new chat's channel shows it
@@ -18,7 +18,6 @@ import type { Bus, Subjects, Subscription } from '@crowdplay/bus';
 import { decodeJson, encodeJson } from '@crowdplay/bus';
 import type { Board, Card, Square } from '@crowdplay/board';
 import type { ChannelUpdate, RoundView } from '@crowdplay/protocol';
-import type { EnqueueResult } from '@crowdplay/sendq';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { BoardEnd, RenderQueue } from '@crowdplay/board-renderer';
@@ -411,35 +410,6 @@ export class ChatBoards {
    */
   rendered(chatId: number, version: number): void {
     if (this.chats.has(chatId)) this.d.scheduler.upgraded(chatId, version, this.now());
-  }
-
-  /**
-   * Chat `chatId`'s board at `version` was rendered here and handed to the send queue, which answered `r`
-   * (the render worker calls it with `client.enqueueBoard`'s answer). Queued: as {@link rendered}, then the
-   * job's end tells the scheduler whether the board is shown (`delivered`) or not (`undelivered`: the chat is
-   * due again); refused because the chat is deactivated, or purged or deactivated while queued: the chat's
-   * board stops here. Nothing for a chat this process does not hold.
-   */
-  queued(chatId: number, version: number, r: EnqueueResult): void {
-    const w = this.chats.get(chatId);
-    if (!w) return;
-    if (r.status === 'refused') {
-      this.heard({ chatId, version, outcome: r.reason === 'deactivated' ? 'deactivated' : 'refused' });
-      return;
-    }
-    this.heard({ chatId, version, outcome: 'queued' });
-    // Stopped or moved since: what became of the board concerns no board here.
-    void r.result.then((res) => {
-      if (this.chats.get(chatId) === w) this.heard({ chatId, version, outcome: res.status });
-    });
-  }
-
-  /**
-   * Chat `chatId`'s board at `version` was not handed to the send queue (its render threw, or the hand-on did):
-   * the chat is due again at the next pass. Nothing for a chat this process does not hold.
-   */
-  notHandedOn(chatId: number, version: number): void {
-    this.heard({ chatId, version, outcome: 'not-handed-on' });
   }
 
   /**

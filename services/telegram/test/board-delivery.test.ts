@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { InProcessBus, encodeJson, subjects } from '@crowdplay/bus';
 import type { Board, RenderPool } from '@crowdplay/board';
-import { MemoryRenderQueue, startRenderWorker } from '@crowdplay/board-renderer';
+import { LocalBoardEnds, MemoryRenderQueue, publishingHooks, startRenderWorker } from '@crowdplay/board-renderer';
 import { ManualClock, MemorySendQueue } from '@crowdplay/sendq';
 import { TelegramClient, telegramChannelId, type BotCall } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
@@ -59,15 +59,19 @@ async function rig() {
   } as unknown as RenderPool;
   const renders = new MemoryRenderQueue();
   let unsettled = 0;
+  // As one process wires it (bot-runtime.ts): the worker's board ends reach the live boards' `heard`.
+  const ends = new LocalBoardEnds();
+  ends.subscribe((end) => boards?.heard(end));
+  const hooks = publishingHooks(ends);
   startRenderWorker(renders, pool, client, {
     onQueued: (chatId, version, r) => {
       if (r.status === 'queued') {
         unsettled++;
         void r.result.finally(() => unsettled--);
       }
-      boards?.queued(chatId, version, r);
+      hooks.onQueued(chatId, version, r);
     },
-    onFailed: (chatId, version) => boards?.notHandedOn(chatId, version),
+    onFailed: hooks.onFailed,
   });
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: 1000,

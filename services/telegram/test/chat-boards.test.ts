@@ -6,7 +6,7 @@ import type { RoundView } from '@crowdplay/protocol';
 import { telegramChannelId, type TelegramClient } from '@crowdplay/telegram';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { AVATAR_REV_SPAN, ChatBoards, boardVersion } from '../src/chat-boards.ts';
-import type { RenderQueue } from '@crowdplay/board-renderer';
+import { LocalBoardEnds, publishingHooks, type RenderQueue } from '@crowdplay/board-renderer';
 import { RefreshScheduler } from '../src/scheduler.ts';
 
 const telemetry = createTelemetry({ service: 'chat-boards-test', level: 'silent', refusalLogIntervalMs: 60_000 });
@@ -348,8 +348,16 @@ test('ChatBoards - after a group → supergroup move the first board in the new 
   boards.close();
 });
 
-test('ChatBoards.queued - a board not delivered makes its chat due again; a deactivated chat stops', async () => {
+/** The render worker's hooks as one process wires them: each board's end reaches `boards.heard`. */
+function endsTo(boards: ChatBoards): ReturnType<typeof publishingHooks> {
+  const ends = new LocalBoardEnds();
+  ends.subscribe((end) => boards.heard(end));
+  return publishingHooks(ends);
+}
+
+test('ChatBoards.heard - a board not delivered makes its chat due again; a deactivated chat stops', async () => {
   const r = rig();
+  const hooks = endsTo(r.boards);
   r.boards.watch(CHAT, 'chat');
   r.publish(1, 1, { 'tg:7': ['g....'] });
   await r.flush();
@@ -358,16 +366,16 @@ test('ChatBoards.queued - a board not delivered makes its chat due again; a deac
   r.advance(3_000);
   await r.boards.tick();
   assert.equal(r.queued.length, 1, 'handed on: not due');
-  r.boards.queued(CHAT, v, { status: 'queued', id: 'j1', result: Promise.resolve({ status: 'failed', reason: 'retries exhausted' }) });
+  hooks.onQueued(CHAT, v, { status: 'queued', id: 'j1', result: Promise.resolve({ status: 'failed', reason: 'retries exhausted' }) });
   await r.flush();
   await r.boards.tick();
   assert.deepEqual(r.queued, [v, v], 'the failed board is handed on again');
-  r.boards.queued(CHAT, v, { status: 'queued', id: 'j2', result: Promise.resolve({ status: 'sent' }) });
+  hooks.onQueued(CHAT, v, { status: 'queued', id: 'j2', result: Promise.resolve({ status: 'sent' }) });
   await r.flush();
   r.advance(3_000);
   await r.boards.tick();
   assert.equal(r.queued.length, 2, 'delivered: clean');
-  r.boards.queued(CHAT, v, { status: 'refused', reason: 'deactivated' });
+  hooks.onQueued(CHAT, v, { status: 'refused', reason: 'deactivated' });
   assert.deepEqual(r.boards.watching, []);
   r.publish(2, 1, { 'tg:7': ['g....', 'g....'] });
   await r.flush();
@@ -377,8 +385,9 @@ test('ChatBoards.queued - a board not delivered makes its chat due again; a deac
   r.boards.close();
 });
 
-test('ChatBoards.notHandedOn - a board whose render threw makes its chat due again at the next pass', async () => {
+test('ChatBoards.heard - a board whose render threw makes its chat due again at the next pass', async () => {
   const r = rig();
+  const hooks = endsTo(r.boards);
   r.boards.watch(CHAT, 'chat');
   r.publish(1, 1, { 'tg:7': ['g....'] });
   await r.flush();
@@ -386,8 +395,8 @@ test('ChatBoards.notHandedOn - a board whose render threw makes its chat due aga
   r.advance(3_000);
   await r.boards.tick();
   assert.equal(r.queued.length, 1, 'handed on: not due');
-  r.boards.notHandedOn(CHAT, r.queued[0]!);
-  r.boards.notHandedOn(-1, 1); // a chat this process does not hold: nothing
+  hooks.onFailed(CHAT, r.queued[0]!);
+  hooks.onFailed(-1, 1); // a chat this process does not hold: nothing
   await r.boards.tick();
   assert.equal(r.queued.length, 2, 'handed on again');
   r.boards.close();
