@@ -84,7 +84,8 @@ export class TelegramAuth {
   private async session(raw: string, nowMs: number): Promise<{ s: MiniAppSession; tenantId: string; bot?: number }> {
     const check = (token: string): MiniAppSession =>
       miniAppSession(raw, { botToken: token, maxAgeS: this.cfg.initDataMaxAgeS, startParamSecret: startParamSecret(token), nowMs });
-    let firstErr: unknown = new CrowdplayError('CP_ERR_AUTH_INVALID', ['Telegram is not configured (TELEGRAM_BOT_TOKEN)']);
+    // Built only when thrown: an Error captures its stack, and this runs on every Mini App connect.
+    let firstErr: unknown;
     if (this.secret) {
       try {
         return { s: check(this.cfg.botToken), tenantId: this.cfg.tenantId };
@@ -101,7 +102,7 @@ export class TelegramAuth {
         firstErr = err;
       }
     }
-    throw firstErr;
+    throw firstErr ?? new CrowdplayError('CP_ERR_AUTH_INVALID', ['Telegram is not configured (TELEGRAM_BOT_TOKEN)']);
   }
 
   /**

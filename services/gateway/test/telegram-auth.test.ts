@@ -39,6 +39,18 @@ function initDataFor(chatId: number, userId: number): string {
 describe('gateway - TelegramAuth', () => {
   const cfg = defaultConfig({ telegram: { botToken: BOT_TOKEN, tenantId: 'acme' } }).telegram;
 
+  it('without any bot, initData is refused as CP_ERR_AUTH_INVALID and no channel is ensured', async () => {
+    const f = fakeStore(0);
+    const auth = new TelegramAuth(defaultConfig({ telegram: { tenantId: 'acme' } }).telegram, f.store);
+    assert.equal(auth.enabled, false);
+    await assert.rejects(auth.crowd(initDataFor(-1001, 500), ''), (err: unknown) => {
+      assert.equal((err as { code?: string }).code, 'CP_ERR_AUTH_INVALID');
+      assert.match(String((err as Error).message), /not configured/);
+      return true;
+    });
+    assert.deepEqual(f.ensured, []);
+  });
+
   it("a chat's players connecting together cost one channels.ensure; each gets its own viewer", async () => {
     const f = fakeStore(30);
     const auth = new TelegramAuth(cfg, f.store);
