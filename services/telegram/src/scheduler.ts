@@ -9,8 +9,14 @@
  * `renderCost(cards).ms`), both refilled continuously and holding at most one
  * second's worth. At every call the dirty chats (state changed since their
  * board was last queued; an unchanged chat is never re-rendered and costs
- * nothing) go oldest change first while both budgets last, and no chat more
- * often than minIntervalMs (Telegram's 20/min per group: 3,000 ms). So one
+ * nothing) go while both budgets last, and no chat more often than
+ * minIntervalMs (Telegram's 20/min per group: 3,000 ms). They go quietest
+ * first: the chat whose last change is the oldest, since a board drawn while
+ * its chat still changes is stale again at once and is sent twice, while a
+ * quiet chat's board is likely its last. A chat that keeps changing is not
+ * starved: it ranks as if its last change were one interval after it became
+ * dirty (`min(lastChange, dirtySince + intervalMs)`), so it goes at most about
+ * one interval later than it would have oldest-dirty-first. So one
  * 40-card board spends as much render budget as the ~8 four-card boards it
  * costs, and boards leave at an even pace instead of in bursts.
  *
@@ -194,6 +200,8 @@ interface ChatEntry {
   /** Newest version reported on the send queue (`queuedForSend`) whose end was not heard yet; -1: none. */
   queuedVersion: number;
   dirtySinceMs: number;
+  /** When the newest version was seen (the chat's last change). */
+  changedMs: number;
   lastSentMs: number;
 }
 
@@ -275,12 +283,14 @@ export class RefreshScheduler {
         deliveredVersion: -1,
         queuedVersion: -1,
         dirtySinceMs: nowMs,
+        changedMs: nowMs,
         lastSentMs: -Infinity,
       });
       return;
     }
     if (version <= e.version) return;
     if (e.version <= e.sentVersion) e.dirtySinceMs = nowMs;
+    e.changedMs = nowMs;
     e.version = version;
     e.cards = cards;
     e.rounds = rounds;
@@ -348,7 +358,7 @@ export class RefreshScheduler {
   }
 
   /**
-   * The chats to render and queue now, oldest change first, within what is
+   * The chats to render and queue now, quietest first (see the module's header), within what is
    * left of both budgets (each one taken is charged to them); updates
    * `intervalMs`.
    */
@@ -405,7 +415,8 @@ export class RefreshScheduler {
 
   /**
    * The chats that may go now (dirty, past minIntervalMs) with their render charges: those whose board replaces one
-   * still waiting downstream first (`replaces`: no send), then the others, each oldest change first; updates `intervalMs`.
+   * still waiting downstream first (`replaces`: no send), then the others, each quietest first (the oldest
+   * `min(changedMs, dirtySinceMs + intervalMs)`); updates `intervalMs`.
    */
   private ready(nowMs: number): Array<{ chatId: number; version: number; cards: number; charge: number; replaces: boolean }> {
     let costMs = 0;
@@ -428,7 +439,8 @@ export class RefreshScheduler {
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);
     const replaces = (e: ChatEntry): number => (replacesQueued(e) ? 0 : 1);
-    ready.sort((a, b) => replaces(a.e) - replaces(b.e) || a.e.dirtySinceMs - b.e.dirtySinceMs);
+    const quiet = (e: ChatEntry): number => Math.min(e.changedMs, e.dirtySinceMs + this.intervalMs);
+    ready.sort((a, b) => replaces(a.e) - replaces(b.e) || quiet(a.e) - quiet(b.e));
     // A board costlier than a whole second's budget goes when the budget is full.
     return ready.map((r) => ({
       chatId: r.chatId,

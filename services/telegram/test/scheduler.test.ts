@@ -44,6 +44,29 @@ test('scheduler - only dirty chats are due, once per interval, oldest change fir
   assert.throws(() => new RefreshScheduler({ renderBudgetMsPerS: 0, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost }), RangeError);
 });
 
+test('scheduler - the quietest chat goes first: a chat still changing waits, at most about one interval', () => {
+  const s = make();
+  s.changed(1, 1, 4, 0); // dirty since 0 and still changing
+  s.changed(2, 1, 4, 100); // changed once, quiet since
+  s.changed(1, 2, 4, 500);
+  s.changed(1, 3, 4, 900);
+  assert.deepEqual(
+    s.due(1_000).map((d) => d.chatId),
+    [2, 1],
+    'chat 2 has been still since 100 ms, chat 1 changed 100 ms ago: its board would be stale again at once',
+  );
+  // Chat 3 keeps changing from 0 on; chat 4 changed once at 4 s. One interval (3 s, the minimum here) after it
+  // became dirty, chat 3 ranks as if it went quiet then: before chat 4.
+  const t = make();
+  for (let at = 0; at <= 5_000; at += 100) t.changed(3, at + 1, 4, at);
+  t.changed(4, 1, 4, 4_000);
+  assert.deepEqual(
+    t.due(5_000).map((d) => d.chatId),
+    [3, 4],
+  );
+  assert.equal(t.intervalMs, 3_000);
+});
+
 test('scheduler - boards leave at the budgets’ pace, oldest change first, each charged its cost', () => {
   // 10 sends/s and 100 render ms/s; 4-card boards cost 21.8 ms: the render budget allows 4 per second (87.2 ms), sends 10.
   const s = make();
