@@ -1022,12 +1022,12 @@ export const schema = {
     renderNice: int({
       env: 'BOARD_RENDER_NICE',
       area: 'process tuning',
-      default: 10,
+      default: 0,
       min: 0,
       max: 19,
       unit: 'count',
-      doc: 'Nice value of the board render threads, so on a busy machine the event loop runs first and renders take what is left (Linux; 0: leave).',
-      why: 'In the 400-chat rollover on two cores (`npm run loadtest -- rollover --chats 400 --players 10 --no-pin`) 10 against 0: guess p99 94 against 111 ms, guessing over in 31.0 against 37.5 s (docs/benchmarks.md).',
+      doc: 'Nice value of the board render threads: above 0 a busy machine runs the event loop first and renders take what is left (Linux; 0: leave).',
+      why: 'At 10 the one-core 1,000-chat rollover sent 3–5 boards/s while players guessed (utilisation 0.72, staleness p95 79 s); at 0 0.90–0.94 and 4.6–17 s, guess p99 75–112 ms (docs/decisions/0035-render-threads-at-the-loops-priority.md).',
     }),
     renderJobsInFlight: int({
       env: 'BOARD_RENDER_JOBS_IN_FLIGHT',
