@@ -53,9 +53,13 @@
  *
  *   rate       = BOARD_SEND_BUDGET_PER_S while the backlog is empty,
  *                else clamp(drainPerS, 0.5, BOARD_SEND_BUDGET_PER_S)
- *   intervalMs = max( minIntervalMs,
+ *   intervalMs = max( minIntervalMs + 1000 × backlog ÷ rate,
  *                     1000 × Σ_dirty renderMs(cards_i) ÷ BOARD_RENDER_BUDGET_MS_PER_S,
  *                     1000 × (N_dirty + backlog) ÷ rate )
+ *
+ * The first term is a chat that changes just after its board was handed on:
+ * it may go again only minIntervalMs later, and its next board then waits
+ * behind the backlog.
  *
  * The send budget is a floor, not a ceiling: the bucket (TELEGRAM_BOT_RATE_PER_S)
  * lets boards use every slot the transactional lane leaves idle (libs/sendq,
@@ -435,7 +439,11 @@ export class RefreshScheduler {
     // With the look-ahead boards may leave at up to the bot rate (the budget is a floor).
     const maxRate = (this.o.aheadMs ?? 0) > 0 ? Math.max(this.o.sendBudgetPerS, this.o.botRatePerS ?? 0) : this.o.sendBudgetPerS;
     const rate = this.backlog > 0 ? Math.min(maxRate, Math.max(MIN_DRAIN_PER_S, this.drainPerS)) : this.o.sendBudgetPerS;
-    const raw = Math.max(this.o.minIntervalMs, (1000 * costMs) / this.o.renderBudgetMsPerS, (1000 * (dirty + this.backlog)) / rate);
+    const raw = Math.max(
+      this.o.minIntervalMs + (1000 * this.backlog) / rate,
+      (1000 * costMs) / this.o.renderBudgetMsPerS,
+      (1000 * (dirty + this.backlog)) / rate,
+    );
     // Whole ms, rounded up (after dropping float noise below a µs).
     this.intervalMs = Math.ceil(Math.round(raw * 1000) / 1000);
     const replaces = (e: ChatEntry): number => (replacesQueued(e) ? 0 : 1);

@@ -140,6 +140,20 @@ test('scheduler - backlog: at most BOARD_MAX_BACKLOG boards handed on; the rest 
   assert.equal(s.intervalMs, 3_800);
 });
 
+test('scheduler - the interval counts the backlog a chat waits behind after its 3 s spacing', () => {
+  const s = make();
+  s.changed(1, 1, 4, 0);
+  s.changed(2, 1, 4, 0);
+  s.setBacklog(10, 0); // 10 boards handed on, leaving at the budget's 10/s (the estimate's start)
+  s.due(0);
+  // A chat handed on just before it changed goes again 3 s later, then waits behind 10 boards at 10/s: 4 s, more
+  // than the 3 s spacing or the (2 + 10) / 10/s = 1.2 s pass.
+  assert.equal(s.intervalMs, 4_000);
+  s.setBacklog(0, 1_000);
+  s.due(1_000);
+  assert.equal(s.intervalMs, 3_000, 'no backlog: the spacing alone');
+});
+
 test('scheduler - backlog: no limit with maxBacklog 0; bad counts and settings are refused and change nothing', () => {
   const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost, maxBacklog: 0 });
   for (let c = 1; c <= 8; c++) s.changed(c, 1, 4, c);
