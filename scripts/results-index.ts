@@ -66,7 +66,9 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
-  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '3d6e6f1' },
+  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '42f7aa5' },
+  'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '42f7aa5' },
+  'rollover-1000x10-08910fd.json': { command: ROLLOVER, machine: 'pinned', commit: '08910fd' },
   'rollover-1000x10-ddef491.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-cluster.json': {
@@ -138,7 +140,7 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
-const ROLLOVER_RUNS = ['rollover-1000x10.json'];
+const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-run2.json'];
 const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch2-run2.json'];
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
@@ -506,6 +508,8 @@ export const RESULTS: ResultsIndex = {
         '0019-helper-and-render-threads-yield.md',
         '0021-avatar-reads-collapsed-and-gated.md',
         '0024-npm-start-runs-the-bundle.md',
+        '0034-boards-go-quietest-first.md',
+        '0035-render-threads-at-the-loops-priority.md',
       ],
       intro: [
         'The seed’s rig. The product as `npm start` runs it (the esbuild bundle through scripts/start.sh, standalone, on ' +
@@ -513,9 +517,10 @@ export const RESULTS: ResultsIndex = {
           'generator and the Bot API stub (Telegram’s ceilings: 30/s per bot, 20/min per group, 1/s per chat, real 429 bodies; ' +
           'the stub on its own thread) on the other. /start in every chat through the webhook; at the rollover every player opens ' +
           'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
-          'real avatars. The rows are the run of the current code; `--no-boards` is the A/B without boards, and the last row is ' +
-          'the code of 2026-12-01 (ddef491) run on the same day as the current code, to tell the machine from the code: on the ' +
-          'day it was first measured it guessed in 17.0 s with a utilisation of 0.887. The targets are the report’s `targets` ' +
+          'real avatars. The rows are the two runs of the current code. Below them, the code before the render threads shared ' +
+          'the core and boards went quietest first (08910fd, render threads at nice 10) run the same day, the code of 2026-12-01 ' +
+          '(ddef491) run on an earlier machine the same date (on the day it was first measured it guessed in 17.0 s with a ' +
+          'utilisation of 0.887), and `--no-boards`, the A/B without boards. The targets are the report’s `targets` ' +
           '(loadtest/README.md).',
       ],
       rows: [
@@ -592,9 +597,25 @@ export const RESULTS: ResultsIndex = {
           files: ROLLOVER_RUNS,
         },
         { figure: 'guessing, first open → last answer', target: '—', seed: '—', value: '{guessingS:1} s', files: ROLLOVER_RUNS },
+        {
+          figure: 'Mini App connect p50 / p95 (the generator’s; 200 in flight)',
+          target: '—',
+          seed: '—',
+          value: '{connectMs.p50:0} / {connectMs.p95:0} ms',
+          files: ROLLOVER_RUNS,
+        },
         { figure: 'error log lines', target: '—', seed: '000: 0 (1,547 before)', value: '{errorLogLines}', files: ROLLOVER_RUNS },
         {
-          figure: 'the code of 2026-12-01 the same day: guessing; utilisation; staleness p95; guess p99',
+          figure:
+            'the code before (render threads at nice 10, oldest change first) the same day: guessing; connect p50; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—',
+          seed: '—',
+          value:
+            '{guessingS:1} s; {connectMs.p50:0} ms; {telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-08910fd.json'],
+        },
+        {
+          figure: 'the code of 2026-12-01 on an earlier machine: guessing; utilisation; staleness p95; guess p99',
           target: '—',
           seed: '—',
           value: '{guessingS:1} s; {telegram.utilisation:3}; {boards.stalenessMs.p95:s} s; {guessMs.p99:0} ms',
