@@ -105,3 +105,70 @@ describe('EXPLAIN: hot queries use indexes on large tables (Postgres)', () => {
     await assertIndexed(LEDGER_SQL.roundNets, ['acme', 'r17', ['stake'], ['refund']], ['transfers_round_idx']);
   });
 });
+
+describe('EXPLAIN: round reads start from the round with the accounts’ statistics out of date (Postgres)', () => {
+  let schema: TestSchema;
+  let store: Store;
+
+  before(async () => {
+    schema = await testSchema();
+    store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 1, pgliteDir: 'memory' });
+    await store.tenants.create('acme', 'Acme');
+    // Analyzed while empty, then filled: a tenant's wallets created since the last ANALYZE (autovacuum kept out).
+    for (const t of ['accounts', 'transfers']) {
+      await store.db.query(`ALTER TABLE ${t} SET (autovacuum_enabled = false)`);
+      await store.db.query(`ANALYZE ${t}`);
+    }
+    await store.db.tx(async (q) => {
+      await q.query('SET LOCAL session_replication_role = replica');
+      await q.query(
+        `INSERT INTO accounts (tenant_id, kind, owner, balance) SELECT 'acme', 'wallet', 'v' || g, 1000 FROM generate_series(1, 20000) g`,
+      );
+      await q.query(`INSERT INTO accounts (tenant_id, kind, owner) VALUES ('acme', 'escrow', 'r1')`);
+      // v5 stakes 3 and gets 3 back, v6 stakes 2; the escrow is account 20001.
+      await q.query(
+        `INSERT INTO transfers (id, tenant_id, channel_id, epoch, from_account, to_account, amount, kind, round_id, fingerprint)
+         VALUES ('s5', 'acme', 'c1', 1, 5, 20001, 3, 'stake', 'r1', sha256('s5')),
+                ('s6', 'acme', 'c1', 1, 6, 20001, 2, 'stake', 'r1', sha256('s6')),
+                ('b5', 'acme', 'c1', 1, 20001, 5, 3, 'refund', 'r1', sha256('b5'))`,
+      );
+    });
+  });
+  after(async () => {
+    await store?.close();
+    await schema?.drop();
+  });
+
+  async function accountScans(sql: string, params: unknown[]): Promise<string[]> {
+    const { rows } = await store.db.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(`EXPLAIN (FORMAT JSON) ${sql}`, params);
+    // Index names of the scans on accounts (a bitmap scan names its index on its child), and any sequential scan.
+    return nodes(rows[0]!['QUERY PLAN'][0]!.Plan)
+      .filter((n) => n['Index Name']?.startsWith('accounts_') || (n['Node Type'] === 'Seq Scan' && n['Relation Name'] === 'accounts'))
+      .map((n) => n['Index Name'] ?? n['Node Type']);
+  }
+
+  it('ledger - a round’s flows and nets look wallets up by id, not every wallet of the tenant', async () => {
+    const flowsArgs = ['acme', ['r1'], ['stake', 'buy'], null];
+    const netsArgs = ['acme', 'r1', ['stake'], ['refund']];
+    for (const [sql, args] of [
+      [LEDGER_SQL.roundFlows, flowsArgs],
+      [LEDGER_SQL.roundNets, netsArgs],
+    ] as const) {
+      const scans = await accountScans(sql, [...args]);
+      assert.ok(scans.length > 0 && scans.every((s) => s === 'accounts_pkey'), `accounts by primary key only: ${scans.join('; ')}`);
+    }
+    const flows = await store.db.query<{ owner: string; staked: string; moved: string }>(LEDGER_SQL.roundFlows, flowsArgs);
+    assert.deepEqual(
+      flows.rows.map((r) => [r.owner, Number(r.staked), Number(r.moved)]),
+      [
+        ['v5', 3, 0],
+        ['v6', 2, -2],
+      ],
+    );
+    const nets = await store.db.query<{ owner: string; net: string }>(LEDGER_SQL.roundNets, netsArgs);
+    assert.deepEqual(
+      nets.rows.map((r) => [r.owner, Number(r.net)]),
+      [['v6', 2]],
+    );
+  });
+});
