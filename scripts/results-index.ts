@@ -131,7 +131,12 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
-    commit: '5afe190',
+    commit: '3a35aef',
+  },
+  'failover-3000ch-14270ad.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '14270ad',
   },
 };
 
@@ -1299,7 +1304,7 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 100 %, so every ' +
           'timing past that point measures queues, not the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'Fields: loadtest/README.md ("failover").',
+          'The last row is the code before the ledger’s round reads were fixed, run the same day. Fields: loadtest/README.md ("failover").',
       ],
       rows: [
         {
@@ -1386,6 +1391,15 @@ export const RESULTS: ResultsIndex = {
             '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
             '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
           files: ['failover-3000ch.json'],
+        },
+        {
+          figure:
+            'the code before the round reads started from the round (14270ad) the same day: stakes lost; recovery after SIGKILL p50 / max; after the drain max; rounds ended by the server before the game settled; unpaid at the end',
+          target: '0; max ≤ 5,000 ms; max ≤ 2,000 ms; —; 0',
+          seed: '—',
+          value:
+            '{stakesLost}; {recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.max} ms; {rounds.finalBeforeSettle}; {rounds.unpaidAtEnd}',
+          files: ['failover-3000ch-14270ad.json'],
         },
       ],
     },
