@@ -10,6 +10,7 @@ import type { HelperThreads } from './threads.ts';
 import { connectBus, connectStore } from './connect.ts';
 import type { ProcessStartSettings } from './allocator.ts';
 import type { Config } from '@crowdplay/config';
+import { isCrowdplayError } from '@crowdplay/protocol';
 import { Shard, fiveLetterWords, puzzleRound, tugOfWar, wordPuzzle } from '@crowdplay/crowd-engine';
 import { createGateway, type Gateway } from '@crowdplay/gateway';
 import { Ledger } from '@crowdplay/ledger';
@@ -189,7 +190,13 @@ export async function startServices(
       // Channels with unfinished rounds (a crash or kill -9 interrupted them) are assigned each time this router
       // becomes active, so their shard recovers them (resume, pay, or refund) without waiting for a viewer or the game.
       const recover = async (router: Router): Promise<void> => {
-        if (opts.standalone && config.standalone.demo) await router.assign(DEMO_CHANNEL);
+        // A placement past ROUTER_ASSIGN_DEADLINE_MS (a busy machine at start-up) is refused but goes on: the demo's
+        // channel is placed all the same, so the start does not fail on it.
+        if (opts.standalone && config.standalone.demo)
+          await router.assign(DEMO_CHANNEL).catch((err: unknown) => {
+            if (!isCrowdplayError(err) || err.code !== 'CP_ERR_CHANNEL_UNAVAILABLE') throw err;
+            logger.warn({ err, channel: DEMO_CHANNEL }, 'the demo channel is not placed yet; its placement goes on');
+          });
         const recovering = store.rounds.channelsWithUnfinished().then(async (channels) => {
           for (const ch of channels) {
             await router
