@@ -44,6 +44,20 @@ export async function startStandalone(patch: Parameters<typeof defaultConfig>[0]
   };
 }
 
+/**
+ * A dev viewer token from a standalone product (`POST /v1/tokens/dev`) for `channel`, as `viewer` when given.
+ * @throws Error when the product answers other than 200
+ */
+export async function devToken(baseUrl: string, channel: string, viewer?: string): Promise<string> {
+  const r = await fetch(`${baseUrl}/v1/tokens/dev`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(viewer === undefined ? { channel } : { channel, viewer }),
+  });
+  if (r.status !== 200) throw new Error(`POST /v1/tokens/dev answered ${r.status}: ${await r.text()}`);
+  return ((await r.json()) as { token: string }).token;
+}
+
 export interface ChildServer {
   child: ChildProcess;
   baseUrl: string;

@@ -8,7 +8,7 @@ import WebSocket from 'ws';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
 import type { ChannelUpdate } from '@crowdplay/protocol';
 import { serviceUrls, uniqueName } from '@crowdplay/testing';
-import { startStandalone, type InProcess } from '../helpers.ts';
+import { devToken, startStandalone, type InProcess } from '../helpers.ts';
 
 describe('standalone on PostgreSQL and NATS', () => {
   let s: InProcess;
@@ -21,13 +21,7 @@ describe('standalone on PostgreSQL and NATS', () => {
   it('a viewer acts on the demo over NATS: acked, tallied, and the update comes back', async () => {
     assert.equal(s.running.bus.kind, 'nats');
     assert.equal(s.running.store.kind, 'postgres');
-    const { token } = (await (
-      await fetch(`${s.baseUrl}/v1/tokens/dev`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ channel: 'demo' }),
-      })
-    ).json()) as { token: string };
+    const token = await devToken(s.baseUrl, 'demo');
     const v = new ViewerClient({ url: s.baseUrl, channel: 'demo', token, WebSocket, autoReconnect: false });
     const updates: ChannelUpdate[] = [];
     v.on('update', (u) => updates.push(u));

@@ -22,7 +22,7 @@ import { GameClient } from '@crowdplay/sdk-game';
 import { EXPORTER_SERIES_NAMES, exportedSeriesNames, metricCatalogue, prometheusType, type MetricDefinition } from '@crowdplay/telemetry';
 import { serviceUrls, uniqueName } from '@crowdplay/testing';
 import { TelegramStub } from '@crowdplay/telegram/testing';
-import { openSocket, startStandalone, until, type InProcess, type TestSocket } from '../helpers.ts';
+import { devToken, openSocket, startStandalone, until, type InProcess, type TestSocket } from '../helpers.ts';
 
 const TOKEN = '434343:TEST-token-for-the-metrics-suite';
 const HOOK_SECRET = 'hook-secret-for-metrics';
@@ -109,14 +109,6 @@ describe('metrics: each one changes when its event happens', () => {
     sockets.push(c);
     return c;
   };
-  const devToken = async (channel: string, viewer: string): Promise<string> => {
-    const r = await fetch(`${s.baseUrl}/v1/tokens/dev`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ channel, viewer }),
-    });
-    return ((await r.json()) as { token: string }).token;
-  };
   const webhook = (update: unknown) =>
     fetch(`${s.baseUrl}/v1/telegram/webhook`, {
       method: 'POST',
@@ -155,7 +147,7 @@ describe('metrics: each one changes when its event happens', () => {
     }
 
     // Viewer intents on the demo channel (maxPerTick 1): accepted, dropped over the cap, refused (unknown action).
-    const v = ws(`role=crowd&channel=demo&token=${await devToken('demo', 'ann')}`);
+    const v = ws(`role=crowd&channel=demo&token=${await devToken(s.baseUrl, 'demo', 'ann')}`);
     await v.next((f) => f.t === 'welcome');
     for (let seq = 1; seq <= 4; seq++) v.send({ t: 'act', seq, action: 'pull', option: 'left' });
     v.send({ t: 'act', seq: 5, action: 'nope' });
@@ -199,7 +191,7 @@ describe('metrics: each one changes when its event happens', () => {
     const game = new GameClient({ url: s.baseUrl, channel: 'slow', apiKey: s.config.standalone.tenantKey });
     await game.connect();
     game.declare([{ name: 'x', maxPerTick: 10 }]);
-    const slow = ws(`role=crowd&channel=slow&token=${await devToken('slow', 'zed')}`);
+    const slow = ws(`role=crowd&channel=slow&token=${await devToken(s.baseUrl, 'slow', 'zed')}`);
     await slow.next((f) => f.t === 'welcome');
     (slow.ws as WebSocket & { _socket: { pause(): void } })._socket.pause();
     const pad = 'x'.repeat(15_000);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import WebSocket from 'ws';
 import { ViewerClient } from '@crowdplay/sdk-viewer';
 import { defaultConfig } from '@crowdplay/config';
-import { startStandalone, type InProcess } from '../helpers.ts';
+import { devToken, startStandalone, type InProcess } from '../helpers.ts';
 
 describe('standalone start with a placement deadline shorter than a placement', () => {
   let s: InProcess | undefined;
@@ -20,13 +20,7 @@ describe('standalone start with a placement deadline shorter than a placement', 
 
   it('starts, and a viewer of the demo is served once its placement is done', async () => {
     assert.ok(s, 'the product started');
-    const { token } = (await (
-      await fetch(`${s.baseUrl}/v1/tokens/dev`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ channel: 'demo' }),
-      })
-    ).json()) as { token: string };
+    const token = await devToken(s.baseUrl, 'demo');
     // The SDK asks again after a retryable refusal (CP_ERR_CHANNEL_UNAVAILABLE while the placement goes on).
     const v = new ViewerClient({ url: s.baseUrl, channel: 'demo', token, WebSocket });
     await v.connect();
