@@ -1,115 +1,90 @@
-import { after, before, describe, it } from 'node:test';
+import { before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { testSchema, type TestSchema } from '@crowdplay/testing';
-import { effectiveQuotas, openStore, utcDay, type Store } from '../src/index.ts';
+import { effectiveQuotas, utcDay, type Store } from '../src/index.ts';
+import { eachStoreBackend } from './backends.ts';
 
 const DEFAULTS = { channels: 100_000, connections: 200_000, intentsPerS: 50_000, grantPointsPerDay: 1_000_000_000_000, bots: 3 };
 
-function quotaSuite(name: string, open: () => Promise<{ stores: Store[]; cleanup: () => Promise<void> }>): void {
-  describe(`quotas (${name})`, () => {
-    let stores: Store[];
-    let store: Store;
-    let cleanup: () => Promise<void>;
-    before(async () => {
-      ({ stores, cleanup } = await open());
-      store = stores[0]!;
-      await store.tenants.create('acme', 'Acme');
-      await store.tenants.create('other', 'Other');
-    });
-    after(async () => {
-      for (const s of stores) await s.close();
-      await cleanup();
-    });
-
-    it('quotas - overrides are set, read back and cleared; the rest take the defaults', async () => {
-      assert.deepEqual(await store.quotas.overrides('acme'), {});
-      assert.deepEqual(await store.quotas.set('acme', { channels: 3, grantPointsPerDay: 0 }), { channels: 3, grantPointsPerDay: 0 });
-      assert.deepEqual(await store.quotas.set('acme', { connections: 7, grantPointsPerDay: null }), { channels: 3, connections: 7 });
-      assert.deepEqual(effectiveQuotas(DEFAULTS, await store.quotas.overrides('acme')), { ...DEFAULTS, channels: 3, connections: 7 });
-      assert.deepEqual(await store.quotas.set('acme', { connections: null, channels: null }), {});
-      assert.deepEqual(await store.quotas.overrides('other'), {});
-    });
-
-    it('quotas - bad values and unknown tenants are refused with a code and change nothing', async () => {
-      await store.quotas.set('acme', { channels: 5 });
-      for (const bad of [-1, 1.5, Number.NaN, 2 ** 60]) {
-        await assert.rejects(store.quotas.set('acme', { channels: bad, connections: 9 }), (e) =>
-          isCrowdplayError(e, 'CP_ERR_PROTO_INVALID'),
-        );
-      }
-      assert.deepEqual(await store.quotas.overrides('acme'), { channels: 5 });
-      await assert.rejects(store.quotas.set('nobody', { channels: 1 }), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
-      await assert.rejects(store.quotas.overrides('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
-      assert.equal((await store.quotas.all()).has('nobody'), false);
-      await store.quotas.set('acme', { channels: null });
-    });
-
-    it('quotas - channels: creation stops at the quota, existing channels still resolve, other tenants unaffected', async () => {
-      await store.quotas.set('acme', { channels: 2 });
-      await store.channels.ensure('acme-1', 'acme', DEFAULTS.channels);
-      await store.channels.ensure('acme-2', 'acme', DEFAULTS.channels);
-      await assert.rejects(store.channels.ensure('acme-3', 'acme', DEFAULTS.channels), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_QUOTA'));
-      assert.equal(await store.channels.get('acme-3'), null, 'nothing written');
-      assert.equal((await store.channels.ensure('acme-1', 'acme', DEFAULTS.channels)).id, 'acme-1', 'an existing channel is not refused');
-      await store.channels.ensure('other-1', 'other', DEFAULTS.channels);
-      // The default applies without an override.
-      await assert.rejects(store.channels.ensure('other-2', 'other', 1), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_QUOTA'));
-      await store.quotas.set('acme', { channels: null });
-    });
-
-    it('quotas - channels: concurrent creations from every store never pass the quota', async () => {
-      await store.tenants.create('racer', 'Racer');
-      await store.quotas.set('racer', { channels: 5 });
-      const results = await Promise.allSettled(
-        Array.from({ length: 24 }, (_, i) => stores[i % stores.length]!.channels.ensure(`race-${i}`, 'racer', DEFAULTS.channels)),
-      );
-      const ok = results.filter((r) => r.status === 'fulfilled').length;
-      const refused = results.filter((r) => r.status === 'rejected' && isCrowdplayError(r.reason, 'CP_ERR_TENANT_QUOTA')).length;
-      assert.equal(ok, 5);
-      assert.equal(refused, 19);
-      const { rows } = await store.db.query<{ n: string }>("SELECT count(*) AS n FROM channels WHERE tenant_id = 'racer'");
-      assert.equal(Number(rows[0]!.n), 5);
-    });
-
-    it('quotas - grant points: reserved exactly per UTC day, released, and concurrent reservations never pass', async () => {
-      const day = utcDay(new Date('2026-03-01T23:59:59Z'));
-      assert.equal(day, '2026-03-01');
-      await store.quotas.set('acme', { grantPointsPerDay: 1_000 });
-      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 600, DEFAULTS.grantPointsPerDay, day), {
-        allowed: true,
-        used: 600,
-        limit: 1_000,
-      });
-      assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day), {
-        allowed: false,
-        used: 600,
-        limit: 1_000,
-      });
-      await store.quotas.releaseGrantPoints('acme', 100, day);
-      assert.equal((await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day)).allowed, true);
-      assert.equal(await store.quotas.grantedPoints('acme', day), 1_000);
-      assert.equal((await store.quotas.reserveGrantPoints('acme', 1, DEFAULTS.grantPointsPerDay, '2026-03-02')).allowed, true, 'a new day');
-      assert.deepEqual(await store.quotas.reserveGrantPoints('other', 2_000, 1_500, day), { allowed: false, used: 0, limit: 1_500 });
-      const results = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => stores[i % stores.length]!.quotas.reserveGrantPoints('other', 100, 1_500, day)),
-      );
-      assert.equal(results.filter((r) => r.allowed).length, 15);
-      assert.equal(await store.quotas.grantedPoints('other', day), 1_500);
-    });
+eachStoreBackend('quotas', (ctx) => {
+  let store: Store;
+  let stores: Store[];
+  before(() => {
+    stores = ctx.stores;
+    store = stores[0]!;
   });
-}
 
-let pgSchema: TestSchema;
-quotaSuite('postgres, two stores', async () => {
-  pgSchema = await testSchema();
-  const opts = { url: pgSchema.databaseUrl, schema: pgSchema.schema, poolMax: 4, pgliteDir: 'memory' };
-  const a = await openStore(opts);
-  const b = await openStore(opts);
-  return { stores: [a, b], cleanup: () => pgSchema.drop() };
-});
+  it('quotas - overrides are set, read back and cleared; the rest take the defaults', async () => {
+    assert.deepEqual(await store.quotas.overrides('acme'), {});
+    assert.deepEqual(await store.quotas.set('acme', { channels: 3, grantPointsPerDay: 0 }), { channels: 3, grantPointsPerDay: 0 });
+    assert.deepEqual(await store.quotas.set('acme', { connections: 7, grantPointsPerDay: null }), { channels: 3, connections: 7 });
+    assert.deepEqual(effectiveQuotas(DEFAULTS, await store.quotas.overrides('acme')), { ...DEFAULTS, channels: 3, connections: 7 });
+    assert.deepEqual(await store.quotas.set('acme', { connections: null, channels: null }), {});
+    assert.deepEqual(await store.quotas.overrides('other'), {});
+  });
 
-quotaSuite('pglite', async () => {
-  const store = await openStore({ url: '', schema: 'public', poolMax: 10, pgliteDir: 'memory' });
-  return { stores: [store], cleanup: async () => undefined };
+  it('quotas - bad values and unknown tenants are refused with a code and change nothing', async () => {
+    await store.quotas.set('acme', { channels: 5 });
+    for (const bad of [-1, 1.5, Number.NaN, 2 ** 60]) {
+      await assert.rejects(store.quotas.set('acme', { channels: bad, connections: 9 }), (e) => isCrowdplayError(e, 'CP_ERR_PROTO_INVALID'));
+    }
+    assert.deepEqual(await store.quotas.overrides('acme'), { channels: 5 });
+    await assert.rejects(store.quotas.set('nobody', { channels: 1 }), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
+    await assert.rejects(store.quotas.overrides('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
+    assert.equal((await store.quotas.all()).has('nobody'), false);
+    await store.quotas.set('acme', { channels: null });
+  });
+
+  it('quotas - channels: creation stops at the quota, existing channels still resolve, other tenants unaffected', async () => {
+    await store.quotas.set('acme', { channels: 2 });
+    await store.channels.ensure('acme-1', 'acme', DEFAULTS.channels);
+    await store.channels.ensure('acme-2', 'acme', DEFAULTS.channels);
+    await assert.rejects(store.channels.ensure('acme-3', 'acme', DEFAULTS.channels), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_QUOTA'));
+    assert.equal(await store.channels.get('acme-3'), null, 'nothing written');
+    assert.equal((await store.channels.ensure('acme-1', 'acme', DEFAULTS.channels)).id, 'acme-1', 'an existing channel is not refused');
+    await store.channels.ensure('other-1', 'other', DEFAULTS.channels);
+    // The default applies without an override.
+    await assert.rejects(store.channels.ensure('other-2', 'other', 1), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_QUOTA'));
+    await store.quotas.set('acme', { channels: null });
+  });
+
+  it('quotas - channels: concurrent creations from every store never pass the quota', async () => {
+    await store.tenants.create('racer', 'Racer');
+    await store.quotas.set('racer', { channels: 5 });
+    const results = await Promise.allSettled(
+      Array.from({ length: 24 }, (_, i) => stores[i % stores.length]!.channels.ensure(`race-${i}`, 'racer', DEFAULTS.channels)),
+    );
+    const ok = results.filter((r) => r.status === 'fulfilled').length;
+    const refused = results.filter((r) => r.status === 'rejected' && isCrowdplayError(r.reason, 'CP_ERR_TENANT_QUOTA')).length;
+    assert.equal(ok, 5);
+    assert.equal(refused, 19);
+    const { rows } = await store.db.query<{ n: string }>("SELECT count(*) AS n FROM channels WHERE tenant_id = 'racer'");
+    assert.equal(Number(rows[0]!.n), 5);
+  });
+
+  it('quotas - grant points: reserved exactly per UTC day, released, and concurrent reservations never pass', async () => {
+    const day = utcDay(new Date('2026-03-01T23:59:59Z'));
+    assert.equal(day, '2026-03-01');
+    await store.quotas.set('acme', { grantPointsPerDay: 1_000 });
+    assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 600, DEFAULTS.grantPointsPerDay, day), {
+      allowed: true,
+      used: 600,
+      limit: 1_000,
+    });
+    assert.deepEqual(await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day), {
+      allowed: false,
+      used: 600,
+      limit: 1_000,
+    });
+    await store.quotas.releaseGrantPoints('acme', 100, day);
+    assert.equal((await store.quotas.reserveGrantPoints('acme', 500, DEFAULTS.grantPointsPerDay, day)).allowed, true);
+    assert.equal(await store.quotas.grantedPoints('acme', day), 1_000);
+    assert.equal((await store.quotas.reserveGrantPoints('acme', 1, DEFAULTS.grantPointsPerDay, '2026-03-02')).allowed, true, 'a new day');
+    assert.deepEqual(await store.quotas.reserveGrantPoints('other', 2_000, 1_500, day), { allowed: false, used: 0, limit: 1_500 });
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => stores[i % stores.length]!.quotas.reserveGrantPoints('other', 100, 1_500, day)),
+    );
+    assert.equal(results.filter((r) => r.allowed).length, 15);
+    assert.equal(await store.quotas.grantedPoints('other', day), 1_500);
+  });
 });
