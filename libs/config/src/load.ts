@@ -45,6 +45,14 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       if (!env[s.env]) errors.push(`${s.env}: required when CROWDPLAY_MODE=cluster (no embedded adapter in cluster mode)`);
     }
   }
+  // The group burst is bounded by the group rate it bursts within (libs/sendq gcra.ts: T = 60 s / (rate − (burst − 1))).
+  // Either is undefined when its own variable was refused above, and the comparison is then false.
+  const { groupBurst, groupRatePerMin } = value.telegram;
+  if (groupBurst > groupRatePerMin) {
+    errors.push(
+      `${schema.telegram.groupBurst.env}: must be at most ${schema.telegram.groupRatePerMin.env} (${groupRatePerMin}), got ${groupBurst}`,
+    );
+  }
   // Checked here, before anything opens: a bot without its webhook secret would otherwise fail after migrations ran.
   if (env[schema.telegram.botToken.env] && !env[schema.telegram.webhookSecret.env]) {
     errors.push(`${schema.telegram.webhookSecret.env}: required when ${schema.telegram.botToken.env} is set (the webhook checks it)`);

@@ -929,6 +929,14 @@ export const schema = {
       unit: 'per minute',
       doc: "Sends per group chat per minute (Telegram's documented 20/min in a group).",
     }),
+    groupBurst: int({
+      env: 'TELEGRAM_GROUP_BURST',
+      default: 2,
+      min: 1,
+      unit: 'count',
+      doc: 'Sends a quiet group chat may make at once (still a chat interval apart), 1 to TELEGRAM_GROUP_RATE_PER_MIN; no minute ever holds more than that rate.',
+      why: 'A quiet group that changes right after its board went out gets its next board after the 1 s chat interval instead of 3 s; the cost: a group sending all the time gets 19 a minute, not 20 (docs/decisions/0036-group-burst.md).',
+    }),
     chatRatePerS: int({
       env: 'TELEGRAM_CHAT_RATE_PER_S',
       default: 1,

@@ -89,6 +89,39 @@ describe('config', () => {
     );
   });
 
+  it('load - TELEGRAM_GROUP_BURST: 2 by default, an integer from 1 to TELEGRAM_GROUP_RATE_PER_MIN, else refused at start', () => {
+    assert.equal(loadConfig({}).telegram.groupBurst, 2);
+    assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '1' }).telegram.groupBurst, 1);
+    assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '20' }).telegram.groupBurst, 20);
+    assert.equal(loadConfig({ TELEGRAM_GROUP_RATE_PER_MIN: '10', TELEGRAM_GROUP_BURST: '10' }).telegram.groupBurst, 10);
+    const bad: Array<[Record<string, string>, string]> = [
+      [{}, '0'],
+      [{}, '-1'],
+      [{}, '1.5'],
+      [{}, 'two'],
+      [{}, '21'],
+      [{ TELEGRAM_GROUP_RATE_PER_MIN: '4' }, '5'],
+    ];
+    for (const [env, burst] of bad) {
+      assert.throws(
+        () => loadConfig({ ...env, TELEGRAM_GROUP_BURST: burst }),
+        (err: unknown) =>
+          isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') &&
+          /TELEGRAM_GROUP_BURST: /.test(err.message) &&
+          !/TELEGRAM_GROUP_RATE_PER_MIN: /.test(err.message),
+        burst,
+      );
+    }
+    // A refused group rate is named alone: the burst is not compared with it.
+    assert.throws(
+      () => loadConfig({ TELEGRAM_GROUP_RATE_PER_MIN: '0', TELEGRAM_GROUP_BURST: '2' }),
+      (err: unknown) =>
+        isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') &&
+        /TELEGRAM_GROUP_RATE_PER_MIN: /.test(err.message) &&
+        !/TELEGRAM_GROUP_BURST/.test(err.message),
+    );
+  });
+
   it('load - cluster mode requires every real engine URL', () => {
     assert.throws(
       () => loadConfig({ CROWDPLAY_MODE: 'cluster', DATABASE_URL: 'postgres://x/y' }),

@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import { longTimeout, systemClock, type Clock } from './clock.ts';
 import { CallWindow } from './call-window.ts';
+import { chatIntervalsOf, chatSpacingUs, type ChatIntervals } from './gcra.ts';
 import { QueueCounters } from './counters.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
 import {
@@ -167,6 +168,8 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
   private pausedUntilMs = 0;
   /** This process's call starts: at most botRatePerS in any 1,000 ms (call-window.ts). */
   private readonly calls: CallWindow;
+  /** A chat's own intervals (the group's burst included): how long a job waits behind its chat's earlier ones. */
+  private readonly chatIv: ChatIntervals;
   private depthCache: { atMs: number; depth: LaneDepth } = { atMs: -Infinity, depth: { tx: 0, board: 0 } };
 
   private constructor(
@@ -186,6 +189,7 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       now: () => clock.now(),
     });
     this.calls = new CallWindow(o.limits.botRatePerS);
+    this.chatIv = chatIntervalsOf(o.limits);
   }
 
   /**
@@ -577,12 +581,16 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
         const now = this.clock.now();
         const deadlineMs = d.deadlineMs;
         this.counters.expired(d.lane, this.opts.logger, now, { id, chatId, waitedMs: now - d.enqueuedAtMs, deadlineMs });
-        return await this.finish(id, { ...d, chatId }, { status: 'dropped', reason: `deadline: not sent within ${Math.round(deadlineMs)} ms of enqueue` });
+        return await this.finish(
+          id,
+          { ...d, chatId },
+          { status: 'dropped', reason: `deadline: not sent within ${Math.round(deadlineMs)} ms of enqueue` },
+        );
       }
       if (pre.rank !== null && pre.rank > 0 && pre.head !== undefined && pre.head !== id) {
-        // Not the chat's head: wait one chat interval per job ahead (per-chat order; no token taken).
+        // Not the chat's head: wait the least time the jobs ahead take at the chat's limits (per-chat order; no token taken).
         if ((await this.redis.exists(k.bullJob(pre.head, 'tx'), k.bullJob(pre.head, 'board'))) > 0) {
-          await job.moveToDelayed(Date.now() + this.realMs(pre.rank * this.chatIntervalMs(d.isGroup)), token);
+          await job.moveToDelayed(Date.now() + this.realMs(chatSpacingUs(pre.rank, this.chatIv, d.isGroup) / 1000), token);
         } else {
           await this.redis.zrem(k.chatJobs(chatId), pre.head); // a head left behind by a crash: forget it
           await job.moveToDelayed(Date.now() + 1, token);
@@ -666,12 +674,6 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
     } finally {
       this.inFlight--;
     }
-  }
-
-  /** Spacing of a chat's calls, ms: 1000 / chatRatePerS, or for a group the larger of that and 60000 / groupRatePerMin. */
-  private chatIntervalMs(isGroup: boolean): number {
-    const chatMs = 1_000 / this.o.limits.chatRatePerS;
-    return isGroup ? Math.max(chatMs, 60_000 / this.o.limits.groupRatePerMin) : chatMs;
   }
 
   private async preCheck(

@@ -18,8 +18,29 @@ export {
   retryBackoffMs,
   type SendQueueOptions,
 } from './options.ts';
-export { intervalsOf, decideTake, type Intervals, type TakeState, type TakeDecision } from './gcra.ts';
-export { DEFAULT_PREFIX, DEFAULT_RENDER_PREFIX, boardBudgetKey, keyBase, renderQueueKeys, sendqKeys, updateKeys, type SendqKeys } from './keys.ts';
+export {
+  intervalsOf,
+  chatIntervalsOf,
+  chatSpacingUs,
+  gcraWaitUs,
+  gcraGrant,
+  decideTake,
+  type ChatLimits,
+  type ChatIntervals,
+  type Intervals,
+  type TakeState,
+  type TakeDecision,
+} from './gcra.ts';
+export {
+  DEFAULT_PREFIX,
+  DEFAULT_RENDER_PREFIX,
+  boardBudgetKey,
+  keyBase,
+  renderQueueKeys,
+  sendqKeys,
+  updateKeys,
+  type SendqKeys,
+} from './keys.ts';
 export { defineLua, type LuaCall } from './lua.ts';
 export { MemoryBucket, type MemoryBucketOptions } from './memory-bucket.ts';
 export { RedisBucket, BUCKET_LUA, BUCKET_LUA_SHA, type RedisBucketOptions } from './redis-bucket.ts';

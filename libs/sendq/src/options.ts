@@ -75,6 +75,14 @@ function positiveInt(name: string, v: number, min: number): string | undefined {
   return Number.isInteger(v) && v >= min ? undefined : `${name} must be an integer >= ${min}, got ${v}`;
 }
 
+/** `limits.groupBurst` (unset: 1) must be an integer from 1 to `limits.groupRatePerMin`. */
+function groupBurst(limits: SendLimits): string | undefined {
+  const b = limits.groupBurst;
+  if (b === undefined) return undefined;
+  if (Number.isInteger(b) && b >= 1 && b <= limits.groupRatePerMin) return undefined;
+  return `limits.groupBurst must be an integer from 1 to limits.groupRatePerMin (${limits.groupRatePerMin}), got ${b}`;
+}
+
 /**
  * Checks the limits.
  * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming each bad field.
@@ -83,6 +91,7 @@ export function checkLimits(limits: SendLimits): void {
   const bad = [
     positiveInt('limits.botRatePerS', limits.botRatePerS, 1),
     positiveInt('limits.groupRatePerMin', limits.groupRatePerMin, 1),
+    groupBurst(limits),
     positiveInt('limits.chatRatePerS', limits.chatRatePerS, 1),
   ].filter((x): x is string => x !== undefined);
   if (bad.length > 0) throw new CrowdplayError('CP_ERR_CONFIG_INVALID', [bad.join('\n')]);
@@ -154,7 +163,10 @@ export function logPause(
   if (logger === undefined) return;
   const fields = { pauseMs: Math.round(pause.forMs), pauseEnd: new Date(pause.endMs).toISOString(), source: pause.source };
   if (pause.forMs > o.pauseErrorAfterMs)
-    logger.error({ ...fields, errorAfterMs: o.pauseErrorAfterMs }, 'send queue paused (bot-wide) for longer than TELEGRAM_PAUSE_ERROR_AFTER_S');
+    logger.error(
+      { ...fields, errorAfterMs: o.pauseErrorAfterMs },
+      'send queue paused (bot-wide) for longer than TELEGRAM_PAUSE_ERROR_AFTER_S',
+    );
   else logger.info(fields, 'send queue paused (bot-wide)');
 }
 

@@ -18,7 +18,8 @@ import type { DepartResult, LimitName, SendBucket, SendLimits, TakeLane, TakeRes
  * ARGV: 1 op, 2 now µs ('' = Redis TIME), 3 bot interval µs, 4 chat interval µs,
  *       5 group interval µs, 6 pause duration µs (op pause), 7 longest booked wait µs (op take),
  *       8 '1' for a group, 9 lane ('tx' | 'board'), 10 booking member ('' = not recorded),
- *       11 chat key prefix, 12 group key prefix (the keys of a moved board's chat), 13 departure µs (op depart)
+ *       11 chat key prefix, 12 group key prefix (the keys of a moved board's chat), 13 departure µs (op depart),
+ *       14 group burst tolerance µs (τ: a group key allows when tat − τ <= now)
  * Replies: take → {1, now, waitUs, preempted 0|1} | {0, now, retryUs, botWaitUs, limit (1 pause, 2 bot, 3 group, 4 chat)};
  *          pause / paused → {now, pausedUntilUs}; depart → {now, pausedUntilUs, moved-to µs or 0 (claimed)}
  *
@@ -65,6 +66,7 @@ end
 local botT = tonumber(ARGV[3])
 local chatT = tonumber(ARGV[4])
 local groupT = tonumber(ARGV[5])
+local groupTau = tonumber(ARGV[14])
 local botTat = tonumber(redis.call('GET', KEYS[2]) or '0')
 local chatTat = tonumber(redis.call('GET', KEYS[3]) or '0')
 local isGroup = ARGV[8] == '1'
@@ -72,7 +74,8 @@ local groupTat = 0
 if isGroup then groupTat = tonumber(redis.call('GET', KEYS[4]) or '0') end
 local pauseW = math.max(0, pausedUntil - now)
 local botW = math.max(0, botTat - now)
-local groupW = math.max(0, groupTat - now)
+local groupW = 0
+if isGroup then groupW = math.max(0, groupTat - groupTau - now) end
 local chatW = math.max(0, chatTat - now)
 local retry = math.max(pauseW, botW, groupW, chatW)
 redis.call('ZREMRANGEBYSCORE', bk, '-inf', '(' .. string.format('%d', now - 1000000))
@@ -213,6 +216,7 @@ export class RedisBucket implements SendBucket {
       this.keys.chat(''),
       this.keys.group(''),
       more.atUs ?? 0,
+      this.iv.groupTauUs,
     ];
     return (await this.lua(keys, args)) as Reply;
   }

@@ -20,17 +20,24 @@ export const LANES: readonly Lane[] = ['tx', 'board'];
 
 /**
  * The three limits every call is checked against, all from config
- * (`config.telegram.botRatePerS`, `.groupRatePerMin`, `.chatRatePerS`).
- * Each is enforced as an evenly spaced rate (GCRA, burst 1): at most
+ * (`config.telegram.botRatePerS`, `.groupRatePerMin`, `.groupBurst`,
+ * `.chatRatePerS`). Each is a GCRA (gcra.ts): the bot and chat rates evenly
+ * spaced (burst 1), the group rate with a burst of `groupBurst`. At most
  * `botRatePerS` grants in any 1,000 ms window for the bot, at most
- * `groupRatePerMin` in any 60,000 ms window per group chat, at most
- * `chatRatePerS` in any 1,000 ms window per chat.
+ * `groupRatePerMin` in any 60,000 ms window per group chat (whatever the
+ * burst), at most `chatRatePerS` in any 1,000 ms window per chat.
  */
 export interface SendLimits {
   /** Bot-wide rate, calls per second (TELEGRAM_BOT_RATE_PER_S, Telegram: 30). */
   botRatePerS: number;
   /** Per group chat, calls per minute (TELEGRAM_GROUP_RATE_PER_MIN, Telegram: 20). */
   groupRatePerMin: number;
+  /**
+   * Calls a group chat that has been quiet may make at once (each still `chatRatePerS` apart), an integer
+   * 1…groupRatePerMin (TELEGRAM_GROUP_BURST); a group sending all the time then gets groupRatePerMin − (groupBurst − 1)
+   * a minute. @defaultValue 1 (evenly spaced)
+   */
+  groupBurst?: number;
   /** Per chat (any chat), calls per second (TELEGRAM_CHAT_RATE_PER_S, Telegram: 1). */
   chatRatePerS: number;
 }

@@ -5,8 +5,25 @@
  */
 import { test, type TestContext } from 'node:test';
 import assert from 'node:assert/strict';
+import { isCrowdplayError } from '@crowdplay/protocol';
 import { ManualClock, type SendBucket, type SendLimits } from '../src/index.ts';
 import { TELEGRAM_LIMITS } from './harness.ts';
+
+/** Telegram's limits with a group burst of 2 (TELEGRAM_GROUP_BURST's default): T_group = ceil(60e6 / 19) = 3,157,895 µs. */
+const BURST_2: SendLimits = { ...TELEGRAM_LIMITS, groupBurst: 2 };
+
+/** The most grants in any half-open window [s, s + windowMs) for every whole-ms start s (grants in whole ms). */
+function mostInAnyWindow(grants: readonly number[], windowMs: number): number {
+  let most = 0;
+  let lo = 0;
+  let hi = 0;
+  for (let s = grants[0]! - windowMs; s <= grants[grants.length - 1]!; s++) {
+    while (lo < grants.length && grants[lo]! < s) lo++;
+    while (hi < grants.length && grants[hi]! < s + windowMs) hi++;
+    most = Math.max(most, hi - lo);
+  }
+  return most;
+}
 
 export type BucketFactory = (limits: SendLimits, clock: ManualClock) => Promise<{ bucket: SendBucket; cleanup(): Promise<void> }>;
 
@@ -60,6 +77,76 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     assert.equal(grants.filter((g) => g < 60_000).length, 20);
     assert.equal(grants.length, 40);
     assert.deepEqual(grants.slice(0, 4), [0, 3_000, 6_000, 9_000]);
+  });
+
+  void test(`${name} - bucket: group burst 2 - a group that was quiet gets its second grant after the chat's 1 s, not 3 s`, async (t) => {
+    const { bucket, clock } = await setup(t, BURST_2);
+    for (const from of [5_000_000, 5_070_000]) {
+      clock.set(from); // at the start, and again after a quiet minute: the burst is back
+      assert.deepEqual(await bucket.take('-400', true), { granted: true, nowMs: from, waitMs: 0 });
+      // Only the chat's own 1/s holds the second call back.
+      assert.deepEqual(await bucket.take('-400', true), {
+        granted: false,
+        nowMs: from,
+        retryAfterMs: 1_000,
+        botWaitMs: 34,
+        limit: 'chat',
+      });
+      clock.advance(1_000);
+      assert.deepEqual(await bucket.take('-400', true), { granted: true, nowMs: from + 1_000, waitMs: 0 });
+      // The burst is spent: the third call waits for the group, one T_group (3,157.895 ms) after the first.
+      assert.deepEqual(await bucket.take('-400', true), {
+        granted: false,
+        nowMs: from + 1_000,
+        retryAfterMs: 2_158,
+        botWaitMs: 34,
+        limit: 'group',
+      });
+    }
+  });
+
+  void test(`${name} - bucket: group burst 2 - under constant demand no 60 s window of five minutes holds more than 20 grants`, async (t) => {
+    const { bucket, clock } = await setup(t, BURST_2);
+    const grants: number[] = [];
+    while (clock.now() < 5_000_000 + 300_000) {
+      const r = await bucket.take('-500', true);
+      if (r.granted) grants.push(r.nowMs - 5_000_000);
+      else clock.advance(r.retryAfterMs);
+    }
+    // A burst of two (the chat's 1 s apart), then one every T_group = 3,157,895 µs, counted from the first call.
+    assert.deepEqual(grants.slice(0, 5), [0, 1_000, 3_158, 6_316, 9_474]);
+    assert.equal(grants.length, 96, '2 + floor(300 s / T_group) = 2 + 94');
+    assert.equal(mostInAnyWindow(grants, 60_000), 20, 'at most 20 in any 60 s, and the bound is reached');
+    assert.equal(grants.filter((g) => g >= 60_000 && g < 120_000).length, 19, 'a group sending all the time: 19 a minute');
+  });
+
+  void test(`${name} - bucket: group burst 1 is the even spacing: 3,000 ms from the first call on`, async (t) => {
+    const { bucket, clock } = await setup(t, { ...TELEGRAM_LIMITS, groupBurst: 1 });
+    const grants: number[] = [];
+    while (clock.now() < 5_000_000 + 300_000) {
+      const r = await bucket.take('-600', true);
+      if (r.granted) grants.push(r.nowMs - 5_000_000);
+      else {
+        if (grants.length === 1)
+          assert.deepEqual(r, { granted: false, nowMs: 5_000_000, retryAfterMs: 3_000, botWaitMs: 34, limit: 'group' });
+        clock.advance(r.retryAfterMs);
+      }
+    }
+    assert.deepEqual(
+      grants,
+      Array.from({ length: 100 }, (_, i) => i * 3_000),
+    );
+    assert.equal(mostInAnyWindow(grants, 60_000), 20);
+  });
+
+  void test(`${name} - bucket: a group burst of 0, below 0, not an integer or above the group rate is refused`, async () => {
+    for (const groupBurst of [0, -1, 1.5, 21, Number.NaN]) {
+      await assert.rejects(
+        async () => factory({ ...TELEGRAM_LIMITS, groupBurst }, new ManualClock(5_000_000)),
+        (e: unknown) => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID') && /limits\.groupBurst/.test(e.message),
+        String(groupBurst),
+      );
+    }
   });
 
   void test(`${name} - bucket: the bot gets at most 30 grants in any second across chats`, async (t) => {
@@ -170,6 +257,34 @@ export function bucketSuite(name: string, factory: BucketFactory): void {
     // The moved board's own limit counts from its new slot (+166.67 ms): chat 11 may go again at +1,166.67 ms.
     clock.set(5_001_100);
     assert.deepEqual(await bucket.take('11', false), { granted: false, nowMs: 5_001_100, retryAfterMs: 67, botWaitMs: 0, limit: 'chat' });
+  });
+
+  void test(`${name} - bucket: lanes with group burst 2 - a moved board's group counts from its new slot, burst and all`, async (t) => {
+    const { bucket, clock } = await setup(t, BURST_2);
+    const board = (id: string): { lane: 'board'; bookingId: string } => ({ lane: 'board', bookingId: id });
+    assert.deepEqual(await bucket.take('1', false, 250, board('x0')), { granted: true, nowMs: 5_000_000, waitMs: 0 });
+    assert.deepEqual(await bucket.take('-700', true, 250, board('g1')), { granted: true, nowMs: 5_000_000, waitMs: 33.334 });
+    // A reply takes the group's booked slot; the group's board moves to the bot's next free slot (+66.668 ms).
+    assert.deepEqual(await bucket.take('99', false, 0, { lane: 'tx' }), {
+      granted: true,
+      nowMs: 5_000_000,
+      waitMs: 33.334,
+      preempted: true,
+    });
+    assert.deepEqual(await bucket.depart('g1', '-700', true, 5_000_033.334), { movedToMs: 5_000_066.668, waitMs: 66.668, pausedMs: 0 });
+    // The group's second call: the burst allows it once the chat's 1 s from the new slot has passed.
+    clock.set(5_001_066);
+    assert.deepEqual(await bucket.take('-700', true), { granted: false, nowMs: 5_001_066, retryAfterMs: 1, botWaitMs: 0, limit: 'chat' });
+    clock.set(5_001_067);
+    assert.deepEqual(await bucket.take('-700', true), { granted: true, nowMs: 5_001_067, waitMs: 0 });
+    // The third waits for the group: one T_group (3,157.895 ms) after the moved slot, at +3,224.563 ms.
+    assert.deepEqual(await bucket.take('-700', true), {
+      granted: false,
+      nowMs: 5_001_067,
+      retryAfterMs: 2_158,
+      botWaitMs: 34,
+      limit: 'group',
+    });
   });
 
   void test(`${name} - bucket: booking never books past a pause or a chat's own limit`, async (t) => {

@@ -177,3 +177,75 @@ void test('gcra - property: under any demand, no group exceeds 20 grants per min
     { numRuns: 200 },
   );
 });
+
+void test('gcra - property: with any group burst, booked slots and slots moved by replies included, no window exceeds a limit', () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 20 }),
+      fc.array(
+        fc.record({
+          chat: fc.integer({ min: -3, max: 3 }).filter((c) => c !== 0),
+          stepMs: fc.integer({ min: 0, max: 700 }),
+          lane: fc.constantFrom('tx' as const, 'board' as const),
+          book: fc.boolean(),
+        }),
+        // Lengths up to the maximum (fast-check's default size keeps arrays short): minutes of demand, not seconds.
+        { minLength: 1, maxLength: 400, size: 'max' },
+      ),
+      (groupBurst, ops) => {
+        const clock = new ManualClock(0);
+        const b = new MemoryBucket({ limits: { ...TELEGRAM_LIMITS, groupBurst }, clock });
+        // Each grant's departure, µs; a booked board's (`id`) is followed until it claims its slot, as a worker does.
+        const departures: Array<{ chat: number; atUs: number; id?: string }> = [];
+        const claimDue = (): void => {
+          for (let moved = true; moved;) {
+            moved = false;
+            for (const d of departures) {
+              if (d.id === undefined || d.atUs > clock.now() * 1000) continue;
+              const r = b.departNow(d.id, String(d.chat), d.chat < 0, d.atUs / 1000);
+              if (r.movedToMs === null) delete d.id;
+              else {
+                d.atUs = Math.round(r.movedToMs * 1000);
+                moved = true;
+              }
+            }
+          }
+        };
+        let ids = 0;
+        for (const op of ops) {
+          clock.advance(op.stepMs);
+          claimDue();
+          const id = op.lane === 'board' ? `b${++ids}` : undefined;
+          const r = b.takeNow(
+            String(op.chat),
+            op.chat < 0,
+            op.book ? 250 : 0,
+            id === undefined ? { lane: 'tx' } : { lane: 'board', bookingId: id },
+          );
+          if (!r.granted) continue;
+          departures.push({
+            chat: op.chat,
+            atUs: Math.round((r.nowMs + r.waitMs) * 1000),
+            ...(r.waitMs > 0 && id !== undefined ? { id } : {}),
+          });
+        }
+        clock.advance(10_000);
+        claimDue();
+        const within = (g: number[], w: number): number => Math.max(0, ...g.map((x) => g.filter((y) => y >= x && y < x + w).length));
+        assert.ok(
+          within(
+            departures.map((d) => d.atUs),
+            1_000_000,
+          ) <= 30,
+          'bot',
+        );
+        for (const chat of new Set(departures.map((d) => d.chat))) {
+          const g = departures.filter((d) => d.chat === chat).map((d) => d.atUs);
+          assert.ok(within(g, 1_000_000) <= 1, `chat ${chat}`);
+          if (chat < 0) assert.ok(within(g, 60_000_000) <= 20, `group ${chat} with burst ${groupBurst}: ${within(g, 60_000_000)}`);
+        }
+      },
+    ),
+    { numRuns: 200 },
+  );
+});

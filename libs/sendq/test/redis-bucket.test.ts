@@ -8,6 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
+import { isCrowdplayError } from '@crowdplay/protocol';
 import { BUCKET_LUA_SHA, ManualClock, RedisBucket, sendqKeys } from '../src/index.ts';
 import { bucketSuite } from './bucket-suite.ts';
 import { REDIS_URL, TELEGRAM_LIMITS, deleteKeys, openRedisBucket, uniquePrefix } from './harness.ts';
@@ -95,6 +96,20 @@ void test('redis - bucket: without a clock the script uses Redis TIME', async (t
     assert.equal(d.limit, 'chat');
     assert.ok(d.retryAfterMs > 900 && d.retryAfterMs <= 1_000, `retry ${d.retryAfterMs}`);
   }
+});
+
+void test('redis - bucket: a bad group burst is refused before anything is written', async (t) => {
+  const prefix = uniquePrefix();
+  const r = new Redis(REDIS_URL);
+  t.after(async () => {
+    await deleteKeys(r, prefix);
+    await r.quit();
+  });
+  await assert.rejects(
+    openRedisBucket({ ...TELEGRAM_LIMITS, groupBurst: 21 }, new ManualClock(9_000_000), prefix),
+    (e: unknown) => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID') && /limits\.groupBurst/.test(e.message),
+  );
+  assert.deepEqual(await r.keys(`${sendqKeys(prefix).base}*`), []);
 });
 
 void test('redis - bucket: an unreachable Redis rejects open()', async () => {

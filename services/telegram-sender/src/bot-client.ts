@@ -39,7 +39,7 @@ export async function openBot(
   const queue = await openSendQueue<BotCall>({
     redisUrl: config.redis.url,
     prefix: prefixes.sendq ?? t.sendPrefix,
-    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, chatRatePerS: t.chatRatePerS },
+    limits: { botRatePerS: t.botRatePerS, groupRatePerMin: t.groupRatePerMin, groupBurst: t.groupBurst, chatRatePerS: t.chatRatePerS },
     concurrency: t.sendConcurrency,
     botBookMs: t.sendBookMs,
     maxQueued: t.sendMaxQueued,
