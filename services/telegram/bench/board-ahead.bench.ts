@@ -58,14 +58,19 @@ async function simulate(aheadMs: number, repliesPerS: number): Promise<Case> {
   const clock = new ManualClock(1_000_000);
   const t0 = clock.now();
   const queue = new MemorySendQueue<{ n: number }>({
-    limits: { botRatePerS, groupRatePerMin: cfg.telegram.groupRatePerMin, chatRatePerS: cfg.telegram.chatRatePerS },
+    limits: {
+      botRatePerS,
+      groupRatePerMin: cfg.telegram.groupRatePerMin,
+      groupBurst: cfg.telegram.groupBurst,
+      chatRatePerS: cfg.telegram.chatRatePerS,
+    },
     clock,
     concurrency: cfg.telegram.sendConcurrency,
   });
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: cfg.board.renderBudgetMsPerS,
     sendBudgetPerS: cfg.board.sendBudgetPerS,
-    minIntervalMs: 3_000,
+    pacing: { groupRatePerMin: cfg.telegram.groupRatePerMin, groupBurst: cfg.telegram.groupBurst, chatRatePerS: cfg.telegram.chatRatePerS },
     costMs: (cards) => renderCost(cards).ms,
     aheadMs,
     botRatePerS,

@@ -33,9 +33,6 @@ export function clusterPrefix(config: Config, prefixes: QueuePrefixes, what: 'up
   return `${prefixes.sendq ?? config.telegram.sendPrefix}:${what}`;
 }
 
-/** Telegram's pacing of one group: 20 sends a minute → one every 3 s. */
-export const GROUP_MIN_INTERVAL_MS = 3_000;
-
 /**
  * A board handed on and not known delivered or undelivered after this long is handed on again (an end not heard:
  * in the cluster ends travel over Redis pub/sub, which may drop them), ms. Generous: a board waiting in a backlog
@@ -163,7 +160,8 @@ export async function startBotRuntime(deps: BotRuntimeDeps, spec: BotSpec): Prom
     const scheduler = new RefreshScheduler({
       renderBudgetMsPerS: config.board.renderBudgetMsPerS,
       sendBudgetPerS: config.board.sendBudgetPerS,
-      minIntervalMs: GROUP_MIN_INTERVAL_MS,
+      // Each chat's boards as the bucket grants them: its chat interval and its group's burst and rate.
+      pacing: { groupRatePerMin: t.groupRatePerMin, groupBurst: t.groupBurst, chatRatePerS: t.chatRatePerS },
       costMs: (cards, rounds) => renderCost(cards, rounds).ms,
       maxBacklog: config.board.maxBacklog,
       // The send budget is a floor: boards also take the slots replies leave idle, kept BOARD_SEND_AHEAD_MS ahead.

@@ -9,8 +9,14 @@
  * `renderCost(cards).ms`), both refilled continuously and holding at most one
  * second's worth. At every call the dirty chats (state changed since their
  * board was last queued; an unchanged chat is never re-rendered and costs
- * nothing) go while both budgets last, and no chat more often than
- * minIntervalMs (Telegram's 20/min per group: 3,000 ms). They go quietest
+ * nothing) go while both budgets last, each chat no sooner than the send
+ * bucket would grant it (`pacing`, the same GCRA arithmetic as libs/sendq's
+ * gcra.ts, every chat paced as a group: boards are groups'): its chat
+ * interval (TELEGRAM_CHAT_RATE_PER_S: 1 s) after its last board, and within
+ * its group's GCRA (TELEGRAM_GROUP_RATE_PER_MIN with a burst of
+ * TELEGRAM_GROUP_BURST: at the defaults a chat that was quiet may go 1 s
+ * after its last board, one that keeps going every 3,157.895 ms, never more
+ * than 20 in a minute; with burst 1, every 3,000 ms). They go quietest
  * first: the chat whose last change is the oldest, since a board drawn while
  * its chat still changes is stale again at once and is sent twice, while a
  * quiet chat's board is likely its last. A chat that keeps changing is not
@@ -53,13 +59,17 @@
  *
  *   rate       = BOARD_SEND_BUDGET_PER_S while the backlog is empty,
  *                else clamp(drainPerS, 0.5, BOARD_SEND_BUDGET_PER_S)
- *   intervalMs = max( minIntervalMs + 1000 × backlog ÷ rate,
+ *   intervalMs = max( spacing + 1000 × backlog ÷ rate,
  *                     1000 × Σ_dirty renderMs(cards_i) ÷ BOARD_RENDER_BUDGET_MS_PER_S,
  *                     1000 × (N_dirty + backlog) ÷ rate )
+ *   spacing    = the longest, over the chats, of max(chat interval, what the group's GCRA then allows)
+ *                after the chat's next hand-on (at the earliest it may go)
  *
  * The first term is a chat that changes just after its board was handed on:
- * it may go again only minIntervalMs later, and its next board then waits
- * behind the backlog.
+ * it may go again after max(chat interval 1 s, what its group's GCRA allows:
+ * nothing more for a group with its burst left, 3,157.895 ms for one that
+ * keeps going; 3,000 ms for every chat with burst 1), and its next board then
+ * waits behind the backlog.
  *
  * The send budget is a floor, not a ceiling: the bucket (TELEGRAM_BOT_RATE_PER_S)
  * lets boards use every slot the transactional lane leaves idle (libs/sendq,
@@ -85,6 +95,7 @@
  * budget-redis.ts; `dueFrom`), so N gateways together stay within them. The
  * interval is still each process's view (its own dirty chats).
  */
+import { chatIntervalsOf, gcraGrant, gcraWaitUs, type ChatIntervals, type ChatLimits } from '@crowdplay/sendq';
 
 /**
  * Where the scheduler's tokens come from: one send token and `charge` render
@@ -165,8 +176,11 @@ export interface RefreshSchedulerOptions {
   renderBudgetMsPerS: number;
   /** BOARD_SEND_BUDGET_PER_S: board sends per second across all chats. */
   sendBudgetPerS: number;
-  /** Shortest interval of one chat, ms (Telegram's 20/min per group: 3,000). */
-  minIntervalMs: number;
+  /**
+   * The send bucket's per-chat limits each chat's boards are paced by (TELEGRAM_GROUP_RATE_PER_MIN,
+   * TELEGRAM_GROUP_BURST, TELEGRAM_CHAT_RATE_PER_S; libs/sendq `SendLimits`), every chat as a group.
+   */
+  pacing: ChatLimits;
   /** Render cost of a board of `cards` cards and `rounds` round strips, ms (libs/board `renderCost(cards, rounds).ms`). */
   costMs: (cards: number, rounds: number) => number;
   /**
@@ -207,7 +221,13 @@ interface ChatEntry {
   /** When the newest version was seen (the chat's last change). */
   changedMs: number;
   lastSentMs: number;
+  /** The chat's theoretical arrival times, µs, for its chat interval and its group's GCRA (0: never handed on). */
+  chatTatUs: number;
+  groupTatUs: number;
 }
+
+/** A chat's GCRA state: its theoretical arrival times, µs. */
+type Tats = Pick<ChatEntry, 'chatTatUs' | 'groupTatUs'>;
 
 /** True while a board of the chat waits in the send queue (reported, its end not heard): a newer one replaces it. */
 function replacesQueued(e: ChatEntry): boolean {
@@ -233,7 +253,10 @@ export class RefreshScheduler {
   private readonly local: MemoryBoardBudget;
   private handedSinceReading = 0;
   private lastReadingMs: number | null = null;
+  /** The chat's intervals and the group's burst tolerance, µs (libs/sendq `chatIntervalsOf`). */
+  private readonly iv: ChatIntervals;
 
+  /** @throws RangeError on a bad budget, backlog, timeout, look-ahead or pacing (nothing is built) */
   constructor(private readonly o: RefreshSchedulerOptions) {
     for (const [k, v] of Object.entries({ renderBudgetMsPerS: o.renderBudgetMsPerS, sendBudgetPerS: o.sendBudgetPerS })) {
       if (!(v > 0)) throw new RangeError(`${k} must be > 0`);
@@ -246,7 +269,14 @@ export class RefreshScheduler {
       throw new RangeError(`aheadMs must be a finite number ≥ 0, got ${o.aheadMs}`);
     if ((o.aheadMs ?? 0) > 0 && !(o.botRatePerS !== undefined && o.botRatePerS > 0))
       throw new RangeError(`botRatePerS must be > 0 when aheadMs > 0, got ${o.botRatePerS}`);
-    this.intervalMs = o.minIntervalMs;
+    const p = o.pacing;
+    if (!(Number.isInteger(p.groupRatePerMin) && p.groupRatePerMin >= 1 && Number.isInteger(p.chatRatePerS) && p.chatRatePerS >= 1))
+      throw new RangeError(`pacing rates must be integers ≥ 1, got ${JSON.stringify(p)}`);
+    const burst = p.groupBurst ?? 1;
+    if (!(Number.isInteger(burst) && burst >= 1 && burst <= p.groupRatePerMin))
+      throw new RangeError(`pacing.groupBurst must be an integer from 1 to pacing.groupRatePerMin, got ${burst}`);
+    this.iv = chatIntervalsOf(p);
+    this.intervalMs = Math.ceil(this.spacingUs({ chatTatUs: 0, groupTatUs: 0 }, 0) / 1000);
     this.drainPerS = o.sendBudgetPerS;
     this.local = new MemoryBoardBudget(o.sendBudgetPerS, o.renderBudgetMsPerS);
   }
@@ -289,6 +319,8 @@ export class RefreshScheduler {
         dirtySinceMs: nowMs,
         changedMs: nowMs,
         lastSentMs: -Infinity,
+        chatTatUs: 0,
+        groupTatUs: 0,
       });
       return;
     }
@@ -308,6 +340,10 @@ export class RefreshScheduler {
     if (!replacesQueued(e)) this.handedSinceReading++;
     e.sentVersion = Math.max(e.sentVersion, version);
     e.lastSentMs = nowMs;
+    // The bucket's grant, as it will count this board (its chat's and its group's keys advance from now).
+    const nowUs = Math.round(nowMs * 1000);
+    e.chatTatUs = gcraGrant(e.chatTatUs, nowUs, this.iv.chatUs);
+    e.groupTatUs = gcraGrant(e.groupTatUs, nowUs, this.iv.groupUs);
   }
 
   /**
@@ -321,6 +357,11 @@ export class RefreshScheduler {
     if (!e || version <= e.sentVersion) return;
     e.sentVersion = version;
     e.lastSentMs = nowMs;
+    // The board handed on goes out from now: its grant moves here, as the bucket moves a booked board
+    // (`max(tat, now + T)` is the grant at now when the hand-on was the chat's last grant; libs/sendq gcra.ts).
+    const nowUs = Math.round(nowMs * 1000);
+    e.chatTatUs = Math.max(e.chatTatUs, nowUs + this.iv.chatUs);
+    e.groupTatUs = Math.max(e.groupTatUs, nowUs + this.iv.groupUs);
   }
 
   /** The chat's send did not happen (render refused): it is dirty again. */
@@ -347,7 +388,7 @@ export class RefreshScheduler {
   /**
    * The chat's board at `version` will not be shown (the send failed, was dropped or ran out of retries):
    * unless a newer version was handed on since (its own end decides), or one at least as new was delivered,
-   * the chat is dirty again and goes at the next pass (minIntervalMs after its last hand-on).
+   * the chat is dirty again and goes at the next pass (once its pacing allows, counted from its last hand-on).
    */
   undelivered(chatId: number, version: number): void {
     const e = this.chats.get(chatId);
@@ -417,8 +458,24 @@ export class RefreshScheduler {
     return this.heldByBacklog > 0 ? ready.slice(0, room) : ready;
   }
 
+  /** µs until the chat may go (0: now): its chat interval and its group's GCRA, as the bucket grants (libs/sendq gcra.ts). */
+  private waitUs(e: Tats, nowUs: number): number {
+    return Math.max(gcraWaitUs(e.chatTatUs, nowUs), gcraWaitUs(e.groupTatUs, nowUs, this.iv.groupTauUs));
+  }
+
   /**
-   * The chats that may go now (dirty, past minIntervalMs) with their render charges: those whose board replaces one
+   * How long after its next hand-on (at the earliest it may go, from `nowUs`) the chat may go again, µs:
+   * max(chat interval, what its group's GCRA then allows). A chat with its group's burst left: the chat interval;
+   * one that keeps going: T_group; with burst 1 always max(T_chat, T_group).
+   */
+  private spacingUs(e: Tats, nowUs: number): number {
+    const at = nowUs + this.waitUs(e, nowUs);
+    const next = { chatTatUs: gcraGrant(e.chatTatUs, at, this.iv.chatUs), groupTatUs: gcraGrant(e.groupTatUs, at, this.iv.groupUs) };
+    return this.waitUs(next, at);
+  }
+
+  /**
+   * The chats that may go now (dirty, their pacing allows) with their render charges: those whose board replaces one
    * still waiting downstream first (`replaces`: no send), then the others, each quietest first (the oldest
    * `min(changedMs, dirtySinceMs + intervalMs)`); updates `intervalMs`.
    */
@@ -427,20 +484,24 @@ export class RefreshScheduler {
     let dirty = 0;
     const ready: Array<{ chatId: number; e: ChatEntry; cost: number }> = [];
     const confirmMs = this.o.confirmTimeoutMs ?? 0;
+    const nowUs = Math.round(nowMs * 1000);
+    // A chat never handed on waits the least: the interval's first term is at least that.
+    let spacingUs = this.spacingUs({ chatTatUs: 0, groupTatUs: 0 }, nowUs);
     for (const [chatId, e] of this.chats) {
       // Handed on long ago and never confirmed: lost on the way (a render that threw, an outcome not heard).
       if (confirmMs > 0 && e.sentVersion > e.deliveredVersion && nowMs - e.lastSentMs >= confirmMs) e.sentVersion = e.deliveredVersion;
+      spacingUs = Math.max(spacingUs, this.spacingUs(e, nowUs));
       if (e.version <= e.sentVersion) continue;
       const cost = this.o.costMs(e.cards, e.rounds);
       dirty++;
       costMs += cost;
-      if (nowMs - e.lastSentMs >= this.o.minIntervalMs) ready.push({ chatId, e, cost });
+      if (this.waitUs(e, nowUs) === 0) ready.push({ chatId, e, cost });
     }
     // With the look-ahead boards may leave at up to the bot rate (the budget is a floor).
     const maxRate = (this.o.aheadMs ?? 0) > 0 ? Math.max(this.o.sendBudgetPerS, this.o.botRatePerS ?? 0) : this.o.sendBudgetPerS;
     const rate = this.backlog > 0 ? Math.min(maxRate, Math.max(MIN_DRAIN_PER_S, this.drainPerS)) : this.o.sendBudgetPerS;
     const raw = Math.max(
-      this.o.minIntervalMs + (1000 * this.backlog) / rate,
+      spacingUs / 1000 + (1000 * this.backlog) / rate,
       (1000 * costMs) / this.o.renderBudgetMsPerS,
       (1000 * (dirty + this.backlog)) / rate,
     );

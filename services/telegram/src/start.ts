@@ -13,7 +13,7 @@ import type { Telemetry } from '@crowdplay/telemetry';
 import type { TelegramBotDeps } from './bot-ingress.ts';
 import { startBotRuntime, type TelegramPart } from './bot-runtime.ts';
 
-export { BOARD_CONFIRM_TIMEOUT_MS, GROUP_MIN_INTERVAL_MS, clusterPrefix, type TelegramPart } from './bot-runtime.ts';
+export { BOARD_CONFIRM_TIMEOUT_MS, clusterPrefix, type TelegramPart } from './bot-runtime.ts';
 
 /**
  * Starts the deployment's bot, or returns null (and logs it) when TELEGRAM_BOT_TOKEN is empty.

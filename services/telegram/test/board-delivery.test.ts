@@ -76,7 +76,7 @@ async function rig() {
   const scheduler = new RefreshScheduler({
     renderBudgetMsPerS: 1000,
     sendBudgetPerS: 100,
-    minIntervalMs: 3_000,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
     costMs: () => 5,
     confirmTimeoutMs: 60_000,
   });

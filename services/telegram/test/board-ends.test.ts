@@ -82,7 +82,12 @@ async function rig() {
     },
     onFailed: hooks.onFailed,
   });
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: 1000,
+    sendBudgetPerS: 100,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+    costMs: () => 5,
+  });
   const bus = new InProcessBus();
   const subj = subjects('ends-test');
   const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now });

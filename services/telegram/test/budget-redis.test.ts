@@ -19,7 +19,7 @@ async function run(
       new RefreshScheduler({
         sendBudgetPerS: o.sendBudgetPerS,
         renderBudgetMsPerS: o.renderBudgetMsPerS,
-        minIntervalMs: 0,
+        pacing: { groupRatePerMin: 60_000, chatRatePerS: 1_000 },
         costMs: () => o.costMs,
       }),
   );

@@ -47,7 +47,12 @@ function rig() {
     costs.push([cards, rounds]);
     return 5;
   };
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: 1000,
+    sendBudgetPerS: 100,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+    costMs,
+  });
   const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now: () => now });
   const publish = (ev: number, puzzle: number, players: Record<string, string[]>, rounds?: RoundView[]): void => {
     const game = {
@@ -140,7 +145,12 @@ test('ChatBoards - avatars are held for the puzzle: later guesses read nothing a
 
 test('ChatBoards - with boards off (BOARDS_ENABLED=false) watch does nothing', async () => {
   const bus = new InProcessBus();
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: 1000,
+    sendBudgetPerS: 100,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+    costMs: () => 5,
+  });
   const boards = new ChatBoards({
     bus,
     subjects: subjects('cb-off'),
@@ -163,7 +173,12 @@ test("ChatBoards - cluster mode: one gateway holds a chat's board; watch, stop a
       subjects: subj,
       client: {} as TelegramClient,
       renders: {} as RenderQueue,
-      scheduler: new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 }),
+      scheduler: new RefreshScheduler({
+        renderBudgetMsPerS: 1000,
+        sendBudgetPerS: 100,
+        pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+        costMs: () => 5,
+      }),
       telemetry,
       cluster: { gatewayId },
     });
@@ -204,7 +219,12 @@ test('ChatBoards - a change that arrives while the budget is asked goes out in t
     },
   } as unknown as RenderQueue;
   const client = { avatars: { get: () => Promise.resolve(null) } } as unknown as TelegramClient;
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: 1000,
+    sendBudgetPerS: 100,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+    costMs: () => 5,
+  });
   // The bot-wide budget (Redis in the cluster) answers later: the chat's state changes meanwhile.
   let grant: (n: number) => void = () => undefined;
   const budget = {
@@ -292,7 +312,12 @@ test('ChatBoards - after a group → supergroup move the first board in the new 
     },
   } as unknown as RenderQueue;
   const client = { avatars: { get: () => Promise.resolve(null) } } as unknown as TelegramClient;
-  const scheduler = new RefreshScheduler({ renderBudgetMsPerS: 1000, sendBudgetPerS: 100, minIntervalMs: 3_000, costMs: () => 5 });
+  const scheduler = new RefreshScheduler({
+    renderBudgetMsPerS: 1000,
+    sendBudgetPerS: 100,
+    pacing: { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 },
+    costMs: () => 5,
+  });
   const boards = new ChatBoards({ bus, subjects: subj, client, renders, scheduler, telemetry, now: () => now });
   const publish = (chat: number, ev: number, players: Record<string, { marks: string[]; solved?: boolean }>): void =>
     bus.publish(

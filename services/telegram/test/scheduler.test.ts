@@ -4,8 +4,9 @@ import { RefreshScheduler } from '../src/scheduler.ts';
 
 // A cost model growing with cards: 4 cards ≈ 19 ms, 40 ≈ 171 ms (5 + 4.2 ms per card, rounded).
 const cost = (cards: number): number => 5 + 4.2 * cards;
-const make = (): RefreshScheduler =>
-  new RefreshScheduler({ renderBudgetMsPerS: 100, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost });
+// Group burst 1: a chat's boards every 3,000 ms (20 a minute), the pacing most tests here count with.
+const EVEN = { groupRatePerMin: 20, groupBurst: 1, chatRatePerS: 1 };
+const make = (): RefreshScheduler => new RefreshScheduler({ renderBudgetMsPerS: 100, sendBudgetPerS: 10, pacing: EVEN, costMs: cost });
 
 test('scheduler - the interval counts cost, not chats: one 40-card board weighs as much as its cards', () => {
   const a = make();
@@ -41,7 +42,7 @@ test('scheduler - only dirty chats are due, once per interval, oldest change fir
   s.remove(1);
   assert.deepEqual(s.due(10_000), []);
   assert.equal(s.size, 1);
-  assert.throws(() => new RefreshScheduler({ renderBudgetMsPerS: 0, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost }), RangeError);
+  assert.throws(() => new RefreshScheduler({ renderBudgetMsPerS: 0, sendBudgetPerS: 1, pacing: EVEN, costMs: cost }), RangeError);
 });
 
 test('scheduler - the quietest chat goes first: a chat still changing waits, at most about one interval', () => {
@@ -115,7 +116,7 @@ test('scheduler - boards leave at the budgets’ pace, oldest change first, each
 
 test('scheduler - backlog: at most BOARD_MAX_BACKLOG boards handed on; the rest stay dirty, and the interval counts the backlog at its drain rate', () => {
   // 10 sends/s, a generous render budget, at most 5 boards handed on and not sent.
-  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost, maxBacklog: 5 });
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost, maxBacklog: 5 });
   for (let c = 1; c <= 40; c++) s.changed(c, 1, 4, c);
   s.setBacklog(3, 0);
   const first = s.due(0);
@@ -155,7 +156,7 @@ test('scheduler - the interval counts the backlog a chat waits behind after its 
 });
 
 test('scheduler - backlog: no limit with maxBacklog 0; bad counts and settings are refused and change nothing', () => {
-  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost, maxBacklog: 0 });
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost, maxBacklog: 0 });
   for (let c = 1; c <= 8; c++) s.changed(c, 1, 4, c);
   s.setBacklog(1_000, 0);
   assert.equal(s.due(0).length, 8);
@@ -164,7 +165,7 @@ test('scheduler - backlog: no limit with maxBacklog 0; bad counts and settings a
   assert.throws(() => s.setBacklog(1.5, 1_000), RangeError);
   assert.equal(s.backlog, 1_000, 'the last good reading stands');
   assert.throws(
-    () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, minIntervalMs: 1, costMs: cost, maxBacklog: -1 }),
+    () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, pacing: EVEN, costMs: cost, maxBacklog: -1 }),
     RangeError,
   );
 });
@@ -212,7 +213,7 @@ test('scheduler - a board not delivered makes its chat due again, unless a newer
   const s = new RefreshScheduler({
     renderBudgetMsPerS: 100,
     sendBudgetPerS: 10,
-    minIntervalMs: 3_000,
+    pacing: EVEN,
     costMs: cost,
     confirmTimeoutMs: 60_000,
   });
@@ -237,13 +238,13 @@ test('scheduler - a board not delivered makes its chat due again, unless a newer
   assert.equal(s.size, 1);
   for (const bad of [-1, Number.NaN, Infinity])
     assert.throws(
-      () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, minIntervalMs: 0, costMs: cost, confirmTimeoutMs: bad }),
+      () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, pacing: EVEN, costMs: cost, confirmTimeoutMs: bad }),
       RangeError,
     );
 });
 
 test('scheduler - look-ahead: the send budget is a floor; beyond it boards go while less than aheadMs of the bot rate waits', () => {
-  const opts = { renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, minIntervalMs: 3_000, costMs: cost };
+  const opts = { renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost };
   const s = new RefreshScheduler({ ...opts, aheadMs: 1_000, botRatePerS: 25 });
   const ceiling = new RefreshScheduler(opts);
   for (let c = 1; c <= 100; c++) {
@@ -273,7 +274,7 @@ test('scheduler - look-ahead: the send budget is a floor; beyond it boards go wh
 });
 
 test('scheduler - a board that replaces one still queued takes no send token, goes first, and is not counted as drained', () => {
-  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 2, minIntervalMs: 3_000, costMs: cost });
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 2, pacing: EVEN, costMs: cost });
   for (let c = 1; c <= 6; c++) s.changed(c, 1, 4, 0);
   const first = s.due(0);
   assert.deepEqual(
@@ -295,4 +296,49 @@ test('scheduler - a board that replaces one still queued takes no send token, go
     s.due(3_000).map((d) => d.chatId),
     [2, 3, 4],
   );
+});
+
+test('scheduler - group burst: a quiet chat goes again after its chat interval (1 s), one that keeps going every T_group; burst 1 keeps 3 s', () => {
+  const burst = new RefreshScheduler({
+    renderBudgetMsPerS: 10_000,
+    sendBudgetPerS: 10,
+    pacing: { groupRatePerMin: 20, groupBurst: 2, chatRatePerS: 1 },
+    costMs: cost,
+  });
+  assert.equal(burst.intervalMs, 1_000, 'a chat never handed on waits its chat interval after its first board');
+  burst.changed(-1, 1, 4, 0);
+  assert.deepEqual(burst.due(0), [{ chatId: -1, version: 1, cards: 4 }]);
+  burst.sent(-1, 1, 0);
+  // Its last change came right after its board was handed on: the group's burst lets it go after the chat's 1 s.
+  burst.changed(-1, 2, 4, 100);
+  assert.deepEqual(burst.due(999), [], 'the chat interval: 1 s');
+  assert.deepEqual(burst.due(1_000), [{ chatId: -1, version: 2, cards: 4 }]);
+  burst.sent(-1, 2, 1_000);
+  // The burst is spent: the next one waits for the group, T_group = ceil(60e6 / 19) µs after the first board.
+  burst.changed(-1, 3, 4, 1_100);
+  assert.deepEqual(burst.due(3_157), []);
+  assert.equal(burst.intervalMs, 3_158, 'a chat that keeps going waits T_group after each board (3,157.895 ms)');
+  assert.deepEqual(burst.due(3_158), [{ chatId: -1, version: 3, cards: 4 }]);
+  burst.sent(-1, 3, 3_158);
+  // Quiet again: a minute later the burst is back.
+  burst.changed(-1, 4, 4, 63_000);
+  assert.deepEqual(burst.due(63_000), [{ chatId: -1, version: 4, cards: 4 }]);
+  burst.sent(-1, 4, 63_000);
+  burst.changed(-1, 5, 4, 63_100);
+  assert.deepEqual(burst.due(64_000), [{ chatId: -1, version: 5, cards: 4 }]);
+
+  // Burst 1: 3 s after every board, as before.
+  const even = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost });
+  assert.equal(even.intervalMs, 3_000);
+  even.changed(-1, 1, 4, 0);
+  even.sent(-1, 1, 0);
+  even.changed(-1, 2, 4, 100);
+  assert.deepEqual(even.due(2_999), []);
+  assert.equal(even.intervalMs, 3_000);
+  assert.deepEqual(even.due(3_000), [{ chatId: -1, version: 2, cards: 4 }]);
+  for (const groupBurst of [0, 21, 1.5])
+    assert.throws(
+      () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, pacing: { ...EVEN, groupBurst }, costMs: cost }),
+      RangeError,
+    );
 });
