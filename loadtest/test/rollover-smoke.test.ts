@@ -16,7 +16,16 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadtestCli } from './cli.ts';
-import { actAckShare, allowedSends, metricValue, msSummary, playerWords, stalenessFloor, type RolloverReport } from '@crowdplay/loadtest';
+import {
+  BUCKET_RATES,
+  actAckShare,
+  allowedSends,
+  metricValue,
+  msSummary,
+  playerWords,
+  stalenessFloor,
+  type RolloverReport,
+} from '@crowdplay/loadtest';
 
 const CHATS = 30;
 const PLAYERS = 3;
@@ -30,8 +39,37 @@ const PLAYERS = 3;
 const PERIOD_S = 20;
 
 describe('loadtest rollover - helpers', () => {
-  it('allowedSends: the bucket spaces a group chat 3 s apart and the bot 1/30 s apart', () => {
-    const R30 = { botPerS: 30, groupPerMin: 20, chatPerS: 1 };
+  it('allowedSends: with a group burst of 2 a quiet chat sends twice 1 s apart, then every T_group; never 21 in a minute', () => {
+    const B2 = { botPerS: 30, groupPerMin: 20, groupBurst: 2, chatPerS: 1 };
+    assert.equal(BUCKET_RATES.groupBurst, 2, "the product's default");
+    // One chat pending 10 s: sends at 0, 1,000, then T_group = ceil(60e6 / 19) µs from the first: 3,157.895, 6,315.79, 9,473.685 ms.
+    assert.equal(allowedSends([[0, 10_000]], B2), 5);
+    // A minute: 0, 1 s, then 18 more by 56,842.11 ms (the 19th, at 60,000.005 ms, is past it): 20, Telegram's limit.
+    assert.equal(allowedSends([[0, 60_000]], B2), 20);
+    assert.equal(allowedSends([[0, 120_000]], B2), 39, 'then 19 a minute');
+    // Many chats: the bot's slots bind as before.
+    assert.equal(
+      allowedSends(
+        Array.from({ length: 40 }, (): [number, number] => [0, 999]),
+        B2,
+      ),
+      30,
+    );
+    // Two chats for 3 s: each its burst of two, 1 s apart.
+    assert.equal(
+      allowedSends(
+        [
+          [0, 2_999],
+          [0, 2_999],
+        ],
+        B2,
+      ),
+      4,
+    );
+  });
+
+  it('allowedSends: with a group burst of 1 the bucket spaces a group chat 3 s apart and the bot 1/30 s apart', () => {
+    const R30 = { botPerS: 30, groupPerMin: 20, groupBurst: 1, chatPerS: 1 };
     // One chat pending 10 s: sends at 0, 3,000, 6,000, 9,000 ms.
     assert.equal(allowedSends([[0, 10_000]], R30), 4);
     assert.equal(allowedSends([[0, 30_000]], R30), 11);
@@ -75,10 +113,16 @@ describe('loadtest rollover - helpers', () => {
     ];
     assert.deepEqual(stalenessFloor(chats, 25), { dirty: 3, floorMs: 120 });
     assert.deepEqual(stalenessFloor([], 25), { dirty: 0, floorMs: 0 });
-    assert.deepEqual(stalenessFloor(Array.from({ length: 1_000 }, () => ({ lastChangeMs: 0, finalAtMs: 1 })), 25), {
-      dirty: 1_000,
-      floorMs: 40_000,
-    });
+    assert.deepEqual(
+      stalenessFloor(
+        Array.from({ length: 1_000 }, () => ({ lastChangeMs: 0, finalAtMs: 1 })),
+        25,
+      ),
+      {
+        dirty: 1_000,
+        floorMs: 40_000,
+      },
+    );
     assert.throws(() => stalenessFloor(chats, 0), RangeError);
   });
 

@@ -17,6 +17,7 @@ import { summarize } from '../hist.ts';
 import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/telegram/testing';
 import { StubThread } from '../telegram-stub/thread.ts';
 import { defaultConfig } from '@crowdplay/config';
+import { chatIntervalsOf, gcraGrant, gcraWaitUs } from '@crowdplay/sendq';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
@@ -101,12 +102,13 @@ export function msSummary(xs: number[]): MsSummary {
   return { count: s.length, p50: at(50), p95: at(95), p99: at(99), max: s[s.length - 1]! };
 }
 
-/** The product's bucket at its defaults (TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_CHAT_RATE_PER_S). */
+/** The product's bucket at its defaults (TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_GROUP_BURST, TELEGRAM_CHAT_RATE_PER_S). */
 const TELEGRAM_DEFAULTS = defaultConfig().telegram;
-/** The product's bucket (its defaults: TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_CHAT_RATE_PER_S). */
+/** The product's bucket (its defaults: TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_GROUP_BURST, TELEGRAM_CHAT_RATE_PER_S). */
 export const BUCKET_RATES = {
   botPerS: TELEGRAM_DEFAULTS.botRatePerS,
   groupPerMin: TELEGRAM_DEFAULTS.groupRatePerMin,
+  groupBurst: TELEGRAM_DEFAULTS.groupBurst,
   chatPerS: TELEGRAM_DEFAULTS.chatRatePerS,
 } as const;
 
@@ -125,9 +127,11 @@ export function actAckShare(from: ActAckCounts | null, to: ActAckCounts | null):
 
 /**
  * What the bucket allowed while work was queued, in sends: an ideal sender
- * under the product's bucket (libs/sendq: every rate an evenly spaced GCRA
- * with burst 1, so the bot may send every 1000/30 ms and a group chat every
- * max(60,000/20, 1000/1) = 3,000 ms, its first send at once), sending at
+ * under the product's bucket, with its arithmetic (libs/sendq gcra.ts: the
+ * bot every ceil(1e6 / botPerS) µs; a group chat by its chat interval and
+ * its group's GCRA with a burst of `groupBurst`, so at the defaults a chat's
+ * first two sends 1 s apart, then one every ceil(60e6 / 19) µs; with a burst
+ * of 1, one every max(60,000 / groupPerMin, 1000 / chatPerS) ms), sending at
  * every bot slot in the pending chat that has been allowed longest. A chat is
  * pending from its first accepted guess to the delivery of its final board
  * (or the end of the evaluation), so time when its board was current between
@@ -137,17 +141,20 @@ export function actAckShare(from: ActAckCounts | null, to: ActAckCounts | null):
  */
 export function allowedSends(
   pending: Array<[number, number]>,
-  rates: { botPerS: number; groupPerMin: number; chatPerS: number } = BUCKET_RATES,
+  rates: { botPerS: number; groupPerMin: number; groupBurst: number; chatPerS: number } = BUCKET_RATES,
 ): number {
   if (pending.length === 0) return 0;
-  const botMs = 1000 / rates.botPerS;
-  const chatMs = Math.max(60_000 / rates.groupPerMin, 1000 / rates.chatPerS);
-  const chats = pending.filter(([a, b]) => b >= a).map(([a, b]) => ({ a, b, next: a }));
+  // In µs, as the bucket counts: a chat's next send is when its chat interval and its group's GCRA both allow.
+  const botUs = Math.ceil(1e6 / rates.botPerS);
+  const iv = chatIntervalsOf({ groupRatePerMin: rates.groupPerMin, groupBurst: rates.groupBurst, chatRatePerS: rates.chatPerS });
+  const chats = pending
+    .filter(([a, b]) => b >= a)
+    .map(([a, b]) => ({ a: Math.round(a * 1000), b: Math.round(b * 1000), next: Math.round(a * 1000), chatTat: 0, groupTat: 0 }));
   const end = Math.max(...chats.map((c) => c.b));
   let total = 0;
   let t = Math.min(...chats.map((c) => c.a));
   while (t <= end) {
-    let best: { a: number; b: number; next: number } | null = null;
+    let best: (typeof chats)[number] | null = null;
     let soonest = Infinity;
     for (const c of chats) {
       if (c.b < t) continue;
@@ -157,8 +164,10 @@ export function allowedSends(
     }
     if (best) {
       total++;
-      best.next = t + chatMs;
-      t += botMs;
+      best.chatTat = gcraGrant(best.chatTat, t, iv.chatUs);
+      best.groupTat = gcraGrant(best.groupTat, t, iv.groupUs);
+      best.next = t + Math.max(gcraWaitUs(best.chatTat, t), gcraWaitUs(best.groupTat, t, iv.groupTauUs));
+      t += botUs;
     } else if (soonest === Infinity) break;
     else t = soonest;
   }
