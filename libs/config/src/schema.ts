@@ -607,6 +607,15 @@ export const schema = {
       doc: 'Longest a join waits for its channel to be placed before it is refused CP_ERR_CHANNEL_UNAVAILABLE (retryable; the placement goes on).',
       why: 'Under BUS_REQUEST_TIMEOUT_MS (2 s), so the gateway gets the refusal with its code instead of a timeout.',
     }),
+    drainBatchChannels: int({
+      env: 'ROUTER_DRAIN_BATCH_CHANNELS',
+      default: 250,
+      min: 1,
+      max: 1_000,
+      unit: 'count',
+      doc: 'Channels a drain moves at a time: each batch is handed off and placed before the next, so a channel is refused as moving only while its own batch moves.',
+      why: 'Handing off all of a shard first and placing them after left every channel refused for the whole drain (docs/decisions/0037-drain-batches.md).',
+    }),
     moveAcquireAttempts: int({
       env: 'ROUTER_MOVE_ACQUIRE_ATTEMPTS',
       default: 3,

@@ -56,6 +56,7 @@ describe('config', () => {
           HEAP_GROWING_PERCENT: '-5',
           TELEGRAM_SENDQ_BOOK_MS: '20000',
           BOARD_RENDER_NICE: '20',
+          ROUTER_DRAIN_BATCH_CHANNELS: '1001',
         }),
       (err: unknown) => {
         assert.ok(isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID'));
@@ -68,6 +69,7 @@ describe('config', () => {
           'HEAP_GROWING_PERCENT',
           'TELEGRAM_SENDQ_BOOK_MS',
           'BOARD_RENDER_NICE',
+          'ROUTER_DRAIN_BATCH_CHANNELS',
         ])
           assert.match(err.message, new RegExp(`${v}: `));
         return true;

@@ -226,6 +226,7 @@ export async function startServices(
           assignDeadlineMs: config.router.assignDeadlineMs,
           intentsPerChannel: config.router.intentsPerChannel,
           moveAcquireAttempts: config.router.moveAcquireAttempts,
+          drainBatchChannels: config.router.drainBatchChannels,
           onActive: recover,
         },
       );

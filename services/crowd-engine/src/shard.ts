@@ -460,9 +460,11 @@ export class Shard {
     if (this.s.owned.size === 0) return;
     let r: { ok: boolean; moves?: Array<{ channel: string; moved: boolean; shard: string | null }>; code?: string; message?: string };
     try {
-      // The router waits for this shard's handoffs and the new owners' acquires: batch requests with their own timeouts.
+      // The router moves ROUTER_DRAIN_BATCH_CHANNELS at a time, each batch a handoff here and acquires elsewhere with
+      // their own timeouts: the answer may take a batch timeout per batch.
+      const batches = Math.ceil(this.s.owned.size / Math.max(1, config.router.drainBatchChannels));
       const msg = await bus.request(subjects.routerCtl(), encodeJson({ v: CONTROL_VERSION, op: 'drain', shard: this.id }), {
-        timeoutMs: 3 * config.router.batchTimeoutMs,
+        timeoutMs: (2 + batches) * config.router.batchTimeoutMs,
       });
       r = decodeJson(msg.data);
     } catch (err) {

@@ -7,7 +7,7 @@ import { openStore, type Store } from '@crowdplay/store';
 import { pino } from 'pino';
 import { createTelemetry, type Telemetry } from '@crowdplay/telemetry';
 import { assertRefusalsLoggedOnce, testSchema, type TestSchema } from '@crowdplay/testing';
-import { Router } from '@crowdplay/router';
+import { Router, type RouterOptions } from '@crowdplay/router';
 import { SequencerService } from '@crowdplay/sequencer';
 import { REPEAT_HEADER, Shard, type ChargeFn, type GameModule } from '../src/index.ts';
 
@@ -59,6 +59,8 @@ export async function startHarness(
     ledgerConfig?: Partial<Config['ledger']>;
     /** The shard's clock (ms since epoch). */
     now?: () => number;
+    /** Router options beyond the harness's timeouts. */
+    router?: Partial<RouterOptions>;
   } = {},
 ): Promise<Harness & { schema: TestSchema }> {
   const schema = await testSchema();
@@ -79,7 +81,10 @@ export async function startHarness(
   await store.tenants.create('acme', 'Acme');
   const sequencer = new SequencerService({ bus, subjects, store, telemetry });
   await sequencer.start();
-  const router = new Router({ bus, subjects, store, telemetry }, { shardTimeoutMs: 3_000, waitForShardMs: 2_000, requestTimeoutMs: 2_000 });
+  const router = new Router(
+    { bus, subjects, store, telemetry },
+    { shardTimeoutMs: 3_000, waitForShardMs: 2_000, requestTimeoutMs: 2_000, ...opts.router },
+  );
   await router.start();
   const shards: Shard[] = [];
   const ledger = opts.ledger ? new Ledger(store.db, config.ledger, telemetry) : undefined;

@@ -41,6 +41,17 @@ import type { Telemetry } from '@crowdplay/telemetry';
 import type { Assignment, AssignmentChange, AssignResult, Migration, Move, RouterApi, RouterReply, ShardInfo } from './api.ts';
 import { MoveBudget, planMoves, planPlacement, shardState, type MemberLoad, type PlannedMove, type ShardState } from './balance.ts';
 
+/** ROUTER_DRAIN_BATCH_CHANNELS when none is given. */
+export const DRAIN_BATCH_CHANNELS = 250;
+
+/**
+ * The channels a drain moves at a time: `n` clamped to 1…CONTROL_BATCH_MAX (DRAIN_BATCH_CHANNELS when unset).
+ * The shard sizes its wait for the drain's answer with the same figure.
+ */
+export function drainBatchOf(n: number | undefined): number {
+  return Math.max(1, Math.min(CONTROL_BATCH_MAX, Math.trunc(n ?? DRAIN_BATCH_CHANNELS)));
+}
+
 export interface RouterOptions {
   /** A shard not heard from for this long is dead: it gets no new channel and its channels move, ms. */
   shardTimeoutMs: number;
@@ -60,6 +71,12 @@ export interface RouterOptions {
   rebalanceCooldownMs?: number;
   /** Intents/s that weigh as much as one channel in a shard's load (ROUTER_INTENTS_PER_CHANNEL); default 200. */
   intentsPerChannel?: number;
+  /**
+   * Channels a drain moves at a time (ROUTER_DRAIN_BATCH_CHANNELS; 1…CONTROL_BATCH_MAX); default 250. Each batch is
+   * handed off and placed before the next is handed off, so a channel stops taking intents only for its own batch's
+   * move, and the others keep being served on the draining shard meanwhile.
+   */
+  drainBatchChannels?: number;
   /** Placements a channel gets (another shard each time it can) before it is left to the next check (ROUTER_MOVE_ACQUIRE_ATTEMPTS); default 3. */
   moveAcquireAttempts?: number;
   /** How long first joins are gathered into one placement, ms (ROUTER_PLACEMENT_COALESCE_MS); default 5; 0: the next turn. */
@@ -285,7 +302,10 @@ export class Router implements RouterApi {
       }
       const max = this.opts.placementQueueMax ?? PLACEMENT_QUEUE_MAX;
       if (this.queued.size >= max) {
-        this.deps.telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_PLACEMENT_OVERLOADED', { limit: 'ROUTER_PLACEMENT_QUEUE_MAX', value: max });
+        this.deps.telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_PLACEMENT_OVERLOADED', {
+          limit: 'ROUTER_PLACEMENT_QUEUE_MAX',
+          value: max,
+        });
         reject(new CrowdplayError('CP_ERR_CHANNEL_PLACEMENT_OVERLOADED', [max]));
         return;
       }
@@ -517,14 +537,20 @@ export class Router implements RouterApi {
             const avoid = refusedBy.get(channel) ?? new Set<string>();
             avoid.add(shard);
             refusedBy.set(channel, avoid);
-            out.set(channel, new CrowdplayError((r.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: r.message }));
+            out.set(
+              channel,
+              new CrowdplayError((r.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel], { cause: r.message }),
+            );
             next.push(channel);
           }
         }),
       );
       phase.acquireMs += Math.round(performance.now() - tAcquire);
       // The shard did not take them: clear the owners (at their epochs only) so nobody believes they are served.
-      if (released.length > 0) await store.channels.releaseMany(released).catch((err: unknown) => telemetry.logger.warn({ err }, 'router: release of refused acquires failed'));
+      if (released.length > 0)
+        await store.channels
+          .releaseMany(released)
+          .catch((err: unknown) => telemetry.logger.warn({ err }, 'router: release of refused acquires failed'));
       todo = next;
     }
     for (const ch of todo) if (!out.has(ch)) out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
@@ -637,7 +663,8 @@ export class Router implements RouterApi {
       if (list) list.push(a.channel);
       else dead.set(a.shard, [a.channel]);
     }
-    for (const m of this.members.values()) if (this.stateOf(m.id) === 'dead' && !dead.has(m.id) && !this.deadSince.has(m.id)) dead.set(m.id, []);
+    for (const m of this.members.values())
+      if (this.stateOf(m.id) === 'dead' && !dead.has(m.id) && !this.deadSince.has(m.id)) dead.set(m.id, []);
     for (const [shard, chs] of dead) {
       if (this.deadSince.has(shard)) continue;
       this.deadSince.set(shard, now);
@@ -768,7 +795,8 @@ export class Router implements RouterApi {
     for (const r of rows) {
       if (r.owner === null || r.migratedTo !== null) continue;
       const known = this.assignments.get(r.id);
-      if (!this.inflight.has(r.id) && (!known || known.epoch < r.epoch)) this.assignments.set(r.id, { channel: r.id, shard: r.owner, epoch: r.epoch });
+      if (!this.inflight.has(r.id) && (!known || known.epoch < r.epoch))
+        this.assignments.set(r.id, { channel: r.id, shard: r.owner, epoch: r.epoch });
       const list = byOwner.get(r.owner);
       if (list) list.push(r.id);
       else byOwner.set(r.owner, [r.id]);
@@ -914,11 +942,13 @@ export class Router implements RouterApi {
     const done: Array<() => void> = [];
     for (const ch of channels) {
       if (this.inflight.has(ch)) continue;
-      const p = new Promise<Assignment>((resolve, reject) => done.push(() => {
-        const a = this.assignments.get(ch);
-        if (a) resolve(a);
-        else reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
-      }));
+      const p = new Promise<Assignment>((resolve, reject) =>
+        done.push(() => {
+          const a = this.assignments.get(ch);
+          if (a) resolve(a);
+          else reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch]));
+        }),
+      );
       void p.catch(() => undefined);
       this.inflight.set(ch, p);
       void p.finally(() => this.inflight.get(ch) === p && this.inflight.delete(ch)).catch(() => undefined);
@@ -956,7 +986,11 @@ export class Router implements RouterApi {
     const handed: string[] = [];
     const handoffs =
       member && member.v >= 2
-        ? await this.batched(mine, (ch) => ch, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'release', channels: chunk, handoff: true }, this.batchTimeoutMs()))
+        ? await this.batched(
+            mine,
+            (ch) => ch,
+            (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'release', channels: chunk, handoff: true }, this.batchTimeoutMs()),
+          )
         : await Promise.all(
             mine.map(async (channel) => {
               const r = await this.request(from, { op: 'release', channel, handoff: true }, this.opts.requestTimeoutMs);
@@ -965,7 +999,15 @@ export class Router implements RouterApi {
           );
     for (const r of handoffs) {
       if (r.ok) handed.push(r.channel);
-      else result.set(r.channel, { channel: r.channel, moved: false, shard: from, epoch: rows.get(r.channel)!.epoch, handoffRefused: true, code: r.code });
+      else
+        result.set(r.channel, {
+          channel: r.channel,
+          moved: false,
+          shard: from,
+          epoch: rows.get(r.channel)!.epoch,
+          handoffRefused: true,
+          code: r.code,
+        });
     }
     if (member) member.channels = Math.max(0, member.channels - handed.length);
     for (const ch of handed) this.assignments.delete(ch);
@@ -979,7 +1021,13 @@ export class Router implements RouterApi {
         forget.push(ch);
       } else {
         this.unplaced.add(ch);
-        result.set(ch, { channel: ch, moved: false, shard: null, epoch: rows.get(ch)!.epoch, code: a?.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE' });
+        result.set(ch, {
+          channel: ch,
+          moved: false,
+          shard: null,
+          epoch: rows.get(ch)!.epoch,
+          code: a?.code ?? 'CP_ERR_CHANNEL_UNAVAILABLE',
+        });
       }
     }
     const moved = forget.length;
@@ -989,14 +1037,25 @@ export class Router implements RouterApi {
     if (forget.length > 0) {
       const answers =
         member && member.v >= 2
-          ? await this.batched(forget, (ch) => ch, (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'forget', channels: chunk }, this.opts.requestTimeoutMs))
-          : await Promise.all(forget.map(async (channel) => ({ channel, ok: (await this.request(from, { op: 'forget', channel }, this.opts.requestTimeoutMs)).ok })));
+          ? await this.batched(
+              forget,
+              (ch) => ch,
+              (chunk) => this.request(from, { v: CONTROL_VERSION, op: 'forget', channels: chunk }, this.opts.requestTimeoutMs),
+            )
+          : await Promise.all(
+              forget.map(async (channel) => ({
+                channel,
+                ok: (await this.request(from, { op: 'forget', channel }, this.opts.requestTimeoutMs)).ok,
+              })),
+            );
       const unanswered = answers.filter((r) => !r.ok).length;
       if (unanswered > 0) telemetry.logger.warn({ shard: from, channels: unanswered }, 'move: the old owner did not answer forget');
     }
     if (mine.length > 0)
       telemetry.logger.info(
-        mine.length === 1 ? { channel: mine[0], from, to: result.get(mine[0]!)?.shard, reason } : { from, reason, channels: mine.length, moved },
+        mine.length === 1
+          ? { channel: mine[0], from, to: result.get(mine[0]!)?.shard, reason }
+          : { from, reason, channels: mine.length, moved },
         mine.length === 1 ? 'channel moved' : 'channels moved',
       );
     return channels.map((ch) => result.get(ch)!);
@@ -1059,21 +1118,28 @@ export class Router implements RouterApi {
     const [m] = await this.moveMany([channel], row.owner, 'drain');
     if (!m) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
     if (m.handoffRefused) throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
-    if (!m.moved && m.shard === null) throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
+    if (!m.moved && m.shard === null)
+      throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
     return { channel: m.channel, moved: m.moved, shard: m.shard, epoch: m.epoch };
   }
 
   /**
-   * Moves every channel of `shard` (a drain: it is leaving) to other live shards, in batches (see
-   * {@link moveMany}); the shard refunds what did not move.
+   * Moves every channel of `shard` (a drain: it is leaving) to other live shards, ROUTER_DRAIN_BATCH_CHANNELS at a
+   * time (see {@link moveMany}): one batch is handed off and placed before the next one is handed off, so each
+   * channel is refused (moving) only while its own batch moves. The shard refunds what did not move.
    * @returns one Move per channel it owned
    */
   async drain(shard: string): Promise<Move[]> {
     const owned = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
     for (const a of this.assignments.values()) if (a.shard === shard) owned.add(a.channel);
     await Promise.all([...owned].map((ch) => this.inflight.get(ch)?.catch(() => undefined)));
-    const moves = await this.moveMany([...owned], shard, 'drain');
-    return moves.map(({ channel, moved, shard: s, epoch }) => ({ channel, moved, shard: s, epoch }));
+    const list = [...owned];
+    const per = drainBatchOf(this.opts.drainBatchChannels);
+    const moves: Move[] = [];
+    for (let i = 0; i < list.length; i += per)
+      for (const { channel, moved, shard: s, epoch } of await this.moveMany(list.slice(i, i + per), shard, 'drain'))
+        moves.push({ channel, moved, shard: s, epoch });
+    return moves;
   }
 
   membership(): Promise<ShardInfo[]> {
@@ -1088,7 +1154,10 @@ export class Router implements RouterApi {
       const req = decodeControl(RouterControl, msg.data);
       switch (req.op) {
         case 'assign':
-          reply = 'channels' in req ? { ok: true, assigned: await this.assignBatch(req.channels) } : { ok: true, assignment: await this.assign(req.channel) };
+          reply =
+            'channels' in req
+              ? { ok: true, assigned: await this.assignBatch(req.channels) }
+              : { ok: true, assignment: await this.assign(req.channel) };
           break;
         case 'lookup':
           reply = { ok: true, assignment: await this.lookup(req.channel) };
