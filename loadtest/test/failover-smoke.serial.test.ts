@@ -166,6 +166,13 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
           assert.equal(f.recovered, f.channels);
           assert.equal(f.count, f.channels);
         }
+        // The same channels probed at the shard: each one's owner takes intents again.
+        for (const f of [r.recoveryMs.kill.atShard, r.recoveryMs.drain.atShard]) {
+          assert.ok(f, 'shard probes ran');
+          assert.deepEqual(f.notRecovered, []);
+          assert.equal(f.recovered, f.channels);
+        }
+        assert.equal(r.recoveryMs.kill.atShard!.channels, r.recoveryMs.kill.channels);
         assert.equal(r.recoveryMs.kill.channels, r.channelsMoved.killed);
         assert.equal(r.recoveryMs.drain.channels, r.channelsMoved.drained);
         assert.ok(r.recoveryMs.kill.detectionMs !== null, 'the router declared the killed shard dead');

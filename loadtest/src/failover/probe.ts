@@ -130,6 +130,11 @@ export class ProbeSet {
     this.tick();
   }
 
+  /** Probes whose socket is open (welcomed) now. */
+  get welcomedNow(): number {
+    return this.probes.filter((p) => p.client.state === 'open').length;
+  }
+
   /** Probes whose intent has not reached the game yet. */
   get pending(): number {
     return this.left;

@@ -5,12 +5,20 @@
 import type { MachineInfo } from '../crowd/report.ts';
 import type { LatencySummary } from '../hist.ts';
 import type { SteadyCpu } from './cpu.ts';
+import type { ShardRecoveryFigures } from './shard-probe.ts';
 
 /** Nearest-rank percentiles of ms samples (null when there are none). */
 export interface MsFigures {
   count: number;
   p50: number | null;
   max: number | null;
+}
+
+/** Nearest-rank p50 and max of ms samples. */
+export function msFigures(xs: number[]): MsFigures {
+  if (xs.length === 0) return { count: 0, p50: null, max: null };
+  const s = [...xs].sort((a, b) => a - b);
+  return { count: s.length, p50: s[Math.max(0, Math.ceil(s.length / 2) - 1)]!, max: s[s.length - 1]! };
 }
 
 /** One failover target. `correctness` targets decide the exit code; `timing` ones are reported only. */
@@ -41,6 +49,8 @@ export interface RecoveryFigures extends MsFigures {
   moveMs: MsFigures;
   /** The probes' intents: sent, acked, and failed by code (refusals, CP_ERR_CLIENT_REQUEST_TIMEOUT…). */
   probes: { sent: number; acked: number; failedByCode: Record<string, number> };
+  /** The same channels probed at the shard (shard-probe.ts): the control plane's gap, apart from the viewers' path; null for the router fault. */
+  atShard: ShardRecoveryFigures | null;
 }
 
 /** One of the router's `shard declared dead` / `channels moved` log lines. */
@@ -207,8 +217,14 @@ export function formatFailoverReport(r: FailoverReport): string {
     ...(['kill', 'drain', 'router'] as const).flatMap((k) => {
       const f = r.recoveryMs[k];
       if (!f || f.atMs === null) return [];
+      const a = f.atShard;
       return [
-        `  recoveryMs ${k.padEnd(9)} p50 ${fmt(f.p50)}, max ${fmt(f.max)} over ${f.recovered}/${f.channels} channels; detection ${fmt(f.detectionMs)}, move p50 ${fmt(f.moveMs.p50)} max ${fmt(f.moveMs.max)}`,
+        `  recoveryMs ${k.padEnd(9)} viewer path: p50 ${fmt(f.p50)}, max ${fmt(f.max)} over ${f.recovered}/${f.channels} channels; detection ${fmt(f.detectionMs)}, move p50 ${fmt(f.moveMs.p50)} max ${fmt(f.moveMs.max)}`,
+        ...(a
+          ? [
+              `  ${''.padEnd(20)} at the shard: p50 ${fmt(a.p50)}, max ${fmt(a.max)} over ${a.recovered}/${a.channels} channels (${a.movedBetweenProbes} moved between probes); move p50 ${fmt(a.moveMs.p50)} max ${fmt(a.moveMs.max)}`,
+            ]
+          : []),
       ];
     }),
     `  intents              sent ${r.intents.sent}, acked ${r.intents.acked}, refused ${r.intents.refused}, closed ${r.intents.closed}, unanswered ${r.intents.unanswered}, counted ${r.intents.counted}`,

@@ -30,6 +30,8 @@ import { buildProductBundle, dropSchema, purgeSendqKeys } from '../rollover/prod
 import { SteadyCpuWatch, type SteadyCpu } from './cpu.ts';
 import { ChannelGame } from './games.ts';
 import { ProbeSet, probeViewerId, type ProbeResult } from './probe.ts';
+import { shardRecoveryFigures, type ShardProbeResult } from './shard-probe.ts';
+import { ShardProbeHost } from './shard-probe-worker.ts';
 import {
   emptyFailoverCounters,
   type AckedStake,
@@ -39,7 +41,7 @@ import {
   type FailoverWorkerMessage,
   viewerId,
 } from './ipc.ts';
-import type { FailoverReport, FailoverTarget, MsFigures, RecoveryFigures, RouterLogLine } from './report.ts';
+import { msFigures, type FailoverReport, type FailoverTarget, type RecoveryFigures, type RouterLogLine } from './report.ts';
 
 /** The services the cluster uses when none are named: `crowdplay cluster`'s defaults (this machine's). */
 export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
@@ -47,6 +49,8 @@ export const FAILOVER_DEFAULTS = CLUSTER_DEFAULTS;
 /** The failover's timing targets, ms. */
 export const TARGET_KILL_RECOVERY_MS = 5_000;
 export const TARGET_DRAIN_RECOVERY_MS = 1_000;
+/** The move after the router declared the shard dead, at the shard, ms. */
+export const TARGET_KILL_MOVE_MS = 1_500;
 export const TARGET_RECONNECT_MS = 10_000;
 /** The faults a run can apply (`--faults`). */
 export const FAILOVER_FAULTS = ['kill', 'drain', 'gateway', 'router'] as const;
@@ -57,6 +61,8 @@ export const DEFAULT_FAULTS: readonly FailoverFault[] = ['kill', 'drain', 'gatew
 const ROUTER_PROBES = 100;
 /** How long a fault may wait past its time for the previous fault's probes to recover, ms. */
 const FAULT_GAP_MS = 15_000;
+/** Longest a fault waits for its viewer-path probes' sockets to be welcomed, ms (past it, it goes ahead and warns). */
+const PROBES_WELCOME_MS = 30_000;
 /** Viewers act at least this long after the last fault, ms. */
 const ACT_AFTER_FAULT_MS = 5_000;
 /** Longest the end waits for every logged batch to reach its game before counting, ms. */
@@ -135,13 +141,6 @@ export function parseFaults(text: string): FailoverFault[] {
     out.push(n as FailoverFault);
   }
   return out;
-}
-
-/** Nearest-rank p50 and max of ms samples. */
-export function msFigures(xs: number[]): MsFigures {
-  if (xs.length === 0) return { count: 0, p50: null, max: null };
-  const s = [...xs].sort((a, b) => a - b);
-  return { count: s.length, p50: s[Math.max(0, Math.ceil(s.length / 2) - 1)]!, max: s[s.length - 1]! };
 }
 
 /** sha256(viewer ␀ key) base64url[0..22): the crowd-engine's stake idempotency hash (round-ledger.ts hashOf), part of the stake's transfer id. */
@@ -272,6 +271,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const unexpectedExits: string[] = [];
   let report: FailoverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
+  let shardProbes: ShardProbeHost | null = null;
   let steadyCpu: SteadyCpu | null = null;
   const probeSets: ProbeSet[] = [];
   /** The router's `shard declared dead` and `channels moved` lines, as they arrived. */
@@ -336,6 +336,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     log(`cluster up: gateways ${urls.join(', ')}`);
     store = await openStore({ url: databaseUrl, schema, poolMax: 4, pgliteDir: 'memory', migrate: false });
     const st = store;
+    shardProbes = await ShardProbeHost.start(natsUrl, subjectPrefix);
+    const sp = shardProbes;
     const tenant = await st.tenants.create('failover', 'Failover load');
     const apiKey = tenant.apiKey;
     const secret = tenant.tenant.signingSecret;
@@ -422,7 +424,17 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const initialOwners = await owners(st, channels);
     const t0 = Date.now() + 500;
     for (const c of children) c.send({ type: 'start', t0 });
-    const steadyAt = t0 + rampS * 1000;
+    // The steady phase (its CPU figures and the faults' times) starts once every viewer is welcomed, not while the
+    // connection storm still queues behind the ramp: a fault then measures recovery, not the first connects.
+    await sleep(Math.max(0, t0 + rampS * 1000 - Date.now()));
+    const connectedNow = (): number => [...latest.values()].reduce((n, c) => n + c.connected, 0);
+    while (connectedNow() < viewers && Date.now() < t0 + viewerConnectDeadlineMs) await sleep(250);
+    if (connectedNow() < viewers)
+      warnings.push(
+        `${viewers - connectedNow()} viewers were not welcomed ${viewerConnectDeadlineMs} ms after the start: the steady phase began without them`,
+      );
+    const steadyAt = Date.now();
+    log(`${connectedNow()}/${viewers} viewers welcomed ${steadyAt - t0} ms after the start; steady phase`);
     const actEnd = steadyAt + o.durationS * 1000;
     // Steady-phase CPU per process: from the end of the ramp to the first fault.
     const natsPid = findListeningPid(Number(new URL(natsUrl).port || 4222));
@@ -448,7 +460,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const shardNames = cl.processes.filter((p) => p.service === 'crowd-engine').map((p) => p.name);
     const atFault = async (frac: number): Promise<void> => sleep(Math.max(0, steadyAt + frac * o.durationS * 1000 - Date.now()));
     /**
-     * Probes for `chans`, pre-connected (welcomed, or 5 s passed) before the fault and armed at it.
+     * Probes for `chans`, pre-connected (welcomed, or PROBES_WELCOME_MS passed) before the fault and armed at it.
      * A probe's channel k sits on gateway (k + 1) mod G, away from its game's.
      */
     const probesFor = async (fault: string, chans: string[]): Promise<ProbeSet> => {
@@ -466,7 +478,13 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         localAddress: `127.0.1.${1 + probeSets.length}`,
       });
       probeSets.push(set);
-      await set.welcomed(Date.now() + 5_000);
+      const from = Date.now();
+      await set.welcomed(from + PROBES_WELCOME_MS);
+      if (set.welcomedNow < chans.length)
+        warnings.push(
+          `${fault}: ${chans.length - set.welcomedNow} of ${chans.length} probes were not welcomed ${PROBES_WELCOME_MS} ms before the fault`,
+        );
+      log(`${fault}: ${set.welcomedNow}/${chans.length} probes welcomed in ${Date.now() - from} ms`);
       return set;
     };
     interface ShardFault {
@@ -475,8 +493,10 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       before: Map<string, OwnerRow>;
       chans: string[];
       probes: ProbeSet | null;
+      /** The fault's set of shard probes (ShardProbeHost id). */
+      shardProbes: number | null;
     }
-    const noFault = (): ShardFault => ({ shard: null, at: 0, before: new Map(), chans: [], probes: null });
+    const noFault = (): ShardFault => ({ shard: null, at: 0, before: new Map(), chans: [], probes: null, shardProbes: null });
     let kill = noFault();
     let drain = noFault();
     let routerFault: { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null = null;
@@ -498,15 +518,28 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       }
       const chans = [...before.values()].filter((r) => r.owner === shard && gameOf.get(r.id)!.connected).map((r) => r.id);
       const probes = await probesFor(kind, chans);
+      const shardProbes = await sp.create({
+        gateway: `fo-probe-${kind}`,
+        channels: chans,
+        viewers: chans.map((ch) => probeViewerId(`shard-${kind}`, chIndex.get(ch)!)),
+        mode: kind === 'kill' ? 'dead' : 'moving',
+        intervalMs: probeIntervalMs,
+      });
       const at = Date.now();
       const h = cl.get(shard);
-      if (kind === 'drain') void h.exited().then((e) => (drainExit = { ms: Date.now() - at, code: e.code, signal: e.signal }));
+      if (kind === 'drain')
+        void h.exited().then((e) => {
+          drainExit = { ms: Date.now() - at, code: e.code, signal: e.signal };
+          return sp.ownerGone(shardProbes).catch((err: unknown) => void warnings.push(`shard probes: ${(err as Error).message}`));
+        });
       h.signal(kind === 'kill' ? 'SIGKILL' : 'SIGTERM');
       probes.arm();
+      await sp.arm(shardProbes, at);
       log(`${kind === 'kill' ? 'SIGKILL' : 'SIGTERM'} ${shard} (${chans.length} channels with a game, probed)`);
-      return { shard, at, before, chans, probes };
+      return { shard, at, before, chans, probes, shardProbes };
     };
     let lastProbes: ProbeSet | null = null;
+    let lastShardProbes: number | null = null;
     let lastFaultAt = 0;
     for (let f = 0; f < faults.length; f++) {
       await atFault(faultsAt[f]!);
@@ -515,11 +548,13 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         steadyCpu = cpuWatch.stop();
       }
       // One fault at a time: the next waits (up to FAULT_GAP_MS past its time) for the last one's probes to recover.
-      await (lastProbes as ProbeSet | null)?.settle(Date.now() + FAULT_GAP_MS);
+      const gapUntil = Date.now() + FAULT_GAP_MS;
+      const lastSet = lastShardProbes as number | null;
+      await Promise.all([(lastProbes as ProbeSet | null)?.settle(gapUntil), lastSet === null ? null : sp.settle(lastSet, gapUntil)]);
       const fault = faults[f]!;
       lastFaultAt = Date.now();
-      if (fault === 'kill') lastProbes = (kill = await shardFault('kill')).probes;
-      else if (fault === 'drain') lastProbes = (drain = await shardFault('drain')).probes;
+      if (fault === 'kill') ({ probes: lastProbes, shardProbes: lastShardProbes } = kill = await shardFault('kill'));
+      else if (fault === 'drain') ({ probes: lastProbes, shardProbes: lastShardProbes } = drain = await shardFault('drain'));
       else if (fault === 'gateway') {
         const name = `gw-${gateways}`;
         gwName = name;
@@ -546,6 +581,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         const probes = await probesFor('router', chans);
         const r = { at: Date.now(), restartMs: null as number | null, chans, probes };
         lastProbes = probes;
+        lastShardProbes = null;
         routerFault = r;
         const h = cl.get('router');
         h.signal('SIGKILL');
@@ -610,6 +646,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     progress = null;
     const probeResults = new Map<ProbeSet, ProbeResult[]>();
     for (const set of probeSets) probeResults.set(set, await set.stop());
+    const shardProbeResults: Map<number, ShardProbeResult[]> = await sp.stop();
 
     // ---------------------------------------------------------------- analysis
     const fin = [...finals.values()];
@@ -667,7 +704,13 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
      */
     const declaredDead = (shard: string | null, at: number): number | null =>
       routerLog.find((l) => l.msg.includes('declared dead') && l.shard === shard && l.seenAt >= at)?.declaredDeadAtMs ?? null;
-    const recovery = (shard: string | null, at: number, probes: ProbeSet | null, deadAt: number | null): RecoveryFigures => {
+    const recovery = (
+      shard: string | null,
+      at: number,
+      probes: ProbeSet | null,
+      deadAt: number | null,
+      shardProbes: number | null = null,
+    ): RecoveryFigures => {
       const results = probes ? probeResults.get(probes)! : [];
       const xs: number[] = [];
       const moves: number[] = [];
@@ -696,10 +739,11 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         detectionMs: deadAt === null ? null : deadAt - at,
         moveMs: msFigures(moves),
         probes: { sent, acked, failedByCode },
+        atShard: shardProbes === null ? null : shardRecoveryFigures(shardProbeResults.get(shardProbes) ?? [], deadAt),
       };
     };
-    const killFig = recovery(kill.shard, kill.at, kill.probes, kill.shard ? declaredDead(kill.shard, kill.at) : null);
-    const drainFig = recovery(drain.shard, drain.at, drain.probes, null);
+    const killFig = recovery(kill.shard, kill.at, kill.probes, kill.shard ? declaredDead(kill.shard, kill.at) : null, kill.shardProbes);
+    const drainFig = recovery(drain.shard, drain.at, drain.probes, null, drain.shardProbes);
     const rf = routerFault as { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null;
     const routerFig = rf ? recovery('router', rf.at, rf.probes, null) : null;
     const killedSet = new Set(kill.chans);
@@ -815,12 +859,30 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
           killFig.max !== null && killFig.max <= TARGET_KILL_RECOVERY_MS,
           'timing',
         ),
+        recoveryMsKillMaxAtShard: t(
+          killFig.atShard?.max ?? null,
+          `≤ ${TARGET_KILL_RECOVERY_MS}`,
+          (killFig.atShard?.max ?? Infinity) <= TARGET_KILL_RECOVERY_MS,
+          'timing',
+        ),
+        moveMsKillMaxAtShard: t(
+          killFig.atShard?.moveMs.max ?? null,
+          `≤ ${TARGET_KILL_MOVE_MS}`,
+          (killFig.atShard?.moveMs.max ?? Infinity) <= TARGET_KILL_MOVE_MS,
+          'timing',
+        ),
       }),
       ...(faults.includes('drain') && {
         recoveryMsDrainMax: t(
           drainFig.max,
           `≤ ${TARGET_DRAIN_RECOVERY_MS}`,
           drainFig.max !== null && drainFig.max <= TARGET_DRAIN_RECOVERY_MS,
+          'timing',
+        ),
+        recoveryMsDrainMaxAtShard: t(
+          drainFig.atShard?.max ?? null,
+          `≤ ${TARGET_DRAIN_RECOVERY_MS}`,
+          (drainFig.atShard?.max ?? Infinity) <= TARGET_DRAIN_RECOVERY_MS,
           'timing',
         ),
       }),
@@ -946,7 +1008,14 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
       reconnectFailedByCode,
       ledgerVerify,
       actAckMs: summarize(actAck),
-      connections: { requested: viewers, connected: sum.connected, failed: sum.connectFailed, welcomeMs: msFigures(welcome), failedByCode, retriedByCode },
+      connections: {
+        requested: viewers,
+        connected: sum.connected,
+        failed: sum.connectFailed,
+        welcomeMs: msFigures(welcome),
+        failedByCode,
+        retriedByCode,
+      },
       generatorCpuPct: { avg: Math.round(cpuAvg), peak: Math.round(cpuPeak) },
       steadyCpu,
       errorLogLines: errorCount,
@@ -959,6 +1028,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   } finally {
     if (progress) clearInterval(progress);
     await Promise.all(probeSets.map((p) => p.stop().catch(() => undefined)));
+    await shardProbes?.kill();
     for (const c of children) if (c.connected) c.send({ type: 'exit' });
     await Promise.all(children.map((c) => waitExit(c, 10_000)));
     await Promise.all(games.map((g) => g.client.close().catch(() => undefined)));
