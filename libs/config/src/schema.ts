@@ -940,11 +940,11 @@ export const schema = {
     }),
     groupBurst: int({
       env: 'TELEGRAM_GROUP_BURST',
-      default: 2,
+      default: 1,
       min: 1,
       unit: 'count',
       doc: 'Sends a quiet group chat may make at once (still a chat interval apart), 1 to TELEGRAM_GROUP_RATE_PER_MIN; no minute ever holds more than that rate.',
-      why: 'A quiet group that changes right after its board went out gets its next board after the 1 s chat interval instead of 3 s; the cost: a group sending all the time gets 19 a minute, not 20 (docs/decisions/0036-group-burst.md).',
+      why: 'In the 1,000-chat rollover a burst of 2 raised board staleness p95 from ~4.7 s to 11–15 s: the bucket is the bottleneck there, and a busy chat going again after 1 s takes slots from the others (docs/decisions/0036-group-burst.md).',
     }),
     chatRatePerS: int({
       env: 'TELEGRAM_CHAT_RATE_PER_S',

@@ -91,9 +91,9 @@ describe('config', () => {
     );
   });
 
-  it('load - TELEGRAM_GROUP_BURST: 2 by default, an integer from 1 to TELEGRAM_GROUP_RATE_PER_MIN, else refused at start', () => {
-    assert.equal(loadConfig({}).telegram.groupBurst, 2);
-    assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '1' }).telegram.groupBurst, 1);
+  it('load - TELEGRAM_GROUP_BURST: 1 by default, an integer from 1 to TELEGRAM_GROUP_RATE_PER_MIN, else refused at start', () => {
+    assert.equal(loadConfig({}).telegram.groupBurst, 1);
+    assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '2' }).telegram.groupBurst, 2);
     assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '20' }).telegram.groupBurst, 20);
     assert.equal(loadConfig({ TELEGRAM_GROUP_RATE_PER_MIN: '10', TELEGRAM_GROUP_BURST: '10' }).telegram.groupBurst, 10);
     const bad: Array<[Record<string, string>, string]> = [

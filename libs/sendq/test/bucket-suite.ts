@@ -9,7 +9,7 @@ import { isCrowdplayError } from '@crowdplay/protocol';
 import { ManualClock, type SendBucket, type SendLimits } from '../src/index.ts';
 import { TELEGRAM_LIMITS } from './harness.ts';
 
-/** Telegram's limits with a group burst of 2 (TELEGRAM_GROUP_BURST's default): T_group = ceil(60e6 / 19) = 3,157,895 µs. */
+/** Telegram's limits with a group burst of 2 (TELEGRAM_GROUP_BURST=2; its default is 1): T_group = ceil(60e6 / 19) = 3,157,895 µs. */
 const BURST_2: SendLimits = { ...TELEGRAM_LIMITS, groupBurst: 2 };
 
 /** The most grants in any half-open window [s, s + windowMs) for every whole-ms start s (grants in whole ms). */

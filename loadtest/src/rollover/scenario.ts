@@ -129,9 +129,10 @@ export function actAckShare(from: ActAckCounts | null, to: ActAckCounts | null):
  * What the bucket allowed while work was queued, in sends: an ideal sender
  * under the product's bucket, with its arithmetic (libs/sendq gcra.ts: the
  * bot every ceil(1e6 / botPerS) µs; a group chat by its chat interval and
- * its group's GCRA with a burst of `groupBurst`, so at the defaults a chat's
- * first two sends 1 s apart, then one every ceil(60e6 / 19) µs; with a burst
- * of 1, one every max(60,000 / groupPerMin, 1000 / chatPerS) ms), sending at
+ * its group's GCRA with a burst of `groupBurst`: at the defaults (burst 1)
+ * one every max(60,000 / groupPerMin, 1000 / chatPerS) = 3,000 ms, its first
+ * send at once; with a burst of 2, a quiet chat's first two sends 1 s apart,
+ * then one every ceil(60e6 / 19) µs), sending at
  * every bot slot in the pending chat that has been allowed longest. A chat is
  * pending from its first accepted guess to the delivery of its final board
  * (or the end of the evaluation), so time when its board was current between

@@ -14,11 +14,12 @@
  * gcra.ts, every chat paced as a group: boards are groups'): its chat
  * interval (TELEGRAM_CHAT_RATE_PER_S: 1 s) after its last board, and within
  * its group's GCRA (TELEGRAM_GROUP_RATE_PER_MIN with a burst of
- * TELEGRAM_GROUP_BURST: at the defaults a chat that was quiet may go 1 s
- * after its last board, one that keeps going every 3,157.895 ms, never more
- * than 20 in a minute; with burst 1, every 3,000 ms). They go quietest
- * first: the chat whose last change is the oldest, since a board drawn while
- * its chat still changes is stale again at once and is sent twice, while a
+ * TELEGRAM_GROUP_BURST: at the defaults, burst 1, every 3,000 ms; with a
+ * burst of 2 a chat that was quiet may go 1 s after its last board, one
+ * that keeps going every 3,157.895 ms, never more than 20 in a minute;
+ * docs/decisions/0036-group-burst.md). They go quietest first: the chat
+ * whose last change is the oldest, since a board drawn while its chat
+ * still changes is stale again at once and is sent twice, while a
  * quiet chat's board is likely its last. A chat that keeps changing is not
  * starved: it ranks as if its last change were one interval after it became
  * dirty (`min(lastChange, dirtySince + intervalMs)`), so it goes at most about
@@ -67,9 +68,9 @@
  *
  * The first term is a chat that changes just after its board was handed on:
  * it may go again after max(chat interval 1 s, what its group's GCRA allows:
+ * 3,000 ms for every chat with burst 1, the default; with a larger burst
  * nothing more for a group with its burst left, 3,157.895 ms for one that
- * keeps going; 3,000 ms for every chat with burst 1), and its next board then
- * waits behind the backlog.
+ * keeps going at burst 2), and its next board then waits behind the backlog.
  *
  * The send budget is a floor, not a ceiling: the bucket (TELEGRAM_BOT_RATE_PER_S)
  * lets boards use every slot the transactional lane leaves idle (libs/sendq,
