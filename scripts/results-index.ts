@@ -66,8 +66,8 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
-  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '42f7aa5' },
-  'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '42f7aa5' },
+  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: 'e23d317' },
+  'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: 'e23d317' },
   'rollover-1000x10-08910fd.json': { command: ROLLOVER, machine: 'pinned', commit: '08910fd' },
   'rollover-1000x10-ddef491.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
@@ -515,6 +515,7 @@ export const RESULTS: ResultsIndex = {
         '0024-npm-start-runs-the-bundle.md',
         '0034-boards-go-quietest-first.md',
         '0035-render-threads-at-the-loops-priority.md',
+        '0036-group-burst.md',
       ],
       intro: [
         'The seed’s rig. The product as `npm start` runs it (the esbuild bundle through scripts/start.sh, standalone, on ' +
