@@ -613,7 +613,7 @@ export const schema = {
       min: 1,
       max: 1_000,
       unit: 'count',
-      doc: 'Channels a drain moves at a time: each batch is handed off and placed before the next, so a channel is refused as moving only while its own batch moves.',
+      doc: 'Channels a drain hands off at a time, each batch placed once handed off, so a channel is refused as moving only while its own batch moves.',
       why: 'Handing off all of a shard first and placing them after left every channel refused for the whole drain (docs/decisions/0037-drain-batches.md).',
     }),
     moveAcquireAttempts: int({

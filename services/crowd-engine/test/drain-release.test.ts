@@ -57,20 +57,26 @@ describe('shard drain with another live shard', () => {
   });
   after(() => h.close());
 
-  it('drain - channels move ROUTER_DRAIN_BATCH_CHANNELS at a time, each batch placed before the next is handed off', async () => {
+  it('drain - channels are handed off ROUTER_DRAIN_BATCH_CHANNELS at a time, each batch placed once it is handed off', async () => {
     const ids = Array.from({ length: 2 * PER + 1 }, (_, i) => `db${i}`);
     await h.store.db.query(`INSERT INTO channels (id, tenant_id) SELECT unnest($1::text[]), $2`, [ids, T]);
     await Promise.all(ids.map((id) => h.router.assign(id)));
     assert.equal(h.shard.channels.length, ids.length);
     const other = await h.newShard('s-other');
     await h.waitFor(async () => (await h.router.membership()).some((m) => m.id === other.id));
-    // Every control request either shard gets, in order: a handoff is a `release` with `handoff` to the drained shard.
-    const steps: string[] = [];
+    // Every handoff (a `release` with `handoff` to the drained shard) and acquire either shard gets, in order.
+    const handoffs: string[][] = [];
+    const acquires: string[][] = [];
+    const handedBefore: boolean[] = [];
     const watch = (shard: string) =>
       h.bus.subscribe(h.subjects.shardCtl(shard), (msg) => {
         const m = decodeControl(ShardControl, msg.data);
-        if (m.op === 'release' && 'channels' in m && m.handoff) steps.push(`handoff ${m.channels.length}`);
-        else if (m.op === 'acquire' && 'channels' in m) steps.push(`acquire ${m.channels.length}`);
+        if (m.op === 'release' && 'channels' in m && m.handoff) handoffs.push([...m.channels]);
+        else if (m.op === 'acquire' && 'channels' in m) {
+          const chans = m.channels.map((c) => c.channel);
+          acquires.push(chans);
+          handedBefore.push(chans.every((c) => handoffs.some((b) => b.includes(c))));
+        }
       });
     const subs = [watch(h.shard.id), watch(other.id)];
     try {
@@ -78,7 +84,13 @@ describe('shard drain with another live shard', () => {
     } finally {
       for (const s of subs) s.unsubscribe();
     }
-    assert.deepEqual(steps, [`handoff ${PER}`, `acquire ${PER}`, `handoff ${PER}`, `acquire ${PER}`, 'handoff 1', 'acquire 1']);
+    assert.deepEqual(
+      handoffs.map((b) => b.length),
+      [PER, PER, 1],
+      'handed off a batch at a time',
+    );
+    assert.deepEqual(acquires.map((b) => b.length).sort(), [1, PER, PER], 'each batch placed on its own');
+    assert.deepEqual(handedBefore, [true, true, true], 'a batch is acquired only after its handoff');
     assert.deepEqual(h.shard.channels, []);
     assert.equal(other.channels.length, ids.length, 'every channel moved to the other shard');
   });

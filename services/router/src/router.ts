@@ -931,12 +931,15 @@ export class Router implements RouterApi {
    * drops their subscriptions (`forget`, batched). A channel `from` could not
    * hand off stays where it is; one that no shard took stays unowned, its
    * rounds durable, and every check tries it again.
+   * @param handedOff called once `from` has answered the handoff (before the placement); a drain hands off its next
+   *   batch then
    * @returns one Move per channel (moved or not, with the owner it has)
    */
   private async moveMany(
     channels: readonly string[],
     from: string,
     reason: Reason,
+    handedOff?: () => void,
   ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
     // Assigns of these channels wait for the move (a rebalance holds them in flight already).
     const done: Array<() => void> = [];
@@ -954,7 +957,7 @@ export class Router implements RouterApi {
       void p.finally(() => this.inflight.get(ch) === p && this.inflight.delete(ch)).catch(() => undefined);
     }
     try {
-      return await this.doMoveMany(channels, from, reason);
+      return await this.doMoveMany(channels, from, reason, handedOff);
     } finally {
       for (const f of done) f();
     }
@@ -964,6 +967,7 @@ export class Router implements RouterApi {
     channels: readonly string[],
     from: string,
     reason: Reason,
+    handedOff?: () => void,
   ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
     const { store, telemetry } = this.deps;
     const rows = await store.channels.getMany(channels);
@@ -1011,6 +1015,7 @@ export class Router implements RouterApi {
     }
     if (member) member.channels = Math.max(0, member.channels - handed.length);
     for (const ch of handed) this.assignments.delete(ch);
+    handedOff?.();
     // 2. Other shards acquire them at new epochs and resume the rounds; `to` first when it is named (a rebalance).
     const placed = handed.length === 0 ? new Map<string, Assignment | CrowdplayError>() : await this.placeMoved(handed, from, reason);
     const forget: string[] = [];
@@ -1125,8 +1130,10 @@ export class Router implements RouterApi {
 
   /**
    * Moves every channel of `shard` (a drain: it is leaving) to other live shards, ROUTER_DRAIN_BATCH_CHANNELS at a
-   * time (see {@link moveMany}): one batch is handed off and placed before the next one is handed off, so each
-   * channel is refused (moving) only while its own batch moves. The shard refunds what did not move.
+   * time (see {@link moveMany}): the shard hands off one batch after the other, each as soon as the previous one is
+   * handed off, and each batch is placed as soon as it is handed off. So a channel is refused (moving) only while its
+   * own batch moves, and the shard has handed everything off about as soon as it would have in one go (a drain past
+   * SHUTDOWN_DEADLINE_MS must not leave channels with open ticks behind). The shard refunds what did not move.
    * @returns one Move per channel it owned
    */
   async drain(shard: string): Promise<Move[]> {
@@ -1135,10 +1142,23 @@ export class Router implements RouterApi {
     await Promise.all([...owned].map((ch) => this.inflight.get(ch)?.catch(() => undefined)));
     const list = [...owned];
     const per = drainBatchOf(this.opts.drainBatchChannels);
+    const batches: Array<Promise<Move[]>> = [];
+    for (let i = 0; i < list.length; i += per) {
+      let handed!: () => void;
+      const handedOff = new Promise<void>((resolve) => (handed = resolve));
+      const batch = this.moveMany(list.slice(i, i + per), shard, 'drain', handed);
+      batches.push(batch);
+      await Promise.race([
+        handedOff,
+        batch.then(
+          () => undefined,
+          () => undefined,
+        ),
+      ]);
+    }
     const moves: Move[] = [];
-    for (let i = 0; i < list.length; i += per)
-      for (const { channel, moved, shard: s, epoch } of await this.moveMany(list.slice(i, i + per), shard, 'drain'))
-        moves.push({ channel, moved, shard: s, epoch });
+    for (const batch of await Promise.all(batches))
+      for (const { channel, moved, shard: s, epoch } of batch) moves.push({ channel, moved, shard: s, epoch });
     return moves;
   }
 
