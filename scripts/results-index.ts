@@ -131,7 +131,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
-    commit: '7b21778',
+    commit: '92ea108',
   },
   'failover-3000ch-14270ad.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
