@@ -118,13 +118,20 @@ describe('crowd-engine', () => {
 
   it('updates - only on change, at most once per CHANNEL_UPDATE_MS, event ids strictly rising', async () => {
     const start = h.updates.length;
+    const t0 = performance.now();
     for (let i = 0; i < 8; i++) {
       h.send('room', [{ action: 'cheer', seq: 3000 + i }]);
       await new Promise((r) => setTimeout(r, 20));
     }
+    // The sends span ~160 ms, longer on a busy machine: at most one update per 60 ms interval of that span, plus the last.
+    const spanMs = performance.now() - t0;
+    const most = Math.floor(spanMs / 60) + 2;
     await new Promise((r) => setTimeout(r, 200));
     const mine = h.updates.slice(start).filter((u) => u.channel === 'room');
-    assert.ok(mine.length >= 1 && mine.length <= 4, `${mine.length} updates for 8 intents over ~160 ms at a 60 ms interval`);
+    assert.ok(
+      mine.length >= 1 && mine.length <= most,
+      `${mine.length} updates for 8 intents over ${Math.round(spanMs)} ms at a 60 ms interval`,
+    );
     const idle = h.updates.length;
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(h.updates.length, idle, 'idle ticks send nothing');
