@@ -45,12 +45,10 @@ export {
 } from './proc.ts';
 export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
+export { allowedSends, idealStaleness, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
 export {
   runRolloverScenario,
   actAckShare,
-  allowedSends,
-  stalenessFloor,
-  BUCKET_RATES,
   msSummary,
   DEFAULT_DATABASE_URL,
   DEFAULT_REDIS_URL,

@@ -14,7 +14,7 @@
  *   chatrounds --chats N --players P [--kind pool|market] [--json FILE]
  *         [--database-url URL] [--redis-url URL] [--connect-concurrency C]
  *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
- *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
+ *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE] [--board-trace FILE]
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
  *         [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
@@ -54,7 +54,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
      npm run loadtest -- rollover --chats N --players P [--period-s S] [--no-boards] [--json FILE]
      npm run loadtest -- chatrounds --chats N --players P [--kind pool|market] [--no-pin] [--json FILE]
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
-       [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE]
+       [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE] [--board-trace FILE]
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
        [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
        [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)
@@ -176,6 +176,7 @@ async function rolloverMain(argv: string[]): Promise<number> {
       avatars: { type: 'string', default: 'photo' },
       cluster: { type: 'boolean', default: false },
       'product-log': { type: 'string' },
+      'board-trace': { type: 'string' },
       gateways: { type: 'string' },
       shards: { type: 'string' },
       'nats-url': { type: 'string' },
@@ -202,6 +203,7 @@ async function rolloverMain(argv: string[]): Promise<number> {
   const opts: RolloverOptions = {
     cluster,
     productLog: values['product-log'],
+    boardTrace: values['board-trace'],
     natsUrl: values['nats-url'] ?? (process.env.NATS_URL || undefined),
     avatars: values.avatars,
     chats: required('chats', num('chats', values.chats)),

@@ -23,7 +23,7 @@ import {
   metricValue,
   msSummary,
   playerWords,
-  stalenessFloor,
+  idealStaleness,
   type RolloverReport,
 } from '@crowdplay/loadtest';
 
@@ -104,26 +104,43 @@ describe('loadtest rollover - helpers', () => {
     assert.equal(allowedSends([]), 0);
   });
 
-  it('stalenessFloor: the boards not shown at the last change, at the bot rate', () => {
-    const chats = [
-      { lastChangeMs: 1_000, finalAtMs: 2_000 }, // shown before the last change: not counted
-      { lastChangeMs: 5_000, finalAtMs: 9_000 },
-      { lastChangeMs: 3_000, finalAtMs: 6_000 },
-      { lastChangeMs: 4_000, finalAtMs: undefined }, // never shown: counted
-    ];
-    assert.deepEqual(stalenessFloor(chats, 25), { dirty: 3, floorMs: 120 });
-    assert.deepEqual(stalenessFloor([], 25), { dirty: 0, floorMs: 0 });
-    assert.deepEqual(
-      stalenessFloor(
-        Array.from({ length: 1_000 }, () => ({ lastChangeMs: 0, finalAtMs: 1 })),
-        25,
-      ),
-      {
-        dirty: 1_000,
-        floorMs: 40_000,
-      },
+  it('idealStaleness: a chat that changes after its board waits out its interval; chats share the bot slots', () => {
+    const R25 = { botPerS: 25, groupPerMin: 20, groupBurst: 1, chatPerS: 1 };
+    // One change: sent at once.
+    assert.deepEqual(idealStaleness([{ changesMs: [1_000] }], R25), [0]);
+    // Changes at 0, 500 and 1,000 ms: the board of 0 goes at 0, the next may go 3,000 ms after it (20 a minute).
+    assert.deepEqual(idealStaleness([{ changesMs: [1_000, 0, 500] }], R25), [2_000]);
+    // A change after the interval went by is sent at once: boards at 0 and 4,000.
+    assert.deepEqual(idealStaleness([{ changesMs: [0, 4_000] }], R25), [0]);
+    // Two chats at one instant: the second takes the next bot slot, 40 ms later; a chat without changes is skipped.
+    assert.deepEqual(idealStaleness([{ changesMs: [0] }, { changesMs: [] }, { changesMs: [0] }], R25), [0, 40]);
+    // 1,000 chats changed at one instant: the last waits 999 bot slots.
+    const many = idealStaleness(
+      Array.from({ length: 1_000 }, () => ({ changesMs: [0] })),
+      R25,
     );
-    assert.throws(() => stalenessFloor(chats, 0), RangeError);
+    assert.equal(Math.max(...many), 39_960);
+    // Quietest first: one bot slot a second; at 1,000 ms the second and third chats both wait, and the third's
+    // change (300) is older than the second's (600), so it goes first though it comes later in the input.
+    const R1 = { ...R25, botPerS: 1 };
+    assert.deepEqual(idealStaleness([{ changesMs: [0] }, { changesMs: [600] }, { changesMs: [300] }], R1), [0, 1_400, 700]);
+    assert.deepEqual(idealStaleness([]), []);
+  });
+
+  it('idealStaleness: with a lag a board shows the changes made up to lagMs before its send', () => {
+    const R25 = { botPerS: 25, groupPerMin: 20, groupBurst: 1, chatPerS: 1 };
+    // The change of 1,000 is seen at 1,200 and sent then; the next board goes at 4,200 and shows all three changes.
+    assert.deepEqual(idealStaleness([{ changesMs: [1_000, 1_500, 2_000] }], R25, 200), [2_200]);
+    // The board after the interval goes at 4,000 with no lag, at 4,200 with 200 ms.
+    assert.deepEqual(idealStaleness([{ changesMs: [1_000, 3_900] }], R25, 0), [100]);
+    assert.deepEqual(idealStaleness([{ changesMs: [1_000, 3_900] }], R25, 200), [300]);
+  });
+
+  it('idealStaleness: bad rates and times are refused', () => {
+    assert.throws(() => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, botPerS: 0 }), /botPerS must be > 0/);
+    assert.throws(() => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, groupPerMin: -1 }), /groupPerMin/);
+    assert.throws(() => idealStaleness([{ changesMs: [0, Number.NaN] }]), /not finite/);
+    assert.throws(() => idealStaleness([{ changesMs: [0] }], BUCKET_RATES, -1), /lagMs/);
   });
 
   it('msSummary: nearest rank; null on no samples', () => {
@@ -195,7 +212,9 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.equal(r.boards.finalCorrect, CHATS, r.boards.samples.join('\n'));
     assert.equal(r.boards.duplicates, 0);
     assert.equal(r.boards.stalenessMs.count, CHATS);
-    assert.ok(r.boards.stalenessFloorMs > 0 && r.boards.dirtyAtLastChange > 0, `floor ${r.boards.stalenessFloorMs} ms`);
+    assert.equal(r.boards.idealStalenessMs.count, CHATS);
+    assert.equal(r.boards.stalenessFloorMs, Math.ceil(r.boards.idealStalenessMs.p95!));
+    assert.ok(r.boards.stalenessFloorMs > 0, `floor ${r.boards.stalenessFloorMs} ms`);
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
     if (r.product.mode === 'standalone') {

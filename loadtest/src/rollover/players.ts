@@ -36,6 +36,8 @@ export interface ChatOutcome {
   lastChangeMs: number | null;
   /** Date.now() of the first accepted guess's ack, ms. */
   firstChangeMs: number | null;
+  /** Date.now() of every accepted guess's ack, in arrival order, ms. */
+  changesMs: number[];
   /** A guess went unanswered: the server's state of this chat is unknown. */
   unknown: boolean;
 }
@@ -231,6 +233,7 @@ async function runPlayer(s: PlayerSpec, o: CrowdRunOptions, gate: Gate): Promise
     const now = Date.now();
     chat.lastChangeMs = now;
     chat.firstChangeMs ??= now;
+    chat.changesMs.push(now);
     if (p.solved) break;
   }
   closedByUs = true;

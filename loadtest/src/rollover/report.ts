@@ -126,12 +126,12 @@ export interface RolloverReport {
     duplicates: number;
     stalenessMs: MsSummary;
     /**
-     * The time the bucket (TELEGRAM_BOT_RATE_PER_S) needs to send the boards that were dirty at the last state
-     * change of the guessing, ms (`stalenessFloor`): what a bucket used in full cannot beat.
+     * The staleness floor, ms: the p95 of {@link idealStalenessMs}, rounded up; 0 with no chat. What the bucket
+     * needs to send the boards that were dirty: `stalenessMs.p95` is held against it.
      */
     stalenessFloorMs: number;
-    /** Chats whose final board was not shown yet at the last state change of the guessing. */
-    dirtyAtLastChange: number;
+    /** Staleness an ideal sender under the product's bucket leaves on the same changes (bucket-model.ts `idealStaleness`). */
+    idealStalenessMs: MsSummary;
     /** The product's crowdplay_board_interval_ms: the last value seen and the largest. */
     intervalMs: { last: number | null; max: number | null };
     /** Up to 10 chats whose final board was wrong or missing. */
@@ -226,7 +226,7 @@ export function formatRolloverReport(r: RolloverReport): string {
       `${fmt(r.boards.chats)} / ${fmt(r.boards.delivered)} / ${fmt(r.boards.finalCorrect)}; unverifiable ${fmt(r.boards.unverifiable)}; duplicates ${fmt(r.boards.duplicates)}`,
     ],
     ['board staleness ms', lat(r.boards.stalenessMs)],
-    ['board staleness floor', `${fmt(r.boards.stalenessFloorMs)} ms (${fmt(r.boards.dirtyAtLastChange)} boards dirty at the last change)`],
+    ['board staleness floor', `${fmt(r.boards.stalenessFloorMs)} ms (an ideal sender's p95; ${lat(r.boards.idealStalenessMs)})`],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
     ['error log lines', fmt(r.errorLogLines)],
     [

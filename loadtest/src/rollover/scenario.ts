@@ -16,8 +16,7 @@ import { machineInfo } from '../crowd/scenario.ts';
 import { summarize } from '../hist.ts';
 import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/telegram/testing';
 import { StubThread } from '../telegram-stub/thread.ts';
-import { defaultConfig } from '@crowdplay/config';
-import { chatIntervalsOf, gcraGrant, gcraWaitUs } from '@crowdplay/sendq';
+import { allowedSends, idealStaleness } from './bucket-model.ts';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
@@ -84,6 +83,11 @@ export interface RolloverOptions {
   cluster?: { gateways: number; shards: number };
   /** Write everything the product printed (first 4 MB) to this file after the run. */
   productLog?: string;
+  /**
+   * Write each chat's accepted changes and the board calls the stub saw for it to this file after the run (JSON:
+   * `[{chat, changesMs, finalAtMs, sends: [{atMs, method, outcome}]}]`), for {@link idealStaleness} and the like.
+   */
+  boardTrace?: string;
   /** NATS for a cluster run (default nats://127.0.0.1:4222). */
   natsUrl?: string;
   /** Extra environment of the product (e.g. BOARD_SEND_BUDGET_PER_S). */
@@ -102,16 +106,6 @@ export function msSummary(xs: number[]): MsSummary {
   return { count: s.length, p50: at(50), p95: at(95), p99: at(99), max: s[s.length - 1]! };
 }
 
-/** The product's bucket at its defaults (TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_GROUP_BURST, TELEGRAM_CHAT_RATE_PER_S). */
-const TELEGRAM_DEFAULTS = defaultConfig().telegram;
-/** The product's bucket (its defaults: TELEGRAM_BOT_RATE_PER_S, TELEGRAM_GROUP_RATE_PER_MIN, TELEGRAM_GROUP_BURST, TELEGRAM_CHAT_RATE_PER_S). */
-export const BUCKET_RATES = {
-  botPerS: TELEGRAM_DEFAULTS.botRatePerS,
-  groupPerMin: TELEGRAM_DEFAULTS.groupRatePerMin,
-  groupBurst: TELEGRAM_DEFAULTS.groupBurst,
-  chatPerS: TELEGRAM_DEFAULTS.chatRatePerS,
-} as const;
-
 /**
  * The product's act acks between two scrapes of its `crowdplay_act_ack_ms` (cumulative counts): how many,
  * and the share within ACT_ACK_WITHIN_MS (1 when there were none; null figures when either scrape is missing).
@@ -125,74 +119,6 @@ export function actAckShare(from: ActAckCounts | null, to: ActAckCounts | null):
   return { withinMs: ACT_ACK_WITHIN_MS, count, shareWithin: count === 0 ? 1 : within / count };
 }
 
-/**
- * What the bucket allowed while work was queued, in sends: an ideal sender
- * under the product's bucket, with its arithmetic (libs/sendq gcra.ts: the
- * bot every ceil(1e6 / botPerS) µs; a group chat by its chat interval and
- * its group's GCRA with a burst of `groupBurst`: at the defaults (burst 1)
- * one every max(60,000 / groupPerMin, 1000 / chatPerS) = 3,000 ms, its first
- * send at once; with a burst of 2, a quiet chat's first two sends 1 s apart,
- * then one every ceil(60e6 / 19) µs), sending at
- * every bot slot in the pending chat that has been allowed longest. A chat is
- * pending from its first accepted guess to the delivery of its final board
- * (or the end of the evaluation), so time when its board was current between
- * two changes counts as allowed too: the figure is an upper bound of the
- * allowance, and the utilisation a lower bound.
- * @param pending per chat [start, end], ms since epoch
- */
-export function allowedSends(
-  pending: Array<[number, number]>,
-  rates: { botPerS: number; groupPerMin: number; groupBurst: number; chatPerS: number } = BUCKET_RATES,
-): number {
-  if (pending.length === 0) return 0;
-  // In µs, as the bucket counts: a chat's next send is when its chat interval and its group's GCRA both allow.
-  const botUs = Math.ceil(1e6 / rates.botPerS);
-  const iv = chatIntervalsOf({ groupRatePerMin: rates.groupPerMin, groupBurst: rates.groupBurst, chatRatePerS: rates.chatPerS });
-  const chats = pending
-    .filter(([a, b]) => b >= a)
-    .map(([a, b]) => ({ a: Math.round(a * 1000), b: Math.round(b * 1000), next: Math.round(a * 1000), chatTat: 0, groupTat: 0 }));
-  const end = Math.max(...chats.map((c) => c.b));
-  let total = 0;
-  let t = Math.min(...chats.map((c) => c.a));
-  while (t <= end) {
-    let best: (typeof chats)[number] | null = null;
-    let soonest = Infinity;
-    for (const c of chats) {
-      if (c.b < t) continue;
-      if (c.next <= t) {
-        if (!best || c.next < best.next) best = c;
-      } else soonest = Math.min(soonest, c.next);
-    }
-    if (best) {
-      total++;
-      best.chatTat = gcraGrant(best.chatTat, t, iv.chatUs);
-      best.groupTat = gcraGrant(best.groupTat, t, iv.groupUs);
-      best.next = t + Math.max(gcraWaitUs(best.chatTat, t), gcraWaitUs(best.groupTat, t, iv.groupTauUs));
-      t += botUs;
-    } else if (soonest === Infinity) break;
-    else t = soonest;
-  }
-  return total;
-}
-
-/**
- * The staleness floor: the time the product's bucket needs to send the boards that were dirty when the guessing
- * ended. At the last state change of any chat, every chat whose final board had not been applied yet still needs
- * one send; the bucket sends at most one every 1000 / botPerS ms (distinct chats, so no chat's own limit binds).
- * @param chats per chat with a change, its last change and when its final board was applied (undefined: never), ms
- * @returns {dirty: boards not yet shown at the last change, floorMs: dirty × 1000 / botPerS, rounded up}; 0 and 0 with no chat
- */
-export function stalenessFloor(
-  chats: ReadonlyArray<{ lastChangeMs: number; finalAtMs: number | undefined }>,
-  botPerS: number = BUCKET_RATES.botPerS,
-): { dirty: number; floorMs: number } {
-  if (!(botPerS > 0)) throw new RangeError(`botPerS must be > 0, got ${botPerS}`);
-  if (chats.length === 0) return { dirty: 0, floorMs: 0 };
-  const end = Math.max(...chats.map((c) => c.lastChangeMs));
-  const dirty = chats.filter((c) => c.finalAtMs === undefined || c.finalAtMs > end).length;
-  return { dirty, floorMs: Math.ceil((dirty * 1000) / botPerS) };
-}
-
 /** Calls matching `pick` per whole second after `fromMs` (index 0 = [fromMs, fromMs + 1 s)). */
 function perSecond(calls: readonly CallRecord[], fromMs: number, pick: (c: CallRecord) => boolean): number[] {
   const out: number[] = [];
@@ -203,6 +129,13 @@ function perSecond(calls: readonly CallRecord[], fromMs: number, pick: (c: CallR
     out[i]!++;
   }
   return out;
+}
+
+/** One board call of the trace (`boardTrace`). */
+interface BoardSend {
+  atMs: number;
+  method: string;
+  outcome: CallRecord['outcome'];
 }
 
 const BOARD_METHODS = new Set(['sendPhoto', 'editMessageMedia']);
@@ -274,6 +207,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     players: new Map(),
     lastChangeMs: null,
     firstChangeMs: null,
+    changesMs: [],
     unknown: false,
   }));
   const titles = Array.from({ length: o.chats }, (_, i) => `Load chat ${i}`);
@@ -483,6 +417,14 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       await sleep(2_000);
       calls.push(...(await stub.calls(seqBefore)));
     }
+    if (o.boardTrace) {
+      const trace = chats.map((c, i) => ({ chat: i, changesMs: c.changesMs, finalAtMs: finalAt.get(i) ?? null, sends: [] as BoardSend[] }));
+      for (const c of calls)
+        if (BOARD_METHODS.has(c.method) && c.chatId !== undefined)
+          trace[CHAT_ID_BASE - c.chatId]?.sends.push({ atMs: c.atMs, method: c.method, outcome: c.outcome });
+      writeFileSync(o.boardTrace, JSON.stringify(trace));
+      log(`board trace written to ${o.boardTrace}`);
+    }
     const boardCallsOff = boardsOn ? 0 : calls.filter((c) => BOARD_METHODS.has(c.method)).length;
     if (boardCallsOff > 0) warnings.push(`BOARDS_ENABLED=false, yet ${boardCallsOff} board calls reached the stub`);
     const evaluatedAt = Date.now();
@@ -496,7 +438,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     let unverifiable = 0;
     let chatsWithChanges = 0;
     const staleness: number[] = [];
-    const finals: Array<{ lastChangeMs: number; finalAtMs: number | undefined }> = [];
+    const changed: Array<{ changesMs: readonly number[] }> = [];
     const samples: string[] = [];
     const pending: Array<[number, number]> = [];
     for (let i = 0; i < o.chats; i++) {
@@ -513,7 +455,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       }
       const sha = expected.get(i)!;
       const fin = finalAt.get(i);
-      finals.push({ lastChangeMs: c.lastChangeMs, finalAtMs: fin });
+      changed.push(c);
       const last = lastPhoto.get(i);
       if (last !== undefined && sha.startsWith(last.photo)) {
         finalCorrect++;
@@ -525,6 +467,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       }
       pending.push([c.firstChangeMs!, fin ?? evaluatedAt]);
     }
+    const idealMs = msSummary(idealStaleness(changed));
+    const ideal = { summary: idealMs, floorMs: Math.ceil(idealMs.p95 ?? 0) };
     const sends = (from: number, to: number): number =>
       calls.filter((c) => c.outcome === 'ok' && !UNLIMITED_METHODS.has(c.method) && c.method !== 'file' && c.atMs >= from && c.atMs <= to)
         .length;
@@ -568,7 +512,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       });
       const stale = msSummary(staleness).p95;
       const interval = sampler!.intervalMax;
-      const floorMs = stalenessFloor(finals).floorMs;
+      const floorMs = ideal.floorMs;
       return {
         crashes: t(duringRun ? 1 : 0, '= 0', (v) => v === 0),
         telegram429: t(st.rejected429, '= 0', (v) => v === 0),
@@ -676,10 +620,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         unverifiable,
         duplicates,
         stalenessMs: msSummary(staleness),
-        ...(() => {
-          const f = stalenessFloor(finals);
-          return { stalenessFloorMs: f.floorMs, dirtyAtLastChange: f.dirty };
-        })(),
+        stalenessFloorMs: ideal.floorMs,
+        idealStalenessMs: ideal.summary,
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
         samples,
       },
