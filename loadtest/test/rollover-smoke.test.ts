@@ -12,7 +12,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadtestCli } from './cli.ts';
@@ -236,9 +236,40 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
 
 describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Redis', () => {
   it(`${CHATS} chats × ${PLAYERS} players: every guess served, no 429, every final board correct`, { timeout: 90_000 }, async () => {
-    const r = await smoke([], 90_000);
-    assert.deepEqual(r.product, { mode: 'standalone', gateways: 1, shards: 1 });
-    assert.equal(r.rssCluster, null);
+    const side = mkdtempSync(join(tmpdir(), 'rollover-side-'));
+    try {
+      // The trace goes to a folder the run makes; the product log to a path under a file, which cannot be written.
+      const trace = join(side, 'new-folder', 'trace.json');
+      writeFileSync(join(side, 'a-file'), '');
+      const r = await smoke(['--board-trace', trace, '--product-log', join(side, 'a-file', 'product.log')], 90_000);
+      assert.deepEqual(r.product, { mode: 'standalone', gateways: 1, shards: 1 });
+      assert.equal(r.rssCluster, null);
+      const t = JSON.parse(readFileSync(trace, 'utf8')) as Array<{
+        chat: number;
+        changesMs: number[];
+        finalAtMs: number | null;
+        sends: Array<{ atMs: number; method: string; outcome: string }>;
+      }>;
+      assert.deepEqual(
+        t.map((c) => c.chat),
+        Array.from({ length: CHATS }, (_, i) => i),
+      );
+      assert.equal(
+        t.reduce((n, c) => n + c.changesMs.length, 0),
+        r.requests.served,
+        'every accepted guess is a change',
+      );
+      for (const c of t) {
+        assert.ok(c.finalAtMs !== null, `chat ${c.chat} has its final board`);
+        assert.ok(c.sends.some((x) => x.method === 'sendPhoto' && x.outcome === 'ok' && x.atMs <= c.finalAtMs!));
+      }
+      assert.ok(
+        r.warnings.some((w) => w.startsWith('the product output could not be written')),
+        r.warnings.join('\n'),
+      );
+    } finally {
+      rmSync(side, { recursive: true, force: true });
+    }
   });
 });
 

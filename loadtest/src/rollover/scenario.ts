@@ -6,7 +6,8 @@
  * the Mini App (signed initData) and guesses. Reports the rollover's figures;
  * every field is defined in loadtest/README.md ("rollover").
  */
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import os from 'node:os';
 import { RenderPool, sampleAvatar } from '@crowdplay/board';
@@ -148,6 +149,16 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   const started = Date.now();
   const log = o.onProgress ?? ((): void => {});
   const warnings: string[] = [];
+  /** Writes a side file of the run (its folder made); one that cannot be written is a warning, never the run's end. */
+  const writeAside = (path: string, data: string, what: string): void => {
+    try {
+      mkdirSync(dirname(resolve(path)), { recursive: true });
+      writeFileSync(path, data);
+      log(`${what} written to ${path}`);
+    } catch (err) {
+      warnings.push(`the ${what} could not be written to ${path}: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
   if (!Number.isInteger(o.chats) || o.chats < 1) throw new RangeError(`chats must be a positive integer, got ${o.chats}`);
   if (!Number.isInteger(o.players) || o.players < 1) throw new RangeError(`players must be a positive integer, got ${o.players}`);
   const total = o.chats * o.players;
@@ -422,8 +433,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       for (const c of calls)
         if (BOARD_METHODS.has(c.method) && c.chatId !== undefined)
           trace[CHAT_ID_BASE - c.chatId]?.sends.push({ atMs: c.atMs, method: c.method, outcome: c.outcome });
-      writeFileSync(o.boardTrace, JSON.stringify(trace));
-      log(`board trace written to ${o.boardTrace}`);
+      writeAside(o.boardTrace, JSON.stringify(trace), 'board trace');
     }
     const boardCallsOff = boardsOn ? 0 : calls.filter((c) => BOARD_METHODS.has(c.method)).length;
     if (boardCallsOff > 0) warnings.push(`BOARDS_ENABLED=false, yet ${boardCallsOff} board calls reached the stub`);
@@ -492,10 +502,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     stoppedByUs = true;
     await prod.stop();
     const errorLines = prod.errorLines();
-    if (o.productLog) {
-      writeFileSync(o.productLog, prod.output());
-      log(`product output written to ${o.productLog}`);
-    }
+    if (o.productLog) writeAside(o.productLog, prod.output(), 'product output');
     const byMethod: Record<string, number> = {};
     for (const c of calls) byMethod[c.method] = (byMethod[c.method] ?? 0) + 1;
     const boardsComplete = !boardsOn || (unverifiable === 0 && finalCorrect === chatsWithChanges);
