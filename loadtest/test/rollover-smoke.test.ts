@@ -137,9 +137,16 @@ describe('loadtest rollover - helpers', () => {
   });
 
   it('idealStaleness: bad rates and times are refused', () => {
-    assert.throws(() => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, botPerS: 0 }), /botPerS must be > 0/);
+    assert.throws(
+      () => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, botPerS: 0 }),
+      /botPerS must be a finite number > 0, got 0/,
+    );
     assert.throws(() => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, groupPerMin: -1 }), /groupPerMin/);
-    assert.throws(() => idealStaleness([{ changesMs: [0, Number.NaN] }]), /not finite/);
+    assert.throws(() => idealStaleness([{ changesMs: [0, Number.NaN] }]), /not a finite number: null/);
+    assert.throws(() => idealStaleness([{ changesMs: [0, '2' as unknown as number] }]), /not a finite number: "2"/);
+    // A rate left out (plain JavaScript) or infinite is refused, not looped on.
+    assert.throws(() => idealStaleness([{ changesMs: [1, 2] }], { botPerS: 30 } as unknown as typeof BUCKET_RATES), /groupPerMin/);
+    assert.throws(() => idealStaleness([{ changesMs: [1, 2] }], { ...BUCKET_RATES, botPerS: Number.POSITIVE_INFINITY }), /botPerS/);
     assert.throws(() => idealStaleness([{ changesMs: [0] }], BUCKET_RATES, -1), /lagMs/);
   });
 

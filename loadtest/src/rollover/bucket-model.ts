@@ -88,14 +88,17 @@ export function allowedSends(pending: Array<[number, number]>, rates: Readonly<B
  * @param lagMs how old the state a board shows is at its send, ms (0: the ideal; a real pipeline decides, renders
  *   and queues before the call, and this models that as a board drawing the changes made up to `lagMs` before it)
  * @returns per chat with changes, in input order, the time from its last change to the send of its final board, ms
- * @throws RangeError when a rate is not > 0, `lagMs` is not ≥ 0 or a time is not finite
+ * @throws RangeError when a rate is missing or not a finite number > 0, `lagMs` is not ≥ 0 or a time is not a finite number
  */
 export function idealStaleness(
   chats: ReadonlyArray<{ changesMs: readonly number[] }>,
   rates: Readonly<BucketRates> = BUCKET_RATES,
   lagMs = 0,
 ): number[] {
-  for (const [k, v] of Object.entries(rates)) if (!(v > 0)) throw new RangeError(`${k} must be > 0, got ${v}`);
+  for (const k of ['botPerS', 'groupPerMin', 'groupBurst', 'chatPerS'] as const) {
+    const v: unknown = rates[k];
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new RangeError(`${k} must be a finite number > 0, got ${String(v)}`);
+  }
   if (!(lagMs >= 0) || !Number.isFinite(lagMs)) throw new RangeError(`lagMs must be a finite number ≥ 0, got ${lagMs}`);
   const lagUs = Math.round(lagMs * 1000);
   const botUs = Math.ceil(1e6 / rates.botPerS);
@@ -104,7 +107,8 @@ export function idealStaleness(
     .filter((c) => c.changesMs.length > 0)
     .map((c) => {
       const us = c.changesMs.map((ms) => {
-        if (!Number.isFinite(ms)) throw new RangeError(`a change time is not finite: ${ms}`);
+        if (typeof ms !== 'number' || !Number.isFinite(ms))
+          throw new RangeError(`a change time is not a finite number: ${JSON.stringify(ms)}`);
         return Math.round(ms * 1000);
       });
       us.sort((a, b) => a - b);
