@@ -195,6 +195,8 @@ async function rolloverMain(argv: string[]): Promise<number> {
     thinkMs = [lo, hi];
   }
   if (values.avatars !== 'photo' && values.avatars !== 'none') throw new Error(`--avatars must be photo or none, got ${values.avatars}`);
+  for (const flag of ['json', 'product-log', 'board-trace'] as const)
+    if (values[flag] !== undefined && values[flag].trim() === '') throw new Error(`--${flag} must name a file`);
   if (!values.cluster && (values.gateways !== undefined || values.shards !== undefined || values['nats-url'] !== undefined))
     throw new Error('--gateways, --shards and --nats-url need --cluster');
   const cluster = values.cluster

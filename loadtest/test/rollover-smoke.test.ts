@@ -280,6 +280,17 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
   });
 });
 
+describe('loadtest rollover - bad file flags', () => {
+  it('an empty --json, --product-log or --board-trace is refused before anything starts (exit 2)', async () => {
+    for (const flag of ['--json', '--product-log', '--board-trace']) {
+      const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', flag, ''], 30_000);
+      assert.equal(res.code, 2, `${flag} '': exit ${res.code}\n${res.stderr.slice(-500)}`);
+      assert.match(res.stderr, new RegExp(`${flag} must name a file`));
+      assert.doesNotMatch(res.stderr, /starting the product/);
+    }
+  });
+});
+
 describe('loadtest rollover - smoke against crowdplay cluster --gateways 2 --shards 2 (NATS, Redis, PostgreSQL)', () => {
   it(`${CHATS} chats × ${PLAYERS} players over two gateways: the same checks as standalone`, { timeout: 150_000 }, async () => {
     const r = await smoke(['--cluster', '--gateways', '2', '--shards', '2'], 150_000);
