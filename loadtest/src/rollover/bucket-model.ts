@@ -25,6 +25,28 @@ export const BUCKET_RATES: Readonly<BucketRates> = {
   chatPerS: TELEGRAM_DEFAULTS.chatRatePerS,
 };
 
+/** A chat's keys in the model, µs: its GCRA tats and when its limits next allow a send. */
+interface ChatKeys {
+  chatTat: number;
+  groupTat: number;
+  next: number;
+}
+
+/** The bucket's intervals, µs: the bot's slot and a chat's (libs/sendq `chatIntervalsOf`). */
+function intervalsUs(rates: Readonly<BucketRates>): { botUs: number; iv: ReturnType<typeof chatIntervalsOf> } {
+  return {
+    botUs: Math.ceil(1e6 / rates.botPerS),
+    iv: chatIntervalsOf({ groupRatePerMin: rates.groupPerMin, groupBurst: rates.groupBurst, chatRatePerS: rates.chatPerS }),
+  };
+}
+
+/** Grants chat `c` a send at `t` (µs), as the bucket counts it: its chat interval and its group's GCRA both advance. */
+function grant(c: ChatKeys, t: number, iv: ReturnType<typeof chatIntervalsOf>): void {
+  c.chatTat = gcraGrant(c.chatTat, t, iv.chatUs);
+  c.groupTat = gcraGrant(c.groupTat, t, iv.groupUs);
+  c.next = t + Math.max(gcraWaitUs(c.chatTat, t), gcraWaitUs(c.groupTat, t, iv.groupTauUs));
+}
+
 /**
  * What the bucket allowed while work was queued, in sends: an ideal sender
  * under the product's bucket, with its arithmetic (libs/sendq gcra.ts: the
@@ -43,8 +65,7 @@ export const BUCKET_RATES: Readonly<BucketRates> = {
 export function allowedSends(pending: Array<[number, number]>, rates: Readonly<BucketRates> = BUCKET_RATES): number {
   if (pending.length === 0) return 0;
   // In µs, as the bucket counts: a chat's next send is when its chat interval and its group's GCRA both allow.
-  const botUs = Math.ceil(1e6 / rates.botPerS);
-  const iv = chatIntervalsOf({ groupRatePerMin: rates.groupPerMin, groupBurst: rates.groupBurst, chatRatePerS: rates.chatPerS });
+  const { botUs, iv } = intervalsUs(rates);
   const chats = pending
     .filter(([a, b]) => b >= a)
     .map(([a, b]) => ({ a: Math.round(a * 1000), b: Math.round(b * 1000), next: Math.round(a * 1000), chatTat: 0, groupTat: 0 }));
@@ -62,9 +83,7 @@ export function allowedSends(pending: Array<[number, number]>, rates: Readonly<B
     }
     if (best) {
       total++;
-      best.chatTat = gcraGrant(best.chatTat, t, iv.chatUs);
-      best.groupTat = gcraGrant(best.groupTat, t, iv.groupUs);
-      best.next = t + Math.max(gcraWaitUs(best.chatTat, t), gcraWaitUs(best.groupTat, t, iv.groupTauUs));
+      grant(best, t, iv);
       t += botUs;
     } else if (soonest === Infinity) break;
     else t = soonest;
@@ -101,8 +120,7 @@ export function idealStaleness(
   }
   if (!(lagMs >= 0) || !Number.isFinite(lagMs)) throw new RangeError(`lagMs must be a finite number ≥ 0, got ${lagMs}`);
   const lagUs = Math.round(lagMs * 1000);
-  const botUs = Math.ceil(1e6 / rates.botPerS);
-  const iv = chatIntervalsOf({ groupRatePerMin: rates.groupPerMin, groupBurst: rates.groupBurst, chatRatePerS: rates.chatPerS });
+  const { botUs, iv } = intervalsUs(rates);
   const live = chats
     .filter((c) => c.changesMs.length > 0)
     .map((c) => {
@@ -131,9 +149,7 @@ export function idealStaleness(
       continue;
     }
     best.sent = best.known;
-    best.chatTat = gcraGrant(best.chatTat, t, iv.chatUs);
-    best.groupTat = gcraGrant(best.groupTat, t, iv.groupUs);
-    best.next = t + Math.max(gcraWaitUs(best.chatTat, t), gcraWaitUs(best.groupTat, t, iv.groupTauUs));
+    grant(best, t, iv);
     if (best.sent === best.us.length) {
       best.finalUs = t;
       waiting = waiting.filter((c) => c !== best);
