@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- cluster-control [--json FILE] [--only place,failover,steady]
- *   [--child-exec-argv "NODE OPTIONS"]
+ *   [--child-exec-argv="NODE OPTIONS"]
  *   [--channels 10000] [--concurrency 2000] [--failover-channels 1500,5000] [--failover-join]
  *   [--steady-channels 1500] [--steady-seconds 20] [--warmup-seconds 2]`
  *
@@ -61,8 +61,9 @@
  * Prints a table and, with --json FILE, writes every figure with the
  * parameters, the machine and `uptime`'s load before and after.
  * `--child-exec-argv` (space-separated) is passed to each cluster child's
- * node, e.g. `--child-exec-argv "--cpu-prof --cpu-prof-dir=/tmp/prof"` to
- * profile them.
+ * node, e.g. `"--child-exec-argv=--cpu-prof --cpu-prof-dir=/tmp/prof"` to
+ * profile them (joined by `=`: a value starting with `--` is otherwise read as
+ * an option of its own and refused).
  * @returns 0, or 1 when a part saw errors (assigns or probes that never
  *   succeeded); a missed target alone does not fail the run
  */
