@@ -635,9 +635,11 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
       }
       // A 429 seen in this process while we awaited the token (or the slot) wins.
       if (this.clock.now() < this.pausedUntilMs) return await this.backToFront(d.lane, this.pausedUntilMs - this.clock.now());
-      // The mark and the store's pause in one round trip: a pause another process wrote since our take (or
-      // during a booked slot's wait) is felt here, not after the call.
-      const [, storePausedMs] = await Promise.all([this.redis.incr(k.called(id)), this.bucket.pausedForMs()]);
+      // The mark, then the store's pause as the last thing read before the call: a pause another process wrote
+      // since our take (or during a booked slot's wait) is felt here, not after the call. Read together, the mark's
+      // answer (another connection) could come after the pause was written and leave the call on a stale read.
+      await this.redis.incr(k.called(id));
+      const storePausedMs = await this.bucket.pausedForMs();
       if (storePausedMs > 0) this.notePause(storePausedMs, 'store');
       // This process's call starts within the bot rate in any second (call-window.ts): checked and recorded in the
       // same turn as the call, so a stall between a take and its call cannot bunch calls past the window.
