@@ -4,7 +4,7 @@ import { Redis } from 'ioredis';
 import { traceCarrier, tracingOn, withSpan } from '@crowdplay/telemetry';
 import { longTimeout, systemClock, type Clock } from './clock.ts';
 import { CallWindow } from './call-window.ts';
-import { chatIntervalsOf, chatSpacingUs, type ChatIntervals } from './gcra.ts';
+import { botRetryMs, chatIntervalsOf, chatSpacingUs, type ChatIntervals } from './gcra.ts';
 import { QueueCounters } from './counters.ts';
 import { sendqKeys, type SendqKeys } from './keys.ts';
 import {
@@ -614,7 +614,9 @@ export class BullmqSendQueue<P> implements SendQueue<P> {
           throw new DelayedError();
         }
         if (t.limit === 'pause') this.notePause(t.retryAfterMs, 'store');
-        return await this.backToFront(d.lane, t.botWaitMs);
+        // Beyond the booking bound: back when the bot's next slot is within it (gcra.ts botRetryMs), so a slot is
+        // booked behind the last one instead of the booked slots running out.
+        return await this.backToFront(d.lane, botRetryMs(t, this.o.botBookMs));
       }
       if (t.preempted === true) this.counters.preempted();
       let departAtMs = t.nowMs + t.waitMs;

@@ -203,6 +203,24 @@ export function decideTake(s: TakeState, nowUs: number, iv: Intervals, maxWaitUs
   };
 }
 
+/**
+ * How long a worker whose take was refused bot-wide stays away before taking again, ms.
+ *
+ * A take that only the bot rate refuses while booking is on (`maxWaitMs` > 0) was refused
+ * because the bot's next free slot is further than `maxWaitMs`: it may book as soon as
+ * that slot is within `maxWaitMs`, so the worker comes back after `botWaitMs − maxWaitMs`.
+ * Staying away the whole `botWaitMs` lets every slot already booked depart with none booked
+ * behind them, and the slot that passes while the worker fetches and takes again is lost
+ * to the bot rate (a GCRA of burst 1 never makes it up). Any other refusal waits `botWaitMs`.
+ * @param refusal the take's `limit` and `botWaitMs` (ms ≥ 0)
+ * @param maxWaitMs the booking bound the take was made with, ms (0: no booking)
+ * @returns ms ≥ 1
+ */
+export function botRetryMs(refusal: { limit: LimitName; botWaitMs: number }, maxWaitMs: number): number {
+  const wait = refusal.limit === 'bot' && maxWaitMs > 0 ? refusal.botWaitMs - maxWaitMs : refusal.botWaitMs;
+  return Math.max(1, Math.ceil(wait));
+}
+
 /** µs → ms for a wait: rounded up, at least 1 when positive. */
 export function waitUsToMs(us: number): number {
   return us <= 0 ? 0 : Math.max(1, Math.ceil(us / 1000));

@@ -25,6 +25,7 @@ export {
   gcraWaitUs,
   gcraGrant,
   decideTake,
+  botRetryMs,
   type ChatLimits,
   type ChatIntervals,
   type Intervals,

@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Redis } from 'ioredis';
-import { BullmqSendQueue, scaledClock, sendqKeys, type SendFn } from '../src/index.ts';
+import { BullmqSendQueue, RedisBucket, botRetryMs, scaledClock, sendqKeys, type SendBucket, type SendFn } from '../src/index.ts';
 import { REDIS_URL, TELEGRAM_LIMITS, bullmqHarness, deleteKeys, uniquePrefix, type TestPayload } from './harness.ts';
 import { sendqSuite } from './sendq-suite.ts';
 
@@ -246,5 +246,57 @@ void test(
     assert.ok(st.windowWaits.calls > 0 && st.windowWaits.waitMs > 0, `window waits counted: ${JSON.stringify(st.windowWaits)}`);
     starts.sort((a, b) => a - b);
     for (let i = 5; i < starts.length; i++) assert.ok(starts[i]! - starts[i - 5]! >= 990, `6 calls within 1 s at ${starts[i - 5]}`);
+  },
+);
+
+void test('botRetryMs: beyond the booking bound the worker comes back when the slot is within it; other refusals wait it all', () => {
+  assert.equal(botRetryMs({ limit: 'bot', botWaitMs: 1_300 }, 1_000), 300);
+  assert.equal(botRetryMs({ limit: 'bot', botWaitMs: 1_000.2 }, 1_000), 1, 'at least 1 ms');
+  assert.equal(botRetryMs({ limit: 'bot', botWaitMs: 1_300 }, 0), 1_300, 'no booking: the whole wait');
+  assert.equal(botRetryMs({ limit: 'pause', botWaitMs: 1_300 }, 1_000), 1_300, 'a pause is waited out');
+  assert.equal(botRetryMs({ limit: 'pause', botWaitMs: 0 }, 1_000), 1);
+});
+
+void test(
+  'bullmq - a board take refused beyond the booking bound takes again once the slot is within it, not after the whole wait',
+  { timeout: 20_000 },
+  async (t) => {
+    const prefix = uniquePrefix();
+    const clock = scaledClock(1);
+    const real = await RedisBucket.open({ redisUrl: REDIS_URL, prefix, limits: TELEGRAM_LIMITS, clock });
+    const takes: number[] = [];
+    // The bot's next slot 1,300 ms away, booking bound 1,000 ms: the first take is refused by the bot rate alone.
+    const bucket: SendBucket = {
+      kind: real.kind,
+      take: async (chatKey, isGroup, maxWaitMs, lane) => {
+        takes.push(clock.now());
+        if (takes.length === 1) return { granted: false, nowMs: clock.now(), retryAfterMs: 1_300, botWaitMs: 1_300, limit: 'bot' };
+        return real.take(chatKey, isGroup, maxWaitMs, lane);
+      },
+      depart: (...a) => real.depart(...a),
+      pause: (ms) => real.pause(ms),
+      pausedForMs: () => real.pausedForMs(),
+      close: () => real.close(),
+    };
+    const q = await BullmqSendQueue.open<TestPayload>({
+      redisUrl: REDIS_URL,
+      prefix,
+      limits: TELEGRAM_LIMITS,
+      clock,
+      bucket,
+      botBookMs: 1_000,
+    });
+    closeAfter(t, prefix, q);
+    t.after(() => real.close());
+    q.start(() => Promise.resolve({ ok: true }));
+    const r = await q.enqueue({ chatId: -77, lane: 'board', payload: { n: 1 } });
+    assert.equal(r.status, 'queued');
+    if (r.status !== 'queued') return;
+    assert.deepEqual(await r.result, { status: 'sent' });
+    assert.equal(takes.length, 2, 'refused once, then granted');
+    const gap = takes[1]! - takes[0]!;
+    // botRetryMs: 1,300 − 1,000 = 300 ms (plus the fetch); waiting the whole 1,300 ms would leave the booked slots empty.
+    assert.ok(gap >= 290 && gap < 1_000, `took again ${gap} ms after the refusal`);
+    assert.equal(q.stats().bucketWaits.bot, 1, 'the refusal is counted');
   },
 );
