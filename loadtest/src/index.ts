@@ -46,6 +46,7 @@ export {
 export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
 export { allowedSends, idealStaleness, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
+export { avatarsAfterLastChange, type AvatarDownload } from './rollover/avatar-lag.ts';
 export {
   runRolloverScenario,
   actAckShare,

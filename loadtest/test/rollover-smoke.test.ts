@@ -20,6 +20,7 @@ import {
   BUCKET_RATES,
   actAckShare,
   allowedSends,
+  avatarsAfterLastChange,
   metricValue,
   msSummary,
   playerWords,
@@ -102,6 +103,29 @@ describe('loadtest rollover - helpers', () => {
     // A chat pending later starts when it starts.
     assert.equal(allowedSends([[5_000, 5_000]], R30), 1);
     assert.equal(allowedSends([]), 0);
+  });
+
+  it('avatarsAfterLastChange: the last avatar of a chat’s players after its last guess, and nothing else', () => {
+    const chats = [
+      { lastChangeMs: 1_000, userIds: [1, 2] },
+      { lastChangeMs: 5_000, userIds: [3] },
+      { lastChangeMs: null, userIds: [4] },
+      { lastChangeMs: 2_000, userIds: [5] },
+    ];
+    const downloads = [
+      { userId: 2, atMs: 1_800 },
+      { userId: 1, atMs: 900 },
+      { userId: 3, atMs: 4_000 }, // before its chat's last guess
+      { userId: 4, atMs: 9_000 }, // a chat that never changed
+      { userId: 2, atMs: 1_500 }, // an earlier download of the same user
+      { userId: 9, atMs: 9_000 }, // nobody's player
+    ];
+    // Chat 0: user 2's last download at 1,800, 800 ms after the guess; chat 1: before; chat 2: left out; chat 3: no download.
+    assert.deepEqual(avatarsAfterLastChange(chats, downloads), [800]);
+    assert.deepEqual(avatarsAfterLastChange([], downloads), []);
+    assert.throws(() => avatarsAfterLastChange(chats, [{ userId: 1, atMs: Number.NaN }]), RangeError);
+    assert.throws(() => avatarsAfterLastChange([{ lastChangeMs: Number.POSITIVE_INFINITY, userIds: [1] }], []), RangeError);
+    assert.equal(chats[0]!.lastChangeMs, 1_000, 'the input is not changed');
   });
 
   it('idealStaleness: a chat that changes after its board waits out its interval; chats share the bot slots', () => {
@@ -222,6 +246,8 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.equal(r.boards.idealStalenessMs.count, CHATS);
     assert.equal(r.boards.stalenessFloorMs, Math.ceil(r.boards.idealStalenessMs.p95!));
     assert.ok(r.boards.stalenessFloorMs > 0, `floor ${r.boards.stalenessFloorMs} ms`);
+    const lag = r.boards.avatarAfterLastChangeMs;
+    assert.ok(lag.count >= 0 && lag.count <= CHATS && (lag.count === 0 || lag.p50! > 0), JSON.stringify(lag));
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
     if (r.product.mode === 'standalone') {

@@ -132,6 +132,11 @@ export interface RolloverReport {
     stalenessFloorMs: number;
     /** Staleness an ideal sender under the product's bucket leaves on the same changes (bucket-model.ts `idealStaleness`). */
     idealStalenessMs: MsSummary;
+    /**
+     * Chats whose last avatar download came after their last accepted guess (`count`), and how long after, ms
+     * (avatar-lag.ts): the part of their staleness the floor, which replays guesses only, does not see.
+     */
+    avatarAfterLastChangeMs: MsSummary;
     /** The product's crowdplay_board_interval_ms: the last value seen and the largest. */
     intervalMs: { last: number | null; max: number | null };
     /** Up to 10 chats whose final board was wrong or missing. */
@@ -227,6 +232,10 @@ export function formatRolloverReport(r: RolloverReport): string {
     ],
     ['board staleness ms', lat(r.boards.stalenessMs)],
     ['board staleness floor', `${fmt(r.boards.stalenessFloorMs)} ms (an ideal sender's p95; ${lat(r.boards.idealStalenessMs)})`],
+    [
+      'last avatar after last guess',
+      `${fmt(r.boards.avatarAfterLastChangeMs.count)} of ${fmt(r.boards.chats)} chats (${lat(r.boards.avatarAfterLastChangeMs)})`,
+    ],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
     ['error log lines', fmt(r.errorLogLines)],
     [

@@ -18,6 +18,7 @@ import { summarize } from '../hist.ts';
 import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/telegram/testing';
 import { StubThread } from '../telegram-stub/thread.ts';
 import { allowedSends, idealStaleness } from './bucket-model.ts';
+import { avatarsAfterLastChange } from './avatar-lag.ts';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
@@ -478,6 +479,17 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       pending.push([c.firstChangeMs!, fin ?? evaluatedAt]);
     }
     const idealMs = msSummary(idealStaleness(changed));
+    const avatarLag = msSummary(
+      avatarsAfterLastChange(
+        chats.map((c) => ({
+          lastChangeMs: c.unknown ? null : c.lastChangeMs,
+          userIds: [...c.players.keys()].map((k) => Number(k.slice(3))),
+        })),
+        calls.flatMap((c) =>
+          c.method === 'file' && c.outcome === 'ok' && c.userId !== undefined ? [{ userId: c.userId, atMs: c.atMs }] : [],
+        ),
+      ),
+    );
     const ideal = { summary: idealMs, floorMs: Math.ceil(idealMs.p95 ?? 0) };
     const sends = (from: number, to: number): number =>
       calls.filter((c) => c.outcome === 'ok' && !UNLIMITED_METHODS.has(c.method) && c.method !== 'file' && c.atMs >= from && c.atMs <= to)
@@ -629,6 +641,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         stalenessMs: msSummary(staleness),
         stalenessFloorMs: ideal.floorMs,
         idealStalenessMs: ideal.summary,
+        avatarAfterLastChangeMs: avatarLag,
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
         samples,
       },

@@ -107,6 +107,8 @@ export interface CallRecord {
   uploadBytes?: number;
   /** sha256 (hex, first 16) of the photo this call set. */
   photo?: string;
+  /** The user whose avatar a `file` download served (avatar downloads only). */
+  userId?: number;
 }
 
 /** A stored message. */
@@ -1050,7 +1052,7 @@ export class TelegramStub {
       this.send(res, 404, { ok: false, error_code: 404, description: 'Not Found' });
       return;
     }
-    this.record({ method: 'file', status: 200, outcome: 'ok', applied: true });
+    this.record({ method: 'file', status: 200, outcome: 'ok', applied: true, ...(av ? { userId: Number(av[1]) } : {}) });
     res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': data.length });
     res.end(data);
   }
