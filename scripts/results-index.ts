@@ -66,8 +66,9 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
-  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '4979fae' },
-  'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '4979fae' },
+  'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '688b77a' },
+  'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: 'afd0826' },
+  'rollover-1000x10-noavatars.json': { command: `${ROLLOVER} --avatars none`, machine: 'pinned', commit: 'afd0826' },
   'rollover-1000x10-08910fd.json': { command: ROLLOVER, machine: 'pinned', commit: '08910fd' },
   'rollover-1000x10-ddef491.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
@@ -527,7 +528,8 @@ export const RESULTS: ResultsIndex = {
           'real avatars. The rows are the two runs of the current code. Below them, the code before the render threads shared ' +
           'the core and boards went quietest first (08910fd, render threads at nice 10) run the same day, the code of 2026-12-01 ' +
           '(ddef491) run on an earlier machine the same date (on the day it was first measured it guessed in 17.0 s with a ' +
-          'utilisation of 0.887), and `--no-boards`, the A/B without boards. The targets are the report’s `targets` ' +
+          'utilisation of 0.887), `--no-boards`, the A/B without boards, and `--avatars none`, the A/B without avatar reads ' +
+          '(no player has a profile photo). The targets are the report’s `targets` ' +
           '(loadtest/README.md).',
       ],
       rows: [
@@ -573,6 +575,13 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s ÷ {boards.stalenessFloorMs:s} s)',
           files: ROLLOVER_RUNS,
+        },
+        {
+          figure: 'chats whose last avatar download came after their last guess; how long after, p95 (not in the floor)',
+          target: '—',
+          seed: '—',
+          value: '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {boards.avatarAfterLastChangeMs.p95:s} s',
+          files: ['rollover-1000x10-run2.json'],
         },
         {
           figure: 'guess p50 / p99 (the generator’s)',
@@ -627,6 +636,15 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{guessingS:1} s; {telegram.utilisation:3}; {boards.stalenessMs.p95:s} s; {guessMs.p99:0} ms',
           files: ['rollover-1000x10-ddef491.json'],
+        },
+        {
+          figure: '`--avatars none`: utilisation; staleness p95 ÷ floor (p95; floor); guessing; guess p99; stall',
+          target: '≥ 0.9; ≤ 1.25; —; ≤ 100 ms; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{guessingS:1} s; {guessMs.p99:0} ms; {maxLoopStallMs:0} ms',
+          files: ['rollover-1000x10-noavatars.json'],
         },
         {
           figure: '`--no-boards`: peak RSS; guess p50 / p99; stall',
@@ -1359,8 +1377,7 @@ export const RESULTS: ResultsIndex = {
           figure: 'the same through a viewer’s socket and the gateways: after SIGKILL p50 / max; after the drain p50 / max',
           target: 'max ≤ 5,000 ms; max ≤ 2,000 ms',
           seed: '—',
-          value:
-            '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
+          value: '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
           files: ['failover-3000ch.json'],
         },
         {
