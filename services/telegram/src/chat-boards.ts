@@ -316,10 +316,11 @@ export class ChatBoards {
     return w.carried ? mergeCarried(w.carried, w.state).state : w.state;
   }
 
-  /** Tells the scheduler the chat's board is at its current version. */
-  private changedHere(chatId: number, w: Watched): void {
+  /** Tells the scheduler the chat's board is at its current version (`cosmetic`: only an avatar changed, not the state). */
+  private changedHere(chatId: number, w: Watched, cosmetic = false): void {
     const s = this.shown(w);
-    if (s) this.d.scheduler.changed(chatId, versionOf(w), Object.keys(s.players).length, this.now(), boardRounds(w.rounds).length);
+    if (s)
+      this.d.scheduler.changed(chatId, versionOf(w), Object.keys(s.players).length, this.now(), boardRounds(w.rounds).length, cosmetic);
   }
 
   private unwatchHere(chatId: number): void {
@@ -382,7 +383,7 @@ export class ChatBoards {
         if (this.chats.get(chatId) !== w || !bytes || !w.state) return;
         w.avatars.set(id, bytes);
         w.avatarRev++;
-        this.changedHere(chatId, w);
+        this.changedHere(chatId, w, true);
       });
   }
 

@@ -20,7 +20,9 @@
  * docs/decisions/0036-group-burst.md). They go quietest first: the chat
  * whose last change is the oldest, since a board drawn while its chat
  * still changes is stale again at once and is sent twice, while a
- * quiet chat's board is likely its last. A chat that keeps changing is not
+ * quiet chat's board is likely its last. Only state changes count as the
+ * chat's last change: an avatar that arrives makes the board dirty but says
+ * nothing of whether its players are still playing (`changed(…, cosmetic)`). A chat that keeps changing is not
  * starved: it ranks as if its last change were one interval after it became
  * dirty (`min(lastChange, dirtySince + intervalMs)`), so it goes at most about
  * one interval later than it would have oldest-dirty-first. So one
@@ -306,8 +308,14 @@ export class RefreshScheduler {
     return this.chats.size;
   }
 
-  /** A chat's state changed to `version` with `cards` cards and `rounds` round strips (ignored when not newer). */
-  changed(chatId: number, version: number, cards: number, nowMs: number, rounds = 0): void {
+  /**
+   * A chat's board changed to `version` with `cards` cards and `rounds` round strips (ignored when not newer).
+   * @param cosmetic the board changed but the chat's state did not (an avatar arrived): the chat is dirty, but its
+   *   last change, which ranks it quietest first, stays its last state change. A picture arriving says nothing of
+   *   whether the players are still playing, and ranking the chat as busy would hold back the board that shows
+   *   their last move. @defaultValue false
+   */
+  changed(chatId: number, version: number, cards: number, nowMs: number, rounds = 0, cosmetic = false): void {
     const e = this.chats.get(chatId);
     if (!e) {
       this.chats.set(chatId, {
@@ -327,7 +335,7 @@ export class RefreshScheduler {
     }
     if (version <= e.version) return;
     if (e.version <= e.sentVersion) e.dirtySinceMs = nowMs;
-    e.changedMs = nowMs;
+    if (!cosmetic) e.changedMs = nowMs;
     e.version = version;
     e.cards = cards;
     e.rounds = rounds;

@@ -68,6 +68,41 @@ test('scheduler - the quietest chat goes first: a chat still changing waits, at 
   assert.equal(t.intervalMs, 3_000);
 });
 
+test('scheduler - an avatar arriving makes the board dirty but is not the chat’s last change: it keeps its quiet rank', () => {
+  const s = make();
+  s.changed(1, 1, 4, 0); // chat 1's players last moved at 0
+  s.changed(2, 1, 4, 500); // chat 2's at 500
+  s.changed(1, 2, 4, 900, 0, true); // an avatar of chat 1 arrives at 900
+  assert.deepEqual(
+    s.due(1_000).map((d) => d.chatId),
+    [1, 2],
+    'chat 1 has been still since 0: the avatar does not make it look busy',
+  );
+  // A clean chat that only gets an avatar is dirty again, ranked by its last state change.
+  const t = make();
+  t.changed(3, 1, 4, 0);
+  t.sent(3, 1, 0);
+  t.changed(4, 1, 4, 2_000);
+  t.changed(3, 2, 4, 3_500, 0, true);
+  assert.deepEqual(
+    t.due(4_000).map((d) => [d.chatId, d.version]),
+    [
+      [3, 2],
+      [4, 1],
+    ],
+  );
+  // The same arrival as a state change ranks the chat as busy.
+  const u = make();
+  u.changed(3, 1, 4, 0);
+  u.sent(3, 1, 0);
+  u.changed(4, 1, 4, 2_000);
+  u.changed(3, 2, 4, 3_500);
+  assert.deepEqual(
+    u.due(4_000).map((d) => d.chatId),
+    [4, 3],
+  );
+});
+
 test('scheduler - boards leave at the budgets’ pace, oldest change first, each charged its cost', () => {
   // 10 sends/s and 100 render ms/s; 4-card boards cost 21.8 ms: the render budget allows 4 per second (87.2 ms), sends 10.
   const s = make();
