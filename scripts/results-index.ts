@@ -68,6 +68,9 @@ const runs: Record<string, RunInfo> = {
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
   'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: '47e343b' },
   'rollover-1000x10-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '47e343b' },
+  'rollover-1000x10-run3.json': { command: ROLLOVER, machine: 'pinned', commit: '425195d' },
+  'rollover-1000x10-37a11ee.json': { command: ROLLOVER, machine: 'pinned', commit: '37a11ee' },
+  'rollover-1000x10-37a11ee-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '37a11ee' },
   'rollover-1000x10-688b77a.json': { command: ROLLOVER, machine: 'pinned', commit: '688b77a' },
   'rollover-1000x10-afd0826.json': { command: ROLLOVER, machine: 'pinned', commit: 'afd0826' },
   'rollover-1000x10-noavatars.json': { command: `${ROLLOVER} --avatars none`, machine: 'pinned', commit: 'afd0826' },
@@ -149,7 +152,7 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
-const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-run2.json'];
+const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-run2.json', 'rollover-1000x10-run3.json'];
 const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch2-run2.json'];
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
@@ -528,7 +531,9 @@ export const RESULTS: ResultsIndex = {
           'generator and the Bot API stub (Telegram’s ceilings: 30/s per bot, 20/min per group, 1/s per chat, real 429 bodies; ' +
           'the stub on its own thread) on the other. /start in every chat through the webhook; at the rollover every player opens ' +
           'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
-          'real avatars. The rows are the two runs of the current code. Below them, the two runs before an avatar’s arrival ' +
+          'real avatars. The rows are the three runs of the current code: in two the players connected slowly (connect p50 ' +
+          '~2.2 s, guessing ~110 s) and in one quickly (1.4 s, 74 s), the two states this machine runs the rig in. Below them, ' +
+          'the code before the board lane stopped losing slots (37a11ee) in the same hour as the third, the two runs before an avatar’s arrival ' +
           'stopped counting as its chat’s last change (688b77a, afd0826: the same product code), the code before the render threads shared ' +
           'the core and boards went quietest first (08910fd, render threads at nice 10) run the same day, the code of 2026-12-01 ' +
           '(ddef491) run on an earlier machine the same date (on the day it was first measured it guessed in 17.0 s with a ' +
@@ -640,6 +645,16 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{guessingS:1} s; {telegram.utilisation:3}; {boards.stalenessMs.p95:s} s; {guessMs.p99:0} ms',
           files: ['rollover-1000x10-ddef491.json'],
+        },
+        {
+          figure:
+            '37a11ee, before a board worker refused past the booking bound came back as it opened: utilisation; staleness p95 ÷ floor (p95); guessing; connect p50; guess p99; stall',
+          target: '≥ 0.9; ≤ 1.25; —; —; ≤ 100 ms; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessingS:1} s; ' +
+            '{connectMs.p50:0} ms; {guessMs.p99:0} ms; {maxLoopStallMs:0} ms',
+          files: ['rollover-1000x10-37a11ee.json', 'rollover-1000x10-37a11ee-run2.json'],
         },
         {
           figure:
