@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultConfig, type Config } from '@crowdplay/config';
 import { startServices, SERVICES, type Running } from '@crowdplay/cli';
+import { isRetryable } from '@crowdplay/protocol';
 import { testSchema, uniqueName, type ServiceUrls, type TestSchema } from '@crowdplay/testing';
 import WebSocket from 'ws';
 
@@ -191,6 +192,28 @@ export function openSocket(url: string): TestSocket {
     send: (frame) => ws.send(JSON.stringify(frame)),
     close: () => ws.terminate(),
   };
+}
+
+/**
+ * Opens a socket and waits for its welcome. A join the gateway refuses with a retryable code before the welcome
+ * (an `error` frame, e.g. CP_ERR_CHANNEL_UNAVAILABLE while the channel's first placement outlasts its deadline on
+ * a loaded machine) is asked again on a new socket, 200 ms apart, as the SDKs do; any other refusal is not.
+ * @param attempts sockets opened at most
+ * @returns the welcomed socket and its welcome frame
+ * @throws the last socket's error (no welcome, or a refusal that is not retryable)
+ */
+export async function openWelcomed(url: string, attempts = 5): Promise<{ socket: TestSocket; welcome: Frame }> {
+  for (let i = 1; ; i++) {
+    const socket = openSocket(url);
+    try {
+      return { socket, welcome: await socket.next((f) => f.t === 'welcome') };
+    } catch (err) {
+      const refusal = socket.frames.find((f) => f.t === 'error');
+      socket.close();
+      if (i >= attempts || !isRetryable(typeof refusal?.code === 'string' ? refusal.code : undefined)) throw err;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
 }
 
 /** Polls `what` every 25 ms until it yields a value (not undefined or false); fails after `ms`. */
