@@ -22,10 +22,11 @@
  * still changes is stale again at once and is sent twice, while a
  * quiet chat's board is likely its last. Only state changes count as the
  * chat's last change: an avatar that arrives makes the board dirty but says
- * nothing of whether its players are still playing (`changed(…, cosmetic)`). A chat that keeps changing is not
- * starved: it ranks as if its last change were one interval after it became
- * dirty (`min(lastChange, dirtySince + intervalMs)`), so it goes at most about
- * one interval later than it would have oldest-dirty-first. So one
+ * nothing of whether its players are still playing (`changed(…, cosmetic)`).
+ * A chat that keeps changing is not starved: it ranks as if its last change
+ * were one interval after it became dirty (`min(lastChange, dirtySince +
+ * intervalMs)`), so it goes at most about one interval later than it would
+ * have oldest-dirty-first. So one
  * 40-card board spends as much render budget as the ~8 four-card boards it
  * costs, and boards leave at an even pace instead of in bursts.
  *
