@@ -1117,7 +1117,7 @@ export const schema = {
       default: 0,
       min: 0,
       unit: 'count',
-      doc: 'Boards handed on and not yet sent beyond which the scheduler takes no more; the rest stay dirty and merge newer states (0: no limit).',
+      doc: "Boards in the send queue's board lane beyond which the scheduler takes no more; the rest stay dirty and merge newer states (0: no limit).",
       why: 'At 48 the 100-chat rollover under load (`BOARD_MAX_BACKLOG=48 npm run loadtest -- rollover --chats 100 --players 10 --no-pin`) delivered boards to 68 chats (4 final boards right) against 100 (95) with no limit (docs/benchmarks.md).',
     }),
   },

@@ -747,7 +747,7 @@ export const metricCatalogue = [
     name: 'crowdplay_board_backlog_held_total',
     type: 'counter',
     unit: '1',
-    help: 'Due boards held back at a tick because BOARD_MAX_BACKLOG boards were handed on and not sent yet, boards per tick',
+    help: "Due boards held back at a tick because BOARD_MAX_BACKLOG boards were in the send queue's board lane, boards per tick",
     labels: {},
   },
   {

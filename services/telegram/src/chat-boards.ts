@@ -150,10 +150,11 @@ export interface ChatBoardsDeps {
   renders: RenderQueue;
   scheduler: RefreshScheduler;
   /**
-   * Boards handed on and not sent yet (render queue waiting + the send queue's board lane), read every tick and
-   * given to the scheduler (`setBacklog`). Unset: the scheduler sees no backlog. A read that fails leaves the last.
+   * Boards handed on and not sent yet: waiting to render (`rendering`) and in the send queue's board lane
+   * (`sending`), read every tick and given to the scheduler (`setBacklog`). Unset: the scheduler sees no backlog. A
+   * read that fails leaves the last.
    */
-  backlog?: () => Promise<number>;
+  backlog?: () => Promise<{ rendering: number; sending: number }>;
   /**
    * The bot's budget shared by every process (REDIS_URL: RedisBoardBudget).
    * Unset: the scheduler's own (this process's) budget.
@@ -467,7 +468,8 @@ export class ChatBoards {
       const budget = this.d.budget;
       if (this.d.backlog) {
         try {
-          this.d.scheduler.setBacklog(await this.d.backlog(), this.now());
+          const b = await this.d.backlog();
+          this.d.scheduler.setBacklog(b.rendering + b.sending, this.now(), b.sending);
         } catch (err) {
           this.d.telemetry.logger.warn({ err }, 'board backlog unreadable: the last reading stands');
         }

@@ -35,9 +35,12 @@
  * behind the budgets (a busy event loop, Telegram answering slowly), those
  * queues grow and a board taken now waits there, stale, where a newer
  * version of its chat can no longer replace it for free. So the caller
- * reports that backlog (`setBacklog`: boards handed on and not sent yet) and
- * at most BOARD_MAX_BACKLOG − backlog boards are taken; the rest stay dirty
- * here, where newer states merge into one render. From successive backlog
+ * reports that backlog (`setBacklog`: boards handed on and not sent yet, and
+ * of them those rendered and in the board lane) and at most
+ * BOARD_MAX_BACKLOG − (boards in the lane) are taken; the rest stay dirty
+ * here, where newer states merge into one render. A board waiting to render
+ * is not stale (its render draws the newest state), so that wait is not
+ * capped. From successive backlog
  * readings the scheduler estimates the rate boards actually leave
  * (drainPerS: backlog before + handed on since − backlog now, over the time
  * between readings, smoothed over ~5 s).
@@ -251,6 +254,8 @@ export class RefreshScheduler {
   ahead = 0;
   /** Boards handed on and not sent yet, as last reported (`setBacklog`). */
   backlog = 0;
+  /** Of `backlog`, the boards rendered and in the send queue's board lane (what BOARD_MAX_BACKLOG caps), as last reported. */
+  sending = 0;
   /** Estimated rate boards leave the backlog, boards/s (starts at the send budget). */
   drainPerS: number;
   /** This process's budget (`due`); `dueFrom` takes another (the bot's, on Redis). */
@@ -287,11 +292,14 @@ export class RefreshScheduler {
 
   /**
    * Reports the downstream backlog: boards handed on (render queue waiting + the send queue's board lane) and not
-   * sent yet, at `nowMs`. Updates the drain-rate estimate from the previous reading.
+   * sent yet, at `nowMs`, and of them `sending`, those rendered and in the board lane. Updates the drain-rate
+   * estimate from the previous reading.
+   * @param sending boards in the board lane (queued, booked or in a call) @defaultValue boards
    * @throws RangeError for a negative or non-integer count (nothing changes)
    */
-  setBacklog(boards: number, nowMs: number): void {
+  setBacklog(boards: number, nowMs: number, sending = boards): void {
     if (!Number.isInteger(boards) || boards < 0) throw new RangeError(`backlog must be an integer ≥ 0, got ${boards}`);
+    if (!Number.isInteger(sending) || sending < 0) throw new RangeError(`sending must be an integer ≥ 0, got ${sending}`);
     if (this.lastReadingMs !== null && nowMs > this.lastReadingMs && (this.backlog > 0 || boards > 0)) {
       const dt = nowMs - this.lastReadingMs;
       const left = Math.max(0, this.backlog + this.handedSinceReading - boards);
@@ -300,6 +308,7 @@ export class RefreshScheduler {
       this.drainPerS += a * (sample - this.drainPerS);
     }
     this.backlog = boards;
+    this.sending = sending;
     this.handedSinceReading = 0;
     this.lastReadingMs = nowMs;
   }
@@ -460,10 +469,14 @@ export class RefreshScheduler {
     return ready.slice(0, g.granted).map(({ charge: _, replaces: __, ...d }) => d);
   }
 
-  /** The first of `ready` that fit under BOARD_MAX_BACKLOG; sets `heldByBacklog` to the rest. */
+  /**
+   * The first of `ready` that fit under BOARD_MAX_BACKLOG boards in the board lane; sets `heldByBacklog` to the rest.
+   * Boards waiting to render do not count: a render draws its chat's newest state (late binding), so that wait costs
+   * no staleness, and counting it starved the lane whenever renders lagged.
+   */
   private roomFor<T>(ready: T[]): T[] {
     const max = this.o.maxBacklog ?? 0;
-    const room = max === 0 ? ready.length : Math.max(0, max - this.backlog);
+    const room = max === 0 ? ready.length : Math.max(0, max - this.sending);
     this.heldByBacklog = Math.max(0, ready.length - room);
     return this.heldByBacklog > 0 ? ready.slice(0, room) : ready;
   }

@@ -176,6 +176,24 @@ test('scheduler - backlog: at most BOARD_MAX_BACKLOG boards handed on; the rest 
   assert.equal(s.intervalMs, 3_800);
 });
 
+test('scheduler - backlog: BOARD_MAX_BACKLOG caps the boards in the send lane, not those waiting to render', () => {
+  const s = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost, maxBacklog: 5 });
+  for (let c = 1; c <= 40; c++) s.changed(c, 1, 4, c);
+  // 12 handed on: 10 waiting to render (each will draw its chat's newest state), 2 rendered and in the lane.
+  s.setBacklog(12, 0, 2);
+  assert.deepEqual(
+    s.due(0).map((d) => d.chatId),
+    [1, 2, 3],
+    'room for 5 − 2 = 3 boards in the lane',
+  );
+  assert.equal(s.heldByBacklog, 37);
+  assert.equal(s.backlog, 12, 'the interval and the look-ahead still count every board handed on');
+  assert.equal(s.sending, 2);
+  assert.throws(() => s.setBacklog(3, 1_000, -1), RangeError);
+  assert.throws(() => s.setBacklog(3, 1_000, 0.5), RangeError);
+  assert.deepEqual([s.backlog, s.sending], [12, 2], 'a bad reading changes nothing');
+});
+
 test('scheduler - the interval counts the backlog a chat waits behind after its 3 s spacing', () => {
   const s = make();
   s.changed(1, 1, 4, 0);
