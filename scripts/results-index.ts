@@ -75,6 +75,19 @@ const runs: Record<string, RunInfo> = {
   'rollover-1000x10-afd0826.json': { command: ROLLOVER, machine: 'pinned', commit: 'afd0826' },
   'rollover-1000x10-noavatars.json': { command: `${ROLLOVER} --avatars none`, machine: 'pinned', commit: 'afd0826' },
   'rollover-1000x10-noavatars-run2.json': { command: `${ROLLOVER} --avatars none`, machine: 'pinned', commit: '286dd7d' },
+  'rollover-1000x10-avatars8.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=8 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
+  'rollover-1000x10-avatars16.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=16 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
+  'rollover-1000x10-avatars32.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=32 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
+  'rollover-400x10-avatars8.json': {
+    command: 'TELEGRAM_AVATAR_CONCURRENCY=8 npm run loadtest -- rollover --chats 400 --players 10 --no-pin',
+    machine: 'quiet',
+    commit: 'd88708f',
+  },
+  'rollover-400x10-avatars16.json': {
+    command: 'TELEGRAM_AVATAR_CONCURRENCY=16 npm run loadtest -- rollover --chats 400 --players 10 --no-pin',
+    machine: 'quiet',
+    commit: 'd88708f',
+  },
   'rollover-1000x10-08910fd.json': { command: ROLLOVER, machine: 'pinned', commit: '08910fd' },
   'rollover-1000x10-ddef491.json': { command: ROLLOVER, machine: 'pinned', commit: 'ddef491' },
   'rollover-1000x10-noboards.json': { command: `${ROLLOVER} --no-boards`, machine: 'pinned', commit: 'ddef491' },
@@ -674,6 +687,56 @@ export const RESULTS: ResultsIndex = {
             '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
             '{guessingS:1} s; {guessMs.p99:0} ms; {maxLoopStallMs:0} ms',
           files: ['rollover-1000x10-noavatars.json', 'rollover-1000x10-noavatars-run2.json'],
+        },
+        {
+          figure:
+            'TELEGRAM_AVATAR_CONCURRENCY=8 (decision 0021): chats whose last avatar came after their last guess; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—; ≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
+            '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-avatars8.json'],
+        },
+        {
+          figure:
+            'TELEGRAM_AVATAR_CONCURRENCY=16 (decision 0021): chats whose last avatar came after their last guess; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—; ≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
+            '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-avatars16.json'],
+        },
+        {
+          figure:
+            'TELEGRAM_AVATAR_CONCURRENCY=32 (decision 0021): chats whose last avatar came after their last guess; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—; ≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
+            '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-avatars32.json'],
+        },
+        {
+          figure:
+            'TELEGRAM_AVATAR_CONCURRENCY=8, 400 chats on two cores (`--chats 400 --no-pin`) (decision 0021): chats whose last avatar came after their last guess; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—; ≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
+            '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-400x10-avatars8.json'],
+        },
+        {
+          figure:
+            'TELEGRAM_AVATAR_CONCURRENCY=16, 400 chats on two cores (`--chats 400 --no-pin`) (decision 0021): chats whose last avatar came after their last guess; utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '—; ≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
+            '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-400x10-avatars16.json'],
         },
         {
           figure: '`--no-boards`: peak RSS; guess p50 / p99; stall',

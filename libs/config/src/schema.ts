@@ -1001,11 +1001,11 @@ export const schema = {
     }),
     avatarConcurrency: int({
       env: 'TELEGRAM_AVATAR_CONCURRENCY',
-      default: 8,
+      default: 16,
       min: 1,
       unit: 'count',
       doc: 'Avatar reads running at once, and avatar downloads in flight, each holding its slot until its render thread has shrunk the photo.',
-      why: 'Without it 10,000 players at a rollover held ~14,000 suspended calls and 6,074 open handles; without the shrink inside it, 4,000 photos queued at one render thread ahead of the boards.',
+      why: 'Without a cap 10,000 players at a rollover held ~14,000 suspended calls and 6,074 open handles. At 8 the pinned 1,000-chat rollover read ~170 avatars a second against ~150 new players, so 997 of 1,000 chats got an avatar after their last guess; 16 kept up on both rollover rigs, 32 slowed the boards behind the photos at the render thread (docs/decisions/0021).',
     }),
     avatarCacheBytes: int({
       env: 'TELEGRAM_AVATAR_CACHE_BYTES',
