@@ -79,6 +79,17 @@ const runs: Record<string, RunInfo> = {
   'rollover-1000x10-avatars8.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=8 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
   'rollover-1000x10-avatars16.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=16 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
   'rollover-1000x10-avatars32.json': { command: `TELEGRAM_AVATAR_CONCURRENCY=32 ${ROLLOVER}`, machine: 'pinned', commit: 'b3df611' },
+  'rollover-1000x10-backlog12-all.json': {
+    command: `TELEGRAM_AVATAR_CONCURRENCY=16 BOARD_MAX_BACKLOG=12 ${ROLLOVER}`,
+    machine: 'pinned',
+    commit: 'b3df611',
+  },
+  'rollover-1000x10-backlog12-lane.json': {
+    command: `TELEGRAM_AVATAR_CONCURRENCY=16 BOARD_MAX_BACKLOG=12 ${ROLLOVER}`,
+    machine: 'pinned',
+    commit: 'd88708f',
+  },
+  'rollover-1000x10-backlog12-lane-run2.json': { command: `BOARD_MAX_BACKLOG=12 ${ROLLOVER}`, machine: 'pinned', commit: 'e0a6729' },
   'rollover-400x10-avatars8.json': {
     command: 'TELEGRAM_AVATAR_CONCURRENCY=8 npm run loadtest -- rollover --chats 400 --players 10 --no-pin',
     machine: 'quiet',
@@ -750,6 +761,22 @@ export const RESULTS: ResultsIndex = {
             '{boards.avatarAfterLastChangeMs.count} of {boards.chats}; {telegram.utilisation:3}; ' +
             '{targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
           files: ['rollover-400x10-avatars16.json'],
+        },
+        {
+          figure:
+            'BOARD_MAX_BACKLOG=12 counting the boards waiting to render too (b3df611; decision 0007): utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-backlog12-all.json'],
+        },
+        {
+          figure:
+            'BOARD_MAX_BACKLOG=12 counting the board lane alone (d88708f, e0a6729; decision 0007): utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-backlog12-lane.json', 'rollover-1000x10-backlog12-lane-run2.json'],
         },
         {
           figure: '`--no-boards`: peak RSS; guess p50 / p99; stall',
