@@ -6,7 +6,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { signInitData, startParamFor, startParamSecret } from '@crowdplay/telegram';
-import { openSocket as open, startStandalone, type Frame, type InProcess } from '../helpers.ts';
+import { openSocket as open, openWelcomed, startStandalone, type Frame, type InProcess } from '../helpers.ts';
 
 const BOT_TOKEN = '123456780:TEST-token-for-the-round-suite';
 const CHAT_A = -1001234567001;
@@ -40,8 +40,8 @@ describe('Mini App rounds (initData) → the chat round', () => {
   after(() => s?.stop());
 
   it("a stake whose initData names another chat is refused with its code and changes neither chat's round nor the wallet", async () => {
-    // Chat B's own player stakes 20 of the 50 granted.
-    const b = open(url({ initData: initData(CHAT_B, 81) }));
+    // Chat B's own player stakes 20 of the 50 granted (the channel's first join: a retryable refusal is asked again).
+    const { socket: b } = await openWelcomed(url({ initData: initData(CHAT_B, 81) }));
     const u = await b.next((f) => f.t === 'update' && roundIn(f)?.state === 'open');
     const round = roundIn(u)!.id;
     await b.next((f) => f.t === 'balance' && f.points === 50);
@@ -65,7 +65,7 @@ describe('Mini App rounds (initData) → the chat round', () => {
     const again = open(url({ initData: initData(CHAT_B, 83) }));
     const snap = await again.next((f) => f.t === 'update' && roundIn(f) !== undefined);
     assert.deepEqual([roundIn(snap)!.entries, roundIn(snap)!.pool], [1, [0, 20]]);
-    const own = open(url({ initData: initData(CHAT_A, 82) }));
+    const { socket: own } = await openWelcomed(url({ initData: initData(CHAT_A, 82) }));
     const welcome = await own.next((f) => f.t === 'balance');
     assert.deepEqual([welcome.points, welcome.reason], [50, 'welcome'], "only chat A's grant: nothing was paid or charged in chat B");
     for (const c of [b, again, own]) c.close();
