@@ -376,6 +376,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_drain_unmoved_channels_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Channels a draining shard had not moved when SHUTDOWN_DEADLINE_MS minus SHARD_DRAIN_FINAL_MS passed: their open ticks were closed and published, then they were released for the router to place',
+    labels: {},
+  },
+  {
     name: 'crowdplay_tick_yields_total',
     type: 'counter',
     unit: '1',

@@ -386,20 +386,11 @@ export class Ownership {
     );
     // The open ticks' intents reach their games before the channels leave: logged (at their epochs, before the release) and published like any tick's batches.
     const outbox: Outbox = [];
-    const now = this.s.now();
-    for (const o of going) {
-      try {
-        const ev = o.rt.hasOpenIntents ? await this.s.eventIdFor(o) : 0;
-        const pending = o.rt.pendingIntents;
-        const batch = o.rt.closeTick(ev, now);
-        this.s.pendingIntents -= pending;
-        if (batch) this.ticker.deliverBatch(o, batch, now, outbox);
-      } catch (err) {
-        // No event id (sequencer unreachable): the channel stays here, serving.
-        o.moving = false;
-        o.rounds?.resumeServing();
-        failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
-      }
+    for (const [o, err] of await this.closeTicksOf(going, outbox)) {
+      // No event id (sequencer unreachable): the channel stays here, serving.
+      o.moving = false;
+      o.rounds?.resumeServing();
+      failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
     }
     const leaving = going.filter((o) => !failed.has(o.rt.id));
     const tRounds = performance.now();
@@ -429,6 +420,67 @@ export class Ownership {
       );
     }
     return channels.map((channel) => failed.get(channel) ?? { channel, ok: true });
+  }
+
+  /**
+   * Closes the open ticks of channels that take nothing new any more (`moving`) at fresh event ids; their batches
+   * go to `outbox` for the caller to log and publish (Ticker.publishBatches).
+   * @returns the channels whose tick stays open for want of an event id (sequencer unreachable), with the error
+   */
+  private async closeTicksOf(os: readonly Owned[], outbox: Outbox): Promise<Map<Owned, unknown>> {
+    const failed = new Map<Owned, unknown>();
+    const now = this.s.now();
+    for (const o of os) {
+      try {
+        const ev = o.rt.hasOpenIntents ? await this.s.eventIdFor(o) : 0;
+        const pending = o.rt.pendingIntents;
+        const batch = o.rt.closeTick(ev, now);
+        this.s.pendingIntents -= pending;
+        if (batch) this.ticker.deliverBatch(o, batch, now, outbox);
+      } catch (err) {
+        failed.set(o, err);
+      }
+    }
+    return failed;
+  }
+
+  /**
+   * The last step of a drain that ran out of time (SHUTDOWN_DEADLINE_MS − SHARD_DRAIN_FINAL_MS): every channel
+   * still served here, those a handoff is moving included, stops taking intents and game requests (refused
+   * CP_ERR_CHANNEL_UNAVAILABLE, retryable: gateways send them again), its open tick is closed and the batch
+   * logged and published, so every intent acked here reaches its game, and it is released (final snapshot,
+   * owner cleared) for the router to place. Open rounds are not handed off: the next owner cancels and refunds
+   * them (round-recovery.ts), as after a crash.
+   * @returns the channels closed
+   * @throws nothing: a release that fails is logged (the router's reconciler places those channels)
+   */
+  async closeUnmoved(): Promise<number> {
+    const all = [...this.s.owned.values()];
+    for (const o of all) o.moving = true;
+    const t0 = performance.now();
+    await this.ticker.tickSettled();
+    const outbox: Outbox = [];
+    const failed = await this.closeTicksOf(all, outbox);
+    if (failed.size > 0)
+      this.s.deps.telemetry.logger.error(
+        { channels: failed.size, err: failed.values().next().value },
+        'drain: open ticks not closed (no event id); their intents are lost with this process',
+      );
+    await this.ticker.publishBatches(outbox);
+    for (const o of all) if (o.rt.dirty && this.s.owned.get(o.rt.id) === o) this.updates.sendUpdate(o);
+    const tTicks = performance.now();
+    const left = all.filter((o) => this.s.owned.get(o.rt.id) === o).map((o) => o.rt.id);
+    for (let i = 0; i < left.length; i += CONTROL_BATCH_MAX) {
+      const chunk = left.slice(i, i + CONTROL_BATCH_MAX);
+      await this.releaseMany(chunk, false).catch((err: unknown) =>
+        this.s.deps.telemetry.logger.error({ err, channels: chunk.length, first: chunk[0] }, 'release failed'),
+      );
+    }
+    this.s.deps.telemetry.logger.info(
+      { channels: all.length, ticksMs: Math.round(tTicks - t0), releaseMs: Math.round(performance.now() - tTicks) },
+      'drain: unmoved channels closed',
+    );
+    return all.length;
   }
 
   /** Drops the subscriptions of a channel handed off from here (its move finished). No-op otherwise. */

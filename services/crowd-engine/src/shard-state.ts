@@ -85,6 +85,7 @@ export interface EngineMetrics {
   updatesDeferred: Counter;
   tickYields: Counter;
   lastBatchRepeats: Counter;
+  drainUnmoved: Counter;
   updateBytes: Histogram;
   snapshotErrors: Counter;
   absorbed: Counter;
@@ -138,6 +139,7 @@ export class ShardState {
       logWrites: mx.counter('crowdplay_event_log_writes_total'),
       updates: mx.counter('crowdplay_channel_updates_total'),
       lastBatchRepeats: mx.counter('crowdplay_last_batch_repeats_total'),
+      drainUnmoved: mx.counter('crowdplay_drain_unmoved_channels_total'),
       tickYields: mx.counter('crowdplay_tick_yields_total'),
       updatesDeferred: mx.counter('crowdplay_channel_updates_deferred_total'),
       updateBytes: mx.histogram('crowdplay_channel_update_bytes'),

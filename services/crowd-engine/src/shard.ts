@@ -422,17 +422,37 @@ export class Shard {
   }
 
   /**
-   * Ordered shutdown: stop taking channels, close the open ticks (so accepted
-   * intents reach their game), flush updates, snapshot and release every
-   * channel, then stop the loops. Safe to call twice.
+   * Ordered shutdown: stop taking channels, move them to other shards, close
+   * the open ticks of those left (so accepted intents reach their game), flush
+   * updates, snapshot and release every channel, then stop the loops. The
+   * moves get SHUTDOWN_DEADLINE_MS − SHARD_DRAIN_FINAL_MS: past it the channels
+   * not moved yet are closed and released as they are (Ownership.closeUnmoved),
+   * within the process's deadline. Safe to call twice.
    */
   async drain(): Promise<void> {
     if (this.s.draining) return;
     this.s.draining = true;
     this.heartbeat();
+    const { config, telemetry } = this.s.deps;
     // Move every channel, open rounds included, to another shard (one request: the router moves them in batches);
     // what no shard can take is refunded below.
-    await this.moveAllAway();
+    const budgetMs = Math.max(0, config.gateway.shutdownMs - config.engine.drainFinalMs);
+    let budget: NodeJS.Timeout | undefined;
+    const inTime = await Promise.race([
+      this.moveAllAway().then(() => true),
+      new Promise<false>((resolve) => {
+        budget = setTimeout(() => resolve(false), budgetMs);
+      }),
+    ]);
+    clearTimeout(budget);
+    if (!inTime) {
+      const n = this.s.owned.size;
+      telemetry.logger.warn({ channels: n, budgetMs }, 'drain: channels not moved in time; closing their ticks and releasing them');
+      this.s.m.drainUnmoved.add(n);
+      await this.own.closeUnmoved();
+      await this.close();
+      return;
+    }
     // Refund every open round left through the ledger before the channels are released (the ledger drains after the shard).
     await Promise.all([...this.s.owned.values()].map((o) => o.rounds?.drain()));
     await this.ticker.tickSettled(); // a tick in flight would make this one a no-op

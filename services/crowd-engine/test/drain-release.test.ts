@@ -95,3 +95,52 @@ describe('shard drain with another live shard', () => {
     assert.equal(other.channels.length, ids.length, 'every channel moved to the other shard');
   });
 });
+
+describe('shard drain past its deadline', () => {
+  let h: Harness;
+  before(async () => {
+    // Ticks only when the drain closes them (the intents stay in the open tick); moves get 10 s − 9 s = 1 s.
+    h = await startHarness({ engine: { tickMs: 10_000, drainFinalMs: 9_000 } });
+  });
+  after(() => h.close());
+
+  it(
+    'drain - channels not moved by SHUTDOWN_DEADLINE_MS − SHARD_DRAIN_FINAL_MS publish their acked intents and are released',
+    { timeout: 20_000 },
+    async () => {
+      const ids = ['dl0', 'dl1', 'dl2'];
+      await h.store.db.query(`INSERT INTO channels (id, tenant_id) SELECT unnest($1::text[]), $2`, [ids, T]);
+      await Promise.all(ids.map((id) => h.router.assign(id)));
+      for (const id of ids)
+        assert.equal((await h.ctl(id, { op: 'declare', actions: [{ name: 'vote', options: ['a'], maxPerTick: 10 }] })).ok, true);
+      ids.forEach((id, i) => h.send(id, [{ action: 'vote', option: 'a', seq: 7000 + i }]));
+      await h.waitFor(() => ids.every((_, i) => h.acks.some((a) => a.seq === 7000 + i && a.ok)));
+      assert.equal(h.batches.filter((b) => ids.includes(b.channel)).length, 0, 'the intents wait in the open ticks');
+      // The router takes the drain request and never answers: a hung or overloaded one (the shard would wait 3 batch timeouts).
+      await h.router.close();
+      const held: number[] = [];
+      const sub = h.bus.subscribe(h.subjects.routerCtl(), () => void held.push(1));
+      try {
+        await h.shard.drain();
+      } finally {
+        sub.unsubscribe();
+      }
+      assert.equal(held.length, 1, 'the drain asked the router');
+      for (const id of ids) {
+        const b = h.batches.find((x) => x.channel === id);
+        assert.equal(b?.actions.vote?.intents.length, 1, `${id}: the acked intent reached the game`);
+        assert.equal((await h.store.events.latest(id, 'batch'))?.eventId, b.ev, `${id}: and the event log`);
+      }
+      assert.deepEqual(h.shard.channels, []);
+      const { rows } = await h.store.db.query<{ n: string }>(
+        `SELECT count(*) AS n FROM channels WHERE id = ANY($1::text[]) AND owner IS NOT NULL`,
+        [ids],
+      );
+      assert.equal(Number(rows[0]!.n), 0, 'released: no channel keeps an owner');
+      assert.ok(
+        h.logs.some((l) => l.msg === 'drain: channels not moved in time; closing their ticks and releasing them' && l.channels === 3),
+      );
+      assert.match(await h.telemetry.metrics.prometheusText(), /^crowdplay_drain_unmoved_channels_total(\{[^}]*\})? 3$/m);
+    },
+  );
+});
