@@ -139,7 +139,12 @@ describe('fencing: a paused shard comes back after its channel moved (SIGSTOP / 
         staleAcks,
       });
       assert.ok(refusedByPostgres > 0, `the resumed shard's late writes were refused by Postgres: ${summary}\n${late.slice(-3_000)}`);
-      assert.ok(staleAcks > 0, `stakes the paused shard had taken were refused by Postgres (their acks say so): ${summary}`);
+      // Its refusals reach the viewers as CP_ERR_CHANNEL_STALE_EPOCH acks, unless the SDK timed out first: then the late
+      // ack answers a request it gave up, and the stake was resent (the new owner answered it).
+      assert.ok(
+        staleAcks > 0 || f.resent > 0,
+        `stakes the paused shard had taken were refused by Postgres (their acks say so) or resent: ${summary}`,
+      );
       assert.match(late, /dropping (it|channel)/, 'the old owner stopped serving the channel');
       assert.ok(old.running, 'the old owner lives on (it only dropped the channel)');
       const row = (await store!.channels.get(channel))!;
