@@ -363,6 +363,7 @@ export class Ownership {
     // The next tick skips them; one in flight publishes its batches before the handoff closes the open ticks.
     const t0 = performance.now();
     await this.ticker.tickSettled();
+    const tSettled = performance.now();
     const failed = new Map<string, AcquireResult>();
     const going: Owned[] = [];
     const books = new BookWriter(this.s.deps.store);
@@ -410,7 +411,8 @@ export class Ownership {
       await this.saveSnapshotsOf(leaving);
       await this.s.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.s.id, epoch: o.epoch })));
       const ms = {
-        roundsMs: Math.round(tRounds - t0),
+        tickWaitMs: Math.round(tSettled - t0),
+        roundsMs: Math.round(tRounds - tSettled),
         ticksMs: Math.round(tTicks - tRounds),
         releaseMs: Math.round(performance.now() - tTicks),
       };
