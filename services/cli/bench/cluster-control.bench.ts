@@ -397,6 +397,7 @@ async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, str
     const pg0 = cpuMsByComm('postgres', clockTicksPerSecond());
     const logFrom = r.tap.lines.length;
     watch.start();
+    const driver0 = process.cpuUsage();
     const t0 = Date.now();
     const a = await assignAll(r.router, names, p.concurrency, (i) => {
       assignedAt.set(i, Date.now());
@@ -419,6 +420,8 @@ async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, str
     const readyMs = Math.max(0, ...probes.firstAckAt.values()) - t0;
     const processes = watch.stop();
     const infra = r.infra.stop();
+    const driverUsage = process.cpuUsage(driver0);
+    const driverCpuMs = Math.round((driverUsage.user + driverUsage.system) / 1000);
     const pg1 = cpuMsByComm('postgres', clockTicksPerSecond());
     const pgMs = cpuDeltaMs(pg0, pg1);
     probes.close();
@@ -471,6 +474,7 @@ async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, str
       natsServer: infra.nats,
       postgresBackends: infra.postgres,
       allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
+      driverCpuMs,
       warnings: r.tap.warnings(t0),
       target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
     };
@@ -494,6 +498,7 @@ async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, str
     for (const s of processes) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %`]);
     rows.push(['  nats-server cpu', `${infra.nats?.cpuPct ?? 'n/a'} %`]);
     rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
+    rows.push(['  driver (this process) cpu', `${driverCpuMs} ms`]);
     for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
     return { report, failed: a.errors > 0 || ready < names.length };
   } finally {
