@@ -165,6 +165,16 @@ const runs: Record<string, RunInfo> = {
     machine: 'quiet',
     commit: '92ea108',
   },
+  'failover-3000ch-run2.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: 'd863b0b',
+  },
+  'failover-3000ch-7a00657.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'shared',
+    commit: '7a00657',
+  },
   'failover-3000ch-14270ad.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -1449,7 +1459,7 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Failover at the sized shape: 3 shards, 2 gateways, 3,000 channels with one viewer each',
-      decisions: ['0025-bulk-control-plane.md', '0026-router-lease.md', '0037-drain-batches.md'],
+      decisions: ['0025-bulk-control-plane.md', '0026-router-lease.md', '0037-drain-batches.md', '0039-drain-deadline.md'],
       intro: [
         'The same rig with one game client and one viewer per channel, 30 s pool rounds, the default faults (SIGKILL of the ' +
           'busiest shard, the drain of the busiest live one, a gateway restart) and two probes per moved channel, one at the ' +
@@ -1458,7 +1468,8 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 100 %, so every ' +
           'timing past that point measures queues, not the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The last row is the code before the ledger’s round reads were fixed, run the same day. Fields: loadtest/README.md ("failover").',
+          'The last two rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
+          'each run the same day. Fields: loadtest/README.md ("failover").',
       ],
       rows: [
         {
@@ -1466,28 +1477,28 @@ export const RESULTS: ResultsIndex = {
           target: '0; ok; 0 / 0',
           seed: '—',
           value: '{stakesLost} of {stakes.acked} acked; {ledgerVerify}; {duplicateEventIds} / {nonMonotonicEventIds}',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'acked intents lost: drained channels / other channels / the killed shard’s open tick',
           target: '0 / 0 / —',
           seed: '—',
           value: '{intentsLost.drained} / {intentsLost.other} / {intentsLost.killed}',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'moved channels batching again (kill; drain)',
           target: 'all',
           seed: '—',
           value: '{recoveryMs.kill.recovered}/{recoveryMs.kill.channels}; {recoveryMs.drain.recovered}/{recoveryMs.drain.channels}',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'viewers welcomed / never welcomed; failed after a drop',
           target: 'all / 0; 0',
           seed: '—',
           value: '{connections.connected} / {connections.failed}; {viewersFailed}',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'recovery after SIGKILL at the shard, p50 / max; detection; the move after it, max',
@@ -1496,42 +1507,42 @@ export const RESULTS: ResultsIndex = {
           value:
             '{recoveryMs.kill.atShard.p50} / {recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.detectionMs} ms; ' +
             '{recoveryMs.kill.atShard.moveMs.max} ms',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'the drain’s gap at the shard, p50 / max',
           target: 'max ≤ 2,000 ms',
           seed: '—',
           value: '{recoveryMs.drain.atShard.p50} / {recoveryMs.drain.atShard.max} ms',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'the same through a viewer’s socket and the gateways: after SIGKILL p50 / max; after the drain p50 / max',
           target: 'max ≤ 5,000 ms; max ≤ 2,000 ms',
           seed: '—',
           value: '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'viewers welcomed, p50 / max after their first connect',
           target: '—',
           seed: '—',
           value: '{connections.welcomeMs.p50} / {connections.welcomeMs.max} ms',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'act ack p50 / p99; rounds unpaid at the end',
           target: '—; 0',
           seed: '—',
           value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms; {rounds.unpaidAtEnd}',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'steady phase before the first fault: length; the machine’s busy share of its 2 cores',
           target: '—',
           seed: '—',
           value: '{steadyCpu.seconds} s; {steadyCpu.machineBusyPct} %',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'the same: % of a core (CPU µs per channel-second) of gateway 1 / gateway 2 / nats-server',
@@ -1540,7 +1551,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steadyCpu.processes.5.cpuPct} ({steadyCpu.processes.5.usPerChannelSecond}) / {steadyCpu.processes.6.cpuPct} ' +
             '({steadyCpu.processes.6.usPerChannelSecond}) / {steadyCpu.processes.7.cpuPct} ({steadyCpu.processes.7.usPerChannelSecond})',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'the same: shards 1 / 2 / 3; router; sequencer',
@@ -1551,7 +1562,7 @@ export const RESULTS: ResultsIndex = {
             '({steadyCpu.processes.3.usPerChannelSecond}) / {steadyCpu.processes.4.cpuPct} ({steadyCpu.processes.4.usPerChannelSecond}); ' +
             '{steadyCpu.processes.1.cpuPct} ({steadyCpu.processes.1.usPerChannelSecond}); {steadyCpu.processes.0.cpuPct} ' +
             '({steadyCpu.processes.0.usPerChannelSecond})',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure: 'the same: PostgreSQL (every backend of the machine’s server); the load generators: viewer workers, games and probes',
@@ -1560,7 +1571,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
             '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
-          files: ['failover-3000ch.json'],
+          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
         },
         {
           figure:
@@ -1570,6 +1581,14 @@ export const RESULTS: ResultsIndex = {
           value:
             '{stakesLost}; {recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.max} ms; {rounds.finalBeforeSettle}; {rounds.unpaidAtEnd}',
           files: ['failover-3000ch-14270ad.json'],
+        },
+        {
+          figure:
+            'the code before a draining shard kept the end of its deadline for its open ticks (7a00657), on a busier machine: acked intents of drained channels lost; the drained shard’s exit',
+          target: '0; —',
+          seed: '—',
+          value: '{intentsLost.drained}; after {timeline.drainExit.ms} ms',
+          files: ['failover-3000ch-7a00657.json'],
         },
       ],
     },
