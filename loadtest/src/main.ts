@@ -15,6 +15,7 @@
  *         [--database-url URL] [--redis-url URL] [--connect-concurrency C]
  *         [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
  *         [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE] [--board-trace FILE]
+ *         [--product-cpu-prof DIR]
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
  *         [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
@@ -55,6 +56,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
      npm run loadtest -- chatrounds --chats N --players P [--kind pool|market] [--no-pin] [--json FILE]
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE] [--board-trace FILE]
+       [--product-cpu-prof DIR] (a V8 CPU profile of the standalone product, written when it stops)
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
        [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
        [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)
@@ -177,6 +179,7 @@ async function rolloverMain(argv: string[]): Promise<number> {
       cluster: { type: 'boolean', default: false },
       'product-log': { type: 'string' },
       'board-trace': { type: 'string' },
+      'product-cpu-prof': { type: 'string' },
       gateways: { type: 'string' },
       shards: { type: 'string' },
       'nats-url': { type: 'string' },
@@ -197,6 +200,10 @@ async function rolloverMain(argv: string[]): Promise<number> {
   if (values.avatars !== 'photo' && values.avatars !== 'none') throw new Error(`--avatars must be photo or none, got ${values.avatars}`);
   for (const flag of ['json', 'product-log', 'board-trace'] as const)
     if (values[flag] !== undefined && values[flag].trim() === '') throw new Error(`--${flag} must name a file`);
+  if (values['product-cpu-prof'] !== undefined && values['product-cpu-prof'].trim() === '')
+    throw new Error('--product-cpu-prof must name a directory');
+  if (values.cluster && values['product-cpu-prof'] !== undefined)
+    throw new Error('--product-cpu-prof profiles the standalone product: not with --cluster');
   if (!values.cluster && (values.gateways !== undefined || values.shards !== undefined || values['nats-url'] !== undefined))
     throw new Error('--gateways, --shards and --nats-url need --cluster');
   const cluster = values.cluster
@@ -206,6 +213,7 @@ async function rolloverMain(argv: string[]): Promise<number> {
     cluster,
     productLog: values['product-log'],
     boardTrace: values['board-trace'],
+    productCpuProf: values['product-cpu-prof'],
     natsUrl: values['nats-url'] ?? (process.env.NATS_URL || undefined),
     avatars: values.avatars,
     chats: required('chats', num('chats', values.chats)),

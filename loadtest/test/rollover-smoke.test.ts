@@ -12,7 +12,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadtestCli } from './cli.ts';
@@ -274,8 +274,17 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
       // The trace goes to a folder the run makes; the product log to a path under a file, which cannot be written.
       const trace = join(side, 'new-folder', 'trace.json');
       writeFileSync(join(side, 'a-file'), '');
-      const r = await smoke(['--board-trace', trace, '--product-log', join(side, 'a-file', 'product.log')], 90_000);
+      const prof = join(side, 'prof');
+      const r = await smoke(
+        ['--board-trace', trace, '--product-log', join(side, 'a-file', 'product.log'), '--product-cpu-prof', prof],
+        90_000,
+      );
       assert.deepEqual(r.product, { mode: 'standalone', gateways: 1, shards: 1 });
+      const profiles = readdirSync(prof).filter((f) => f.endsWith('.cpuprofile'));
+      // One per thread of the product's process (the main thread's first, then the render threads').
+      assert.ok(profiles.length >= 1, `CPU profiles of the product: ${readdirSync(prof).join(', ')}`);
+      assert.equal(new Set(profiles.map((f) => f.split('.')[3])).size, 1, `all of one process: ${profiles.join(', ')}`);
+      for (const f of profiles) assert.ok((JSON.parse(readFileSync(join(prof, f), 'utf8')) as { samples: number[] }).samples.length > 0, f);
       assert.equal(r.rssCluster, null);
       const t = JSON.parse(readFileSync(trace, 'utf8')) as Array<{
         chat: number;
@@ -307,11 +316,20 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
 });
 
 describe('loadtest rollover - bad file flags', () => {
-  it('an empty --json, --product-log or --board-trace is refused before anything starts (exit 2)', async () => {
+  it('an empty --json, --product-log, --board-trace or --product-cpu-prof, or a profile with --cluster, is refused before anything starts (exit 2)', async () => {
     for (const flag of ['--json', '--product-log', '--board-trace']) {
       const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', flag, ''], 30_000);
       assert.equal(res.code, 2, `${flag} '': exit ${res.code}\n${res.stderr.slice(-500)}`);
       assert.match(res.stderr, new RegExp(`${flag} must name a file`));
+      assert.doesNotMatch(res.stderr, /starting the product/);
+    }
+    for (const [args, message] of [
+      [['--product-cpu-prof', ' '], /--product-cpu-prof must name a directory/],
+      [['--product-cpu-prof', 'prof', '--cluster'], /--product-cpu-prof profiles the standalone product: not with --cluster/],
+    ] as const) {
+      const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', ...args], 30_000);
+      assert.equal(res.code, 2, `${args.join(' ')}: exit ${res.code}\n${res.stderr.slice(-500)}`);
+      assert.match(res.stderr, message);
       assert.doesNotMatch(res.stderr, /starting the product/);
     }
   });

@@ -9,8 +9,8 @@
  * keys removed after).
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 
@@ -89,12 +89,26 @@ function outputCollector(): { onData: (d: Buffer | string) => void; out: () => s
 }
 
 /**
+ * A node for scripts/start.sh's CROWDPLAY_NODE that is this node with `--cpu-prof` into `dir` (node refuses
+ * `--cpu-prof` in NODE_OPTIONS): a shell script that execs it, so the product's pid stays node's.
+ * @returns the script's path (in `dir`, created)
+ */
+function profilingNode(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  const script = join(dir, 'node-cpu-prof.sh');
+  const q = (v: string): string => `'${v.replace(/'/g, `'\\''`)}'`;
+  writeFileSync(script, `#!/bin/sh\nexec ${q(process.execPath)} --cpu-prof --cpu-prof-dir=${q(dir)} "$@"\n`, { mode: 0o755 });
+  return script;
+}
+
+/**
  * Starts `crowdplay start` through scripts/start.sh (as `npm start` does) with `env` added to this process's environment,
  * on 127.0.0.1 and a free port; resolves once it logs `listening on`.
  * @param cpus taskset CPU list, or null to run unpinned
+ * @param cpuProfDir write a V8 CPU profile of the product into this directory when it exits (node --cpu-prof)
  * @throws Error when it exits or does not listen within 90 s
  */
-export async function startProduct(env: Record<string, string>, cpus: string | null): Promise<Product> {
+export async function startProduct(env: Record<string, string>, cpus: string | null, cpuProfDir?: string): Promise<Product> {
   const ts = cpus === null ? null : tasksetPath();
   // npm start's way (scripts/start.sh execs node: the pid is node's), with this run's bundle and this node.
   const bundle = await buildProductBundle();
@@ -105,7 +119,7 @@ export async function startProduct(env: Record<string, string>, cpus: string | n
     env: {
       ...process.env,
       CROWDPLAY_BUNDLE: bundle,
-      CROWDPLAY_NODE: process.execPath,
+      CROWDPLAY_NODE: cpuProfDir === undefined ? process.execPath : profilingNode(resolvePath(cpuProfDir)),
       HOST: '127.0.0.1',
       PORT: '0',
       // The sampler scrapes /metrics where it connects (loopback here).

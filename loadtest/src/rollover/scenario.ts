@@ -90,6 +90,8 @@ export interface RolloverOptions {
    * `[{chat, changesMs, finalAtMs, sends: [{atMs, method, outcome}]}]`), for {@link idealStaleness} and the like.
    */
   boardTrace?: string;
+  /** Write a V8 CPU profile of the product (node --cpu-prof) into this directory when it stops; not with `cluster`. */
+  productCpuProf?: string;
   /** NATS for a cluster run (default nats://127.0.0.1:4222). */
   natsUrl?: string;
   /** Extra environment of the product (e.g. BOARD_SEND_BUDGET_PER_S). */
@@ -248,7 +250,9 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       BOARDS_ENABLED: boardsOn ? 'true' : 'false',
       ...o.productEnv,
     };
-    product = o.cluster ? await startClusterProduct(productEnv, o.cluster, productCpus) : await startProduct(productEnv, productCpus);
+    product = o.cluster
+      ? await startClusterProduct(productEnv, o.cluster, productCpus)
+      : await startProduct(productEnv, productCpus, o.productCpuProf);
     const prod = product;
     log(
       `product ${prod
