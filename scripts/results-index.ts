@@ -136,6 +136,8 @@ const runs: Record<string, RunInfo> = {
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
   'cluster-control.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: '3d6e6f1' },
+  'cluster-control-place-run1.json': { command: 'npm run bench -- cluster-control --only place', machine: 'quiet', commit: 'd863b0b' },
+  'cluster-control-place-run2.json': { command: 'npm run bench -- cluster-control --only place', machine: 'quiet', commit: 'd863b0b' },
   'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
@@ -1295,6 +1297,16 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{place.readyPerSecond} (target met: {place.target.met}); {place.placedPerSecond}',
           files: ['cluster-control.json'],
+        },
+        {
+          figure:
+            'placement alone, where the two cores go: channels per second ready; CPU ms over the run of shards 1 / 2 / 3, the router, nats-server, the driver (the bench process)',
+          target: '≥ 10,000 channels/s',
+          seed: '—',
+          value:
+            '{place.readyPerSecond}; {place.processes.1.cpuMs} / {place.processes.2.cpuMs} / {place.processes.3.cpuMs}, ' +
+            '{place.processes.0.cpuMs}, {place.natsServer.cpuMs}, {place.driverCpuMs}',
+          files: ['cluster-control-place-run1.json', 'cluster-control-place-run2.json'],
         },
         {
           figure: 'placement: assign p50 / p99; assigns asked again after CP_ERR_CHANNEL_UNAVAILABLE (ROUTER_ASSIGN_DEADLINE_MS)',
