@@ -468,8 +468,8 @@ export const schema = {
       default: 3_000,
       min: 0,
       unit: 'ms',
-      doc: 'The part of SHUTDOWN_DEADLINE_MS a draining shard keeps to close the open ticks of the channels it has not moved yet and release them.',
-      why: 'Under overload one handoff batch of 250 channels took 8.3 s and the shard exited at the deadline with its open ticks (2,193 acked intents lost); closing 250 ticks took 0.97 s and releasing them 0.53 s then, so 3 s covers the last step with room (docs/decisions/0039-drain-deadline.md).',
+      doc: 'The part of SHUTDOWN_DEADLINE_MS a draining shard keeps to close the open ticks and write the snapshots of the channels it has not moved yet.',
+      why: 'Under overload one handoff batch of 250 channels took 8.3 s and the shard exited at the deadline with its open ticks (2,193 acked intents lost); closing 250 ticks took 0.97 s and writing their snapshots and owners 0.53 s then, so 3 s covers the last step with room (docs/decisions/0039-drain-deadline.md).',
     }),
     snapshotIntervalMs: int({
       env: 'SNAPSHOT_INTERVAL_MS',

@@ -379,7 +379,7 @@ export const metricCatalogue = [
     name: 'crowdplay_drain_unmoved_channels_total',
     type: 'counter',
     unit: '1',
-    help: 'Channels a draining shard had not moved when SHUTDOWN_DEADLINE_MS minus SHARD_DRAIN_FINAL_MS passed: their open ticks were closed and published, then they were released for the router to place',
+    help: 'Channels a draining shard had not moved when SHUTDOWN_DEADLINE_MS minus SHARD_DRAIN_FINAL_MS passed: their open ticks were closed and published and their snapshots written, for the router to place them once it declares the shard dead',
     labels: {},
   },
   {

@@ -450,11 +450,12 @@ export class Ownership {
    * The last step of a drain that ran out of time (SHUTDOWN_DEADLINE_MS − SHARD_DRAIN_FINAL_MS): every channel
    * still served here, those a handoff is moving included, stops taking intents and game requests (refused
    * CP_ERR_CHANNEL_UNAVAILABLE, retryable: gateways send them again), its open tick is closed and the batch
-   * logged and published, so every intent acked here reaches its game, and it is released (final snapshot,
-   * owner cleared) for the router to place. Open rounds are not handed off: the next owner cancels and refunds
-   * them (round-recovery.ts), as after a crash.
+   * logged and published, so every intent acked here reaches its game, and its final snapshot is written. The
+   * owners stay recorded: once this process is gone the router declares the shard dead and places the channels
+   * as after a crash (the next owner cancels and refunds open rounds not handed off, round-recovery.ts). Clearing
+   * them here would leave channels that nothing places until someone uses them, their locked rounds unpaid.
    * @returns the channels closed
-   * @throws nothing: a release that fails is logged (the router's reconciler places those channels)
+   * @throws nothing: a snapshot that fails is logged (the next owner starts from the previous one and the log)
    */
   async closeUnmoved(): Promise<number> {
     const all = [...this.s.owned.values()];
@@ -469,17 +470,15 @@ export class Ownership {
         'drain: open ticks not closed (no event id); their intents are lost with this process',
       );
     await this.ticker.publishBatches(outbox);
-    for (const o of all) if (o.rt.dirty && this.s.owned.get(o.rt.id) === o) this.updates.sendUpdate(o);
+    const here = all.filter((o) => this.s.owned.get(o.rt.id) === o);
+    for (const o of here) if (o.rt.dirty) this.updates.sendUpdate(o);
     const tTicks = performance.now();
-    const left = all.filter((o) => this.s.owned.get(o.rt.id) === o).map((o) => o.rt.id);
-    for (let i = 0; i < left.length; i += CONTROL_BATCH_MAX) {
-      const chunk = left.slice(i, i + CONTROL_BATCH_MAX);
-      await this.releaseMany(chunk, false).catch((err: unknown) =>
-        this.s.deps.telemetry.logger.error({ err, channels: chunk.length, first: chunk[0] }, 'release failed'),
-      );
-    }
+    await Promise.all(here.map((o) => this.settleGameState(o).catch(() => undefined)));
+    await this.saveSnapshotsOf(here).catch((err: unknown) =>
+      this.s.deps.telemetry.logger.error({ err, channels: here.length }, 'drain: final snapshots not written'),
+    );
     this.s.deps.telemetry.logger.info(
-      { channels: all.length, ticksMs: Math.round(tTicks - t0), releaseMs: Math.round(performance.now() - tTicks) },
+      { channels: all.length, ticksMs: Math.round(tTicks - t0), snapshotsMs: Math.round(performance.now() - tTicks) },
       'drain: unmoved channels closed',
     );
     return all.length;

@@ -426,8 +426,9 @@ export class Shard {
    * the open ticks of those left (so accepted intents reach their game), flush
    * updates, snapshot and release every channel, then stop the loops. The
    * moves get SHUTDOWN_DEADLINE_MS − SHARD_DRAIN_FINAL_MS: past it the channels
-   * not moved yet are closed and released as they are (Ownership.closeUnmoved),
-   * within the process's deadline. Safe to call twice.
+   * not moved yet close their ticks and write their snapshots as they are
+   * (Ownership.closeUnmoved), within the process's deadline, and the router
+   * places them once it declares this shard dead. Safe to call twice.
    */
   async drain(): Promise<void> {
     if (this.s.draining) return;
@@ -447,7 +448,10 @@ export class Shard {
     clearTimeout(budget);
     if (!inTime) {
       const n = this.s.owned.size;
-      telemetry.logger.warn({ channels: n, budgetMs }, 'drain: channels not moved in time; closing their ticks and releasing them');
+      telemetry.logger.warn(
+        { channels: n, budgetMs },
+        'drain: channels not moved in time; closing their ticks for the router to place them',
+      );
       this.s.m.drainUnmoved.add(n);
       await this.own.closeUnmoved();
       await this.close();
