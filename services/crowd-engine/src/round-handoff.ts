@@ -25,8 +25,9 @@ export function writeBookTo(store: Store): HandoffWrite {
  * viewer's in-flight one too), the opens (`openJobs`) and trades in flight
  * finish (commit or are refused by the ledger), then each open round's live
  * book ({@link RoundBook} with `handoff`) is written with `write`; the row
- * stays `open`. Locked and finished rounds finish their step in progress
- * first (their rows are already what the next owner needs).
+ * stays `open`. Locked rounds finish their step in progress first (their rows
+ * are then what the next owner needs); settled and cancelled ones are not
+ * waited for: their rows are final and the next owner pays what is unpaid.
  * @returns the number of open rounds handed off
  * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH when `write` resolves false; the store's error
  */
@@ -37,10 +38,10 @@ export async function handOffRounds(s: RoundsContext, openJobs: Iterable<Promise
   let n = 0;
   const jobs: Array<Promise<void>> = [];
   for (const r of s.rounds.values()) {
-    if (r.final) {
-      jobs.push(r.op.then(() => undefined));
-      continue;
-    }
+    // A settled or cancelled round's row says so already; what may still run is its payouts or refunds, which the
+    // next owner sends again from the row (transfer ids make them replays) while this owner's are fenced by the
+    // epoch once the channel moves. Waiting for them held a loaded shard's handoff for seconds.
+    if (r.final) continue;
     jobs.push(
       s.serial(r, async () => {
         if (r.state !== 'open') return;

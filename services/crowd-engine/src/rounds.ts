@@ -155,8 +155,9 @@ export class ChannelRounds {
    * flight finish (commit or are refused by the ledger), then each open
    * round's live book (a pool's stakes in order with their ids, a market's
    * trades) is written to its row at the channel's epoch; the row stays
-   * `open` and the next owner resumes it (recover). Locked and finished
-   * rounds finish their step in progress first.
+   * `open` and the next owner resumes it (recover). Locked rounds finish
+   * their step in progress first; settled and cancelled ones' payouts are not
+   * waited for (the next owner pays what the row says is unpaid).
    * @param write writes one round's book at the epoch (a bulk handoff coalesces them into one statement,
    *   {@link HandoffWrite}); resolves false when the row was not written (stale or no longer open).
    *   Default: one UPDATE per round (a row no longer open is skipped).

@@ -207,7 +207,11 @@ describe('channel handoff', () => {
     assert.equal(await owner('paused'), null);
     const refused = await trade('paused', 'pb', { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' });
     assert.deepEqual([refused.ok, refused.code], [false, 'CP_ERR_CHANNEL_UNAVAILABLE']);
-    assert.deepEqual(refused.resend?.trade, { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' }, 'the intent goes back for the gateway to resend');
+    assert.deepEqual(
+      refused.resend?.trade,
+      { k: 'stake', round: 'r', outcome: 'y', points: 20, key: 'b' },
+      'the intent goes back for the gateway to resend',
+    );
     assert.equal((await ctl('paused', { op: 'round.cancel', round: 'r' })).code, 'CP_ERR_CHANNEL_UNAVAILABLE');
     assert.equal(await bal('pb'), 100, 'nothing taken');
     // The next owner (here the same shard, as after a move whose target failed) resumes it from its row.
@@ -216,6 +220,48 @@ describe('channel handoff', () => {
     assert.deepEqual([again.ok, again.cost], [true, 20]);
     assert.equal((await ctl('paused', { op: 'round.settle', round: 'r', outcome: 'y' })).ok, true);
     assert.deepEqual([await bal('pa'), await bal('pb')], [90, 110]);
+    await verified();
+  });
+
+  it('handoff - a settled round still paying out does not hold the move; the new owner pays it once', async () => {
+    await channel('payer');
+    await fund('qa', 1_000);
+    await fund('qb', 1_000);
+    assert.equal((await ctl('payer', { op: 'round.open', round: 'p', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    assert.equal((await trade('payer', 'qa', { k: 'stake', round: 'p', outcome: 'x', points: 50, key: 'a' })).ok, true);
+    assert.equal((await trade('payer', 'qb', { k: 'stake', round: 'p', outcome: 'y', points: 30, key: 'b' })).ok, true);
+    const oldEpoch = (await h.store.channels.get('payer'))!.epoch;
+    // The old owner's payouts wait (a ledger queue minutes deep under load) until the move is done.
+    const l = ledger();
+    const transfer = l.transfer.bind(l);
+    let held = 0;
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    l.transfer = async (req) => {
+      if (req.kind === 'payout' && req.epoch === oldEpoch) {
+        held++;
+        await gate;
+      }
+      return transfer(req);
+    };
+    try {
+      const settling = ctl('payer', { op: 'round.settle', round: 'p', outcome: 'x' }).catch(() => undefined);
+      await h.waitFor(() => held > 0);
+      assert.equal((await h.store.rounds.get('payer', 'p'))?.state, 'settled', 'the winner is written before the payouts');
+      const moved = await h.router.move('payer');
+      assert.equal(moved.moved, true, 'the move did not wait for the payouts');
+      release();
+      await settling;
+    } finally {
+      release();
+      l.transfer = transfer;
+    }
+    const deadline = Date.now() + 10_000;
+    while (!(await h.store.rounds.get('payer', 'p'))?.paid) {
+      assert.ok(Date.now() < deadline, 'the new owner pays the round');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.deepEqual([await bal('qa'), await bal('qb')], [1_030, 970], 'paid once: 50 + 30 to the winner');
     await verified();
   });
 
