@@ -352,23 +352,26 @@ export class Ownership {
    *   refusing; the router's reconciler places them)
    */
   async handOffMany(channels: readonly string[]): Promise<AcquireResult[]> {
-    const mine: Owned[] = [];
+    const mine = new Set<Owned>();
     for (const ch of channels) {
       const o = this.s.owned.get(ch);
-      if (o && !mine.includes(o)) {
+      if (o) {
         o.moving = true;
-        mine.push(o);
+        mine.add(o);
       }
     }
-    // The next tick skips them; one in flight publishes its batches before the handoff closes the open ticks.
+    // The next tick skips them; one in flight publishes its batches before the handoff closes the open ticks (below).
+    // The rounds' handoff does not depend on it: it runs meanwhile.
     const t0 = performance.now();
-    await this.ticker.tickSettled();
-    const tSettled = performance.now();
+    let tSettled = t0;
+    const settled = this.ticker.tickSettled().then(() => {
+      tSettled = performance.now();
+    });
     const failed = new Map<string, AcquireResult>();
     const going: Owned[] = [];
     const books = new BookWriter(this.s.deps.store);
     await Promise.all(
-      mine.map(async (o) => {
+      [...mine].map(async (o) => {
         if (this.s.owned.get(o.rt.id) !== o) return; // dropped meanwhile (moved away at a newer epoch): nothing left to hand off
         try {
           await o.rounds?.handoff(books.write);
@@ -385,16 +388,20 @@ export class Ownership {
         }
       }),
     );
-    // The open ticks' intents reach their games before the channels leave: logged (at their epochs, before the release) and published like any tick's batches.
+    const tRounds = performance.now();
+    await settled;
+    // The open ticks' intents reach their games before the channels leave: logged (at their epochs, before the release) and
+    // published like any tick's batches. A channel the tick in flight dropped (moved away at a newer epoch) has nothing to close.
     const outbox: Outbox = [];
-    for (const [o, err] of await this.closeTicksOf(going, outbox)) {
+    const tClose = performance.now();
+    const here = going.filter((o) => this.s.owned.get(o.rt.id) === o);
+    for (const [o, err] of await this.closeTicksOf(here, outbox)) {
       // No event id (sequencer unreachable): the channel stays here, serving.
       o.moving = false;
       o.rounds?.resumeServing();
       failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
     }
-    const leaving = going.filter((o) => !failed.has(o.rt.id));
-    const tRounds = performance.now();
+    const leaving = here.filter((o) => !failed.has(o.rt.id));
     await this.ticker.publishBatches(outbox);
     await Promise.all(leaving.map((o) => this.settleGameState(o).catch(() => undefined)));
     for (const o of leaving) {
@@ -412,8 +419,8 @@ export class Ownership {
       await this.s.deps.store.channels.releaseMany(leaving.map((o) => ({ channel: o.rt.id, shard: this.s.id, epoch: o.epoch })));
       const ms = {
         tickWaitMs: Math.round(tSettled - t0),
-        roundsMs: Math.round(tRounds - tSettled),
-        ticksMs: Math.round(tTicks - tRounds),
+        roundsMs: Math.round(tRounds - t0),
+        ticksMs: Math.round(tTicks - tClose),
         releaseMs: Math.round(performance.now() - tTicks),
       };
       this.s.deps.telemetry.logger.info(
