@@ -15,11 +15,31 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ChatRoundsReport } from '../src/chatrounds/scenario.ts';
+import { runPeriodMs, type ChatRoundsReport } from '../src/chatrounds/scenario.ts';
 import { loadtestCli } from './cli.ts';
 
 const CHATS = 5;
 const PLAYERS = 3;
+
+describe("loadtest chatrounds - the run's puzzle period", () => {
+  const DAY = 86_400_000;
+  const MIN = 60_000;
+  it('runPeriodMs - a day, unless its rollover is within the margin; then the fewest days whose rollover is not', () => {
+    assert.equal(runPeriodMs(20_000 * DAY + 12 * 60 * MIN), DAY);
+    assert.equal(runPeriodMs(20_000 * DAY - 16 * MIN), DAY, '16 min before midnight');
+    // 10 min before the midnight that starts day 20,001 (odd: not a multiple of 2 days; a multiple of 3 days).
+    assert.equal(runPeriodMs(20_001 * DAY - 10 * MIN), 2 * DAY);
+    // Before day 20,004 (a multiple of 2, 3 and 4 days, not of 5).
+    assert.equal(runPeriodMs(20_004 * DAY - 10 * MIN), 5 * DAY);
+    for (const now of [20_001 * DAY - 10 * MIN, 20_004 * DAY - 10 * MIN, 20_000 * DAY - 1]) {
+      const p = runPeriodMs(now);
+      assert.ok(p - (now % p) >= 15 * MIN, `${now}: the next rollover is ${p - (now % p)} ms away`);
+    }
+  });
+  it('runPeriodMs - a margin outside 0…1 day is refused', () => {
+    for (const bad of [-1, DAY + 1, Number.NaN]) assert.throws(() => runPeriodMs(0, bad), RangeError);
+  });
+});
 
 describe('loadtest chatrounds - smoke', () => {
   for (const kind of ['pool', 'market'] as const) {

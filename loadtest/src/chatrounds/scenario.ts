@@ -91,6 +91,24 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * Runs the scenario once and returns its report.
  * @throws Error on a failed setup (the product does not start, a /start reply never comes)
  */
+/**
+ * The puzzle period (PUZZLE_PERIOD_MS) of a run starting at `nowMs`: a day, the product's default, unless its
+ * rollover (midnight UTC) is less than `marginMs` away; then the fewest whole days whose next rollover is not (a
+ * period of k days rolls over at the midnights whose day number since the epoch is a multiple of k).
+ * @param nowMs ms since the epoch
+ * @param marginMs the time the run needs before a rollover, ms (default 15 min; at most a day)
+ * @returns the period, ms: a whole number of days
+ * @throws RangeError for a margin outside 0…1 day
+ */
+export function runPeriodMs(nowMs: number, marginMs = 15 * 60_000): number {
+  const day = 86_400_000;
+  if (!(marginMs >= 0 && marginMs <= day)) throw new RangeError(`marginMs must be 0…${day}, got ${marginMs}`);
+  for (let days = 1; ; days++) {
+    const p = days * day;
+    if (p - (nowMs % p) >= marginMs) return p;
+  }
+}
+
 export async function runChatRoundsScenario(o: ChatRoundsOptions): Promise<ChatRoundsReport> {
   const started = Date.now();
   const log = o.onProgress ?? ((): void => {});
@@ -102,10 +120,8 @@ export async function runChatRoundsScenario(o: ChatRoundsOptions): Promise<ChatR
   if (total > MAX_SOCKETS) throw new RangeError(`chats × players = ${total} > ${MAX_SOCKETS} sockets in one process`);
   const databaseUrl = o.databaseUrl ?? DEFAULT_DATABASE_URL;
   const redisUrl = o.redisUrl ?? DEFAULT_REDIS_URL;
-  // A day's puzzle: the run must not straddle midnight UTC (the round would be cut and the answer change).
-  const periodMs = 86_400_000;
-  if (periodMs - (Date.now() % periodMs) < 15 * 60_000)
-    throw new Error('less than 15 minutes to midnight UTC: the puzzle would roll over mid-run');
+  // The run must not straddle the puzzle's rollover (the round would be cut and the answer change).
+  const periodMs = runPeriodMs(Date.now());
   let productCpus: string | null = null;
   if (o.pin !== false && tasksetPath() && os.availableParallelism() >= 2) {
     productCpus = '0';
