@@ -177,6 +177,17 @@ const runs: Record<string, RunInfo> = {
     machine: 'shared',
     commit: '7a00657',
   },
+  'failover-3000ch-drain-budget.json': {
+    command:
+      'SHUTDOWN_DEADLINE_MS=3000 SHARD_DRAIN_FINAL_MS=2500 npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '65a4bef',
+  },
+  'failover-3000ch-drain-release.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '5621fcd',
+  },
   'failover-3000ch-14270ad.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -1480,8 +1491,9 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 100 %, so every ' +
           'timing past that point measures queues, not the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The last two rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
-          'each run the same day. Fields: loadtest/README.md ("failover").',
+          'The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
+          'then the drain’s last step forced and a variant of it that was not kept (decision 0039), each run the same day. ' +
+          'Fields: loadtest/README.md ("failover").',
       ],
       rows: [
         {
@@ -1601,6 +1613,24 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{intentsLost.drained}; after {timeline.drainExit.ms} ms',
           files: ['failover-3000ch-7a00657.json'],
+        },
+        {
+          figure:
+            'the drain’s last step in every run: the moves get 0.5 s (SHUTDOWN_DEADLINE_MS 3,000 − SHARD_DRAIN_FINAL_MS 2,500): acked intents of drained channels lost; stakes lost; rounds unpaid at the end; drained channels batching again at the shard',
+          target: '0; 0; 0; all',
+          seed: '—',
+          value:
+            '{intentsLost.drained}; {stakesLost}; {rounds.unpaidAtEnd}; {recoveryMs.drain.atShard.recovered}/{recoveryMs.drain.atShard.channels}',
+          files: ['failover-3000ch-drain-budget.json'],
+        },
+        {
+          figure:
+            'a last step not kept, which released the channels it had not moved (5621fcd with that variant and a handoff not waiting for payouts, defaults): the same figures',
+          target: '0; 0; 0; all',
+          seed: '—',
+          value:
+            '{intentsLost.drained}; {stakesLost}; {rounds.unpaidAtEnd}; {recoveryMs.drain.atShard.recovered}/{recoveryMs.drain.atShard.channels}',
+          files: ['failover-3000ch-drain-release.json'],
         },
       ],
     },
