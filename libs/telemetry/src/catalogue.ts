@@ -648,6 +648,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_router_abandoned_requests_total',
+    type: 'counter',
+    unit: '1',
+    help: 'Control requests to a shard answered as failed when the router declared that shard dead, instead of waiting out their timeout',
+    labels: {},
+  },
+  {
     name: 'crowdplay_router_placements_total',
     type: 'counter',
     unit: '1',

@@ -133,6 +133,8 @@ export class Router implements RouterApi {
   private readonly unplaced = new Set<string>();
   /** When each dead shard was declared dead (router clock, ms), until it beats again. */
   private readonly deadSince = new Map<string, number>();
+  /** Per shard, the control requests to it in flight: each is answered at once when the shard is declared dead. */
+  private readonly awaiting = new Map<string, Set<() => void>>();
   /** Background moves (failovers, reconciles) in flight. */
   private readonly tasks = new Set<Promise<unknown>>();
   /** Channels a reconcile pass found not held by their recorded owner, placed if the next pass finds the same. */
@@ -156,6 +158,7 @@ export class Router implements RouterApi {
     moveRetries: Counter;
     migrations: Counter;
     deaths: Counter;
+    abandoned: Counter;
     placements: Counter;
     placeMs: Histogram;
     failoverMs: Histogram;
@@ -174,6 +177,7 @@ export class Router implements RouterApi {
       moveRetries: mx.counter('crowdplay_router_move_acquire_retries_total'),
       migrations: mx.counter('crowdplay_channel_migrations_total'),
       deaths: mx.counter('crowdplay_router_shard_deaths_total'),
+      abandoned: mx.counter('crowdplay_router_abandoned_requests_total'),
       placements: mx.counter('crowdplay_router_placements_total'),
       placeMs: mx.histogram('crowdplay_router_placement_ms'),
       failoverMs: mx.histogram('crowdplay_router_failover_move_ms'),
@@ -605,13 +609,41 @@ export class Router implements RouterApi {
   }
 
   /** One control request to a shard, its reply validated; no answer in time is a CP_ERR_CHANNEL_UNAVAILABLE reply. */
+  /** Answers every control request in flight to `shard` as failed (it was declared dead): see {@link request}. */
+  private abandonRequests(shard: string): void {
+    const waiting = this.awaiting.get(shard);
+    if (!waiting) return;
+    this.awaiting.delete(shard);
+    for (const f of waiting) f();
+  }
+
+  /**
+   * One control request to `shard`, answered `{ ok: false, code: CP_ERR_CHANNEL_UNAVAILABLE }` when it times out, when
+   * the bus fails, or as soon as this router declares the shard dead: a move waiting on a dead shard's handoff then
+   * goes on (its channels are placed as the dead shard's) instead of waiting out `timeoutMs`.
+   */
   private async request(shard: string, body: object, timeoutMs: number): Promise<ShardControlReply> {
     const { bus, subjects, telemetry } = this.deps;
     let msg;
+    let abandon: (() => void) | undefined;
+    const waiting = this.awaiting.get(shard) ?? new Set<() => void>();
+    this.awaiting.set(shard, waiting);
     try {
-      msg = await bus.request(subjects.shardCtl(shard), encodeJson(body), { timeoutMs });
+      const dead = new Promise<'dead'>((resolve) => {
+        abandon = () => resolve('dead');
+        waiting.add(abandon);
+      });
+      const r = await Promise.race([bus.request(subjects.shardCtl(shard), encodeJson(body), { timeoutMs }), dead]);
+      if (r === 'dead') {
+        this.m.abandoned.add(1);
+        return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: `shard ${shard} was declared dead` };
+      }
+      msg = r;
     } catch (err) {
       return { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) };
+    } finally {
+      if (abandon) waiting.delete(abandon);
+      if (waiting.size === 0 && this.awaiting.get(shard) === waiting) this.awaiting.delete(shard);
     }
     try {
       return decodeControl(ShardControlReply, msg.data);
@@ -669,6 +701,7 @@ export class Router implements RouterApi {
       if (this.deadSince.has(shard)) continue;
       this.deadSince.set(shard, now);
       this.m.deaths.add(1);
+      this.abandonRequests(shard);
       this.deps.telemetry.logger.warn(
         { shard, channels: chs.length, lastSeenMs: this.members.get(shard)?.lastSeenMs ?? null, declaredDeadAtMs: now },
         'router: shard declared dead (missed its heartbeats); moving its channels',

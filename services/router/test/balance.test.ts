@@ -170,11 +170,15 @@ function setup(ids: string[]) {
   const refuseAcquires = new Map<string, number>();
   /** Shards whose acquires wait unanswered here (as a slow shard's do) until the test runs the held replies. */
   const heldAcquires = new Map<string, Array<() => void>>();
+  /** Shards that take requests and never answer them (as a shard that stopped mid-drain does). */
+  const silent = new Set<string>();
+  const beat = (id: string) => bus.publish(subjects.shardHeartbeat(), encodeJson({ id, channels: owned.get(id)!.size, intentsPerS: 0 }));
   const shard = (id: string) => {
     owned.set(id, new Set());
     bus.subscribe(subjects.shardCtl(id), (msg) => {
       const req = decodeJson<{ op: string; channel: string; epoch: number; handoff?: boolean; ifIdle?: boolean }>(msg.data);
       ops.push(`${id} ${req.op}${req.handoff ? ' handoff' : ''}${req.ifIdle ? ' ifIdle' : ''} ${req.channel}`);
+      if (silent.has(id)) return;
       const mine = owned.get(id)!;
       if (req.op === 'release' && req.handoff && refuseHandoff.has(id)) {
         msg.respond(encodeJson({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'handoff failed' }));
@@ -199,16 +203,16 @@ function setup(ids: string[]) {
       }
       msg.respond(encodeJson({ ok: true, channels: mine.size }));
     });
-    return { beat: () => bus.publish(subjects.shardHeartbeat(), encodeJson({ id, channels: owned.get(id)!.size, intentsPerS: 0 })) };
+    return { beat: () => beat(id) };
   };
   const changes: AssignmentChange[] = [];
   bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(...decodeAssignments(msg.data)));
-  const newRouter = (opts: { moveAcquireAttempts?: number; rebalanceCooldownMs?: number } = {}) =>
+  const newRouter = (opts: { moveAcquireAttempts?: number; rebalanceCooldownMs?: number; requestTimeoutMs?: number } = {}) =>
     new Router(
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now, ...opts },
     );
-  return { bus, subjects, rows, clock, shard, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires, heldAcquires };
+  return { bus, subjects, rows, clock, shard, beat, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires, heldAcquires, silent };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -465,6 +469,36 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('a move waiting on a shard that stopped answering ends when the router declares it dead; the next check places it', async () => {
+    const t = setup(['d1']);
+    // The request's own timeout is far beyond the test's: only the declaration can end the wait.
+    const router = t.newRouter({ requestTimeoutMs: 600_000 });
+    await ownedByAThenB(t, router, 'd1');
+    const epoch = t.rows.get('d1')!.epoch;
+    t.silent.add('a');
+    t.ops.length = 0;
+    let outcome: string | null = null;
+    void router.move('d1', 'a').then(
+      (m) => (outcome = `moved to ${m.shard}`),
+      (err: unknown) => (outcome = isCrowdplayError(err, 'CP_ERR_CHANNEL_UNAVAILABLE') ? 'refused' : String(err)),
+    );
+    for (let i = 0; i < 5; i++) await tick();
+    assert.deepEqual(t.ops, ['a release handoff d1']);
+    assert.equal(outcome, null, 'the handoff waits for a');
+    t.clock.advance(3_500);
+    t.beat('b');
+    await tick();
+    await router.check();
+    for (let i = 0; i < 5 && outcome === null; i++) await tick();
+    assert.equal(outcome, 'refused', 'declared dead: the handoff is answered at once, without waiting out its timeout');
+    assert.deepEqual({ owner: t.rows.get('d1')!.owner, epoch: t.rows.get('d1')!.epoch }, { owner: 'a', epoch }, 'nothing moved yet');
+    await router.check();
+    assert.deepEqual({ owner: t.rows.get('d1')!.owner, epoch: t.rows.get('d1')!.epoch }, { owner: 'b', epoch: epoch + 1 });
+    assert.equal((await router.lookup('d1'))?.shard, 'b');
+    await router.close();
+    await t.bus.close();
+  });
+
   it('move: ROUTER_MOVE_ACQUIRE_ATTEMPTS bounds the tries (1: no second acquire)', async () => {
     const t = setup(['m2']);
     const router = t.newRouter({ moveAcquireAttempts: 1 });
@@ -572,7 +606,10 @@ describe('router.ctl with a hung router on the bus', () => {
       },
     });
     const telemetry = createTelemetry({ service: 'test', level: 'silent', refusalLogIntervalMs: 60_000 });
-    const hung = new Router({ bus: hungBus, subjects: t.subjects, store: fakeStore([]).store, telemetry }, { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000 });
+    const hung = new Router(
+      { bus: hungBus, subjects: t.subjects, store: fakeStore([]).store, telemetry },
+      { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000 },
+    );
     await hung.start();
     await live.start();
     t.shard('a').beat();
@@ -669,7 +706,8 @@ describe('RouterClient batches the assigns of one turn', () => {
       [{ v: 2, op: 'assign', channels: ['c1'], channel: 'c2' }, 'CP_ERR_PROTO_INVALID'],
       [{ v: 3, op: 'assign', channels: ['c1'] }, 'CP_ERR_PROTO_VERSION'],
     ];
-    for (const [body, code] of bad) assert.deepEqual(await ask(body).then((r) => ({ ok: r.ok, code: r.code })), { ok: false, code }, JSON.stringify(body).slice(0, 60));
+    for (const [body, code] of bad)
+      assert.deepEqual(await ask(body).then((r) => ({ ok: r.ok, code: r.code })), { ok: false, code }, JSON.stringify(body).slice(0, 60));
     for (const c of ['c1', 'c2']) assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: null, epoch: 0 });
     assert.equal(t.owned.get('a')!.size, 0);
     await router.close();
