@@ -90,6 +90,10 @@ const runs: Record<string, RunInfo> = {
     commit: 'd88708f',
   },
   'rollover-1000x10-backlog12-lane-run2.json': { command: `BOARD_MAX_BACKLOG=12 ${ROLLOVER}`, machine: 'pinned', commit: 'e0a6729' },
+  'rollover-1000x10-e60a221.json': { command: ROLLOVER, machine: 'pinned', commit: 'e60a221' },
+  'rollover-1000x10-replace-unpaced.json': { command: ROLLOVER, machine: 'pinned', commit: '94e6a24' },
+  'rollover-1000x10-replace-unpaced-run2.json': { command: ROLLOVER, machine: 'pinned', commit: 'e60a221' },
+  'rollover-1000x10-lookahead-cap.json': { command: ROLLOVER, machine: 'pinned', commit: 'e60a221' },
   'rollover-400x10-avatars8.json': {
     command: 'TELEGRAM_AVATAR_CONCURRENCY=8 npm run loadtest -- rollover --chats 400 --players 10 --no-pin',
     machine: 'quiet',
@@ -800,6 +804,29 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
           files: ['rollover-1000x10-backlog12-lane.json', 'rollover-1000x10-backlog12-lane-run2.json'],
+        },
+        {
+          figure: 'e60a221, the defaults (decision 0040): utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-e60a221.json'],
+        },
+        {
+          figure:
+            'a board replacing a queued one not held by its pacing, not kept (94e6a24, e60a221, each with that variant; decision 0040): utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-replace-unpaced.json', 'rollover-1000x10-replace-unpaced-run2.json'],
+        },
+        {
+          figure:
+            'the look-ahead also capping the send budget (boards waiting to render counted), not kept (e60a221 with that variant; decision 0040): utilisation; staleness p95 ÷ floor (p95); guess p99',
+          target: '≥ 0.9; ≤ 1.25; ≤ 100 ms',
+          seed: '—',
+          value: '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); {guessMs.p99:0} ms',
+          files: ['rollover-1000x10-lookahead-cap.json'],
         },
         {
           figure: '`--no-boards`: peak RSS; guess p50 / p99; stall',

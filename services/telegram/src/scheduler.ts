@@ -518,6 +518,8 @@ export class RefreshScheduler {
       const cost = this.o.costMs(e.cards, e.rounds);
       dirty++;
       costMs += cost;
+      // A replacement waits for its chat's pacing too. Unpaced, replacements took render time the first boards of
+      // other chats needed, on a loop where renders are the bottleneck (docs/decisions/0040-replacements-stay-paced.md).
       if (this.waitUs(e, nowUs) === 0) ready.push({ chatId, e, cost });
     }
     // With the look-ahead boards may leave at up to the bot rate (the budget is a floor).
