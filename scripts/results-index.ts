@@ -12,6 +12,7 @@ import type { ResultsIndex, RunInfo } from './results.js';
 
 const CROWD = 'npm run loadtest -- crowd --url http://127.0.0.1:8080';
 const ROLLOVER = 'npm run loadtest -- rollover --chats 1000 --players 10';
+const FAILOVER_30 = 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60';
 const CLUSTER_10000 = 'npm run bench -- cluster --channels 10000 --intent-channels 10000 --batch 2 --in-flight 400';
 const CLUSTER_BATCH20 = 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 100 --batch 20 --in-flight 200';
 const OTEL = 'npm run loadtest -- crowd --url http://127.0.0.1:18090 --viewers 2000 --duration 20 --server-pid <pid>';
@@ -166,6 +167,9 @@ const runs: Record<string, RunInfo> = {
     date: '2026-12-06',
   },
   'tenant-bots.json': { command: 'npm run bench -- tenant-bots', machine: 'quiet', commit: '7e2b578', date: '2026-12-06' },
+  'failover-30ch-e60a221.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
+  'failover-30ch-e60a221-run2.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
+  'failover-30ch-e60a221-run3.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
   'failover-3000ch.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -204,6 +208,7 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
+const FAILOVER_30_RUNS = ['failover-30ch-e60a221.json', 'failover-30ch-e60a221-run2.json', 'failover-30ch-e60a221-run3.json'];
 const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-avatars16.json'];
 const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch2-run2.json'];
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
@@ -1452,7 +1457,9 @@ export const RESULTS: ResultsIndex = {
           'PostgreSQL; 30 game clients running 8 s pool rounds; 3,000 viewers acting once a second and staking once per round. ' +
           'After a 3 s ramp: at +18 s SIGKILL to the shard owning the most channels, at +33 s SIGTERM (drain) to the live one ' +
           'owning the most, at +45 s the second gateway restarted (its viewers reconnect to the other). The timing figures are ' +
-          'those of a shared machine; the correctness figures do not depend on it. Fields: loadtest/README.md ("failover").',
+          'those of a shared machine; the correctness figures do not depend on it. Fields: loadtest/README.md ("failover"). ' +
+          'The rows marked e60a221 are the current rig (the faults 15 s apart once every viewer is welcomed, a probe per ' +
+          'moved channel at the shard and one through a viewer’s socket), three runs on a quiet machine.',
       ],
       rows: [
         { figure: 'stakes lost', target: '0', seed: '—', value: '{stakesLost} of {stakes.acked} acked', files: ['failover-3000.json'] },
@@ -1504,6 +1511,33 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms',
           files: ['failover-3000.json'],
+        },
+        {
+          figure:
+            'e60a221: stakes lost; acked intents lost of drained / other channels; duplicate / non-monotonic event ids; ledger verify',
+          target: '0; 0 / 0; 0 / 0; ok',
+          seed: '—',
+          value:
+            '{stakesLost} of {stakes.acked} acked; {intentsLost.drained} / {intentsLost.other}; ' +
+            '{duplicateEventIds} / {nonMonotonicEventIds}; {ledgerVerify}',
+          files: FAILOVER_30_RUNS,
+        },
+        {
+          figure:
+            'e60a221: recovery after SIGKILL through a viewer, max; at the shard, max; detection; the move after it at the shard, max',
+          target: '≤ 5,000 ms; ≤ 5,000 ms; —; ≤ 1,500 ms',
+          seed: '—',
+          value:
+            '{recoveryMs.kill.max} ms; {recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.detectionMs} ms; ' +
+            '{recoveryMs.kill.atShard.moveMs.max} ms',
+          files: FAILOVER_30_RUNS,
+        },
+        {
+          figure: 'e60a221: recovery after the drain through a viewer, max; the gap at the shard, max',
+          target: '≤ 1,000 ms; ≤ 1,000 ms',
+          seed: '—',
+          value: '{recoveryMs.drain.max} ms; {recoveryMs.drain.atShard.max} ms',
+          files: FAILOVER_30_RUNS,
         },
       ],
     },
