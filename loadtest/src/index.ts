@@ -60,10 +60,10 @@ export {
   AVATAR_POOL,
 } from './rollover/scenario.ts';
 export type { RolloverOptions } from './rollover/scenario.ts';
-export { formatRolloverReport } from './rollover/report.ts';
-export type { RolloverReport, RolloverTarget, MsSummary } from './rollover/report.ts';
+export { boardPipelineSummary, formatRolloverReport } from './rollover/report.ts';
+export type { BoardPipeline, RolloverReport, RolloverTarget, MsSummary } from './rollover/report.ts';
 export { playerWords, MAX_GUESSES } from './rollover/players.ts';
-export { buildProductBundle, metricValue, readRss, sendqKeyPattern } from './rollover/product.ts';
+export { boardPipelineOf, buildProductBundle, metricValue, readRss, sendqKeyPattern } from './rollover/product.ts';
 export { runFailoverScenario, lostIntents, stakeHash, FAILOVER_DEFAULTS } from './failover/scenario.ts';
 export { msFigures } from './failover/report.ts';
 export type { FailoverOptions } from './failover/scenario.ts';

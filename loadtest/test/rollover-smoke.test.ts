@@ -21,6 +21,8 @@ import {
   actAckShare,
   allowedSends,
   avatarsAfterLastChange,
+  boardPipelineOf,
+  boardPipelineSummary,
   metricValue,
   msSummary,
   playerWords,
@@ -206,6 +208,48 @@ describe('loadtest rollover - helpers', () => {
     assert.equal(metricValue(hist, 'crowdplay_act_ack_ms_count'), 99);
   });
 
+  it('boardPipelineOf / boardPipelineSummary: the board stages from /metrics, means per stage; none without renders', () => {
+    const scope = 'otel_scope_name="crowdplay.standalone"';
+    const text = [
+      `crowdplay_board_render_ms_count{${scope}} 4`,
+      `crowdplay_board_render_ms_sum{${scope}} 60`,
+      `crowdplay_board_queued_ms_count{${scope}} 4`,
+      `crowdplay_board_queued_ms_sum{${scope}} 400`,
+      `crowdplay_render_queue_job_ms_count{${scope}} 4`,
+      `crowdplay_render_queue_job_ms_sum{${scope}} 3000`,
+      `crowdplay_render_queue_superseded_total{${scope}} 2`,
+      `crowdplay_sendq_job_ms_count{lane="tx",status="sent",${scope}} 9`,
+      `crowdplay_sendq_job_ms_sum{lane="tx",status="sent",${scope}} 9000`,
+      `crowdplay_sendq_job_ms_count{lane="board",status="sent",${scope}} 3`,
+      `crowdplay_sendq_job_ms_sum{lane="board",status="sent",${scope}} 1000`,
+      `crowdplay_sendq_job_ms_count{lane="board",status="superseded",${scope}} 1`,
+    ].join('\n');
+    const c = boardPipelineOf(text);
+    assert.ok(c);
+    assert.deepEqual(c.sendLane, { sum: 1000, count: 3 }, 'boards sent only, not replies');
+    assert.deepEqual(boardPipelineSummary(c), {
+      renders: 4,
+      renderJobMs: 750,
+      renderWaitMs: 100,
+      renderMs: 15,
+      sendLaneMs: 333.3,
+      supersededBeforeRender: 2,
+      supersededInLane: 1,
+    });
+    assert.equal(boardPipelineOf('crowdplay_board_interval_ms 3000'), null, 'no render metric: boards off');
+    const bare = boardPipelineOf(`crowdplay_board_render_ms_count 0\ncrowdplay_board_render_ms_sum 0`);
+    assert.ok(bare);
+    assert.deepEqual(boardPipelineSummary(bare), {
+      renders: 0,
+      renderJobMs: null,
+      renderWaitMs: null,
+      renderMs: null,
+      sendLaneMs: null,
+      supersededBeforeRender: 0,
+      supersededInLane: 0,
+    });
+  });
+
   it('actAckShare: the acks between two scrapes and the share within the bound; none scraped: nulls; counts going back: an error', () => {
     assert.deepEqual(actAckShare({ within: 10, count: 10 }, { within: 106, count: 110 }), { withinMs: 100, count: 100, shareWithin: 0.96 });
     assert.deepEqual(actAckShare({ within: 5, count: 5 }, { within: 5, count: 5 }), { withinMs: 100, count: 0, shareWithin: 1 });
@@ -250,6 +294,15 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.ok(lag.count >= 0 && lag.count <= CHATS && (lag.count === 0 || lag.p50! > 0), JSON.stringify(lag));
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
+    assert.ok(Number.isInteger(r.boards.staleSends) && r.boards.staleSends >= 0 && r.boards.staleSends <= CHATS, `${r.boards.staleSends}`);
+    if (r.product.mode === 'standalone') {
+      // The product renders its own boards: every board sent was rendered, and each stage took some time.
+      const p = r.boards.pipeline;
+      assert.ok(p !== null, 'the board pipeline was scraped');
+      assert.ok(p.renders >= r.boards.delivered, `${p.renders} renders for ${r.boards.delivered} chats with a board`);
+      for (const ms of [p.renderJobMs, p.renderMs, p.sendLaneMs]) assert.ok(ms !== null && ms > 0, JSON.stringify(p));
+      assert.ok(p.renderJobMs! >= p.renderMs!, JSON.stringify(p));
+    }
     if (r.product.mode === 'standalone') {
       // Every served guess was acked by the shard after the rollover (the /metrics scrape sees them all).
       assert.ok(

@@ -243,6 +243,60 @@ export function metricValue(text: string, name: string, label?: string): number 
   return null;
 }
 
+/** A histogram's `_sum` and `_count` (or a counter's value as `count`, `sum` 0), summed over scraped processes. */
+export interface SumCount {
+  sum: number;
+  count: number;
+}
+
+/**
+ * Where a board's time goes in the product, from its cumulative /metrics: `renderJob` (crowdplay_render_queue_job_ms:
+ * hand-on → PNG on the send queue), `renderWait` (crowdplay_board_queued_ms: waiting for a render thread),
+ * `render` (crowdplay_board_render_ms: drawing and encoding), `sendLane` (crowdplay_sendq_job_ms of boards sent:
+ * send queue → Telegram's answer); and boards superseded before their render started
+ * (crowdplay_render_queue_superseded_total) or while waiting in the board lane (crowdplay_sendq_job_ms_count of
+ * status superseded), as `count`.
+ */
+export interface BoardPipelineCounts {
+  renderJob: SumCount;
+  renderWait: SumCount;
+  render: SumCount;
+  sendLane: SumCount;
+  supersededBeforeRender: SumCount;
+  supersededInLane: SumCount;
+}
+
+/**
+ * {@link BoardPipelineCounts} of one /metrics text; null when it has no render metric (boards off, or a gateway that
+ * does not render). A missing series counts as zero.
+ */
+export function boardPipelineOf(text: string): BoardPipelineCounts | null {
+  const hist = (name: string, label?: string): SumCount | null => {
+    const sum = metricValue(text, `${name}_sum`, label);
+    const count = metricValue(text, `${name}_count`, label);
+    return sum === null || count === null ? null : { sum, count };
+  };
+  const render = hist('crowdplay_board_render_ms');
+  if (!render) return null;
+  const zero = { sum: 0, count: 0 };
+  return {
+    renderJob: hist('crowdplay_render_queue_job_ms') ?? zero,
+    renderWait: hist('crowdplay_board_queued_ms') ?? zero,
+    render,
+    sendLane: hist('crowdplay_sendq_job_ms', 'lane="board",status="sent"') ?? zero,
+    supersededBeforeRender: { sum: 0, count: metricValue(text, 'crowdplay_render_queue_superseded_total') ?? 0 },
+    supersededInLane: { sum: 0, count: metricValue(text, 'crowdplay_sendq_job_ms_count', 'lane="board",status="superseded"') ?? 0 },
+  };
+}
+
+/** `a` + `b`, field by field (null is nothing). */
+function addPipelines(a: BoardPipelineCounts | null, b: BoardPipelineCounts | null): BoardPipelineCounts | null {
+  if (!a || !b) return a ?? b;
+  const out = { ...a };
+  for (const k of Object.keys(a) as Array<keyof BoardPipelineCounts>) out[k] = { sum: a[k].sum + b[k].sum, count: a[k].count + b[k].count };
+  return out;
+}
+
 /**
  * Samples the product every `rssEveryMs` (RSS of each of its processes) and `metricsEveryMs` (each gateway's
  * /metrics: `crowdplay_event_loop_lag_ms{quantile="max"}`, which is the max since the previous scrape, and
@@ -274,6 +328,8 @@ export class ProductSampler {
   rssAtWindowMb: number | null = null;
   intervalLast: number | null = null;
   intervalMax: number | null = null;
+  /** {@link BoardPipelineCounts} at the latest scrape, summed over the scraped processes; null before any has one. */
+  pipelineLast: BoardPipelineCounts | null = null;
   /** Last `crowdplay_board_backlog` (boards handed on, not sent; a cluster: the largest over its gateways) and drain rate. */
   backlogLast: number | null = null;
   drainLast: number | null = null;
@@ -325,6 +381,7 @@ export class ProductSampler {
     this.scraping = true;
     try {
       let acks: ActAckCounts | null = null;
+      let pipeline: BoardPipelineCounts | null = null;
       await Promise.all(
         this.p.urls.map(async (url) => {
           try {
@@ -342,6 +399,7 @@ export class ProductSampler {
               peak(kind, metricValue(text, 'crowdplay_process_memory_bytes', `kind="${kind}"`));
             peak('render_thread_heaps', metricValue(text, 'crowdplay_board_thread_heap_bytes'));
             peak('ws_buffered', metricValue(text, 'crowdplay_ws_buffered_bytes'));
+            pipeline = addPipelines(pipeline, boardPipelineOf(text));
             const bl = metricValue(text, 'crowdplay_board_backlog');
             if (bl !== null) this.backlogLast = bl;
             const dr = metricValue(text, 'crowdplay_board_drain_per_s');
@@ -357,6 +415,7 @@ export class ProductSampler {
         }),
       );
       if (acks) this.actAckLast = acks;
+      if (pipeline) this.pipelineLast = pipeline;
     } finally {
       this.scraping = false;
     }

@@ -4,6 +4,7 @@
  */
 import type { MachineInfo } from '../crowd/report.ts';
 import type { LatencySummary } from '../hist.ts';
+import type { BoardPipelineCounts, SumCount } from './product.ts';
 
 /** Percentiles of a set of ms samples (nearest rank), null when there are none. */
 export interface MsSummary {
@@ -139,6 +140,17 @@ export interface RolloverReport {
     avatarAfterLastChangeMs: MsSummary;
     /** The product's crowdplay_board_interval_ms: the last value seen and the largest. */
     intervalMs: { last: number | null; max: number | null };
+    /**
+     * Chats that got a board after their last change that was not their final board: one drawn before that change,
+     * so the final board waited out the chat's interval after it.
+     */
+    staleSends: number;
+    /**
+     * Where a board's time went in the product, means over the run in ms (product.ts `boardPipelineOf`, from its
+     * /metrics at the end: summed over the gateways in a cluster, whose renders may run elsewhere); null when no
+     * scrape had them.
+     */
+    pipeline: BoardPipeline | null;
     /** Up to 10 chats whose final board was wrong or missing. */
     samples: string[];
   };
@@ -152,6 +164,37 @@ export interface RolloverReport {
   /** No crash, every guess answered, every chat's final board correct (with boards on). */
   complete: boolean;
   warnings: string[];
+}
+
+/** {@link RolloverReport} `boards.pipeline`. */
+export interface BoardPipeline {
+  /** Boards rendered. */
+  renders: number;
+  /** Hand-on → PNG on the send queue (render queue, render thread, render), ms. */
+  renderJobMs: number | null;
+  /** Of which waiting for a render thread, ms. */
+  renderWaitMs: number | null;
+  /** Of which drawing and encoding, ms. */
+  renderMs: number | null;
+  /** Send queue → Telegram's answer, boards sent, ms. */
+  sendLaneMs: number | null;
+  /** Render jobs replaced by a newer one before they started; boards replaced while waiting in the board lane. */
+  supersededBeforeRender: number;
+  supersededInLane: number;
+}
+
+/** {@link BoardPipeline} of a sampler's cumulative counts (means rounded to 0.1 ms; null for an empty histogram). */
+export function boardPipelineSummary(c: BoardPipelineCounts): BoardPipeline {
+  const mean = (x: SumCount): number | null => (x.count > 0 ? Math.round((x.sum / x.count) * 10) / 10 : null);
+  return {
+    renders: c.render.count,
+    renderJobMs: mean(c.renderJob),
+    renderWaitMs: mean(c.renderWait),
+    renderMs: mean(c.render),
+    sendLaneMs: mean(c.sendLane),
+    supersededBeforeRender: c.supersededBeforeRender.count,
+    supersededInLane: c.supersededInLane.count,
+  };
 }
 
 const fmt = (n: number | null | undefined, d = 0): string =>
@@ -237,6 +280,13 @@ export function formatRolloverReport(r: RolloverReport): string {
       `${fmt(r.boards.avatarAfterLastChangeMs.count)} of ${fmt(r.boards.chats)} chats (${lat(r.boards.avatarAfterLastChangeMs)})`,
     ],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
+    ['stale boards sent', `${fmt(r.boards.staleSends)} chats (a board drawn before their last change went after it)`],
+    [
+      'board pipeline ms (means)',
+      r.boards.pipeline === null
+        ? '–'
+        : `render job ${fmt(r.boards.pipeline.renderJobMs, 1)} (thread wait ${fmt(r.boards.pipeline.renderWaitMs, 1)}, render ${fmt(r.boards.pipeline.renderMs, 1)}), send lane ${fmt(r.boards.pipeline.sendLaneMs, 1)}; ${fmt(r.boards.pipeline.renders)} renders, superseded ${fmt(r.boards.pipeline.supersededBeforeRender)} before render and ${fmt(r.boards.pipeline.supersededInLane)} in the lane`,
+    ],
     ['error log lines', fmt(r.errorLogLines)],
     [
       'product exit',

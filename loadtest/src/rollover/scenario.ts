@@ -33,7 +33,7 @@ import {
   type ActAckCounts,
   type Product,
 } from './product.ts';
-import type { MsSummary, RolloverReport, RolloverTarget } from './report.ts';
+import { boardPipelineSummary, type MsSummary, type RolloverReport, type RolloverTarget } from './report.ts';
 
 /** Default PostgreSQL (the machine's; libs/testing uses the same). */
 export const DEFAULT_DATABASE_URL = 'postgresql://postgres@127.0.0.1:5432/test';
@@ -453,6 +453,15 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     let unverifiable = 0;
     let chatsWithChanges = 0;
     const staleness: number[] = [];
+    let staleSends = 0;
+    const boardSendsMs = new Map<number, number[]>();
+    for (const c of calls)
+      if (BOARD_METHODS.has(c.method) && c.outcome === 'ok' && c.chatId !== undefined) {
+        const i = CHAT_ID_BASE - c.chatId;
+        const list = boardSendsMs.get(i);
+        if (list) list.push(c.atMs);
+        else boardSendsMs.set(i, [c.atMs]);
+      }
     const changed: Array<{ changesMs: readonly number[] }> = [];
     const samples: string[] = [];
     const pending: Array<[number, number]> = [];
@@ -474,7 +483,11 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       const last = lastPhoto.get(i);
       if (last !== undefined && sha.startsWith(last.photo)) {
         finalCorrect++;
-        if (fin !== undefined) staleness.push(fin - c.lastChangeMs);
+        if (fin !== undefined) {
+          const lastMs = c.lastChangeMs;
+          staleness.push(fin - lastMs);
+          if ((boardSendsMs.get(i) ?? []).some((at) => at > lastMs && at < fin)) staleSends++;
+        }
       } else if (samples.length < 10) {
         samples.push(
           `chat ${i} (${chatId(i)}): ${last ? `last board before the next rollover ${last.photo.slice(0, 12)} at +${last.atMs - c.lastChangeMs} ms after the last change, expected ${sha.slice(0, 12)}` : 'no board before the next rollover'}`,
@@ -647,6 +660,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         idealStalenessMs: ideal.summary,
         avatarAfterLastChangeMs: avatarLag,
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
+        staleSends,
+        pipeline: sampler.pipelineLast ? boardPipelineSummary(sampler.pipelineLast) : null,
         samples,
       },
       errorLogLines: errorLines.length,
