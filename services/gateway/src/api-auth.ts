@@ -58,16 +58,46 @@ export function refuseWatchToken(credential: string | null): void {
   if (credential?.startsWith(WATCH_TOKEN_PREFIX)) throw new CrowdplayError('CP_ERR_AUTH_READ_ONLY');
 }
 
+/** Tenants already found for a request (by {@link tenantFirst}'s hook), so its handler does not look again. */
+const tenantsOfRequests = new WeakMap<FastifyRequest, Tenant>();
+
 /**
  * The tenant whose API key the request carries.
  * @throws CrowdplayError CP_ERR_AUTH_MISSING (no bearer credential), CP_ERR_AUTH_INVALID (unknown key)
  */
 export async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenant> {
+  const known = tenantsOfRequests.get(req);
+  if (known) return known;
   const key = bearer(req);
   if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
   const tenant = await store.tenants.byApiKey(key);
   if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
+  tenantsOfRequests.set(req, tenant);
   return tenant;
+}
+
+/**
+ * Route options of a tenant-key route with a schema: its `preValidation` hook finds the tenant ({@link tenantOf})
+ * before the body or query is validated, so a caller without a valid key gets 401, never a 400 that describes the
+ * route's schema. A refusal is answered by {@link fail}.
+ * @param area the refusal counter's area; `credential` what the route's bearer header carries (see {@link fail})
+ */
+export function tenantFirst(
+  store: Store,
+  telemetry: Telemetry,
+  area: string,
+  credential: string,
+): { preValidation: (req: FastifyRequest, reply: FastifyReply) => Promise<FastifyReply | undefined> } {
+  return {
+    preValidation: async (req, reply) => {
+      try {
+        await tenantOf(req, store);
+        return undefined;
+      } catch (err) {
+        return fail(reply, err, telemetry, area, credential);
+      }
+    },
+  };
 }
 
 /**

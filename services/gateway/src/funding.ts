@@ -21,7 +21,7 @@ import type { Ledger } from '@crowdplay/ledger';
 import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type WalletCredit } from '@crowdplay/protocol';
 import { TenantQuotaError, utcDay, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, refuseWatchToken, tenantOf } from './api-auth.ts';
+import { bearer, fail, refuseWatchToken, tenantFirst, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 import type { TenantQuotas } from './tenant-quotas.ts';
 
@@ -51,6 +51,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
   app.post<{ Body: { viewer: string; points: number; id: string } }>(
     '/v1/grants',
     {
+      ...tenantFirst(store, telemetry, 'funding', 'tenant API key'),
       bodyLimit: 4_096,
       schema: {
         body: {

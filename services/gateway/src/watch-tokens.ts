@@ -21,7 +21,7 @@ import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } fr
 import { isWatchToken, type Store, type WatchToken } from '@crowdplay/store';
 import type { Logger, Telemetry } from '@crowdplay/telemetry';
 import type { Conn } from './connection.ts';
-import { fail, tenantChannel, tenantOf } from './api-auth.ts';
+import { fail, tenantChannel, tenantFirst, tenantOf } from './api-auth.ts';
 
 /** Largest page of GET /v1/watch-tokens. */
 export const WATCH_TOKEN_PAGE_MAX = 100;
@@ -61,6 +61,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
   app.post<{ Body: { channel: string; ttlS?: number; label?: string } }>(
     '/v1/watch-tokens',
     {
+      ...tenantFirst(store, telemetry, 'watch', 'tenant API key'),
       bodyLimit: 4_096,
       schema: {
         body: {
@@ -98,6 +99,7 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
   app.get<{ Querystring: { channel?: string; after?: string; limit?: string } }>(
     '/v1/watch-tokens',
     {
+      ...tenantFirst(store, telemetry, 'watch', 'tenant API key'),
       schema: {
         querystring: {
           type: 'object',

@@ -107,6 +107,14 @@ describe('gateway funding', () => {
     });
     const wrongKey = await grant({ viewer: 'bob', points: 5, id: 'i' }, 'cpk_acme_000');
     assert.deepEqual([wrongKey.statusCode, (wrongKey.json() as { code: string }).code], [401, 'CP_ERR_AUTH_INVALID']);
+    // The key is checked before the body's schema: a caller without a valid one learns nothing of the route's fields.
+    for (const [key, code] of [
+      [null, 'CP_ERR_AUTH_MISSING'],
+      ['cpk_acme_000', 'CP_ERR_AUTH_INVALID'],
+    ] as const) {
+      const r = await grant({}, key);
+      assert.deepEqual([r.statusCode, (r.json() as { code: string }).code], [401, code], r.body);
+    }
     assert.equal((await balanceOf('bob')).balance, 0);
   });
 

@@ -113,6 +113,26 @@ describe('gateway watch tokens', () => {
       status: number;
       code: string;
     }> = [
+      // The key is checked before the schema: a caller without one learns nothing of the route's fields.
+      {
+        name: 'no key, a bad body',
+        method: 'POST',
+        url: '/v1/watch-tokens',
+        body: {},
+        key: null,
+        status: 401,
+        code: 'CP_ERR_AUTH_MISSING',
+      },
+      {
+        name: 'an unknown key, a bad body',
+        method: 'POST',
+        url: '/v1/watch-tokens',
+        body: { nosuch: 1 },
+        key: 'cpk_acme_000',
+        status: 401,
+        code: 'CP_ERR_AUTH_INVALID',
+      },
+      { name: 'no key, a bad query', method: 'GET', url: '/v1/watch-tokens?nosuch=1', key: null, status: 401, code: 'CP_ERR_AUTH_MISSING' },
       {
         name: 'unknown channel',
         method: 'POST',
