@@ -5,7 +5,8 @@ import tseslint from 'typescript-eslint';
 import importX from 'eslint-plugin-import-x';
 
 export default tseslint.config(
-  { ignores: ['**/node_modules/**', '**/dist/**', '.crowdplay/**', 'loadtest/reports/**', 'services/gateway/public/**/*.js'] },
+  // tour.ts: the README's tour has a reader save a game there; it is not one of the project's sources.
+  { ignores: ['**/node_modules/**', '**/dist/**', '.crowdplay/**', 'loadtest/reports/**', 'services/gateway/public/**/*.js', 'tour.ts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
