@@ -183,7 +183,8 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
       // The route's own limit (the dev token route's, the webhook's TELEGRAM_WEBHOOK_MAX_BODY_BYTES, …).
       const limit = req.routeOptions.bodyLimit ?? DEV_TOKEN_BODY_LIMIT_BYTES;
       telemetry.refusals.refuse('http', 'CP_ERR_PROTO_TOO_BIG', { url: req.routeOptions.url, limit });
-      return sendError(reply, 'CP_ERR_PROTO_TOO_BIG', new CrowdplayError('CP_ERR_PROTO_TOO_BIG', [limit]));
+      // The catalogue's message speaks of a socket's frame; over HTTP it is the request's body.
+      return reply.status(413).send({ code: 'CP_ERR_PROTO_TOO_BIG' satisfies ErrorCode, message: `body larger than ${limit} bytes` });
     }
     if ((err as { code?: string }).code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       const type = String(req.headers['content-type'] ?? 'none').slice(0, 100);

@@ -255,7 +255,7 @@ describe('gateway http', () => {
         payload: { channel: 'demo', pad: 'x'.repeat(2_000) },
       });
       assert.equal(tooBig.statusCode, 413);
-      assert.equal(tooBig.json<{ code: string }>().code, 'CP_ERR_PROTO_TOO_BIG');
+      assert.deepEqual(tooBig.json(), { code: 'CP_ERR_PROTO_TOO_BIG', message: 'body larger than 1024 bytes' });
     } finally {
       await h.close();
     }
