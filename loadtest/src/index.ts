@@ -45,7 +45,7 @@ export {
 } from './proc.ts';
 export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
-export { allowedSends, idealStaleness, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
+export { allowedSends, idealStaleness, slotLagMs, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
 export { avatarsAfterLastChange, type AvatarDownload } from './rollover/avatar-lag.ts';
 export {
   runRolloverScenario,

@@ -27,6 +27,7 @@ import {
   msSummary,
   playerWords,
   idealStaleness,
+  slotLagMs,
   type RolloverReport,
 } from '@crowdplay/loadtest';
 
@@ -162,6 +163,27 @@ describe('loadtest rollover - helpers', () => {
     assert.deepEqual(idealStaleness([{ changesMs: [1_000, 3_900] }], R25, 200), [300]);
   });
 
+  it('slotLagMs: the final board measured from when the chat’s pacing first allowed it', () => {
+    const R25 = { botPerS: 25, groupPerMin: 20, groupBurst: 1, chatPerS: 1 };
+    // No board before: allowed at the change; the final board itself is not an earlier send.
+    assert.equal(slotLagMs(1_000, 1_500, [1_500], R25), 500);
+    // A board at 0, the change at 100: the next board is allowed at 3,000 (20 a minute), sent at 3,500.
+    assert.equal(slotLagMs(100, 3_500, [3_500, 0], R25), 500);
+    // A stale board at 3,000 (drawn before the change at 2,900): the final one is allowed at 6,000.
+    assert.equal(slotLagMs(2_900, 6_200, [0, 3_000, 6_200], R25), 200);
+    // With a burst of 2 a rested chat may go again 1 s after its board.
+    assert.equal(slotLagMs(100, 1_300, [0, 1_300], { ...R25, groupBurst: 2 }), 300);
+    // Sends are timed at the stub, after the bucket's grant: a lag may come out slightly below 0.
+    assert.equal(slotLagMs(100, 2_990, [0], R25), -10);
+  });
+
+  it('slotLagMs: bad times and rates are refused', () => {
+    assert.throws(() => slotLagMs(Number.NaN, 1_000, []), /a time must be a finite number, got NaN/);
+    assert.throws(() => slotLagMs(0, 1_000, [Infinity]), /a time must be a finite number, got Infinity/);
+    assert.throws(() => slotLagMs(2_000, 1_000, []), /cannot go before the last change/);
+    assert.throws(() => slotLagMs(0, 1_000, [], { ...BUCKET_RATES, groupPerMin: 0 }), /groupPerMin must be a finite number > 0, got 0/);
+  });
+
   it('idealStaleness: bad rates and times are refused', () => {
     assert.throws(
       () => idealStaleness([{ changesMs: [0] }], { ...BUCKET_RATES, botPerS: 0 }),
@@ -295,6 +317,9 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     assert.ok(r.peakRssMb !== null && r.peakRssMb > 0);
     assert.ok(r.maxLoopStallMs !== null);
     assert.ok(Number.isInteger(r.boards.staleSends) && r.boards.staleSends >= 0 && r.boards.staleSends <= CHATS, `${r.boards.staleSends}`);
+    // One lag per chat whose final board was timed, and the final board never goes long before its chat may go.
+    assert.equal(r.boards.slotLagMs.count, r.boards.stalenessMs.count);
+    assert.ok(r.boards.slotLagMs.p50! > -1_000 && r.boards.slotLagMs.max! >= r.boards.slotLagMs.p50!, JSON.stringify(r.boards.slotLagMs));
     if (r.product.mode === 'standalone') {
       // The product renders its own boards: every board sent was rendered, and each stage took some time.
       const p = r.boards.pipeline;

@@ -25,6 +25,14 @@ export const BUCKET_RATES: Readonly<BucketRates> = {
   chatPerS: TELEGRAM_DEFAULTS.chatRatePerS,
 };
 
+/** @throws RangeError when a rate is missing or not a finite number > 0 */
+function checkRates(rates: Readonly<BucketRates>): void {
+  for (const k of ['botPerS', 'groupPerMin', 'groupBurst', 'chatPerS'] as const) {
+    const v: unknown = rates[k];
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new RangeError(`${k} must be a finite number > 0, got ${String(v)}`);
+  }
+}
+
 /** A chat's keys in the model, µs: its GCRA tats and when its limits next allow a send. */
 interface ChatKeys {
   chatTat: number;
@@ -92,6 +100,39 @@ export function allowedSends(pending: Array<[number, number]>, rates: Readonly<B
 }
 
 /**
+ * How long after the bucket first allowed it a chat's final board went, ms:
+ * from the earliest moment a send could follow both the chat's last change
+ * and its earlier board sends (its chat interval and its group's GCRA, as the
+ * bucket grants them: libs/sendq gcra.ts) to the final board's send. It is
+ * the product's own lag behind its pacing (render, queues, the call), apart
+ * from the wait the chat's limits impose on any sender: 0 for a sender with
+ * no latency that sends each chat as soon as it may.
+ * @param lastChangeMs the chat's last change, ms since epoch
+ * @param finalMs the send of the board showing that change, ms since epoch
+ * @param sendsMs the chat's board sends (any order; those from `finalMs` on are ignored), ms since epoch
+ * @param rates the bucket. @defaultValue BUCKET_RATES
+ * @throws RangeError when a rate is missing or not a finite number > 0, a time is not a finite number or `finalMs` is
+ *   before `lastChangeMs`
+ */
+export function slotLagMs(
+  lastChangeMs: number,
+  finalMs: number,
+  sendsMs: readonly number[],
+  rates: Readonly<BucketRates> = BUCKET_RATES,
+): number {
+  checkRates(rates);
+  for (const t of [lastChangeMs, finalMs, ...sendsMs])
+    if (!Number.isFinite(t)) throw new RangeError(`a time must be a finite number, got ${t}`);
+  if (finalMs < lastChangeMs) throw new RangeError(`the final board (${finalMs}) cannot go before the last change (${lastChangeMs})`);
+  const { iv } = intervalsUs(rates);
+  const keys: ChatKeys = { chatTat: -Infinity, groupTat: -Infinity, next: -Infinity };
+  const before = sendsMs.filter((t) => t < finalMs).sort((a, b) => a - b);
+  for (const t of before) grant(keys, Math.round(t * 1000), iv);
+  const allowedUs = Math.max(Math.round(lastChangeMs * 1000), keys.next);
+  return (Math.round(finalMs * 1000) - allowedUs) / 1000;
+}
+
+/**
  * How stale an ideal sender under the bucket leaves each chat's final board:
  * zero render and call latency, a send at every bot slot
  * (ceil(1e6 / botPerS) µs apart) while any chat may go, and each chat as soon
@@ -114,10 +155,7 @@ export function idealStaleness(
   rates: Readonly<BucketRates> = BUCKET_RATES,
   lagMs = 0,
 ): number[] {
-  for (const k of ['botPerS', 'groupPerMin', 'groupBurst', 'chatPerS'] as const) {
-    const v: unknown = rates[k];
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new RangeError(`${k} must be a finite number > 0, got ${String(v)}`);
-  }
+  checkRates(rates);
   if (!(lagMs >= 0) || !Number.isFinite(lagMs)) throw new RangeError(`lagMs must be a finite number ≥ 0, got ${lagMs}`);
   const lagUs = Math.round(lagMs * 1000);
   const { botUs, iv } = intervalsUs(rates);

@@ -146,6 +146,12 @@ export interface RolloverReport {
      */
     staleSends: number;
     /**
+     * Per chat, the time from when the bucket first allowed its final board (after its last change and its earlier
+     * board sends) to that board's send (bucket-model.ts `slotLagMs`): the product's lag behind its pacing, which the
+     * staleness adds to the floor.
+     */
+    slotLagMs: MsSummary;
+    /**
      * Where a board's time went in the product, means over the run in ms (product.ts `boardPipelineOf`, from its
      * /metrics at the end: summed over the gateways in a cluster, whose renders may run elsewhere); null when no
      * scrape had them.
@@ -281,6 +287,7 @@ export function formatRolloverReport(r: RolloverReport): string {
     ],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
     ['stale boards sent', `${fmt(r.boards.staleSends)} chats (a board drawn before their last change went after it)`],
+    ['final board after its slot', `${lat(r.boards.slotLagMs)} (the lag behind the chat's pacing)`],
     [
       'board pipeline ms (means)',
       r.boards.pipeline === null

@@ -17,7 +17,7 @@ import { machineInfo } from '../crowd/scenario.ts';
 import { summarize } from '../hist.ts';
 import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/telegram/testing';
 import { StubThread } from '../telegram-stub/thread.ts';
-import { allowedSends, idealStaleness } from './bucket-model.ts';
+import { allowedSends, idealStaleness, slotLagMs } from './bucket-model.ts';
 import { avatarsAfterLastChange } from './avatar-lag.ts';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
@@ -453,6 +453,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     let unverifiable = 0;
     let chatsWithChanges = 0;
     const staleness: number[] = [];
+    const slotLag: number[] = [];
     let staleSends = 0;
     const boardSendsMs = new Map<number, number[]>();
     for (const c of calls)
@@ -486,7 +487,9 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         if (fin !== undefined) {
           const lastMs = c.lastChangeMs;
           staleness.push(fin - lastMs);
-          if ((boardSendsMs.get(i) ?? []).some((at) => at > lastMs && at < fin)) staleSends++;
+          const sends = boardSendsMs.get(i) ?? [];
+          if (sends.some((at) => at > lastMs && at < fin)) staleSends++;
+          slotLag.push(slotLagMs(lastMs, fin, sends));
         }
       } else if (samples.length < 10) {
         samples.push(
@@ -661,6 +664,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         avatarAfterLastChangeMs: avatarLag,
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
         staleSends,
+        slotLagMs: msSummary(slotLag),
         pipeline: sampler.pipelineLast ? boardPipelineSummary(sampler.pipelineLast) : null,
         samples,
       },
