@@ -19,7 +19,7 @@ import { errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { ChannelRow, Store, Tenant } from '@crowdplay/store';
 import { lruCountBound } from '@crowdplay/ratelimit';
-import { TELEGRAM_VIEWER_PREFIX } from '@crowdplay/telegram';
+import { isTelegramChannelId, TELEGRAM_VIEWER_PREFIX } from '@crowdplay/telegram';
 
 /** How long tenants and known channels are cached, ms (a rotated secret takes effect within this). */
 export const AUTH_CACHE_TTL_MS = 5_000;
@@ -207,9 +207,12 @@ export class Authenticator {
 
   /**
    * Authenticates a game connection for `channel`, creating the channel for
-   * the key's tenant if it does not exist.
+   * the key's tenant if it does not exist — unless it is a Telegram chat's
+   * (`tg<id>`, `tgn<id>`, `tb<bot>_<id>`): a game never creates one, so no
+   * tenant can take a chat's id before its bot's tenant does.
    *
    * @throws CrowdplayError CP_ERR_AUTH_MISSING (no key), CP_ERR_AUTH_INVALID (unknown key),
+   *   CP_ERR_CHANNEL_UNKNOWN (a Telegram chat's channel that does not exist),
    *   CP_ERR_AUTH_FORBIDDEN_CHANNEL (another tenant's channel), CP_ERR_TENANT_QUOTA (a new channel over the
    *   tenant's channels quota: a TenantQuotaError); store errors pass through.
    */
@@ -217,6 +220,9 @@ export class Authenticator {
     if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
     const tenant = await this.store.tenants.byApiKey(key);
     if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
+    if (isTelegramChannelId(channel) && !(await this.store.channels.get(channel))) {
+      throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
+    }
     const row = await this.store.channels.ensure(channel, tenant.id, this.maxChannels);
     this.channels.set(channel, { row });
     return { tenantId: tenant.id };

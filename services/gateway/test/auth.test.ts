@@ -182,6 +182,19 @@ describe('gateway auth', () => {
     assert.equal(h.gateway.stats().games, 0);
   });
 
+  it("game - a Telegram chat's channel that does not exist is refused with CP_ERR_CHANNEL_UNKNOWN and 4004, and not created", async () => {
+    for (const channel of ['tgn777', 'tg123', 'tb42_n5']) {
+      await expectRefused(h, { role: 'game', channel, key: suite.acme.apiKey }, 'CP_ERR_CHANNEL_UNKNOWN', 4004);
+      assert.equal(await suite.store.channels.get(channel), null, `${channel} not created`);
+    }
+    // One that exists (its bot's tenant made it) is served to that tenant's game like any channel of its own.
+    await suite.store.channels.ensure('tgn778', 'acme');
+    const game = await connected(h.wsUrl({ role: 'game', channel: 'tgn778', key: suite.acme.apiKey }));
+    assert.equal((await game.welcome()).role, 'game');
+    await game.close();
+    await waitUntil(() => h.gateway.stats().games === 0, 'game slot released');
+  });
+
   it('game - a valid key creates the channel for its tenant; a second game on it is refused with 4009', async () => {
     assert.equal(await suite.store.channels.get('gamechan'), null);
     const game = await connected(h.wsUrl({ role: 'game', channel: 'gamechan', key: suite.acme.apiKey }));
