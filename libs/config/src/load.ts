@@ -53,6 +53,13 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>): C
       `${schema.telegram.groupBurst.env}: must be at most ${schema.telegram.groupRatePerMin.env} (${groupRatePerMin}), got ${groupBurst}`,
     );
   }
+  // Every round is checked against both bounds (services/crowd-engine rounds): crossed, no round could ever open.
+  const { minDurationMs, maxDurationMs } = value.rounds;
+  if (minDurationMs > maxDurationMs) {
+    errors.push(
+      `${schema.rounds.minDurationMs.env}: must be at most ${schema.rounds.maxDurationMs.env} (${maxDurationMs}), got ${minDurationMs}`,
+    );
+  }
   // Checked here, before anything opens: a bot without its webhook secret would otherwise fail after migrations ran.
   if (env[schema.telegram.botToken.env] && !env[schema.telegram.webhookSecret.env]) {
     errors.push(`${schema.telegram.webhookSecret.env}: required when ${schema.telegram.botToken.env} is set (the webhook checks it)`);

@@ -735,7 +735,7 @@ export const schema = {
       default: 1_000,
       min: 1,
       unit: 'ms',
-      doc: 'Shortest round a game may open (durationMs below it: CP_ERR_ROUND_INVALID).',
+      doc: 'Shortest round a game may open (durationMs below it: CP_ERR_ROUND_INVALID); at most ROUND_MAX_DURATION_MS.',
     }),
     maxDurationMs: int({
       env: 'ROUND_MAX_DURATION_MS',
@@ -832,7 +832,7 @@ export const schema = {
       default: 30_000,
       min: 1_000,
       unit: 'ms',
-      doc: "Length of the demo game's rounds (it alternates a pool and a market round on who wins the tug of war).",
+      doc: "Length of the demo game's rounds (it alternates a pool and a market round on who wins the tug of war), within ROUND_MIN_DURATION_MS and ROUND_MAX_DURATION_MS.",
     }),
   },
   telegram: {

@@ -91,6 +91,21 @@ describe('config', () => {
     );
   });
 
+  it('load - ROUND_MIN_DURATION_MS above ROUND_MAX_DURATION_MS is refused, naming both; equal bounds are fine', () => {
+    assert.equal(loadConfig({ ROUND_MIN_DURATION_MS: '5000', ROUND_MAX_DURATION_MS: '5000' }).rounds.minDurationMs, 5_000);
+    assert.throws(
+      () => loadConfig({ ROUND_MIN_DURATION_MS: '100000000' }),
+      (err: unknown) =>
+        isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') &&
+        /ROUND_MIN_DURATION_MS: must be at most ROUND_MAX_DURATION_MS \(86400000\), got 100000000/.test(err.message),
+    );
+    // A refused maximum is named alone: the minimum is not compared with it.
+    assert.throws(
+      () => loadConfig({ ROUND_MIN_DURATION_MS: '5000', ROUND_MAX_DURATION_MS: '10' }),
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') && !/ROUND_MIN_DURATION_MS: /.test(err.message),
+    );
+  });
+
   it('load - TELEGRAM_GROUP_BURST: 1 by default, an integer from 1 to TELEGRAM_GROUP_RATE_PER_MIN, else refused at start', () => {
     assert.equal(loadConfig({}).telegram.groupBurst, 1);
     assert.equal(loadConfig({ TELEGRAM_GROUP_BURST: '2' }).telegram.groupBurst, 2);

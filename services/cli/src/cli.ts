@@ -344,6 +344,15 @@ async function main(): Promise<void> {
     case 'start':
       if (config.mode === 'cluster')
         fail('crowdplay start runs standalone; in cluster mode start each service with `crowdplay service <name>`');
+      // The demo game opens rounds of DEMO_ROUND_MS, which every round's bounds must admit (or each is refused).
+      if (config.standalone.demo) {
+        const { demoRoundMs, minDurationMs, maxDurationMs } = config.rounds;
+        if (demoRoundMs < minDurationMs || demoRoundMs > maxDurationMs)
+          fail(
+            `invalid configuration:\nDEMO_ROUND_MS: must be within ROUND_MIN_DURATION_MS and ROUND_MAX_DURATION_MS ` +
+              `(${minDurationMs}–${maxDurationMs}) while DEMO_ENABLED is on, got ${demoRoundMs}`,
+          );
+      }
       await runUntilSignal(
         config,
         () => startServices(config, SERVICES, { standalone: true, helperThreads, startSettings }),

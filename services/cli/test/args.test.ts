@@ -10,10 +10,10 @@ import { fileURLToPath } from 'node:url';
 
 const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 
-function cli(args: string[]): { code: number | null; stderr: string; stdout: string } {
+function cli(args: string[], env: Record<string, string> = {}): { code: number | null; stderr: string; stdout: string } {
   // A DATABASE_URL nothing listens on: a command that got as far as the store would fail differently (or hang for its timeout).
   const r = spawnSync(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-    env: { ...process.env, DATABASE_URL: 'postgres://127.0.0.1:1/none', PORT: '0' },
+    env: { ...process.env, DATABASE_URL: 'postgres://127.0.0.1:1/none', PORT: '0', ...env },
     encoding: 'utf8',
     timeout: 30_000,
   });
@@ -36,6 +36,25 @@ describe('crowdplay arguments', () => {
       assert.match(r.stderr, /usage:/);
       assert.equal(r.stdout, '', 'nothing started, nothing printed');
     }
+  });
+
+  it('start: a demo round length outside the round bounds is named, exit 2, before anything starts', () => {
+    const cases: Array<Record<string, string>> = [
+      { ROUND_MIN_DURATION_MS: '60000' }, // the demo's 30 s rounds below the shortest
+      { DEMO_ROUND_MS: '90000000' }, // above the longest (1 day)
+      { DEMO_ROUND_MS: '5000', ROUND_MAX_DURATION_MS: '4000' },
+    ];
+    for (const env of cases) {
+      const r = cli(['start'], env);
+      assert.equal(r.code, 2, `${JSON.stringify(env)}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, /DEMO_ROUND_MS: must be within ROUND_MIN_DURATION_MS and ROUND_MAX_DURATION_MS/, JSON.stringify(env));
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, 'refused before the store is opened');
+      assert.equal(r.stdout, '', 'nothing started, nothing printed');
+    }
+    // Without the demo the same bounds are fine: the process goes on to the (unreachable) store.
+    const r = cli(['start'], { ROUND_MIN_DURATION_MS: '60000', DEMO_ENABLED: 'false' });
+    assert.doesNotMatch(r.stderr, /DEMO_ROUND_MS/);
+    assert.notEqual(r.code, 0);
   });
 
   it('--help prints the usage and exits 0', () => {
