@@ -22,7 +22,7 @@ import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type WalletCredit } fr
 import { TenantQuotaError, utcDay, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
 import { bearer, fail, refuseWatchToken, tenantFirst, tenantOf } from './api-auth.ts';
-import type { Authenticator } from './auth.ts';
+import { isViewerId, MAX_VIEWER_ID_CHARS, type Authenticator } from './auth.ts';
 import type { TenantQuotas } from './tenant-quotas.ts';
 
 /** Largest single grant, points (a typo guard; balances themselves are bigint in Postgres). */
@@ -41,7 +41,12 @@ export interface FundingContext {
   onGranted?: (credit: WalletCredit) => void;
 }
 
-const VIEWER_PATTERN = '^[^\\u0000-\\u001f\\u007f]{1,128}$';
+/** The refusal of a viewer id the WebSocket would not take as a token's `sub` (auth.ts `isViewerId`: UTF-16 units, as the ledger counts). */
+function checkViewer(viewer: string): void {
+  if (!isViewerId(viewer)) {
+    throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`viewer: 1–${MAX_VIEWER_ID_CHARS} characters, no control characters`]);
+  }
+}
 
 /** Registers the funding routes on `app`. */
 export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext): void {
@@ -59,7 +64,8 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
           additionalProperties: false,
           required: ['viewer', 'points', 'id'],
           properties: {
-            viewer: { type: 'string', pattern: VIEWER_PATTERN },
+            // The schema counts code points; checkViewer then counts UTF-16 units, as the WebSocket and the ledger do.
+            viewer: { type: 'string', pattern: '^[^\\u0000-\\u001f\\u007f]{1,128}$' },
             points: { type: 'integer', minimum: 1, maximum: MAX_GRANT_POINTS },
             id: { type: 'string', pattern: '^[A-Za-z0-9_.:-]{1,128}$' },
           },
@@ -70,6 +76,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
       try {
         const tenant = await tenantOf(req, store);
         const { viewer, points, id } = req.body;
+        checkViewer(viewer);
         const transferId = `grant:${tenant.id}:${id}`;
         const day = utcDay(new Date((ctx.now ?? Date.now)()));
         const reservation = await store.quotas.reserveGrantPoints(tenant.id, points, ctx.quotas.defaults.grantPointsPerDay, day);
@@ -109,8 +116,7 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
     try {
       const tenant = await tenantOf(req, store);
       const viewer = req.params.viewer;
-      if (!new RegExp(VIEWER_PATTERN).test(viewer))
-        throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer: 1–128 characters, no control characters']);
+      checkViewer(viewer);
       return { viewer, balance: await ledger.balance(tenant.id, { kind: 'wallet', owner: viewer }) };
     } catch (err) {
       return fail(reply, err, telemetry, 'funding', 'tenant API key');

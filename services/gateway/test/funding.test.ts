@@ -64,18 +64,28 @@ describe('gateway funding', () => {
       { viewer: 'bob', points: 5 },
       { viewer: 'bob', points: 5, id: 'has space' },
       { viewer: 'bob', points: 5, id: 'g', extra: 1 },
+      // Viewer ids as the WebSocket takes them (a token's `sub`): 1–128 UTF-16 units, no control characters.
+      { viewer: 'x'.repeat(129), points: 5, id: 'h' },
+      { viewer: '🎉'.repeat(65), points: 5, id: 'i' },
+      { viewer: 'b\u0007ob', points: 5, id: 'j' },
     ];
-    const refusedBefore = metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_INVALID' });
+    // Refused by the route's schema (area http), or by its handler (area funding: a viewer id within 128 code points
+    // but over 128 UTF-16 units).
+    const refused = async (): Promise<number> => {
+      const text = await h.metricsText();
+      return (['http', 'funding'] as const)
+        .map((area) => metricValue(text, 'crowdplay_refusals_total', { area, reason: 'CP_ERR_PROTO_INVALID' }))
+        .reduce((a, b) => a + b, 0);
+    };
+    const refusedBefore = await refused();
     for (const body of bad) {
       const r = await grant(body);
       assert.equal(r.statusCode, 400, `${JSON.stringify(body)} → ${r.body}`);
       assert.equal((r.json() as { code: string }).code, 'CP_ERR_PROTO_INVALID');
     }
-    assert.equal(
-      metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_INVALID' }) - refusedBefore,
-      bad.length,
-      'every body its schema refuses is counted (a grant over MAX_GRANT_POINTS among them)',
-    );
+    assert.equal((await refused()) - refusedBefore, bad.length, 'every bad body is counted (a grant over MAX_GRANT_POINTS among them)');
+    const { rows } = await suite.store.db.query<{ n: string }>("SELECT count(*) AS n FROM transfers WHERE id LIKE 'grant:acme:_'");
+    assert.equal(Number(rows[0]!.n), 0, 'no grant of a refused body reached the ledger');
     const form = await h.gateway.app.inject({
       method: 'POST',
       url: '/v1/grants',
