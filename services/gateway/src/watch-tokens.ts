@@ -15,7 +15,7 @@
  * message, an expiry), so a revoked token's sockets close within that.
  */
 import type { FastifyInstance } from 'fastify';
-import { CHANNEL_ID_RE, CrowdplayError, labelProblem, type ErrorCode } from '@crowdplay/protocol';
+import { CrowdplayError, labelProblem, type ErrorCode } from '@crowdplay/protocol';
 import type { Config } from '@crowdplay/config';
 import { decodeJson, encodeJson, type Bus, type Subjects, type Subscription } from '@crowdplay/bus';
 import { isWatchToken, type Store, type WatchToken } from '@crowdplay/store';
@@ -69,7 +69,8 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
           additionalProperties: false,
           required: ['channel'],
           properties: {
-            channel: { type: 'string', pattern: CHANNEL_ID_RE.source },
+            // Its id is checked by tenantChannel: a bad one is CP_ERR_CHANNEL_INVALID_ID, as on every route.
+            channel: { type: 'string' },
             ttlS: { type: 'integer', minimum: 1, maximum: maxTtlS },
             label: { type: 'string', maxLength: WATCH_TOKEN_LABEL_MAX, pattern: '^[^\\u0000-\\u001f\\u007f]*$' },
           },
@@ -105,7 +106,8 @@ export function registerWatchTokenRoutes(app: FastifyInstance, ctx: WatchTokenRo
           type: 'object',
           additionalProperties: false,
           properties: {
-            channel: { type: 'string', pattern: CHANNEL_ID_RE.source },
+            // Its id is checked by tenantChannel: a bad one is CP_ERR_CHANNEL_INVALID_ID, as on every route.
+            channel: { type: 'string' },
             after: { type: 'string', pattern: WATCH_ID_RE.source },
             limit: { type: 'string', pattern: '^[1-9][0-9]{0,2}$' },
           },

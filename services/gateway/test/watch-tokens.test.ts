@@ -203,7 +203,22 @@ describe('gateway watch tokens', () => {
         url: '/v1/watch-tokens',
         body: { channel: 'a b' },
         status: 400,
+        code: 'CP_ERR_CHANNEL_INVALID_ID',
+      },
+      {
+        name: 'a channel id that is not a string',
+        method: 'POST',
+        url: '/v1/watch-tokens',
+        body: { channel: 7 },
+        status: 400,
         code: 'CP_ERR_PROTO_INVALID',
+      },
+      {
+        name: 'list a bad channel id',
+        method: 'GET',
+        url: '/v1/watch-tokens?channel=bad!',
+        status: 400,
+        code: 'CP_ERR_CHANNEL_INVALID_ID',
       },
       {
         name: 'unknown field',
