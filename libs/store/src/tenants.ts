@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { CrowdplayError } from '@crowdplay/protocol';
+import { CrowdplayError, labelProblem } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
 
 /** A tenant as the services see it. `signingSecret` verifies viewer JWTs (HS256). */
@@ -26,6 +26,19 @@ interface Row {
 }
 
 const TENANT_ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Most code points in a tenant's name (shown as text in `crowdplay tenant list` and logs). */
+export const TENANT_NAME_MAX = 100;
+
+/**
+ * Why `name` cannot be a tenant's name, or undefined: the rules of display labels (libs/protocol `labelProblem`:
+ * not blank, no control or bidi-override character) within TENANT_NAME_MAX code points, since it is printed to
+ * operators' terminals as it is.
+ */
+export function tenantNameProblem(name: string): string | undefined {
+  const why = labelProblem(name, TENANT_NAME_MAX);
+  return why === undefined ? undefined : `tenant name ${why}`;
+}
 
 /** SHA-256 of an API key (keys are 192-bit random, so no stretching is needed). */
 export function hashApiKey(key: string): Buffer {
@@ -54,10 +67,13 @@ export class TenantRepository {
 
   /**
    * Creates a tenant with a fresh API key and signing secret.
-   * @throws TypeError for an invalid id; the pg unique-violation error (23505) when it exists.
+   * @throws TypeError for an invalid id or name (tenantNameProblem; nothing written); the pg unique-violation error
+   *   (23505) when it exists.
    */
   async create(id: string, name: string): Promise<TenantCredentials> {
     if (!TENANT_ID_RE.test(id)) throw new TypeError(`tenant id must match ${TENANT_ID_RE}`);
+    const why = tenantNameProblem(name);
+    if (why) throw new TypeError(why);
     const apiKey = newApiKey(id);
     const { rows } = await this.db.query<Row>(
       `INSERT INTO tenants (id, name, api_key_hash, api_key_prefix, signing_secret) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLS}`,

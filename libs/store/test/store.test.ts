@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { readdirSync } from 'node:fs';
-import { MIGRATIONS_DIR, openStore, parseRoundCursor, roundCursor, type RoundCursor, type Store } from '../src/index.ts';
+import { MIGRATIONS_DIR, openStore, parseRoundCursor, roundCursor, tenantNameProblem, type RoundCursor, type Store } from '../src/index.ts';
 
 /** The same suite against real Postgres (own schema) and embedded PGlite. */
 function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: () => Promise<void> }>): void {
@@ -54,6 +54,10 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
 
     it('tenants - bad input is refused and changes nothing', async () => {
       await assert.rejects(store.tenants.create('bad id!', 'x'), TypeError);
+      // A name is printed to operators' terminals as it is: no control or bidi characters, not blank, ≤ 100 code points.
+      for (const name of ['a\nb', 'red\u001b[31m', 'abc\u202Edef', ' ', 'x'.repeat(101)])
+        await assert.rejects(store.tenants.create('named', name), (e) => e instanceof TypeError && /tenant name /.test(e.message), name);
+      assert.equal(tenantNameProblem('🎉'.repeat(100)), undefined, '100 code points, 200 UTF-16 units');
       await assert.rejects(store.tenants.create('acme', 'dup'), (e: { code?: string }) => e.code === '23505');
       await assert.rejects(store.tenants.rotateKey('nobody'), (e) => isCrowdplayError(e, 'CP_ERR_TENANT_UNKNOWN'));
       assert.deepEqual(

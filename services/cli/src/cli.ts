@@ -26,6 +26,7 @@ import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { verifyLedger } from '@crowdplay/ledger';
+import { tenantNameProblem } from '@crowdplay/store';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { connectStore } from './connect.ts';
@@ -80,6 +81,11 @@ async function tenantCommand(
       if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}\n${USAGE}`);
       throw err;
     }
+  }
+  // Checked before the store is opened, as the quota flags are: the name is printed to terminals as it is.
+  if (sub === 'create' && name !== undefined) {
+    const why = tenantNameProblem(name);
+    if (why) fail(`crowdplay tenant create: --name: ${why}`);
   }
   const store = await connectStore(config);
   try {

@@ -57,6 +57,16 @@ describe('crowdplay arguments', () => {
     assert.notEqual(r.code, 0);
   });
 
+  it('tenant create: a name with control or bidi characters, blank or over 100 code points is named, exit 2, before the store', () => {
+    for (const name of ['a\nb', 'red\u001b[31m', 'x\u202Ey', '  ', 'n'.repeat(101)]) {
+      const r = cli(['tenant', 'create', 'acme6', '--name', name]);
+      assert.equal(r.code, 2, `${JSON.stringify(name)}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, /crowdplay tenant create: --name: tenant name /, JSON.stringify(name));
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, 'refused before the store is opened');
+      assert.equal(r.stdout, '', 'nothing created, nothing printed');
+    }
+  });
+
   it('--help prints the usage and exits 0', () => {
     const r = cli(['--help']);
     assert.equal(r.code, 0);
