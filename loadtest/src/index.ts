@@ -47,6 +47,7 @@ export type { ProcessSample } from './proc.ts';
 export type { LatencySummary } from './hist.ts';
 export { allowedSends, idealStaleness, slotLagMs, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
 export { avatarsAfterLastChange, type AvatarDownload } from './rollover/avatar-lag.ts';
+export { parseContention, startContention, type Contention, type ContendingLoad } from './rollover/contend.ts';
 export {
   runRolloverScenario,
   actAckShare,

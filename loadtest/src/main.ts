@@ -38,6 +38,7 @@ import { formatMarketReport } from './market/report.ts';
 import { runMarketScenario, type MarketOptions } from './market/scenario.ts';
 import { formatRolloverReport } from './rollover/report.ts';
 import { runRolloverScenario, type RolloverOptions } from './rollover/scenario.ts';
+import { parseContention } from './rollover/contend.ts';
 import { runChatRoundsScenario } from './chatrounds/scenario.ts';
 import { parseWatchPid } from './proc.ts';
 import { formatFailoverReport } from './failover/report.ts';
@@ -57,6 +58,7 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--database-url URL] [--redis-url URL] [--connect-concurrency C] [--think-ms LO,HI] [--avatars photo|none] [--no-pin]
        [--cluster [--gateways G] [--shards S] [--nats-url URL]] [--product-log FILE] [--board-trace FILE]
        [--product-cpu-prof DIR] (a V8 CPU profile of the standalone product, written when it stops)
+       [--contend BUSY,IDLE] (a competing load on the product's CPU: busy BUSY ms, idle IDLE ms, over and over)
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
        [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
        [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)
@@ -180,6 +182,7 @@ async function rolloverMain(argv: string[]): Promise<number> {
       'product-log': { type: 'string' },
       'board-trace': { type: 'string' },
       'product-cpu-prof': { type: 'string' },
+      contend: { type: 'string' },
       gateways: { type: 'string' },
       shards: { type: 'string' },
       'nats-url': { type: 'string' },
@@ -209,8 +212,10 @@ async function rolloverMain(argv: string[]): Promise<number> {
   const cluster = values.cluster
     ? { gateways: num('gateways', values.gateways) ?? 1, shards: num('shards', values.shards) ?? 2 }
     : undefined;
+  if (values.contend !== undefined && values['no-pin']) throw new Error('--contend runs on the product’s CPU: not with --no-pin');
   const opts: RolloverOptions = {
     cluster,
+    ...(values.contend !== undefined ? { contend: parseContention(values.contend) } : {}),
     productLog: values['product-log'],
     boardTrace: values['board-trace'],
     productCpuProf: values['product-cpu-prof'],

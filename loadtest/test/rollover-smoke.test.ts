@@ -28,6 +28,8 @@ import {
   playerWords,
   idealStaleness,
   slotLagMs,
+  parseContention,
+  startContention,
   type RolloverReport,
 } from '@crowdplay/loadtest';
 
@@ -196,6 +198,32 @@ describe('loadtest rollover - helpers', () => {
     assert.throws(() => idealStaleness([{ changesMs: [1, 2] }], { botPerS: 30 } as unknown as typeof BUCKET_RATES), /groupPerMin/);
     assert.throws(() => idealStaleness([{ changesMs: [1, 2] }], { ...BUCKET_RATES, botPerS: Number.POSITIVE_INFINITY }), /botPerS/);
     assert.throws(() => idealStaleness([{ changesMs: [0] }], BUCKET_RATES, -1), /lagMs/);
+  });
+
+  it('parseContention: BUSY,IDLE in whole ms; anything else is refused', () => {
+    assert.deepEqual(parseContention('4,8'), { busyMs: 4, idleMs: 8 });
+    assert.deepEqual(parseContention(' 1000 , 0 '), { busyMs: 1000, idleMs: 0 });
+    for (const bad of ['', '4', '4,', ',8', '0,8', '1001,8', '4,1001', '4,-1', '4.5,8', 'a,b', '4,8,1', '1e3,0'])
+      assert.throws(() => parseContention(bad), (e: unknown) => e instanceof RangeError && /--contend must be BUSY,IDLE/.test(e.message), bad);
+  });
+
+  it('startContention: a pinned process that runs until stopped', async () => {
+    const load = startContention({ busyMs: 1, idleMs: 20 }, '0', 60_000);
+    assert.ok(load.pid !== undefined && load.pid > 0);
+    process.kill(load.pid!, 0); // running
+    load.stop();
+    load.stop(); // twice is safe
+    const end = Date.now() + 5_000;
+    let alive = true;
+    while (alive && Date.now() < end) {
+      try {
+        process.kill(load.pid!, 0);
+        await new Promise((r) => setTimeout(r, 20));
+      } catch {
+        alive = false;
+      }
+    }
+    assert.equal(alive, false, 'stopped');
   });
 
   it('msSummary: nearest rank; null on no samples', () => {
@@ -394,7 +422,7 @@ describe('loadtest rollover - smoke against crowdplay start on PostgreSQL and Re
 });
 
 describe('loadtest rollover - bad file flags', () => {
-  it('an empty --json, --product-log, --board-trace or --product-cpu-prof, or a profile with --cluster, is refused before anything starts (exit 2)', async () => {
+  it('an empty --json, --product-log, --board-trace or --product-cpu-prof, a profile with --cluster, or a bad --contend is refused before anything starts (exit 2)', async () => {
     for (const flag of ['--json', '--product-log', '--board-trace']) {
       const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', flag, ''], 30_000);
       assert.equal(res.code, 2, `${flag} '': exit ${res.code}\n${res.stderr.slice(-500)}`);
@@ -404,6 +432,9 @@ describe('loadtest rollover - bad file flags', () => {
     for (const [args, message] of [
       [['--product-cpu-prof', ' '], /--product-cpu-prof must name a directory/],
       [['--product-cpu-prof', 'prof', '--cluster'], /--product-cpu-prof profiles the standalone product: not with --cluster/],
+      [['--contend', '4'], /--contend must be BUSY,IDLE/],
+      [['--contend', '0,8'], /--contend must be BUSY,IDLE/],
+      [['--contend', '4,8', '--no-pin'], /--contend runs on the product’s CPU: not with --no-pin/],
     ] as const) {
       const res = await loadtestCli(['rollover', '--chats', '1', '--players', '1', ...args], 30_000);
       assert.equal(res.code, 2, `${args.join(' ')}: exit ${res.code}\n${res.stderr.slice(-500)}`);

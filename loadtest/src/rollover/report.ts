@@ -42,6 +42,8 @@ export interface RolloverReport {
     sourceAddresses: string[];
     /** CPU list the product was pinned to (`taskset -c`), null when unpinned. */
     productCpus: string | null;
+    /** The competing load on the product's CPU (`--contend BUSY,IDLE`, ms), null without one. */
+    contend?: { busyMs: number; idleMs: number } | null;
     /** CPU list this process (generator + stub) was pinned to, null when unpinned. */
     generatorCpus: string | null;
     databaseSchema: string;
@@ -224,7 +226,7 @@ export function formatRolloverReport(r: RolloverReport): string {
     ],
     [
       'config',
-      `${fmt(r.config.chats)} chats × ${fmt(r.config.players)} players, period ${fmt(r.config.periodMs / 1000)} s, boards ${r.config.boards ? 'on' : `off (${r.config.noBoardsMode})`}, product cpus ${r.config.productCpus ?? 'unpinned'}`,
+      `${fmt(r.config.chats)} chats × ${fmt(r.config.players)} players, period ${fmt(r.config.periodMs / 1000)} s, boards ${r.config.boards ? 'on' : `off (${r.config.noBoardsMode})`}, product cpus ${r.config.productCpus ?? 'unpinned'}${r.config.contend ? ` beside a load busy ${r.config.contend.busyMs} ms, idle ${r.config.contend.idleMs} ms` : ''}`,
     ],
     ['puzzle', `${r.config.puzzle ?? '–'} (rollover ${r.config.rolloverAt ?? '–'})`],
     [

@@ -19,6 +19,7 @@ import { UNLIMITED_METHODS, type BoardView, type CallRecord } from '@crowdplay/t
 import { StubThread } from '../telegram-stub/thread.ts';
 import { allowedSends, idealStaleness, slotLagMs } from './bucket-model.ts';
 import { avatarsAfterLastChange } from './avatar-lag.ts';
+import { startContention, type ContendingLoad, type Contention } from './contend.ts';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
@@ -94,6 +95,11 @@ export interface RolloverOptions {
   productCpuProf?: string;
   /** NATS for a cluster run (default nats://127.0.0.1:4222). */
   natsUrl?: string;
+  /**
+   * A competing load on the product's CPU for the whole run (contend.ts): busy `busyMs`, idle `idleMs`, over and over.
+   * Needs the product pinned. @defaultValue none
+   */
+  contend?: Contention;
   /** Extra environment of the product (e.g. BOARD_SEND_BUDGET_PER_S). */
   productEnv?: Record<string, string>;
   onProgress?: (line: string) => void;
@@ -194,6 +200,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     }
   }
 
+  if (o.contend !== undefined && productCpus === null) throw new Error('--contend needs the product pinned (taskset, two CPUs, no --no-pin)');
+
   const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
   const schema = `rollover_${run}`;
   const token = `${700_000_000 + (randomBytes(2).readUInt16BE(0) % 10_000)}:rollover-${randomBytes(12).toString('hex')}`;
@@ -230,6 +238,9 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
   let rolloverAt: number | null = null;
   let report: RolloverReport | null = null;
   let progress: NodeJS.Timeout | null = null;
+  // The run's competing load, for at most half an hour whatever becomes of this process.
+  const contention: ContendingLoad | null = o.contend ? startContention(o.contend, productCpus!, 1_800_000) : null;
+  if (o.contend) log(`a competing load on CPU ${productCpus}: busy ${o.contend.busyMs} ms, idle ${o.contend.idleMs} ms`);
   try {
     const productEnv: Record<string, string> = {
       DATABASE_URL: databaseUrl,
@@ -590,6 +601,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         playersPerAddress: perAddress,
         sourceAddresses: addresses,
         productCpus,
+        contend: o.contend ?? null,
         generatorCpus,
         databaseSchema: schema,
         redis: redisUrl.replace(/\/\/[^@]*@/, '//***@'),
@@ -683,6 +695,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
       warnings,
     };
   } finally {
+    contention?.stop();
     if (progress) clearInterval(progress);
     if (sampler) await sampler.stop().catch(() => undefined);
     if (product && !stoppedByUs) await product.stop().catch(() => undefined);
