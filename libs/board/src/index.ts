@@ -43,6 +43,7 @@ export {
 export { RENDER_COST_MODEL, fitLine, renderCost, type RenderCost } from './cost.ts';
 export {
   RenderPool,
+  SLOTS_PER_THREAD,
   defaultRenderConcurrency,
   type BoardMetrics,
   type BoardRefusals,

@@ -2,9 +2,13 @@
  * The render pool: piscina worker threads behind a semaphore taken BEFORE a
  * job is handed to a thread. A queued job is the caller's board object, by
  * reference: its structured-cloned copy (avatars included) exists only while
- * the job holds a slot, so at most `concurrency` copies and `concurrency`
- * canvases are ever in flight, however many boards wait (a thousand renders
- * at once hold gigabytes).
+ * the job holds a slot. Each thread has {@link SLOTS_PER_THREAD} slots: the
+ * board it draws and the next one, already posted to it, which it starts as
+ * soon as the first is done instead of waiting for this thread's event loop to
+ * hand it over (on a busy loop that hand-over, not the render, set the pace).
+ * So at most 2 × `concurrency` copies and `concurrency` canvases are ever in
+ * flight, however many boards wait (a thousand renders at once hold
+ * gigabytes).
  *
  * Per chat: one queued job at most. A newer version for a chat replaces its
  * queued (not yet started) job in place (same queue position), and the
@@ -96,7 +100,9 @@ export type RenderOutcome =
 
 /** Counters and gauges of a pool (also exported as metrics). */
 export interface RenderPoolStats {
+  /** Render threads. */
   readonly concurrency: number;
+  /** Jobs handed to the threads: drawing, or posted to a thread to draw next (at most `concurrency` × SLOTS_PER_THREAD). */
   readonly inFlight: number;
   readonly queued: number;
   /** Highest `inFlight` ever seen. */
@@ -140,6 +146,12 @@ function compactAvatars(board: Board): Board {
   };
 }
 
+/**
+ * Jobs a render thread holds: the one it draws and the next. One more would only add a copy per thread: the next job
+ * is already there when a render ends.
+ */
+export const SLOTS_PER_THREAD = 2;
+
 /** The default concurrency: min(3, the cores this process may use). */
 export function defaultRenderConcurrency(): number {
   return Math.max(1, Math.min(3, availableParallelism()));
@@ -147,7 +159,10 @@ export function defaultRenderConcurrency(): number {
 
 /** A render pool. See the module comment. */
 export class RenderPool {
+  /** Render threads. */
   readonly concurrency: number;
+  /** Jobs handed to the threads at most: `concurrency` × {@link SLOTS_PER_THREAD}. */
+  readonly slots: number;
   private readonly maxQueue: number;
   private readonly maxPngBytes: number;
   private readonly png: PngOptions | undefined;
@@ -195,6 +210,7 @@ export class RenderPool {
     const c = opts.concurrency ?? 0;
     if (!Number.isInteger(c) || c < 0) throw new RangeError(`concurrency must be a non-negative integer, got ${c}`);
     this.concurrency = c === 0 ? defaultRenderConcurrency() : c;
+    this.slots = this.concurrency * SLOTS_PER_THREAD;
     this.maxQueue = opts.maxQueue ?? 1024;
     if (!Number.isInteger(this.maxQueue) || this.maxQueue < 0)
       throw new RangeError(`maxQueue must be a non-negative integer, got ${this.maxQueue}`);
@@ -214,6 +230,7 @@ export class RenderPool {
       filename: typeof file === 'string' ? file : file.href,
       minThreads: this.concurrency,
       maxThreads: this.concurrency,
+      concurrentTasksPerWorker: SLOTS_PER_THREAD,
       idleTimeout: opts.idleTimeoutMs ?? Infinity,
       workerData:
         opts.workerFile === undefined ? ({ nice, fontRegistry: shareFontRegistry() } satisfies RenderWorkerData) : opts.workerData,
@@ -346,7 +363,7 @@ export class RenderPool {
   }
 
   /**
-   * Stops: queued jobs resolve `refused: closed`, renders on a thread finish
+   * Stops: queued jobs resolve `refused: closed`, jobs handed to a thread finish
    * and resolve, then the threads exit. Later `render` calls resolve
    * `refused: closed`. Safe to call twice.
    */
@@ -384,7 +401,7 @@ export class RenderPool {
 
   /** Starts queued jobs while a slot is free: the first queued job whose chat is not rendering. */
   private dispatch(): void {
-    while (this.inFlight < this.concurrency && !this.closed) {
+    while (this.inFlight < this.slots && !this.closed) {
       let next: Job | undefined;
       for (const j of this.queue.values()) {
         if (!this.running.has(j.chatId)) {

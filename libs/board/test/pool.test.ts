@@ -5,6 +5,7 @@ import { availableParallelism, getPriority } from 'node:os';
 import { Image } from '@napi-rs/canvas';
 import {
   RenderPool,
+  SLOTS_PER_THREAD,
   avatarThumbnail,
   defaultRenderConcurrency,
   onDemandFontFiles,
@@ -77,28 +78,29 @@ function fakeMetrics() {
 
 const status = (o: RenderOutcome): string => (o.status === 'refused' ? `refused:${o.reason}` : o.status);
 
-test('never more than `concurrency` renders on threads; queued jobs never reach a thread', async () => {
+test('never more than `concurrency` renders on threads, and one more job posted to each; queued jobs never reach a thread', async () => {
   const m = fakeMetrics();
   const { pool, s, started, startedReach, open } = gatePool({ concurrency: 2, metrics: m.metrics });
   try {
-    const jobs = Array.from({ length: 6 }, (_, i) => pool.render(`chat-${i}`, 1, BOARD));
+    assert.equal(pool.slots, 2 * SLOTS_PER_THREAD);
+    const jobs = Array.from({ length: 7 }, (_, i) => pool.render(`chat-${i}`, 1, BOARD));
     await startedReach(2, 'two renders on threads');
     // The pool hands a job to piscina synchronously, in render() or as a slot frees (none does here:
-    // the gate is shut), so a leaked third job would already be in piscina's queue or on a thread.
-    assert.equal(started(), 2, 'tasks handed to threads');
+    // the gate is shut), so a leaked job would already be in piscina's queue or on a thread.
+    assert.equal(started(), 2, 'renders started: one per thread');
     assert.equal(Atomics.load(s, 0), 2, 'in flight on threads');
     const st = pool.stats();
-    assert.deepEqual([st.inFlight, st.queued, st.piscinaQueued], [2, 4, 0]);
-    assert.equal(m.gauges['crowdplay_board_queue_depth']!(), 4);
-    assert.equal(m.gauges['crowdplay_board_in_flight']!(), 2);
+    assert.deepEqual([st.inFlight, st.queued, st.piscinaQueued], [4, 3, 0], 'each thread holds the next job; piscina queues none');
+    assert.equal(m.gauges['crowdplay_board_queue_depth']!(), 3);
+    assert.equal(m.gauges['crowdplay_board_in_flight']!(), 4);
     open();
     const out = await Promise.all(jobs);
-    assert.deepEqual(out.map(status), Array(6).fill('rendered'));
+    assert.deepEqual(out.map(status), Array(7).fill('rendered'));
     assert.equal(Atomics.load(s, 1), 2, 'most in flight at once, counted on the threads');
-    assert.equal(started(), 6);
-    assert.equal(pool.stats().maxInFlight, 2);
-    assert.equal(m.histograms['crowdplay_board_render_ms']!.length, 6);
-    assert.deepEqual(m.histograms['crowdplay_board_png_bytes'], Array(6).fill(2));
+    assert.equal(started(), 7);
+    assert.equal(pool.stats().maxInFlight, 4);
+    assert.equal(m.histograms['crowdplay_board_render_ms']!.length, 7);
+    assert.deepEqual(m.histograms['crowdplay_board_png_bytes'], Array(7).fill(2));
   } finally {
     open();
     await pool.close();
@@ -117,15 +119,19 @@ test('latest: a job leaving the queue draws its chat newer board; older, none, a
   try {
     const first = pool.render('A', 1, BOARD);
     await startedReach(1, 'A on the thread');
+    // Z takes the thread's second slot (posted to it, bound now); B–F wait in the queue.
+    const staged = pool.render('Z', 1, BOARD);
+    assert.deepEqual([pool.stats().inFlight, pool.stats().queued], [2, 0]);
     const jobs = ['B', 'C', 'D', 'E', 'F'].map((c) => pool.render(c, 3, BOARD));
     newer.set('B', { version: 7, board: sampleBoard(5, { avatarShare: 0 }) });
     newer.set('C', { version: 2, board: sampleBoard(5, { avatarShare: 0 }) });
     newer.set('D', 'throw');
     newer.set('E', { version: 8, board: { ...BOARD, cards: [{ ...BOARD.cards[0]!, rows: [['purple' as never]] }] } });
     open();
-    const [a, b, c, d, e, f] = await Promise.all([first, ...jobs]);
+    const [a, z, b, c, d, e, f] = await Promise.all([first, staged, ...jobs]);
     const drawn = (o: RenderOutcome | undefined) => (o?.status === 'rendered' ? [o.version, o.cards] : [status(o!)]);
     assert.deepEqual(drawn(a), [1, 3], 'A started before any newer board was known');
+    assert.deepEqual(drawn(z), [1, 3]);
     assert.deepEqual(drawn(b), [7, 5], 'B drawn at its newer version');
     assert.deepEqual(drawn(c), [3, 3], 'an older version is not taken');
     assert.deepEqual(drawn(d), [3, 3], 'a throw keeps the submitted board');
@@ -154,6 +160,7 @@ test('a newer version replaces a queued older one, which resolves superseded and
       });
     const a1 = track('A1', pool.render('A', 1, BOARD));
     await startedReach(1, 'A1 on a thread');
+    const z = pool.render('Z', 1, BOARD); // the thread's second slot: the jobs below wait in the queue
     const b1 = track('B1', pool.render('B', 1, BOARD));
     const c1 = track('C1', pool.render('C', 1, BOARD));
     const b2 = track('B2', pool.render('B', 2, sampleBoard(5, { avatarShare: 0 })));
@@ -167,10 +174,10 @@ test('a newer version replaces a queued older one, which resolves superseded and
     );
     assert.deepEqual([pool.stats().queued, started()], [2, 1]);
     open();
-    const [ra, rb, rc] = await Promise.all([a1, b2, c1]);
-    assert.deepEqual([ra, rb, rc].map(status), ['rendered', 'rendered', 'rendered']);
+    const [ra, rb, rc, rz] = await Promise.all([a1, b2, c1, z]);
+    assert.deepEqual([ra, rb, rc, rz].map(status), ['rendered', 'rendered', 'rendered', 'rendered']);
     assert.equal(rb.status === 'rendered' && rb.cards, 5, 'the newer board was rendered');
-    assert.equal(started(), 3, 'B1 never reached a thread');
+    assert.equal(started(), 4, 'B1 never reached a thread');
     assert.deepEqual(order, ['B1:superseded', 'A1:rendered', 'B2:rendered', 'C1:rendered'], 'B kept its place ahead of C');
     assert.equal(pool.stats().superseded, 4);
     assert.equal(m.counters['crowdplay_board_superseded_total']!.length, 4);
@@ -213,6 +220,7 @@ test('a full queue refuses, counted and reported, and changes nothing queued', a
   try {
     const a = pool.render('A', 1, BOARD);
     await startedReach(1, 'A on a thread');
+    const z = pool.render('Z', 1, BOARD); // the thread's second slot
     const b = pool.render('B', 1, BOARD);
     const c = pool.render('C', 1, BOARD);
     assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'queue-full' });
@@ -224,32 +232,34 @@ test('a full queue refuses, counted and reported, and changes nothing queued', a
     assert.deepEqual(await b, { status: 'superseded', superseded: true, by: 2 });
     assert.equal(pool.stats().queued, 2);
     open();
-    assert.deepEqual((await Promise.all([a, b2, c])).map(status), ['rendered', 'rendered', 'rendered']);
-    assert.equal(started(), 3, 'D never reached a thread');
+    assert.deepEqual((await Promise.all([a, b2, c, z])).map(status), ['rendered', 'rendered', 'rendered', 'rendered']);
+    assert.equal(started(), 4, 'D never reached a thread');
   } finally {
     open();
     await pool.close();
   }
 });
 
-test('close() refuses queued jobs, lets the one on a thread finish, then refuses everything', async () => {
+test('close() refuses queued jobs, lets the ones handed to a thread finish, then refuses everything', async () => {
   const { pool, started, startedReach, open } = gatePool({ concurrency: 1 });
   const a = pool.render('A', 1, BOARD);
   await startedReach(1, 'A on a thread');
+  const z = pool.render('Z', 1, BOARD); // posted to the thread: it renders too
   const b = pool.render('B', 1, BOARD);
   const c = pool.render('C', 1, BOARD);
   const order: string[] = [];
   const closing = pool.close().then(() => void order.push('closed'));
   void a.then((o) => void order.push(`A:${status(o)}`));
+  void z.then((o) => void order.push(`Z:${status(o)}`));
   assert.deepEqual(await b, { status: 'refused', reason: 'closed' });
   assert.deepEqual(await c, { status: 'refused', reason: 'closed' });
   assert.deepEqual(await pool.render('D', 1, BOARD), { status: 'refused', reason: 'closed' });
   assert.deepEqual(order, [], 'close waits for the render on a thread');
   open();
   await closing;
-  assert.deepEqual(order, ['A:rendered', 'closed'], 'the render on a thread resolved before close did');
+  assert.deepEqual(order, ['A:rendered', 'Z:rendered', 'closed'], 'the jobs on the thread resolved before close did');
   await pool.close(); // twice is fine
-  assert.equal(started(), 1);
+  assert.equal(started(), 2);
   assert.equal(pool.stats().refused, 3);
 });
 

@@ -249,7 +249,7 @@ export class BullmqRenderQueue implements RenderQueue {
     });
   }
 
-  /** Starts a BullMQ worker with `jobConcurrency` slots (default: the pool's threads); the pool's semaphore bounds the renders on threads. */
+  /** Starts a BullMQ worker with `jobConcurrency` slots (default: the pool's slots); the pool's semaphore bounds the renders on threads. */
   start(consumer: RenderConsumer): void {
     if (this.worker || this.closed) throw new Error('the render queue is already started or closed');
     this.workerConn = new Redis(this.opts.redisUrl, { maxRetriesPerRequest: null });
@@ -257,7 +257,7 @@ export class BullmqRenderQueue implements RenderQueue {
     this.worker = new Worker(this.keys.queueName, (job: Job<RenderJobData>) => this.processTraced(job, consumer), {
       connection: this.workerConn,
       prefix: this.keys.bullPrefix,
-      concurrency: Math.max(1, consumer.jobConcurrency ?? consumer.pool.concurrency),
+      concurrency: Math.max(1, consumer.jobConcurrency ?? consumer.pool.slots),
     });
     this.worker.on('error', (err) => this.onError(err, 'bullmq worker'));
     this.worker.on('failed', (job, err) => this.onError(err, `render job ${job?.id ?? '?'} (attempt ${job?.attemptsMade ?? '?'})`));

@@ -41,11 +41,11 @@ export interface RenderConsumer {
    */
   readonly onFailed?: (chatId: number, version: number) => void;
   /**
-   * BullMQ: jobs this process works on at once (BOARD_RENDER_JOBS_IN_FLIGHT).
-   * More than the pool's threads, so one job's Redis round trips and send-queue
-   * hand-over overlap another's render; the pool's semaphore still bounds the
-   * renders on threads (a job beyond it waits in the pool's queue, holding its
-   * decoded board in this thread only). @defaultValue the pool's concurrency
+   * BullMQ: jobs this process works on at once (BOARD_RENDER_JOBS_IN_FLIGHT). More than the pool's slots, so one
+   * job's Redis round trips and send-queue hand-over overlap another's render (a job beyond the slots waits in the
+   * pool's queue, holding its decoded board in this thread only; the pool's semaphore still bounds the renders on
+   * threads).
+   * @defaultValue the pool's slots
    */
   readonly jobConcurrency?: number;
 }
@@ -76,7 +76,7 @@ export interface RenderQueue {
   submit(chatId: number, version: number, board: Board): Promise<SubmitOutcome>;
   /**
    * Starts the consumer in this process. In process: required before `submit`.
-   * BullMQ: a worker with `pool.concurrency` slots.
+   * BullMQ: a worker with `jobConcurrency` slots (default `pool.slots`).
    * @throws Error when started twice or after close
    */
   start(consumer: RenderConsumer): void;

@@ -53,7 +53,7 @@ export async function openBoardEnds(config: Config, telemetry: Telemetry, prefix
  * `client.enqueueBoard` (lane `board`, a newer board superseding a queued one).
  * @param hooks.onQueued the send queue's answer for each board (board-ends.ts `publishingHooks`: late binding,
  *   and whether the board was delivered); `hooks.onFailed`: a board not handed on (its render threw)
- * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's concurrency
+ * @param jobConcurrency BOARD_RENDER_JOBS_IN_FLIGHT (BullMQ) @defaultValue the pool's slots
  */
 export function startRenderWorker(
   renders: RenderQueue,

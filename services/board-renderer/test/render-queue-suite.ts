@@ -55,19 +55,23 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
       await withHarness(t, factory, { concurrency: 1, latest }, async (h) => {
         assert.equal((await h.queue.submit(1, 1, board(2))).status, 'queued');
         await waitFor('chat 1 on the thread', () => h.gate.started() === 1);
+        // Chat 9 takes the thread's second slot (drawn as submitted: asked before anything is newer).
+        assert.equal((await h.queue.submit(9, 1, board(2))).status, 'queued');
+        await waitFor('chat 9 posted to the thread', () => h.gate.pool.stats().inFlight === 2);
         assert.equal((await h.queue.submit(2, 1, board(2))).status, 'queued');
         assert.equal((await h.queue.submit(3, 4, board(2))).status, 'queued');
         // While they wait: chat 2 moved on to version 5 (4 cards); chat 3's holder has only an older version.
         newer.set(2, { version: 5, board: board(4) });
         newer.set(3, { version: 2, board: board(4) });
         h.gate.open();
-        await waitFor('three deliveries', () => h.delivered.length === 3);
+        await waitFor('four deliveries', () => h.delivered.length === 4);
         assert.deepEqual(h.versions(2), [5], 'drawn and handed on at the newer version');
         assert.equal(h.delivered.find((d) => d.chatId === 2)!.png[1], 4, 'the newer board was drawn');
         assert.deepEqual(h.versions(3), [4], 'an older one than submitted is not taken');
         assert.equal(h.delivered.find((d) => d.chatId === 3)!.png[1], 2);
         assert.deepEqual(h.versions(1), [1]);
-        assert.deepEqual(asked.map(([c]) => c).sort(), ['1', '2', '3'], 'asked once per render, as it starts');
+        assert.deepEqual(h.versions(9), [1]);
+        assert.deepEqual(asked.map(([c]) => c).sort(), ['1', '2', '3', '9'], 'asked once per render, as it is handed to the thread');
         assert.deepEqual(h.gate.pool.stats().latest, { newer: 1, failed: 0 });
       });
     },
@@ -134,15 +138,16 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
     await withHarness(t, factory, { concurrency: 2 }, async (h) => {
       for (let chat = 1; chat <= 8; chat++) assert.equal((await h.queue.submit(chat, 1, board())).status, 'queued');
       await waitFor('two renders on threads', () => h.gate.started() === 2);
+      await waitFor('each thread holding its next job', () => h.gate.pool.stats().inFlight === h.gate.pool.slots);
       await sleep(150);
-      assert.equal(h.gate.started(), 2, 'no third job reached a thread');
-      assert.equal(h.gate.pool.stats().inFlight, 2);
+      assert.equal(h.gate.started(), 2, 'no third job started on a thread');
+      assert.equal(h.gate.pool.stats().inFlight, 4, 'two drawing, two posted to draw next');
       assert.equal(h.gate.pool.stats().piscinaQueued, 0);
-      assert.ok(h.gate.pool.stats().queued <= 6);
+      assert.ok(h.gate.pool.stats().queued <= 4);
       h.gate.open();
       await waitFor('eight deliveries', () => h.delivered.length === 8);
       assert.ok(h.gate.maxInFlight() <= 2, `max in flight ${h.gate.maxInFlight()}`);
-      assert.ok(h.gate.pool.stats().maxInFlight <= 2);
+      assert.ok(h.gate.pool.stats().maxInFlight <= 4);
     });
   });
 
@@ -170,6 +175,8 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
     await withHarness(t, factory, { concurrency: 1, maxQueue: 2 }, async (h) => {
       await h.queue.submit(1, 1, board());
       await waitFor('chat 1 on a thread', () => h.gate.started() === 1);
+      await h.queue.submit(9, 1, board());
+      await waitFor('chat 9 posted to the thread', () => h.gate.pool.stats().inFlight === 2);
       assert.equal((await h.queue.submit(2, 1, board())).status, 'queued');
       assert.equal((await h.queue.submit(3, 1, board())).status, 'queued');
       assert.deepEqual(await h.queue.submit(4, 1, board()), { status: 'refused', reason: 'queue-full' });
@@ -178,7 +185,7 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
       assert.equal(h.queue.stats().refused, 1);
       assert.deepEqual(h.metrics.counters['crowdplay_render_queue_refused_total'], [[1, { reason: 'queue-full' }]]);
       h.gate.open();
-      await waitFor('three chats delivered', () => h.delivered.length === 3);
+      await waitFor('four chats delivered', () => h.delivered.length === 4);
       assert.deepEqual(h.versions(3), [2]);
       assert.deepEqual(h.versions(4), []);
     });
