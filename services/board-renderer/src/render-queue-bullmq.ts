@@ -327,6 +327,13 @@ export class BullmqRenderQueue implements RenderQueue {
     return { queued: this.depth, ...this.counters.c };
   }
 
+  /** Chats with a waiting job plus the jobs a worker holds (BullMQ's active list), read from Redis. */
+  async backlog(): Promise<number> {
+    const [waiting, active] = await Promise.all([this.redis.scard(this.keys.queued), this.queue.getActiveCount()]);
+    this.depth = waiting;
+    return waiting + active;
+  }
+
   /** Reads the queue depth from Redis (chats with a waiting job). */
   async readDepth(): Promise<number> {
     this.depth = await this.redis.scard(this.keys.queued);

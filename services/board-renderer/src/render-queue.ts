@@ -81,6 +81,12 @@ export interface RenderQueue {
    */
   start(consumer: RenderConsumer): void;
   stats(): RenderQueueStats;
+  /**
+   * Boards submitted and not yet handed on, across every process: waiting for a worker, or taken and waiting for
+   * or on a render thread. What the scheduler's look-ahead counts as the render stage of its backlog.
+   * @throws the ioredis error when Redis fails (BullMQ)
+   */
+  backlog(): Promise<number>;
   /** Stops taking jobs and waits for the renders in progress to be handed on (the pool is the caller's to close, after this). Safe to call twice. */
   close(): Promise<void>;
 }
@@ -311,6 +317,11 @@ export class MemoryRenderQueue implements RenderQueue {
 
   stats(): RenderQueueStats {
     return { queued: this.consumer?.pool.stats().queued ?? 0, ...this.counters.c };
+  }
+
+  backlog(): Promise<number> {
+    const s = this.consumer?.pool.stats();
+    return Promise.resolve(s === undefined ? 0 : s.queued + s.inFlight);
   }
 
   /** Refuses new submits; waits until every accepted job is rendered and handed on (or superseded). */

@@ -78,6 +78,8 @@ export interface RQOptions {
   maxJobBytes?: number;
   /** The pool's late binding (RenderPoolOptions.latest). */
   latest?: RenderPoolOptions['latest'];
+  /** BullMQ: jobs the worker holds at once (RenderConsumer.jobConcurrency). @defaultValue the pool's slots */
+  jobConcurrency?: number;
 }
 
 export type RQFactory = (opts?: RQOptions) => Promise<RQHarness>;
@@ -99,11 +101,13 @@ function harness(
   m: ReturnType<typeof fakeMetrics>,
   errors: Array<[unknown, string]>,
   after: () => Promise<void>,
+  jobConcurrency?: number,
 ): RQHarness {
   const delivered: Delivered[] = [];
   const failed: Array<[number, number]> = [];
   queue.start({
     pool: gate.pool,
+    ...(jobConcurrency !== undefined ? { jobConcurrency } : {}),
     onFailed: (chatId, version) => failed.push([chatId, version]),
     onRendered: async (chatId, version, png) => {
       await sleep(1);
@@ -168,6 +172,6 @@ export function bullmqFactory(prefix?: string): RQFactory {
       metrics: m.metrics,
       onError: (e, c) => void errors.push([e, c]),
     });
-    return harness(queue, gate, m, errors, () => (prefix ? Promise.resolve() : deleteKeys(p)));
+    return harness(queue, gate, m, errors, () => (prefix ? Promise.resolve() : deleteKeys(p)), opts.jobConcurrency);
   };
 }

@@ -1,7 +1,7 @@
 /**
  * The one behaviour suite every RenderQueue adapter passes (in process, and
  * BullMQ on Redis under a unique prefix): delivery, supersession, in-order per
- * chat, the pool's semaphore still bounding the threads, a failed render
+ * chat, the backlog, the pool's semaphore still bounding the threads, a failed render
  * counted and not retried, the bounds (queue, job bytes), bad input, close.
  */
 import { test } from 'node:test';
@@ -148,6 +148,20 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
       await waitFor('eight deliveries', () => h.delivered.length === 8);
       assert.ok(h.gate.maxInFlight() <= 2, `max in flight ${h.gate.maxInFlight()}`);
       assert.ok(h.gate.pool.stats().maxInFlight <= 4);
+    });
+  });
+
+  void test(`${name} - backlog() counts every board submitted and not handed on: waiting, and taken by a worker`, TIMEOUT, async (t) => {
+    await withHarness(t, factory, { concurrency: 1, jobConcurrency: 8 }, async (h) => {
+      assert.equal(await h.queue.backlog(), 0);
+      for (let chat = 1; chat <= 5; chat++) assert.equal((await h.queue.submit(chat, 1, board())).status, 'queued');
+      await waitFor('chat 1 on the thread', () => h.gate.started() === 1);
+      assert.equal(await h.queue.backlog(), 5, 'one drawing, four waiting (for the worker or in the pool)');
+      h.gate.open();
+      await waitFor('five deliveries', () => h.delivered.length === 5);
+      let left = -1;
+      for (const end = Date.now() + 5_000; Date.now() < end && left !== 0; await sleep(5)) left = await h.queue.backlog();
+      assert.equal(left, 0);
     });
   });
 

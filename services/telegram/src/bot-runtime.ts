@@ -187,7 +187,10 @@ export async function startBotRuntime(deps: BotRuntimeDeps, spec: BotSpec): Prom
       renders,
       scheduler,
       // Boards handed on and not sent yet: waiting to render, and in the send queue's board lane (both bot-wide on Redis).
-      backlog: async () => ({ rendering: renders.stats().queued, sending: (await queue.depth()).board }),
+      backlog: async () => {
+        const [rendering, depth] = await Promise.all([renders.backlog(), queue.depth()]);
+        return { rendering, sending: depth.board };
+      },
       ...(budget ? { budget } : {}),
       // With REDIS_URL several gateways take the webhook: one of them holds each chat's board (docs/telegram.md).
       ...(config.redis.url ? { cluster: { gatewayId: deps.gatewayId ?? `${hostname()}-${process.pid}` } } : {}),

@@ -291,9 +291,9 @@ export class RefreshScheduler {
   }
 
   /**
-   * Reports the downstream backlog: boards handed on (render queue waiting + the send queue's board lane) and not
-   * sent yet, at `nowMs`, and of them `sending`, those rendered and in the board lane. Updates the drain-rate
-   * estimate from the previous reading.
+   * Reports the downstream backlog: boards handed on and not sent yet (waiting to render or rendering: the render
+   * queue's `backlog()`, plus the send queue's board lane), at `nowMs`, and of them `sending`, those rendered and in
+   * the board lane. Updates the drain-rate estimate from the previous reading.
    * @param sending boards in the board lane (queued, booked or in a call) @defaultValue boards
    * @throws RangeError for a negative or non-integer count (nothing changes)
    */
