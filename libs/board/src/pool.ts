@@ -15,6 +15,7 @@
  * replaced job resolves `superseded`; an older or equal version resolves
  * `superseded` at once. A chat's next job never starts while its previous
  * one renders (versions finish in order). A full queue refuses (counted).
+ * A free thread takes the queued job of lowest rank, ties in queue order.
  */
 import { availableParallelism } from 'node:os';
 import { Piscina } from 'piscina';
@@ -126,6 +127,8 @@ interface Job {
   readonly chatId: string;
   version: number;
   board: Board;
+  /** Lower goes first (ties: queue order). */
+  rank: number;
   enqueuedAt: number;
   resolve: (o: RenderOutcome) => void;
   reject: (e: unknown) => void;
@@ -167,7 +170,7 @@ export class RenderPool {
   private readonly maxPngBytes: number;
   private readonly png: PngOptions | undefined;
   private readonly piscina: Piscina<RenderTask | ReleaseTask | ThumbnailTask, RenderTaskResult | Uint8Array | null | undefined>;
-  /** Queued jobs by chat, in queue order (a superseding job keeps its chat's place). */
+  /** Queued jobs by chat, in queue order (a superseding job keeps its chat's place and rank). */
   private readonly queue = new Map<string, Job>();
   /** Chats with a job on a thread, and that job's version. */
   private readonly running = new Map<string, number>();
@@ -268,10 +271,15 @@ export class RenderPool {
    * than a version already queued or rendering); `refused` when the queue
    * holds `maxQueue` jobs (`queue-full`, counted) or the pool is closed.
    * The board is validated here, before it is queued.
-   * @throws TypeError (rejects) when the board is malformed (validateBoard), or a render thread's error
+   * @param rank where the job waits: a free thread takes the queued job of lowest rank (ties: queue order), so a
+   *   producer that ranks its boards keeps its order through the queue (the board scheduler passes each chat's
+   *   last change, ms since epoch: quietest first). A newer version keeps the place of the one it replaces. @defaultValue 0
+   * @throws TypeError (rejects) when the board is malformed (validateBoard); RangeError (rejects) when `rank` is not a
+   *   finite number (nothing is queued); or a render thread's error
    */
-  render(chatId: string, version: number, board: Board): Promise<RenderOutcome> {
+  render(chatId: string, version: number, board: Board, rank = 0): Promise<RenderOutcome> {
     try {
+      if (!Number.isFinite(rank)) throw new RangeError(`rank must be a finite number, got ${rank}`);
       validateBoard(board);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new TypeError(String(err)));
@@ -299,7 +307,7 @@ export class RenderPool {
         resolve(this.refuse('queue-full', chatId));
         return;
       }
-      this.queue.set(chatId, { chatId, version, board, enqueuedAt: performance.now(), resolve, reject });
+      this.queue.set(chatId, { chatId, version, board, rank, enqueuedAt: performance.now(), resolve, reject });
       this.dispatch();
     });
   }
@@ -399,15 +407,12 @@ export class RenderPool {
     this.m?.superseded.add(1);
   }
 
-  /** Starts queued jobs while a slot is free: the first queued job whose chat is not rendering. */
+  /** Starts queued jobs while a slot is free: the queued job of lowest rank (ties: queue order) whose chat is not rendering. */
   private dispatch(): void {
     while (this.inFlight < this.slots && !this.closed) {
       let next: Job | undefined;
       for (const j of this.queue.values()) {
-        if (!this.running.has(j.chatId)) {
-          next = j;
-          break;
-        }
+        if (!this.running.has(j.chatId) && (next === undefined || j.rank < next.rank)) next = j;
       }
       if (!next) return;
       this.queue.delete(next.chatId);

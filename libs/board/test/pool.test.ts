@@ -187,6 +187,37 @@ test('a newer version replaces a queued older one, which resolves superseded and
   }
 });
 
+test('queued jobs start lowest rank first, ties in queue order; a replacement keeps its place; a rank that is not a finite number is refused', async () => {
+  const { pool, startedReach, open } = gatePool({ concurrency: 1 });
+  try {
+    const order: string[] = [];
+    const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
+      p.then((o) => {
+        order.push(`${name}:${status(o)}`);
+        return o;
+      });
+    const a = track('A', pool.render('A', 1, BOARD, 50));
+    await startedReach(1, 'A on a thread');
+    const z = track('Z', pool.render('Z', 1, BOARD, 60)); // the thread's second slot
+    await assert.rejects(pool.render('Z', 1, BOARD, Number.NaN), RangeError);
+    assert.equal(pool.stats().queued, 0, 'nothing queued for the refused rank');
+    const jobs = [
+      track('B', pool.render('B', 1, BOARD, 30)),
+      track('C', pool.render('C', 1, BOARD, 10)),
+      track('D', pool.render('D', 1, BOARD, 30)),
+      track('E', pool.render('E', 1, BOARD)),
+    ];
+    // C's newer version, ranked later, keeps C's place.
+    jobs.push(track('C2', pool.render('C', 2, BOARD, 40)));
+    open();
+    await Promise.all([a, z, ...jobs]);
+    assert.deepEqual(order, ['C:superseded', 'A:rendered', 'Z:rendered', 'E:rendered', 'C2:rendered', 'B:rendered', 'D:rendered']);
+  } finally {
+    open();
+    await pool.close();
+  }
+});
+
 test("a chat's next version waits for its render on a thread, even with a slot free", async () => {
   const { pool, started, startedReach, open } = gatePool({ concurrency: 2 });
   try {

@@ -12,7 +12,9 @@
  *   the last submit.
  * - `{p}:queued` SET of chats whose job waits for a worker (the depth, and
  *   the `maxQueue` bound).
- * - BullMQ queue `r` with prefix `{p}`; a job's data is only `{chatId}`.
+ * - BullMQ queue `r` with prefix `{p}`; a job's data is only `{chatId, rank}`
+ *   (the rank of the submit that added it: a worker hands its jobs to the
+ *   render pool, which starts the lowest rank first).
  *
  * Supersession, race-free: the board lives in the chat's hash, not in the
  * job. A submit (one Lua script) writes the newest board over the older one
@@ -40,6 +42,7 @@ import {
   DEFAULT_RENDER_MAX_QUEUE,
   RenderQueueCounters,
   checkPositive,
+  checkRank,
   decodeBoardJob,
   encodeBoardJob,
   type RenderConsumer,
@@ -60,6 +63,8 @@ const JOB_NAME = 'render';
 /** A render job's data: the chat (its boards live in the chat's Redis hash) and the submitter's trace context. */
 interface RenderJobData {
   chatId: number;
+  /** The chat's rank when the job was added (the scheduler's quietest-first order, ms since epoch): lower renders first. */
+  rank?: number;
   /** W3C `traceparent` (and `tracestate`) of the span active at submit, when tracing is on. */
   tc?: Record<string, string>;
 }
@@ -214,9 +219,10 @@ export class BullmqRenderQueue implements RenderQueue {
    * bound check) and, when the chat has no job, one BullMQ add.
    * @throws TypeError (rejects) on a malformed board; the ioredis error when Redis fails
    */
-  async submit(chatId: number, version: number, board: Board): Promise<SubmitOutcome> {
+  async submit(chatId: number, version: number, board: Board, rankMs?: number): Promise<SubmitOutcome> {
     if (!Number.isSafeInteger(chatId)) throw new TypeError(`chatId must be a safe integer, got ${chatId}`);
     if (!Number.isFinite(version)) throw new TypeError(`version must be a finite number, got ${version}`);
+    if (rankMs !== undefined) checkRank(rankMs);
     const json = encodeBoardJob(board);
     if (this.closed) return this.counters.refused('closed', { chatId });
     const bytes = Buffer.byteLength(json);
@@ -233,13 +239,13 @@ export class BullmqRenderQueue implements RenderQueue {
     if (kind === 'full') return this.counters.refused('queue-full', { chatId, maxQueue: this.maxQueue });
     this.counters.submitted(bytes);
     if (Number(sup) === 1) this.counters.superseded();
-    if (kind === 'add') await this.addJob(chatId, arg, tracingOn() ? traceCarrier() : undefined);
+    if (kind === 'add') await this.addJob(chatId, arg, rankMs, tracingOn() ? traceCarrier() : undefined);
     return { status: 'queued' };
   }
 
   /** Adds the chat's BullMQ job; `tc` is the submitter's trace context (tracing on only), continued by the job's span. */
-  private async addJob(chatId: number, jobId: string, tc?: Record<string, string>): Promise<void> {
-    const data: RenderJobData = tc === undefined ? { chatId } : { chatId, tc };
+  private async addJob(chatId: number, jobId: string, rankMs: number | undefined, tc?: Record<string, string>): Promise<void> {
+    const data: RenderJobData = { chatId, ...(rankMs !== undefined ? { rank: rankMs } : {}), ...(tc !== undefined ? { tc } : {}) };
     await this.queue.add(JOB_NAME, data, {
       jobId,
       attempts: INFRA_ATTEMPTS,
@@ -284,22 +290,19 @@ export class BullmqRenderQueue implements RenderQueue {
     for (;;) {
       if (this.closed) {
         const next = (await this.scripts.handoff([chatKey, this.keys.queued], [jobId, String(chatId), String(Date.now())])) as string;
-        if (next) await this.addJob(chatId, next);
+        if (next) await this.addJob(chatId, next, job.data.rank);
         return;
       }
-      const [kind, v, json, sat, depth] = (await this.scripts.take([chatKey, this.keys.queued], [jobId, String(chatId), String(Date.now())])) as [
-        string,
-        string,
-        string,
-        string,
-        number,
-      ];
+      const [kind, v, json, sat, depth] = (await this.scripts.take(
+        [chatKey, this.keys.queued],
+        [jobId, String(chatId), String(Date.now())],
+      )) as [string, string, string, string, number];
       this.depth = Number(depth);
       if (kind !== 'take') return;
       const version = Number(v);
       let out: RenderOutcome | undefined;
       try {
-        out = await consumer.pool.render(String(chatId), version, decodeBoardJob(json));
+        out = await consumer.pool.render(String(chatId), version, decodeBoardJob(json), job.data.rank ?? 0);
       } catch (err) {
         this.counters.failed();
         this.onError(err, `render of chat ${chatId} version ${version}`);

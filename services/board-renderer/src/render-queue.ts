@@ -11,7 +11,8 @@
  *   worker in any process (`crowdplay service board-renderer`, or a gateway
  *   with BOARD_RENDER_IN_PROCESS).
  *
- * Both: a newer version of a chat replaces its queued (not yet started) one;
+ * Both: boards wait in rank order (`submit`'s `rankMs`: quietest chat first);
+ * a newer version of a chat replaces its queued (not yet started) one;
  * a chat's versions are rendered one at a time, in order; a render that
  * throws is counted and not retried (the consumer's `onFailed` hears of it);
  * a job over BOARD_RENDER_MAX_JOB_BYTES is refused. Shared behaviour suite: test/render-queue-suite.ts.
@@ -42,9 +43,9 @@ export interface RenderConsumer {
   readonly onFailed?: (chatId: number, version: number) => void;
   /**
    * BullMQ: jobs this process works on at once (BOARD_RENDER_JOBS_IN_FLIGHT). More than the pool's slots, so one
-   * job's Redis round trips and send-queue hand-over overlap another's render (a job beyond the slots waits in the
-   * pool's queue, holding its decoded board in this thread only; the pool's semaphore still bounds the renders on
-   * threads).
+   * job's Redis round trips and send-queue hand-over overlap another's render, and the pool holds the boards
+   * waiting to render and draws them in rank order (a job beyond the slots waits in the pool's queue, holding its
+   * decoded board in this thread only; the pool's semaphore still bounds the renders on threads).
    * @defaultValue the pool's slots
    */
   readonly jobConcurrency?: number;
@@ -71,9 +72,14 @@ export interface RenderQueue {
   /**
    * Submits version `version` (increasing per chat) of chat `chatId`'s board.
    * Resolves once the job is accepted (not rendered); see {@link SubmitOutcome}.
-   * @throws TypeError (rejects) when the board is malformed (validateBoard); nothing is queued
+   * @param rankMs the chat's rank, ms since epoch (the scheduler's `quietMs`): a render thread takes the waiting board
+   *   of lowest rank, so the chat quiet the longest is drawn first and does not wait behind the look-ahead. In process
+   *   every waiting board is ranked; on BullMQ the boards a worker holds (BOARD_RENDER_JOBS_IN_FLIGHT), and a chat's
+   *   job keeps the rank of the submit that added it. @defaultValue 0 (ahead of every ranked board)
+   * @throws TypeError (rejects) when the board is malformed (validateBoard); RangeError (rejects) when `rankMs` is not
+   *   a finite number; nothing is queued
    */
-  submit(chatId: number, version: number, board: Board): Promise<SubmitOutcome>;
+  submit(chatId: number, version: number, board: Board, rankMs?: number): Promise<SubmitOutcome>;
   /**
    * Starts the consumer in this process. In process: required before `submit`.
    * BullMQ: a worker with `jobConcurrency` slots (default `pool.slots`).
@@ -262,9 +268,10 @@ export class MemoryRenderQueue implements RenderQueue {
   }
 
   /** @throws Error (rejects) when `start` was not called; TypeError when the board is malformed */
-  submit(chatId: number, version: number, board: Board): Promise<SubmitOutcome> {
+  submit(chatId: number, version: number, board: Board, rankMs = 0): Promise<SubmitOutcome> {
     let bytes: number;
     try {
+      checkRank(rankMs);
       bytes = boardJobBytes(board);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new TypeError(String(err)));
@@ -290,7 +297,7 @@ export class MemoryRenderQueue implements RenderQueue {
     }
     this.counters.submitted(bytes);
     const at = performance.now();
-    const job = consumer.pool.render(key, version, board).then(
+    const job = consumer.pool.render(key, version, board, rankMs).then(
       async (out) => {
         if (out.status === 'superseded') this.counters.superseded();
         if (out.status !== 'rendered') return;
@@ -331,9 +338,14 @@ export class MemoryRenderQueue implements RenderQueue {
   }
 }
 
+/** @throws RangeError when `rankMs` is not a finite number */
+function checkRank(rankMs: number): void {
+  if (!Number.isFinite(rankMs)) throw new RangeError(`rankMs must be a finite number, got ${rankMs}`);
+}
+
 function checkPositive(name: string, v: number): number {
   if (!Number.isInteger(v) || v < 1) throw new RangeError(`${name} must be a positive integer, got ${v}`);
   return v;
 }
 
-export { checkPositive };
+export { checkPositive, checkRank };

@@ -1,7 +1,7 @@
 /**
  * The one behaviour suite every RenderQueue adapter passes (in process, and
  * BullMQ on Redis under a unique prefix): delivery, supersession, in-order per
- * chat, the backlog, the pool's semaphore still bounding the threads, a failed render
+ * chat, rank order, the pool's semaphore still bounding the threads, a failed render
  * counted and not retried, the bounds (queue, job bytes), bad input, close.
  */
 import { test } from 'node:test';
@@ -165,6 +165,29 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
     });
   });
 
+  void test(`${name} - waiting boards render lowest rank first (the scheduler's quietest first)`, TIMEOUT, async (t) => {
+    await withHarness(t, factory, { concurrency: 1, jobConcurrency: 8 }, async (h) => {
+      assert.equal((await h.queue.submit(1, 1, board(), 500)).status, 'queued');
+      await waitFor('chat 1 on the thread', () => h.gate.started() === 1);
+      assert.equal((await h.queue.submit(9, 1, board(), 600)).status, 'queued');
+      await waitFor('chat 9 posted to the thread', () => h.gate.pool.stats().inFlight === 2);
+      // Submitted youngest first: chat 4 has been quiet the longest.
+      for (const [chat, rank] of [
+        [2, 300],
+        [3, 200],
+        [4, 100],
+      ] as const)
+        assert.equal((await h.queue.submit(chat, 1, board(), rank)).status, 'queued');
+      await waitFor('three boards waiting for the thread', () => h.gate.pool.stats().queued === 3);
+      h.gate.open();
+      await waitFor('five deliveries', () => h.delivered.length === 5);
+      assert.deepEqual(
+        h.delivered.map((d) => d.chatId),
+        [1, 9, 4, 3, 2],
+      );
+    });
+  });
+
   void test(
     `${name} - a render that throws is counted, not retried, told to the consumer, and the chat's next version renders`,
     TIMEOUT,
@@ -212,6 +235,8 @@ export function renderQueueSuite(name: string, factory: RQFactory): void {
       assert.deepEqual(await h.queue.submit(1, 1, big), { status: 'refused', reason: 'too-large' });
       const bad = { title: 't', puzzle: 'p', cards: [{ id: 1, name: 'x', rows: [] }] } as unknown as Board;
       await assert.rejects(h.queue.submit(1, 2, bad), (e: unknown) => e instanceof TypeError && /cards\[0\]\.id/.test(e.message));
+      for (const rank of [Number.NaN, Infinity])
+        await assert.rejects(h.queue.submit(1, 2, board(), rank), (e: unknown) => e instanceof RangeError && /rankMs/.test(e.message));
       const s = h.queue.stats();
       assert.equal(s.submitted, 0);
       assert.equal(s.tooLarge, 1);

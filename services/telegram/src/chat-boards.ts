@@ -484,7 +484,7 @@ export class ChatBoards {
       if (this.d.scheduler.heldBack > 0) this.heldBack.add(this.d.scheduler.heldBack, { budget: budget?.kind ?? 'memory' });
       if (this.d.scheduler.heldByBacklog > 0) this.heldByBacklog.add(this.d.scheduler.heldByBacklog);
       if (this.d.scheduler.ahead > 0) this.aheadTotal.add(this.d.scheduler.ahead);
-      const jobs = due.map(async ({ chatId, version: dueVersion }) => {
+      const jobs = due.map(async ({ chatId, version: dueVersion, quietMs }) => {
         const w = this.chats.get(chatId);
         const state = w ? this.shown(w) : null;
         if (!w || !state) return;
@@ -495,7 +495,7 @@ export class ChatBoards {
         this.d.scheduler.sent(chatId, version, this.now());
         const board = this.withAvatars(w, boardOf(w.title, state, w.rounds));
         // The render queue's consumer renders it and queues the PNG on the send queue (startTelegram wires it).
-        const out = await this.d.renders.submit(chatId, version, board);
+        const out = await this.d.renders.submit(chatId, version, board, quietMs);
         if (out.status === 'refused') this.d.scheduler.failed(chatId);
       });
       const results = await Promise.allSettled(jobs);

@@ -26,7 +26,10 @@
  * A chat that keeps changing is not starved: it ranks as if its last change
  * were one interval after it became dirty (`min(lastChange, dirtySince +
  * intervalMs)`), so it goes at most about one interval later than it would
- * have oldest-dirty-first. So one
+ * have oldest-dirty-first. The order holds downstream: each board is handed
+ * on with its rank (`quietMs`), and the render queue draws the lowest rank
+ * first, so a chat its pacing held back (a change just after its board went)
+ * does not wait again behind the younger boards of the look-ahead. So one
  * 40-card board spends as much render budget as the ~8 four-card boards it
  * costs, and boards leave at an even pace instead of in bursts.
  *
@@ -175,6 +178,15 @@ export class MemoryBoardBudget implements BoardBudget {
   take(chargesMs: readonly number[], nowMs: number, ahead = 0, free = 0): Promise<BudgetGrant> {
     return Promise.resolve(this.takeNow(chargesMs, nowMs, ahead, free));
   }
+}
+
+/** A board the scheduler hands on: its chat, the version due, its cards, and its rank (quietest first). */
+export interface DueBoard {
+  chatId: number;
+  version: number;
+  cards: number;
+  /** The chat's rank, ms since epoch: its last change, or one interval after it became dirty when that is sooner. Lower goes first. */
+  quietMs: number;
 }
 
 /** Options of {@link RefreshScheduler}. */
@@ -426,7 +438,7 @@ export class RefreshScheduler {
    * left of both budgets (each one taken is charged to them); updates
    * `intervalMs`.
    */
-  due(nowMs: number): Array<{ chatId: number; version: number; cards: number }> {
+  due(nowMs: number): DueBoard[] {
     const ready = this.roomFor(this.ready(nowMs));
     const free = ready.filter((r) => r.replaces).length;
     const g = this.local.takeNow(
@@ -452,7 +464,7 @@ export class RefreshScheduler {
    * every process: RedisBoardBudget).
    * @throws what `budget.take` throws (Redis unreachable): nothing is due then
    */
-  async dueFrom(budget: BoardBudget, nowMs: number): Promise<Array<{ chatId: number; version: number; cards: number }>> {
+  async dueFrom(budget: BoardBudget, nowMs: number): Promise<DueBoard[]> {
     const ready = this.roomFor(this.ready(nowMs));
     this.heldBack = 0;
     this.ahead = 0;
@@ -502,7 +514,7 @@ export class RefreshScheduler {
    * still waiting downstream first (`replaces`: no send), then the others, each quietest first (the oldest
    * `min(changedMs, dirtySinceMs + intervalMs)`); updates `intervalMs`.
    */
-  private ready(nowMs: number): Array<{ chatId: number; version: number; cards: number; charge: number; replaces: boolean }> {
+  private ready(nowMs: number): Array<DueBoard & { charge: number; replaces: boolean }> {
     let costMs = 0;
     let dirty = 0;
     const ready: Array<{ chatId: number; e: ChatEntry; cost: number }> = [];
@@ -540,6 +552,7 @@ export class RefreshScheduler {
       chatId: r.chatId,
       version: r.e.version,
       cards: r.e.cards,
+      quietMs: quiet(r.e),
       charge: Math.min(r.cost, this.o.renderBudgetMsPerS),
       replaces: replaces(r.e) === 0,
     }));

@@ -31,12 +31,12 @@ function rig() {
   const subj = subjects('cb-test');
   let now = 1_000_000;
   const avatars = fakeAvatars();
-  const rendered: Array<{ version: number; board: Board }> = [];
+  const rendered: Array<{ version: number; board: Board; rank: number | undefined }> = [];
   const queued: number[] = [];
   // The render queue: what was submitted (its consumer's render and send are tested in render-queue-*.test.ts).
   const renders = {
-    submit: (_chat: number, version: number, board: Board) => {
-      rendered.push({ version, board });
+    submit: (_chat: number, version: number, board: Board, rank?: number) => {
+      rendered.push({ version, board, rank });
       queued.push(version);
       return Promise.resolve({ status: 'queued' });
     },
@@ -105,6 +105,11 @@ test('ChatBoards - a board never waits for avatars; an avatar that arrives later
   assert.deepEqual(second.board.cards.find((c) => c.id === '501')!.avatar, photo);
   assert.equal(second.board.cards.find((c) => c.id === '502')!.avatar, undefined);
   assert.deepEqual(r.queued, [r.rendered[0]!.version, second.version]);
+  assert.deepEqual(
+    r.rendered.map((x) => x.rank),
+    [1_000_000, 1_000_000],
+    'submitted with the chat’s rank, its last state change: the avatar does not move it',
+  );
 
   r.advance(3_000);
   await r.boards.tick();

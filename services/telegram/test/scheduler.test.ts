@@ -38,7 +38,7 @@ test('scheduler - only dirty chats are due, once per interval, oldest change fir
   assert.deepEqual(s.due(5_000), []);
   s.changed(1, 6, 4, 1_500);
   assert.deepEqual(s.due(2_000), [], 'sent 1 s ago: not before the 3 s interval');
-  assert.deepEqual(s.due(4_000), [{ chatId: 1, version: 6, cards: 4 }]);
+  assert.deepEqual(s.due(4_000), [{ chatId: 1, version: 6, cards: 4, quietMs: 1_500 }]);
   s.remove(1);
   assert.deepEqual(s.due(10_000), []);
   assert.equal(s.size, 1);
@@ -62,8 +62,12 @@ test('scheduler - the quietest chat goes first: a chat still changing waits, at 
   for (let at = 0; at <= 5_000; at += 100) t.changed(3, at + 1, 4, at);
   t.changed(4, 1, 4, 4_000);
   assert.deepEqual(
-    t.due(5_000).map((d) => d.chatId),
-    [3, 4],
+    t.due(5_000).map((d) => [d.chatId, d.quietMs]),
+    [
+      [3, 3_000],
+      [4, 4_000],
+    ],
+    'each handed on with its rank, the order the render queue keeps',
   );
   assert.equal(t.intervalMs, 3_000);
 });
@@ -274,7 +278,7 @@ test('scheduler - a board not delivered makes its chat due again, unless a newer
   s.sent(1, 5, 0);
   assert.deepEqual(s.due(10_000), [], 'handed on');
   s.undelivered(1, 5);
-  assert.deepEqual(s.due(10_000), [{ chatId: 1, version: 5, cards: 4 }], 'not delivered: due again');
+  assert.deepEqual(s.due(10_000), [{ chatId: 1, version: 5, cards: 4, quietMs: 0 }], 'not delivered: due again');
   s.sent(1, 5, 10_000);
   s.changed(1, 7, 4, 11_000);
   s.sent(1, 7, 13_000);
@@ -286,7 +290,7 @@ test('scheduler - a board not delivered makes its chat due again, unless a newer
   s.changed(1, 8, 4, 100_000);
   s.sent(1, 8, 100_000);
   assert.deepEqual(s.due(159_999), []);
-  assert.deepEqual(s.due(160_000), [{ chatId: 1, version: 8, cards: 4 }], 'never confirmed in 60 s: lost, due again');
+  assert.deepEqual(s.due(160_000), [{ chatId: 1, version: 8, cards: 4, quietMs: 100_000 }], 'never confirmed in 60 s: lost, due again');
   s.delivered(99, 1); // an unknown chat: nothing
   assert.equal(s.size, 1);
   for (const bad of [-1, Number.NaN, Infinity])
@@ -360,25 +364,25 @@ test('scheduler - group burst: a quiet chat goes again after its chat interval (
   });
   assert.equal(burst.intervalMs, 1_000, 'a chat never handed on waits its chat interval after its first board');
   burst.changed(-1, 1, 4, 0);
-  assert.deepEqual(burst.due(0), [{ chatId: -1, version: 1, cards: 4 }]);
+  assert.deepEqual(burst.due(0), [{ chatId: -1, version: 1, cards: 4, quietMs: 0 }]);
   burst.sent(-1, 1, 0);
   // Its last change came right after its board was handed on: the group's burst lets it go after the chat's 1 s.
   burst.changed(-1, 2, 4, 100);
   assert.deepEqual(burst.due(999), [], 'the chat interval: 1 s');
-  assert.deepEqual(burst.due(1_000), [{ chatId: -1, version: 2, cards: 4 }]);
+  assert.deepEqual(burst.due(1_000), [{ chatId: -1, version: 2, cards: 4, quietMs: 100 }]);
   burst.sent(-1, 2, 1_000);
   // The burst is spent: the next one waits for the group, T_group = ceil(60e6 / 19) µs after the first board.
   burst.changed(-1, 3, 4, 1_100);
   assert.deepEqual(burst.due(3_157), []);
   assert.equal(burst.intervalMs, 3_158, 'a chat that keeps going waits T_group after each board (3,157.895 ms)');
-  assert.deepEqual(burst.due(3_158), [{ chatId: -1, version: 3, cards: 4 }]);
+  assert.deepEqual(burst.due(3_158), [{ chatId: -1, version: 3, cards: 4, quietMs: 1_100 }]);
   burst.sent(-1, 3, 3_158);
   // Quiet again: a minute later the burst is back.
   burst.changed(-1, 4, 4, 63_000);
-  assert.deepEqual(burst.due(63_000), [{ chatId: -1, version: 4, cards: 4 }]);
+  assert.deepEqual(burst.due(63_000), [{ chatId: -1, version: 4, cards: 4, quietMs: 63_000 }]);
   burst.sent(-1, 4, 63_000);
   burst.changed(-1, 5, 4, 63_100);
-  assert.deepEqual(burst.due(64_000), [{ chatId: -1, version: 5, cards: 4 }]);
+  assert.deepEqual(burst.due(64_000), [{ chatId: -1, version: 5, cards: 4, quietMs: 63_100 }]);
 
   // Burst 1: 3 s after every board, as before.
   const even = new RefreshScheduler({ renderBudgetMsPerS: 10_000, sendBudgetPerS: 10, pacing: EVEN, costMs: cost });
@@ -388,7 +392,7 @@ test('scheduler - group burst: a quiet chat goes again after its chat interval (
   even.changed(-1, 2, 4, 100);
   assert.deepEqual(even.due(2_999), []);
   assert.equal(even.intervalMs, 3_000);
-  assert.deepEqual(even.due(3_000), [{ chatId: -1, version: 2, cards: 4 }]);
+  assert.deepEqual(even.due(3_000), [{ chatId: -1, version: 2, cards: 4, quietMs: 100 }]);
   for (const groupBurst of [0, 21, 1.5])
     assert.throws(
       () => new RefreshScheduler({ renderBudgetMsPerS: 1, sendBudgetPerS: 1, pacing: { ...EVEN, groupBurst }, costMs: cost }),
