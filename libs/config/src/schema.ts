@@ -1113,12 +1113,12 @@ export const schema = {
     }),
     sendAheadMs: int({
       env: 'BOARD_SEND_AHEAD_MS',
-      default: 1_000,
+      default: 500,
       min: 0,
       max: 60_000,
       unit: 'ms',
       doc: 'Beyond the send budget, boards are handed on while fewer are waiting than the bot rate sends in this long (0: the budget is a ceiling).',
-      why: '1,000 dirty boards beside replies at 0.5/s (`npm run bench -- board-ahead`): sent in 44.7 s at 0 (0.915 of the bucket), 40.8 s at 1,000 (1.0; the floor 40.8 s).',
+      why: 'Once each render thread held its next board, the boards ahead waited in the board lane in hand-on order: the 1,000-chat rollover with `--contend 4,8` gave staleness p95 1.59 × the floor at 1,000 ms, 1.15–1.39 at 500 with the bucket at 0.97–0.98 (docs/decisions/0041-boards-keep-their-rank.md); 0 leaves the bucket at 0.915 (`npm run bench -- board-ahead`).',
     }),
     maxBacklog: int({
       env: 'BOARD_MAX_BACKLOG',
