@@ -67,6 +67,27 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
+  'rollover-1000x10-rank-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
+  'rollover-1000x10-rank-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
+  'rollover-1000x10-rank-contend-run1.json': { command: `${ROLLOVER} --contend 4,8`, machine: 'pinned', commit: '8d7eb00' },
+  'rollover-1000x10-rank-contend-run2.json': { command: `${ROLLOVER} --contend 4,8`, machine: 'pinned', commit: '8d7eb00' },
+  'rollover-1000x10-rank-contend-run3.json': {
+    command: `BOARD_SEND_AHEAD_MS=500 ${ROLLOVER} --contend 4,8`,
+    machine: 'pinned',
+    commit: '4c6d197',
+  },
+  'rollover-1000x10-slot-ahead1000-contend.json': {
+    command: `BOARD_RENDER_JOBS_IN_FLIGHT=32 ${ROLLOVER} --contend 4,8`,
+    machine: 'pinned',
+    commit: '4c6d197',
+  },
+  'rollover-1000x10-fb6cc1e.json': { command: ROLLOVER, machine: 'pinned', commit: 'fb6cc1e' },
+  'rollover-1000x10-fb6cc1e-run2.json': { command: ROLLOVER, machine: 'pinned', commit: 'fb6cc1e' },
+  'rollover-1000x10-fb6cc1e-contend.json': {
+    command: `${ROLLOVER} beside \`taskset -c 0\` busy 4 ms, idle 8 ms (the load --contend 4,8 runs, started by hand)`,
+    machine: 'pinned',
+    commit: 'fb6cc1e',
+  },
   'rollover-1000x10.json': { command: ROLLOVER, machine: 'pinned', commit: 'e0a6729' },
   'rollover-1000x10-47e343b.json': { command: ROLLOVER, machine: 'pinned', commit: '47e343b' },
   'rollover-1000x10-47e343b-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '47e343b' },
@@ -115,7 +136,7 @@ const runs: Record<string, RunInfo> = {
   },
   'sendq.json': { command: 'npm run bench -- sendq', machine: 'shared', commit: '0ac52ea', date: '2026-12-02' },
   'sendq-one-queue.json': { command: 'npm run bench -- sendq', machine: 'shared', commit: 'bede648', date: '2026-12-02' },
-  'board-ahead.json': { command: 'npm run bench -- board-ahead', machine: 'shared', commit: '1d29c49', date: '2026-12-02' },
+  'board-ahead.json': { command: 'npm run bench -- board-ahead', machine: 'shared', commit: '8d7eb00', date: '2026-12-07' },
   'rollover-1000x10-shared-base.json': { command: ROLLOVER, machine: 'shared', commit: 'bede648' },
   'rollover-1000x10-shared-ahead.json': { command: ROLLOVER, machine: 'shared', commit: '1d29c49' },
   'rollover-1000x10-shared-lanes.json': { command: ROLLOVER, machine: 'shared', commit: 'c5842c8' },
@@ -209,7 +230,12 @@ const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
 const FAILOVER_30_RUNS = ['failover-30ch-e60a221.json', 'failover-30ch-e60a221-run2.json', 'failover-30ch-e60a221-run3.json'];
-const ROLLOVER_RUNS = ['rollover-1000x10.json', 'rollover-1000x10-avatars16.json'];
+const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
+const ROLLOVER_CONTEND = [
+  'rollover-1000x10-rank-contend-run1.json',
+  'rollover-1000x10-rank-contend-run2.json',
+  'rollover-1000x10-rank-contend-run3.json',
+];
 const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch2-run2.json'];
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
@@ -581,6 +607,7 @@ export const RESULTS: ResultsIndex = {
         '0035-render-threads-at-the-loops-priority.md',
         '0036-group-burst.md',
         '0038-staleness-floor-ideal-sender.md',
+        '0041-boards-keep-their-rank.md',
       ],
       intro: [
         'The seed’s rig. The product as `npm start` runs it (the esbuild bundle through scripts/start.sh, standalone, on ' +
@@ -588,9 +615,12 @@ export const RESULTS: ResultsIndex = {
           'generator and the Bot API stub (Telegram’s ceilings: 30/s per bot, 20/min per group, 1/s per chat, real 429 bodies; ' +
           'the stub on its own thread) on the other. /start in every chat through the webhook; at the rollover every player opens ' +
           'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
-          'real avatars. The rows are two runs of the current code (the second at the commit before, with its avatar setting), both ' +
-          'with quick connects (connect p50 ~1.3 s, guessing 66–75 s), the harder of the two states this machine runs the rig in. ' +
-          'Below them, the code before avatars were read 16 at once in three runs (two with slow connects: ~2.2 s, guessing ~110 s), ' +
+          'real avatars. The rows are two runs of the current code in the state the machine was in (quick connects: p50 ~0.6 s, ' +
+          'guessing ~35 s, the bucket the limit). Below them, the current code with `--contend 4,8` (a load pinned beside the ' +
+          'product, busy 4 ms then idle 8 ms: the slow state made on purpose, connects ~0.8–1.1 s, guessing 45–60 s), the code ' +
+          'before (fb6cc1e) in both states, the look-ahead at 1,000 ms with the second render slot (not kept; decision 0041), ' +
+          'two runs of e0a6729 and b3df611 in the slow state met by chance (connect p50 ~1.3 s, guessing 66–75 s), ' +
+          'the code before avatars were read 16 at once in three runs (two with slow connects: ~2.2 s, guessing ~110 s), ' +
           'the avatar cap at 8, 16 and 32 on this rig and on 400 chats on two cores (decision 0021), ' +
           'the code before the board lane stopped losing slots (37a11ee) in the same hour as the third of those, the two runs before an avatar’s arrival ' +
           'stopped counting as its chat’s last change (688b77a, afd0826: the same product code), the code before the render threads shared ' +
@@ -689,6 +719,62 @@ export const RESULTS: ResultsIndex = {
           files: ROLLOVER_RUNS,
         },
         { figure: 'error log lines', target: '—', seed: '000: 0 (1,547 before)', value: '{errorLogLines}', files: ROLLOVER_RUNS },
+        {
+          figure:
+            '`--contend 4,8`: utilisation; staleness p95 ÷ floor (p95; floor); stale sends; guessing; connect p50; guess p99; stall; peak RSS',
+          target: '≥ 0.9; ≤ 1.25; —; —; —; ≤ 100 ms; ≤ 100 ms; ≤ 300 MB',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{boards.staleSends}; {guessingS:1} s; {connectMs.p50:0} ms; {guessMs.p99:0} ms; {maxLoopStallMs:0} ms; {peakRssMb:0} MB',
+          files: ROLLOVER_CONTEND,
+        },
+        {
+          figure: '`--contend 4,8`: board pipeline means, render job (submit → PNG on the send queue) / send lane',
+          target: '—',
+          seed: '—',
+          value: '{boards.pipeline.renderJobMs:0} / {boards.pipeline.sendLaneMs:0} ms',
+          files: ROLLOVER_CONTEND,
+        },
+        {
+          figure:
+            'the code before (fb6cc1e) beside the same load: utilisation; staleness p95 ÷ floor (p95; floor); guessing; connect p50; render job / send lane',
+          target: '≥ 0.9; ≤ 1.25; —; —; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{guessingS:1} s; {connectMs.p50:0} ms; {boards.pipeline.renderJobMs:0} / {boards.pipeline.sendLaneMs:0} ms',
+          files: ['rollover-1000x10-fb6cc1e-contend.json'],
+        },
+        {
+          figure: 'the code before (fb6cc1e), quick connects: utilisation; staleness p95 ÷ floor (p95; floor); guessing; connect p50',
+          target: '≥ 0.9; ≤ 1.25; —; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{guessingS:1} s; {connectMs.p50:0} ms',
+          files: ['rollover-1000x10-fb6cc1e.json', 'rollover-1000x10-fb6cc1e-run2.json'],
+        },
+        {
+          figure:
+            'the second render slot with the look-ahead at 1,000 ms and 32 jobs in flight, not kept (decision 0041), `--contend 4,8`: utilisation; staleness p95 ÷ floor (p95); render job / send lane',
+          target: '≥ 0.9; ≤ 1.25; —',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s); ' +
+            '{boards.pipeline.renderJobMs:0} / {boards.pipeline.sendLaneMs:0} ms',
+          files: ['rollover-1000x10-slot-ahead1000-contend.json'],
+        },
+        {
+          figure:
+            'e0a6729 and b3df611 (its avatar setting), slow connects met by chance: utilisation; staleness p95 ÷ floor (p95; floor); guessing; connect p50; guess p99',
+          target: '≥ 0.9; ≤ 1.25; —; —; ≤ 100 ms',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{guessingS:1} s; {connectMs.p50:0} ms; {guessMs.p99:0} ms',
+          files: ['rollover-1000x10.json', 'rollover-1000x10-avatars16.json'],
+        },
         {
           figure:
             'the code before (render threads at nice 10, oldest change first) the same day: guessing; connect p50; utilisation; staleness p95 ÷ floor (p95); guess p99',
@@ -1135,7 +1221,7 @@ export const RESULTS: ResultsIndex = {
       intro: [
         'The board scheduler at the default budgets handing boards to the in-process send queue on a manual clock (the same ' +
           'figures on any machine): 1,000 dirty group chats of 10 cards, replies at 0.5/s and 3/s, BOARD_SEND_AHEAD_MS 0 (the ' +
-          'send budget a ceiling) and 1,000 (a floor). The floor is 1,000 ÷ (bot rate − reply rate).',
+          'send budget a ceiling) and 500 (the default: a floor). The floor is 1,000 ÷ (bot rate − reply rate).',
       ],
       rows: [
         {
@@ -1146,7 +1232,7 @@ export const RESULTS: ResultsIndex = {
           files: ['board-ahead.json'],
         },
         {
-          figure: 'replies 0.5/s, look-ahead 1,000 ms: last board (floor); share of the bucket',
+          figure: 'replies 0.5/s, look-ahead 500 ms: last board (floor); share of the bucket',
           target: 'the floor',
           seed: '—',
           value: '{cases.1.lastBoardS:1} s ({cases.1.floorS:1} s); {cases.1.utilisation:3}',
