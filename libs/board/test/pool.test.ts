@@ -78,6 +78,17 @@ function fakeMetrics() {
 
 const status = (o: RenderOutcome): string => (o.status === 'refused' ? `refused:${o.reason}` : o.status);
 
+/** `track(name, p)` passes `p` through and records `name:status` in `order` as it settles. */
+function outcomeOrder() {
+  const order: string[] = [];
+  const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
+    p.then((o) => {
+      order.push(`${name}:${status(o)}`);
+      return o;
+    });
+  return { order, track };
+}
+
 test('never more than `concurrency` renders on threads, and one more job posted to each; queued jobs never reach a thread', async () => {
   const m = fakeMetrics();
   const { pool, s, started, startedReach, open } = gatePool({ concurrency: 2, metrics: m.metrics });
@@ -152,12 +163,7 @@ test('a newer version replaces a queued older one, which resolves superseded and
   const m = fakeMetrics();
   const { pool, started, startedReach, open } = gatePool({ concurrency: 1, metrics: m.metrics });
   try {
-    const order: string[] = [];
-    const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
-      p.then((o) => {
-        order.push(`${name}:${status(o)}`);
-        return o;
-      });
+    const { order, track } = outcomeOrder();
     const a1 = track('A1', pool.render('A', 1, BOARD));
     await startedReach(1, 'A1 on a thread');
     const z = pool.render('Z', 1, BOARD); // the thread's second slot: the jobs below wait in the queue
@@ -190,12 +196,7 @@ test('a newer version replaces a queued older one, which resolves superseded and
 test('queued jobs start lowest rank first, ties in queue order; a replacement keeps its place; a rank that is not a finite number is refused', async () => {
   const { pool, startedReach, open } = gatePool({ concurrency: 1 });
   try {
-    const order: string[] = [];
-    const track = (name: string, p: Promise<RenderOutcome>): Promise<RenderOutcome> =>
-      p.then((o) => {
-        order.push(`${name}:${status(o)}`);
-        return o;
-      });
+    const { order, track } = outcomeOrder();
     const a = track('A', pool.render('A', 1, BOARD, 50));
     await startedReach(1, 'A on a thread');
     const z = track('Z', pool.render('Z', 1, BOARD, 60)); // the thread's second slot
