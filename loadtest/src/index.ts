@@ -48,6 +48,7 @@ export type { LatencySummary } from './hist.ts';
 export { allowedSends, idealStaleness, slotLagMs, BUCKET_RATES, type BucketRates } from './rollover/bucket-model.ts';
 export { avatarsAfterLastChange, type AvatarDownload } from './rollover/avatar-lag.ts';
 export { parseContention, startContention, type Contention, type ContendingLoad } from './rollover/contend.ts';
+export { tailKind, tailKinds, type FinalBoard, type TailKind, type TailSummary } from './rollover/tail.ts';
 export {
   runRolloverScenario,
   actAckShare,

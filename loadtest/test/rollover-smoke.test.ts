@@ -30,6 +30,8 @@ import {
   slotLagMs,
   parseContention,
   startContention,
+  tailKind,
+  tailKinds,
   type RolloverReport,
 } from '@crowdplay/loadtest';
 
@@ -204,7 +206,11 @@ describe('loadtest rollover - helpers', () => {
     assert.deepEqual(parseContention('4,8'), { busyMs: 4, idleMs: 8 });
     assert.deepEqual(parseContention(' 1000 , 0 '), { busyMs: 1000, idleMs: 0 });
     for (const bad of ['', '4', '4,', ',8', '0,8', '1001,8', '4,1001', '4,-1', '4.5,8', 'a,b', '4,8,1', '1e3,0'])
-      assert.throws(() => parseContention(bad), (e: unknown) => e instanceof RangeError && /--contend must be BUSY,IDLE/.test(e.message), bad);
+      assert.throws(
+        () => parseContention(bad),
+        (e: unknown) => e instanceof RangeError && /--contend must be BUSY,IDLE/.test(e.message),
+        bad,
+      );
   });
 
   it('startContention: a pinned process that runs until stopped', async () => {
@@ -224,6 +230,26 @@ describe('loadtest rollover - helpers', () => {
       }
     }
     assert.equal(alive, false, 'stopped');
+  });
+
+  it('tailKind / tailKinds: the slowest chats by what their final board waited for', () => {
+    assert.equal(tailKind({ lastChangeMs: 1_000, finalMs: 4_000, sendsMs: [] }), 'firstBoard');
+    assert.equal(tailKind({ lastChangeMs: 1_000, finalMs: 4_000, sendsMs: [4_000, 5_000] }), 'firstBoard', 'sends from the final one on');
+    assert.equal(tailKind({ lastChangeMs: 1_000, finalMs: 4_000, sendsMs: [900] }), 'afterBoard');
+    assert.equal(tailKind({ lastChangeMs: 1_000, finalMs: 4_000, sendsMs: [900, 1_100] }), 'staleSend');
+    const boards = [
+      { lastChangeMs: 0, finalMs: 500, sendsMs: [] }, // 500 ms
+      { lastChangeMs: 0, finalMs: 3_600, sendsMs: [200] }, // stale, 3,600 ms
+      { lastChangeMs: 100, finalMs: 3_300, sendsMs: [50] }, // after a board, 3,200 ms
+      { lastChangeMs: 0, finalMs: 3_200, sendsMs: [] }, // first board, 3,200 ms: after the chat above (input order)
+    ];
+    assert.deepEqual(tailKinds(boards, 0.5), { share: 0.5, chats: 2, staleSend: 1, firstBoard: 0, afterBoard: 1 });
+    assert.deepEqual(tailKinds(boards, 0.75), { share: 0.75, chats: 3, staleSend: 1, firstBoard: 1, afterBoard: 1 });
+    assert.deepEqual(tailKinds(boards), { share: 0.05, chats: 1, staleSend: 1, firstBoard: 0, afterBoard: 0 });
+    assert.deepEqual(tailKinds([]), { share: 0.05, chats: 0, staleSend: 0, firstBoard: 0, afterBoard: 0 });
+    for (const share of [0, -0.1, 1.5, Number.NaN]) assert.throws(() => tailKinds(boards, share), /share must be in \(0, 1\]/);
+    assert.throws(() => tailKind({ lastChangeMs: 1_000, finalMs: 900, sendsMs: [] }), /cannot go before the last change/);
+    assert.throws(() => tailKind({ lastChangeMs: 0, finalMs: 900, sendsMs: [Number.NaN] }), /a time must be a finite number, got NaN/);
   });
 
   it('msSummary: nearest rank; null on no samples', () => {
@@ -348,6 +374,11 @@ async function smoke(extra: string[], hardMs: number): Promise<RolloverReport> {
     // One lag per chat whose final board was timed, and the final board never goes long before its chat may go.
     assert.equal(r.boards.slotLagMs.count, r.boards.stalenessMs.count);
     assert.ok(r.boards.slotLagMs.p50! > -1_000 && r.boards.slotLagMs.max! >= r.boards.slotLagMs.p50!, JSON.stringify(r.boards.slotLagMs));
+    // The slowest 5 % of the timed chats, each of one kind; a stale board in the tail is a stale board counted.
+    const tail = r.boards.tail!;
+    assert.equal(tail.chats, Math.ceil(0.05 * r.boards.stalenessMs.count), JSON.stringify(tail));
+    assert.equal(tail.staleSend + tail.firstBoard + tail.afterBoard, tail.chats, JSON.stringify(tail));
+    assert.ok(tail.staleSend <= r.boards.staleSends, JSON.stringify(tail));
     if (r.product.mode === 'standalone') {
       // The product renders its own boards: every board sent was rendered, and each stage took some time.
       const p = r.boards.pipeline;

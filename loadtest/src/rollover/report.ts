@@ -2,6 +2,7 @@
  * The rollover scenario's report: the JSON written by `--json` and the
  * printed table. Every field is defined in loadtest/README.md ("rollover").
  */
+import type { TailSummary } from './tail.ts';
 import type { MachineInfo } from '../crowd/report.ts';
 import type { LatencySummary } from '../hist.ts';
 import type { BoardPipelineCounts, SumCount } from './product.ts';
@@ -148,6 +149,12 @@ export interface RolloverReport {
      */
     staleSends: number;
     /**
+     * The slowest 5 % of the chats with a right final board, by what their final board waited for (rollover/tail.ts):
+     * a stale board before it, no board before it, or the spacing after a board that went before the last change.
+     * Absent in reports from before it was counted.
+     */
+    tail?: TailSummary;
+    /**
      * Per chat, the time from when the bucket first allowed its final board (after its last change and its earlier
      * board sends) to that board's send (bucket-model.ts `slotLagMs`): the product's lag behind its pacing, which the
      * staleness adds to the floor.
@@ -289,6 +296,13 @@ export function formatRolloverReport(r: RolloverReport): string {
     ],
     ['board interval ms', `last ${fmt(r.boards.intervalMs.last)}, max ${fmt(r.boards.intervalMs.max)}`],
     ['stale boards sent', `${fmt(r.boards.staleSends)} chats (a board drawn before their last change went after it)`],
+    [
+      'slowest chats, by kind',
+      r.boards.tail
+        ? `${fmt(r.boards.tail.chats)} (the slowest ${fmt(r.boards.tail.share * 100)} %): ${fmt(r.boards.tail.staleSend)} after a stale board, ` +
+          `${fmt(r.boards.tail.firstBoard)} with no board before, ${fmt(r.boards.tail.afterBoard)} after a board that went before their last change`
+        : '–',
+    ],
     ['final board after its slot', `${lat(r.boards.slotLagMs)} (the lag behind the chat's pacing)`],
     [
       'board pipeline ms (means)',

@@ -20,6 +20,7 @@ import { StubThread } from '../telegram-stub/thread.ts';
 import { allowedSends, idealStaleness, slotLagMs } from './bucket-model.ts';
 import { avatarsAfterLastChange } from './avatar-lag.ts';
 import { startContention, type ContendingLoad, type Contention } from './contend.ts';
+import { tailKinds, type FinalBoard } from './tail.ts';
 import { answerFor, fiveLetterWords } from '@crowdplay/crowd-engine';
 import { CrowdStats, playerWords, runPlayers, type ChatOutcome, type PlayerSpec } from './players.ts';
 import {
@@ -466,6 +467,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     const staleness: number[] = [];
     const slotLag: number[] = [];
     let staleSends = 0;
+    const finals: FinalBoard[] = [];
     const boardSendsMs = new Map<number, number[]>();
     for (const c of calls)
       if (BOARD_METHODS.has(c.method) && c.outcome === 'ok' && c.chatId !== undefined) {
@@ -500,6 +502,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
           staleness.push(fin - lastMs);
           const sends = boardSendsMs.get(i) ?? [];
           if (sends.some((at) => at > lastMs && at < fin)) staleSends++;
+          finals.push({ lastChangeMs: lastMs, finalMs: fin, sendsMs: sends });
           slotLag.push(slotLagMs(lastMs, fin, sends));
         }
       } else if (samples.length < 10) {
@@ -676,6 +679,7 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
         avatarAfterLastChangeMs: avatarLag,
         intervalMs: { last: sampler.intervalLast, max: sampler.intervalMax },
         staleSends,
+        tail: tailKinds(finals),
         slotLagMs: msSummary(slotLag),
         pipeline: sampler.pipelineLast ? boardPipelineSummary(sampler.pipelineLast) : null,
         samples,
