@@ -754,7 +754,7 @@ export const metricCatalogue = [
     name: 'crowdplay_board_ahead_total',
     type: 'counter',
     unit: '1',
-    help: 'Boards handed on beyond BOARD_SEND_BUDGET_PER_S so that the board lane holds BOARD_SEND_AHEAD_MS of work for the slots replies leave idle',
+    help: 'Boards handed on beyond BOARD_SEND_BUDGET_PER_S so that the boards handed on and not yet sent hold BOARD_SEND_AHEAD_MS of work for the slots replies leave idle',
     labels: {},
   },
   {
@@ -941,7 +941,7 @@ export const metricCatalogue = [
     name: 'crowdplay_board_in_flight',
     type: 'gauge',
     unit: '1',
-    help: 'Board renders on a render thread',
+    help: 'Boards handed to the render threads: drawing, or posted to a thread to draw next (at most 2 per thread)',
     labels: {},
   },
   {

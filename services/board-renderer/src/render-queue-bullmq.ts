@@ -337,12 +337,6 @@ export class BullmqRenderQueue implements RenderQueue {
     return waiting + active;
   }
 
-  /** Reads the queue depth from Redis (chats with a waiting job). */
-  async readDepth(): Promise<number> {
-    this.depth = await this.redis.scard(this.keys.queued);
-    return this.depth;
-  }
-
   /**
    * Stops: new submits are refused `closed`; the worker finishes the renders
    * in progress (a chat with a newer version left gets a new job for another

@@ -151,8 +151,8 @@ export interface ChatBoardsDeps {
   scheduler: RefreshScheduler;
   /**
    * Boards handed on and not sent yet: waiting to render or rendering (`rendering`: the render queue's `backlog()`)
-   * and in the send queue's board lane (`sending`), read every tick and given to the scheduler (`setBacklog`). Unset: the scheduler sees no backlog. A
-   * read that fails leaves the last.
+   * and in the send queue's board lane (`sending`), read every tick and given to the scheduler (`setBacklog`).
+   * Unset: the scheduler sees no backlog. A read that fails leaves the last.
    */
   backlog?: () => Promise<{ rendering: number; sending: number }>;
   /**
