@@ -148,8 +148,11 @@ describe('external game on a chat channel - rounds', () => {
 
   it("a takeover refunds the built-in game's round; a release refunds the game's; another tenant touches neither", async () => {
     await h.ledger!.grant('acme', 'p1', 100, 'grant-p1');
-    await eventually(async () => (await stateOf('b1')) === 'open', "the built-in game's round opened");
-    assert.equal((await stake('b1', 'p1', 30)).ok, true);
+    // A viewer learns of a round from an update; the row is committed a moment before the shard takes stakes.
+    await h.waitFor(() => h.updates.some((u) => u.channel === 'chat2' && u.rounds?.some((r) => r.id === 'b1' && r.state === 'open')));
+    assert.equal(await stateOf('b1'), 'open');
+    const staked = await stake('b1', 'p1', 30);
+    assert.deepEqual([staked.ok, staked.code], [true, undefined]);
     assert.equal(await bal('p1'), 70);
     // The game's round requests are refused while the built-in game runs the channel.
     const early = await h.ctl('chat2', {
