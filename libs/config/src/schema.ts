@@ -57,6 +57,15 @@ export const schema = {
       doc: "Accept queue length of the gateway's listening socket (Linux caps it at net.core.somaxconn).",
       why: "Node's 511 overflowed while a busy event loop ramped 1,500 connections/s: 14,287 SYNs dropped in one 10,000-viewer crowd run (docs/benchmarks.md, crowd scenario), turning connects into multi-second SYN retries.",
     }),
+    requestTimeoutMs: int({
+      env: 'HTTP_REQUEST_TIMEOUT_MS',
+      default: 10_000,
+      min: 100,
+      max: 300_000,
+      unit: 'ms',
+      doc: 'Most time a client may take to send a whole HTTP request, headers and body, before the gateway answers 408 and closes the connection.',
+      why: 'Without it a client that kept sending a request slowly held its connection as long as it kept sending, 30 s for 600 bytes at 20 bytes/s (decision 0042); 10 s carries the largest body a route takes (1 MiB, the Telegram webhook) at 1 Mbit/s, and every other route takes at most 4 KiB.',
+    }),
   },
   runtime: {
     heapGrowingPercent: int({

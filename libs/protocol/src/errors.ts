@@ -122,6 +122,8 @@ export const ERRORS = {
     closeCode: CloseCode.slowConsumer,
   },
   CP_ERR_LIMIT_PING_TIMEOUT: { message: 'no pong within WS_PING_INTERVAL_MS: the peer is gone', httpStatus: 408 },
+  /** An HTTP request (headers and body) not received whole within HTTP_REQUEST_TIMEOUT_MS: the connection is closed. */
+  CP_ERR_LIMIT_REQUEST_TIMEOUT: { message: 'the request did not arrive whole within %s ms (HTTP_REQUEST_TIMEOUT_MS)', httpStatus: 408 },
   CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
   // tenants and config
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },

@@ -59,7 +59,7 @@ import { registerWatchTokenRoutes, WatchSockets } from './watch-tokens.ts';
 import { detach, endConn, protocolError, refuse, slowConsumer, type GatewayContext, type GatewayState } from './gateway-context.ts';
 import { GameSession } from './game-session.ts';
 import { MultiGameSession } from './multi-game-session.ts';
-import { frameworkErrors, MAX_PARAM_LENGTH, registerRoutes } from './http.ts';
+import { clientErrors, frameworkErrors, MAX_PARAM_LENGTH, registerRoutes, requestDeadlineOptions } from './http.ts';
 import { IntentBatcher } from './intents.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { Snapshots } from './snapshots.ts';
@@ -276,6 +276,10 @@ class GatewayImpl implements Gateway {
       routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
       // A longer one, or a path that does not decode: crowdplay's error shape, not fastify's (http.ts).
       frameworkErrors: frameworkErrors(telemetry),
+      // Every request has a deadline (fastify's default of 0 turns node's off): a slow sender cannot hold a connection.
+      requestTimeout: config.http.requestTimeoutMs,
+      http: requestDeadlineOptions(config.http.requestTimeoutMs),
+      clientErrorHandler: clientErrors(telemetry, config.http.requestTimeoutMs),
     }) as unknown as FastifyInstance;
     registerRoutes(this.app, {
       config,

@@ -3,7 +3,9 @@
  * web page and its SDK bundle, and standalone's dev-token endpoint.
  */
 import { readFile } from 'node:fs/promises';
+import { maxHeaderSize, STATUS_CODES } from 'node:http';
 import { join } from 'node:path';
+import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CrowdplayError, type ErrorCode } from '@crowdplay/protocol';
@@ -143,6 +145,70 @@ export function frameworkErrors(telemetry: Telemetry): (err: FastifyError, req: 
     }
     telemetry.logger.error({ err }, 'http request refused by the router');
     void reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
+  };
+}
+
+/** How often node checks open requests against HTTP_REQUEST_TIMEOUT_MS: a quarter of it, at most 1 s (node's default is 30 s). */
+export function requestCheckIntervalMs(requestTimeoutMs: number): number {
+  return Math.min(1_000, Math.max(25, Math.floor(requestTimeoutMs / 4)));
+}
+
+/**
+ * The node HTTP server options that give every request a deadline: the whole request, headers and body, within
+ * `requestTimeoutMs` (HTTP_REQUEST_TIMEOUT_MS), checked every {@link requestCheckIntervalMs}. A connection
+ * upgraded to a WebSocket leaves node's HTTP parser and is not bound by it.
+ * @param requestTimeoutMs the deadline, ms (> 0)
+ */
+export function requestDeadlineOptions(requestTimeoutMs: number): {
+  requestTimeout: number;
+  headersTimeout: number;
+  connectionsCheckingInterval: number;
+} {
+  return {
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: requestTimeoutMs,
+    connectionsCheckingInterval: requestCheckIntervalMs(requestTimeoutMs),
+  };
+}
+
+/**
+ * Fastify's `clientErrorHandler`: what node's HTTP parser refuses before any route runs, answered in crowdplay's
+ * `{code, message}` shape, counted in crowdplay_refusals_total{area="http"}, and the connection closed:
+ * - a request not received whole within `requestTimeoutMs` (HTTP_REQUEST_TIMEOUT_MS): 408 `CP_ERR_LIMIT_REQUEST_TIMEOUT`;
+ * - headers over node's `maxHeaderSize` (16 KiB): 431 `CP_ERR_PROTO_TOO_BIG`;
+ * - anything else the parser cannot read: 400 `CP_ERR_PROTO_MALFORMED`.
+ * A connection the peer reset or that is gone already gets nothing.
+ */
+export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (err: Error & { code?: string }, socket: Duplex) => void {
+  return (err, socket) => {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    let status: number;
+    let code: ErrorCode;
+    let message: string;
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      status = 408;
+      code = 'CP_ERR_LIMIT_REQUEST_TIMEOUT';
+      message = new CrowdplayError(code, [requestTimeoutMs]).message;
+      telemetry.refusals.refuse('http', code, { limit: 'HTTP_REQUEST_TIMEOUT_MS', value: requestTimeoutMs });
+    } else if (err.code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      code = 'CP_ERR_PROTO_TOO_BIG';
+      message = `headers larger than ${maxHeaderSize} bytes`;
+      telemetry.refusals.refuse('http', code, { why: 'headers' });
+    } else {
+      status = 400;
+      code = 'CP_ERR_PROTO_MALFORMED';
+      message = 'the request is not valid HTTP/1.1';
+      telemetry.refusals.refuse('http', code, { why: err.code ?? 'parse' });
+    }
+    if (socket.writable) {
+      const body = JSON.stringify({ code, message });
+      socket.write(
+        `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
+    }
+    socket.destroy();
   };
 }
 

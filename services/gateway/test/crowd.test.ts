@@ -1,6 +1,6 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
+import { connect as netConnect, type Socket } from 'node:net';
 import {
   connected,
   Client,
@@ -299,6 +299,27 @@ describe('gateway crowd', () => {
       const text = await h.metricsText();
       assert.equal(metricValue(text, 'crowdplay_updates_sent_total') + metricValue(text, 'crowdplay_updates_skipped_total') >= last, true);
       assert.equal(metricValue(text, 'crowdplay_slow_consumer_closes_total'), 0);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('request deadline - a socket outlives HTTP_REQUEST_TIMEOUT_MS: the deadline ends at the upgrade', async () => {
+    const h = await startHarness({ store: suite.store, channels: [suite.channel], http: { requestTimeoutMs: 100 } });
+    try {
+      const c = await viewer(h, 'patient');
+      // A request that stalls after c opened is cut at the deadline; once it is, c has lived past it too.
+      const stalled = await new Promise<string>((resolve) => {
+        let text = '';
+        const s = netConnect(h.port, '127.0.0.1', () => s.write('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: '));
+        s.on('data', (d) => (text += String(d)));
+        s.on('error', () => undefined);
+        s.on('close', () => resolve(text));
+      });
+      assert.match(stalled, /^HTTP\/1\.1 408 /);
+      assert.equal(c.ws.readyState, c.ws.OPEN, 'the socket is still open');
+      c.act(1, 'pull', 'left');
+      assert.equal((await c.ack(1)).ok, true);
     } finally {
       await h.close();
     }

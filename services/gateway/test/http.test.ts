@@ -3,13 +3,15 @@ import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { jwtVerify } from 'jose';
 import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
 import { listenOverflows } from '../src/metrics.ts';
-import { hostedSdkBundle, SDK_VIEWER_PACKAGE, sdkViewerBanner } from '../src/http.ts';
+import { hostedSdkBundle, requestCheckIntervalMs, SDK_VIEWER_PACKAGE, sdkViewerBanner } from '../src/http.ts';
 import { devTokenDecision } from '../src/dev-tokens.ts';
-import { defaultConfig } from '@crowdplay/config';
+import { defaultConfig, loadConfig } from '@crowdplay/config';
+import { isCrowdplayError } from '@crowdplay/protocol';
 import { hostedViewerBanner } from '../../../scripts/build-sdk.mjs';
 
 describe('gateway http', () => {
@@ -338,6 +340,91 @@ describe('gateway http - unknown routes', () => {
     } finally {
       await h.close();
     }
+  });
+});
+
+/** What a raw HTTP/1.1 connection got back: the status, the JSON body, and how long the server kept it open. */
+interface RawAnswer {
+  status: number;
+  body: { code?: string; message?: string };
+  openMs: number;
+}
+
+/**
+ * Writes `head` on a new connection to `port`, then, with `trickle`, one more byte every 20 ms (a client that keeps
+ * sending, too slowly), until the server closes the connection.
+ */
+function rawRequest(port: number, head: string, trickle = false): Promise<RawAnswer> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    const chunks: Buffer[] = [];
+    const socket = connect(port, '127.0.0.1', () => socket.write(head));
+    const timer = trickle ? setInterval(() => socket.writable && socket.write(' '), 20) : undefined;
+    socket.on('data', (d) => chunks.push(d));
+    socket.on('error', () => undefined); // a reset after the answer: what arrived is what counts
+    socket.on('close', () => {
+      clearInterval(timer);
+      const text = Buffer.concat(chunks).toString('utf8');
+      const m = /^HTTP\/1\.1 (\d{3}) /.exec(text);
+      if (!m) return reject(new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
+      const body = text.slice(text.indexOf('\r\n\r\n') + 4);
+      resolve({ status: Number(m[1]), body: body ? (JSON.parse(body) as RawAnswer['body']) : {}, openMs: Date.now() - started });
+    });
+  });
+}
+
+describe('gateway http - request deadline (HTTP_REQUEST_TIMEOUT_MS)', () => {
+  const SLOW_BODY = 'POST /v1/tokens/dev HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{';
+
+  it('a request still arriving at the deadline is answered 408 CP_ERR_LIMIT_REQUEST_TIMEOUT, closed and counted; a whole one is served', async () => {
+    const h = await startHarness({ store: unusedStore(), http: { requestTimeoutMs: 200 } });
+    try {
+      const slowBody = await rawRequest(h.port, SLOW_BODY, true);
+      assert.equal(slowBody.status, 408);
+      assert.equal(slowBody.body.code, 'CP_ERR_LIMIT_REQUEST_TIMEOUT');
+      assert.match(slowBody.body.message ?? '', /within 200 ms \(HTTP_REQUEST_TIMEOUT_MS\)/);
+      assert.ok(slowBody.openMs >= 200, `not cut before the deadline: ${slowBody.openMs} ms`);
+      // Headers that never end are held to the same deadline.
+      const slowHead = await rawRequest(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ', true);
+      assert.deepEqual([slowHead.status, slowHead.body.code], [408, 'CP_ERR_LIMIT_REQUEST_TIMEOUT']);
+      const refused = metricValue(await h.metricsText(), 'crowdplay_refusals_total', {
+        area: 'http',
+        reason: 'CP_ERR_LIMIT_REQUEST_TIMEOUT',
+      });
+      assert.equal(refused, 2);
+      const whole = await rawRequest(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      assert.deepEqual([whole.status, whole.body], [200, { status: 'ok' }]);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it("headers over node's limit: 431 CP_ERR_PROTO_TOO_BIG; bytes that are not HTTP: 400 CP_ERR_PROTO_MALFORMED; both counted", async () => {
+    const h = await startHarness({ store: unusedStore() });
+    try {
+      const big = await rawRequest(h.port, `GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+      assert.deepEqual([big.status, big.body.code], [431, 'CP_ERR_PROTO_TOO_BIG']);
+      assert.match(big.body.message ?? '', /^headers larger than \d+ bytes$/);
+      const garbage = await rawRequest(h.port, 'HELLO THERE\r\n\r\n');
+      assert.deepEqual([garbage.status, garbage.body.code], [400, 'CP_ERR_PROTO_MALFORMED']);
+      const text = await h.metricsText();
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_TOO_BIG' }), 1);
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_MALFORMED' }), 1);
+      assert.equal((await h.gateway.app.inject({ url: '/healthz' })).statusCode, 200, 'still serving');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('the deadline is checked every quarter of it, between 25 ms and 1 s; a deadline under 100 ms is refused at start-up', () => {
+    assert.equal(requestCheckIntervalMs(10_000), 1_000);
+    assert.equal(requestCheckIntervalMs(2_000), 500);
+    assert.equal(requestCheckIntervalMs(100), 25);
+    assert.equal(defaultConfig().http.requestTimeoutMs, 10_000);
+    assert.throws(
+      () => loadConfig({ HTTP_REQUEST_TIMEOUT_MS: '50' }),
+      (err: unknown) => isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') && /HTTP_REQUEST_TIMEOUT_MS/.test(err.message),
+    );
   });
 });
 
