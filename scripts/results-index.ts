@@ -67,6 +67,9 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
+  'rollover-1000x10-2891f09-slow-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '2891f09' },
+  'rollover-1000x10-2891f09-slow-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '2891f09' },
+  'rollover-1000x10-5d64eae-slow.json': { command: ROLLOVER, machine: 'pinned', commit: '5d64eae' },
   'rollover-1000x10-rank-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
   'rollover-1000x10-rank-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
   'rollover-1000x10-rank-contend-run1.json': { command: `${ROLLOVER} --contend 4,8`, machine: 'pinned', commit: '8d7eb00' },
@@ -217,6 +220,26 @@ const runs: Record<string, RunInfo> = {
     machine: 'quiet',
     commit: '5621fcd',
   },
+  'failover-3000ch-2891f09.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '2891f09',
+  },
+  'failover-3000ch-5d64eae.json': {
+    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
+    machine: 'quiet',
+    commit: '5d64eae',
+  },
+  'cluster-control-place-2891f09-run1.json': {
+    command: 'npm run bench -- cluster-control --only place',
+    machine: 'quiet',
+    commit: '2891f09',
+  },
+  'cluster-control-place-2891f09-run2.json': {
+    command: 'npm run bench -- cluster-control --only place',
+    machine: 'quiet',
+    commit: '2891f09',
+  },
   'failover-3000ch-14270ad.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -231,6 +254,11 @@ const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
 const FAILOVER_30_RUNS = ['failover-30ch-e60a221.json', 'failover-30ch-e60a221-run2.json', 'failover-30ch-e60a221-run3.json'];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
+const ROLLOVER_SLOW = [
+  'rollover-1000x10-2891f09-slow-run1.json',
+  'rollover-1000x10-2891f09-slow-run2.json',
+  'rollover-1000x10-5d64eae-slow.json',
+];
 const ROLLOVER_CONTEND = [
   'rollover-1000x10-rank-contend-run1.json',
   'rollover-1000x10-rank-contend-run2.json',
@@ -241,6 +269,9 @@ const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
 const CLUSTER_STEADY = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
+const FAILOVER_3000_RUNS = ['failover-3000ch-2891f09.json', 'failover-3000ch-5d64eae.json'];
+const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
+const PLACE_RUNS = ['cluster-control-place-2891f09-run1.json', 'cluster-control-place-2891f09-run2.json'];
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
@@ -616,7 +647,8 @@ export const RESULTS: ResultsIndex = {
           'the stub on its own thread) on the other. /start in every chat through the webhook; at the rollover every player opens ' +
           'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
           'real avatars. The rows are two runs of the current code in the state the machine was in (quick connects: p50 ~0.6 s, ' +
-          'guessing ~35 s, the bucket the limit). Below them, the current code with `--contend 4,8` (a load pinned beside the ' +
+          'guessing ~35 s, the bucket the limit). Below them, three runs of the current code in the slow state the machine was in ' +
+          'the next day (connects p50 ~1.1 s, guessing ~55 s, no load beside it; 2891f09 and 5d64eae change no board or send code), then the current code with `--contend 4,8` (a load pinned beside the ' +
           'product, busy 4 ms then idle 8 ms: the slow state made on purpose, connects ~0.8–1.1 s, guessing 45–60 s), the code ' +
           'before (fb6cc1e) in both states, the look-ahead at 1,000 ms with the second render slot (not kept; decision 0041), ' +
           'two runs of e0a6729 and b3df611 in the slow state met by chance (connect p50 ~1.3 s, guessing 66–75 s), ' +
@@ -719,6 +751,17 @@ export const RESULTS: ResultsIndex = {
           files: ROLLOVER_RUNS,
         },
         { figure: 'error log lines', target: '—', seed: '000: 0 (1,547 before)', value: '{errorLogLines}', files: ROLLOVER_RUNS },
+        {
+          figure:
+            'the machine’s slow state, no load beside it: utilisation; staleness p95 ÷ floor (p95; floor); stale sends; the slowest 5 % after a stale board; guessing; connect p50; guess p99; stall; peak RSS',
+          target: '≥ 0.9; ≤ 1.25; —; —; —; —; ≤ 100 ms; ≤ 100 ms; ≤ 300 MB',
+          seed: '—',
+          value:
+            '{telegram.utilisation:3}; {targets.stalenessP95OverFloor.value:3} ({boards.stalenessMs.p95:s} s; {boards.stalenessFloorMs:s} s); ' +
+            '{boards.staleSends}; {boards.tail.staleSend} of {boards.tail.chats}; {guessingS:1} s; {connectMs.p50:0} ms; {guessMs.p99:0} ms; ' +
+            '{maxLoopStallMs:0} ms; {peakRssMb:0} MB',
+          files: ROLLOVER_SLOW,
+        },
         {
           figure:
             '`--contend 4,8`: utilisation; staleness p95 ÷ floor (p95; floor); stale sends; guessing; connect p50; guess p99; stall; peak RSS',
@@ -1435,6 +1478,16 @@ export const RESULTS: ResultsIndex = {
           value:
             '{place.readyPerSecond}; {place.processes.1.cpuMs} / {place.processes.2.cpuMs} / {place.processes.3.cpuMs}, ' +
             '{place.processes.0.cpuMs}, {place.natsServer.cpuMs}, {place.driverCpuMs}',
+          files: PLACE_RUNS,
+        },
+        {
+          figure:
+            'the same at d863b0b, the day before: channels per second ready; CPU ms of shards 1 / 2 / 3, the router, nats-server, the driver',
+          target: '≥ 10,000 channels/s',
+          seed: '—',
+          value:
+            '{place.readyPerSecond}; {place.processes.1.cpuMs} / {place.processes.2.cpuMs} / {place.processes.3.cpuMs}, ' +
+            '{place.processes.0.cpuMs}, {place.natsServer.cpuMs}, {place.driverCpuMs}',
           files: ['cluster-control-place-run1.json', 'cluster-control-place-run2.json'],
         },
         {
@@ -1636,9 +1689,11 @@ export const RESULTS: ResultsIndex = {
           'shard (an intent on the channel’s subject every 100 ms from a process of its own) and one through a viewer’s socket; ' +
           'the steady phase starts once every viewer is welcomed; every process, ' +
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
-          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 100 %, so every ' +
-          'timing past that point measures queues, not the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
+          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
+          'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
+          'The rows are two runs of the current code in the machine’s first hour after a boot (5d64eae adds nothing on this path but ' +
+          'an HTTP request deadline no request here comes near); below them the ' +
+          'code of the day before, run with the machine at 100 % before the faults. The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
           'then the drain’s last step forced and a variant of it that was not kept (decision 0039), each run the same day. ' +
           'Fields: loadtest/README.md ("failover").',
       ],
@@ -1648,28 +1703,28 @@ export const RESULTS: ResultsIndex = {
           target: '0; ok; 0 / 0',
           seed: '—',
           value: '{stakesLost} of {stakes.acked} acked; {ledgerVerify}; {duplicateEventIds} / {nonMonotonicEventIds}',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'acked intents lost: drained channels / other channels / the killed shard’s open tick',
           target: '0 / 0 / —',
           seed: '—',
           value: '{intentsLost.drained} / {intentsLost.other} / {intentsLost.killed}',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'moved channels batching again (kill; drain)',
           target: 'all',
           seed: '—',
           value: '{recoveryMs.kill.recovered}/{recoveryMs.kill.channels}; {recoveryMs.drain.recovered}/{recoveryMs.drain.channels}',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'viewers welcomed / never welcomed; failed after a drop',
           target: 'all / 0; 0',
           seed: '—',
           value: '{connections.connected} / {connections.failed}; {viewersFailed}',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'recovery after SIGKILL at the shard, p50 / max; detection; the move after it, max',
@@ -1678,42 +1733,42 @@ export const RESULTS: ResultsIndex = {
           value:
             '{recoveryMs.kill.atShard.p50} / {recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.detectionMs} ms; ' +
             '{recoveryMs.kill.atShard.moveMs.max} ms',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'the drain’s gap at the shard, p50 / max',
           target: 'max ≤ 2,000 ms',
           seed: '—',
           value: '{recoveryMs.drain.atShard.p50} / {recoveryMs.drain.atShard.max} ms',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'the same through a viewer’s socket and the gateways: after SIGKILL p50 / max; after the drain p50 / max',
           target: 'max ≤ 5,000 ms; max ≤ 2,000 ms',
           seed: '—',
           value: '{recoveryMs.kill.p50} / {recoveryMs.kill.max} ms; {recoveryMs.drain.p50} / {recoveryMs.drain.max} ms',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'viewers welcomed, p50 / max after their first connect',
           target: '—',
           seed: '—',
           value: '{connections.welcomeMs.p50} / {connections.welcomeMs.max} ms',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'act ack p50 / p99; rounds unpaid at the end',
           target: '—; 0',
           seed: '—',
           value: '{actAckMs.p50:0} / {actAckMs.p99:0} ms; {rounds.unpaidAtEnd}',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'steady phase before the first fault: length; the machine’s busy share of its 2 cores',
           target: '—',
           seed: '—',
           value: '{steadyCpu.seconds} s; {steadyCpu.machineBusyPct} %',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'the same: % of a core (CPU µs per channel-second) of gateway 1 / gateway 2 / nats-server',
@@ -1722,7 +1777,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steadyCpu.processes.5.cpuPct} ({steadyCpu.processes.5.usPerChannelSecond}) / {steadyCpu.processes.6.cpuPct} ' +
             '({steadyCpu.processes.6.usPerChannelSecond}) / {steadyCpu.processes.7.cpuPct} ({steadyCpu.processes.7.usPerChannelSecond})',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'the same: shards 1 / 2 / 3; router; sequencer',
@@ -1733,7 +1788,7 @@ export const RESULTS: ResultsIndex = {
             '({steadyCpu.processes.3.usPerChannelSecond}) / {steadyCpu.processes.4.cpuPct} ({steadyCpu.processes.4.usPerChannelSecond}); ' +
             '{steadyCpu.processes.1.cpuPct} ({steadyCpu.processes.1.usPerChannelSecond}); {steadyCpu.processes.0.cpuPct} ' +
             '({steadyCpu.processes.0.usPerChannelSecond})',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
         },
         {
           figure: 'the same: PostgreSQL (every backend of the machine’s server); the load generators: viewer workers, games and probes',
@@ -1742,7 +1797,17 @@ export const RESULTS: ResultsIndex = {
           value:
             '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
             '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
-          files: ['failover-3000ch.json', 'failover-3000ch-run2.json'],
+          files: FAILOVER_3000_RUNS,
+        },
+        {
+          figure:
+            'the code of 2026-12-06 (92ea108, d863b0b) with the machine at 100 % before the faults: recovery after SIGKILL at the shard max; the move after detection, max; the drain’s gap at the shard max; act ack p50; viewers welcomed p50',
+          target: 'max ≤ 5,000 ms; ≤ 1,500 ms; max ≤ 2,000 ms; —; —',
+          seed: '—',
+          value:
+            '{recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.atShard.moveMs.max} ms; {recoveryMs.drain.atShard.max} ms; ' +
+            '{actAckMs.p50:0} ms; {connections.welcomeMs.p50} ms',
+          files: FAILOVER_3000_BEFORE,
         },
         {
           figure:
