@@ -3,3 +3,4 @@ export * from './isolation.ts';
 export * from './refusals.ts';
 export * from './events.ts';
 export * from './redis.ts';
+export * from './postgres.ts';
