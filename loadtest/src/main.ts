@@ -19,8 +19,9 @@
  *
  *   failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
  *         [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
- *         [--faults kill,drain,gateway,router]
- *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's)
+ *         [--faults kill,drain,gateway,router,postgres] [--postgres-down-ms MS]
+ *         (NATS_URL, REDIS_URL, DATABASE_URL: the cluster's services; defaults this machine's. With the postgres
+ *         fault the run starts a PostgreSQL of its own, which it stops and starts, and DATABASE_URL is not used)
  *
  *   multigame --chats N --duration S [--round-every K] [--json FILE]
  *         (DATABASE_URL: the product's PostgreSQL; default this machine's)
@@ -61,7 +62,8 @@ const USAGE = `usage: npm run loadtest -- crowd --url http://127.0.0.1:8080 --vi
        [--contend BUSY,IDLE] (a competing load on the product's CPU: busy BUSY ms, idle IDLE ms, over and over)
      npm run loadtest -- failover --gateways 2 --shards 3 --viewers N --channels C --duration S [--json FILE]
        [--ramp-s R] [--round-ms MS] [--round-unsettled-ms MS] [--workers W] [--viewers-per-address A] [--log FILE]
-       [--faults kill,drain,gateway,router] (default kill,drain,gateway; applied in the order given)
+       [--faults kill,drain,gateway,router,postgres] (default kill,drain,gateway; applied in the order given)
+       [--postgres-down-ms MS] (postgres: down this long, default 3000; on a PostgreSQL of the run's own)
      npm run loadtest -- multigame --chats N --duration S [--round-every K] [--json FILE]`;
 
 function num(name: string, v: string | undefined): number | undefined {
@@ -261,6 +263,7 @@ async function failoverMain(argv: string[]): Promise<number> {
       workers: { type: 'string' },
       'viewers-per-address': { type: 'string' },
       faults: { type: 'string' },
+      'postgres-down-ms': { type: 'string' },
       help: { type: 'boolean', default: false },
     },
   });
@@ -268,8 +271,9 @@ async function failoverMain(argv: string[]): Promise<number> {
     console.error(USAGE);
     return 0;
   }
+  const faults = values.faults === undefined ? undefined : parseFaults(values.faults);
   const report = await runFailoverScenario({
-    faults: values.faults === undefined ? undefined : parseFaults(values.faults),
+    faults,
     gateways: required('gateways', num('gateways', values.gateways)),
     shards: required('shards', num('shards', values.shards)),
     viewers: required('viewers', num('viewers', values.viewers)),
@@ -281,9 +285,11 @@ async function failoverMain(argv: string[]): Promise<number> {
     logFile: values.log,
     workers: num('workers', values.workers),
     viewersPerAddress: num('viewers-per-address', values['viewers-per-address']),
+    postgresDownMs: num('postgres-down-ms', values['postgres-down-ms']),
     natsUrl: process.env.NATS_URL || undefined,
     redisUrl: process.env.REDIS_URL || undefined,
-    databaseUrl: process.env.DATABASE_URL || undefined,
+    // The postgres fault needs a server it may stop: the run starts its own.
+    databaseUrl: faults?.includes('postgres') ? undefined : process.env.DATABASE_URL || undefined,
     onProgress: (line) => console.error(line),
     command: commandLine(argv),
   });

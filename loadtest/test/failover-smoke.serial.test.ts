@@ -4,14 +4,15 @@
  * shards (the bundle) on the machine's NATS, Redis and PostgreSQL (its own
  * schema, subject prefix and Redis prefix, removed after), 300 channels with
  * one viewer each for 15 s, a SIGKILL and a drain, every moved channel
- * probed. Asserts the correctness figures, not timing. Serial:
+ * probed; and a PostgreSQL stop and start on a server of the run's own at 30
+ * channels. Asserts the correctness figures, not timing. Serial:
  * eight processes on two cores. Also the arithmetic of intentsLost, the
  * stake hash, the viewers' gateway spread and the `--faults` parser.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -55,7 +56,8 @@ describe('loadtest failover - helpers', () => {
   it('parseFaults: names in the order given; unknown, repeated or empty names refused', () => {
     assert.deepEqual(parseFaults('drain,kill'), ['drain', 'kill']);
     assert.deepEqual(parseFaults('kill, drain ,gateway,router'), ['kill', 'drain', 'gateway', 'router']);
-    assert.throws(() => parseFaults('kill,postgres'), /unknown fault "postgres"/);
+    assert.deepEqual(parseFaults('kill,postgres'), ['kill', 'postgres']);
+    assert.throws(() => parseFaults('kill,meteor'), /unknown fault "meteor"/);
     assert.throws(() => parseFaults('kill,kill'), /kill named twice/);
     assert.throws(() => parseFaults(''), /unknown fault ""/);
   });
@@ -84,11 +86,11 @@ describe('loadtest failover - bad options', () => {
     const before = await schemas();
     // Through the CLI once (exit code 2 and the usage), the other refusals in-process (the same checks, no process start).
     const res = await loadtestCli(
-      ['failover', '--viewers', '10', '--channels', '2', '--duration', '10', '--faults', 'kill,postgres'],
+      ['failover', '--viewers', '10', '--channels', '2', '--duration', '10', '--faults', 'kill,meteor'],
       90_000,
     );
     assert.equal(res.code, 2, res.stderr);
-    assert.match(res.stderr, /unknown fault "postgres"/);
+    assert.match(res.stderr, /unknown fault "meteor"/);
     assert.doesNotMatch(res.stderr, /building the bundle/, 'nothing started');
     const base = { gateways: 2, shards: 3, viewers: 10, channels: 2, durationS: 10 };
     const cases = [
@@ -100,6 +102,11 @@ describe('loadtest failover - bad options', () => {
       [{ faults: [] }, /faults: name at least one/],
       [{ faults: ['kill', 'drain'], faultsAt: [0.5, 0.4] }, /faultsAt must be 2 increasing fractions in \(0, 1\), got 0.5,0.4/],
       [{ faults: ['kill'], faultsAt: [0.2, 0.4] }, /faultsAt must be 1 increasing fractions/],
+      [
+        { faults: ['postgres'], databaseUrl: 'postgresql://postgres@127.0.0.1:5432/test' },
+        /the postgres fault stops a PostgreSQL the rig starts itself: leave out the database URL/,
+      ],
+      [{ faults: ['postgres'], postgresDownMs: -1 }, /postgresDownMs must be an integer in \[0, 60000\], got -1/],
     ] as const;
     const started: string[] = [];
     for (const [extra, re] of cases) {
@@ -210,6 +217,62 @@ describe('loadtest failover - smoke against crowdplay cluster (2 gateways, 3 sha
         } finally {
           await c.end();
         }
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it(
+    'a PostgreSQL stop and start at 30 channels, on a server of the run: nothing acked is lost, every round is paid, the ledger verifies',
+    { timeout: 150_000 },
+    async () => {
+      const privateDirs = (): number => readdirSync(tmpdir()).filter((n) => n.startsWith('cp-postgres-')).length;
+      const dirsBefore = privateDirs();
+      const dir = mkdtempSync(join(tmpdir(), 'failover-smoke-pg-'));
+      try {
+        const file = join(dir, 'report.json');
+        const res = await loadtestCli(
+          [
+            'failover',
+            '--viewers',
+            '60',
+            '--channels',
+            '30',
+            '--duration',
+            '12',
+            '--round-ms',
+            '4000',
+            '--faults',
+            'postgres',
+            '--postgres-down-ms',
+            '2000',
+            '--json',
+            file,
+          ],
+          150_000,
+        );
+        assert.equal(res.code, 0, `exit ${res.code}\n${res.stdout}\n${res.stderr.slice(-3000)}`);
+        const r = JSON.parse(readFileSync(file, 'utf8')) as FailoverReport;
+        const why = JSON.stringify({ targets: r.targets, warnings: r.warnings, stakes: r.stakesLostSamples, timeline: r.timeline });
+        assert.equal(r.correct, true, why);
+        assert.match(r.config.postgresServer, /^private, fsync=on/);
+        assert.deepEqual(r.config.faults, ['postgres']);
+        assert.ok(r.timeline.postgresStoppedAtMs !== null && r.timeline.postgresStopMs !== null, why);
+        assert.ok(r.timeline.postgresBackMs !== null && r.timeline.postgresBackMs >= 2_000, `down at least --postgres-down-ms: ${why}`);
+        assert.equal(r.timeline.killed, null, 'only the fault asked for');
+        // Stakes and batches were written again once the server was back.
+        assert.ok(r.recoveryMs.postgres?.firstStakeMs !== null && r.recoveryMs.postgres?.firstStakeMs !== undefined, why);
+        assert.ok(r.recoveryMs.postgres?.firstBatchLoggedMs !== null && r.recoveryMs.postgres?.firstBatchLoggedMs !== undefined, why);
+        assert.ok(r.stakes.acked > 0, 'viewers staked');
+        assert.equal(r.stakesLost, 0, r.stakesLostSamples.join('\n'));
+        assert.equal(r.intentsLost.other, 0, r.intentsLostSamples.join('\n'));
+        assert.equal(r.rounds.unpaidAtEnd, 0);
+        assert.equal(r.ledgerVerify, 'ok');
+        assert.deepEqual(r.timeline.unexpectedExits, []);
+        assert.equal(r.games.notConnected, 0);
+        assert.equal(r.viewersFailed, 0);
+        assert.equal(privateDirs(), dirsBefore, 'the private PostgreSQL and its directory are gone');
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }

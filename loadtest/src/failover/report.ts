@@ -100,6 +100,10 @@ export interface FailoverReport {
     gameConnectConcurrency: number;
     probeIntervalMs: number;
     routerDownMs: number;
+    /** How long PostgreSQL stayed down at a postgres fault, ms. */
+    postgresDownMs: number;
+    /** `private, <settings>`: a server of the run's own (the postgres fault); `given`: the URL the run was given. */
+    postgresServer: string;
     /** The cluster's ROUND_UNSETTLED_MAX_MS, ms. */
     roundUnsettledMaxMs: number;
   };
@@ -117,12 +121,22 @@ export interface FailoverReport {
     routerKilledAtMs: number | null;
     /** ms from the router's SIGKILL until the new router was ready (routerDownMs + its start). */
     routerRestartMs: number | null;
+    /** The postgres fault: its start (ms after t0), how long the fast shutdown took, and from its start to accepting again (ms). */
+    postgresStoppedAtMs: number | null;
+    postgresStopMs: number | null;
+    postgresBackMs: number | null;
     /** Children of the cluster that exited without being asked to. */
     unexpectedExits: string[];
   };
   /** Channels at a new owner after each fault (from the channels table), and moves not caused by a fault. */
   channelsMoved: { killed: number; drained: number; total: number; other: number };
-  recoveryMs: { kill: RecoveryFigures; drain: RecoveryFigures; router: RecoveryFigures | null };
+  recoveryMs: {
+    kill: RecoveryFigures;
+    drain: RecoveryFigures;
+    router: RecoveryFigures | null;
+    /** After the postgres fault, from the server accepting again: the first stake committed, the first batch logged (ms). */
+    postgres: { firstStakeMs: number | null; firstBatchLoggedMs: number | null } | null;
+  };
   /** The router's declared-dead and channels-moved lines (seenAt ms after t0). */
   routerLog: RouterLogLine[];
   /** The game clients: one per channel, connected with retries until gameConnectDeadlineMs. */
@@ -212,6 +226,11 @@ export function formatFailoverReport(r: FailoverReport): string {
   const lines = [
     `failover: ${c.gateways} gateways, ${c.shards} shards, ${c.viewers} viewers over ${c.channels} channels, ${c.durationS} s`,
     `  killed ${fmt(r.timeline.killed)} at +${fmt(r.timeline.killAtMs)} ms, drained ${fmt(r.timeline.drained)} at +${fmt(r.timeline.drainAtMs)} ms (exit after ${fmt(r.timeline.drainExit?.ms)} ms), restarted ${fmt(r.timeline.restartedGateway)} at +${fmt(r.timeline.gatewayRestartAtMs)} ms (${fmt(r.timeline.gatewayRestartMs)} ms), router killed at +${fmt(r.timeline.routerKilledAtMs)} ms (back after ${fmt(r.timeline.routerRestartMs)} ms)`,
+    ...(r.timeline.postgresStoppedAtMs === null
+      ? []
+      : [
+          `  postgres             stopped at +${r.timeline.postgresStoppedAtMs} ms (shutdown ${fmt(r.timeline.postgresStopMs)} ms), accepting again after ${fmt(r.timeline.postgresBackMs)} ms; then the first stake committed after ${fmt(r.recoveryMs.postgres?.firstStakeMs)} ms, the first batch logged after ${fmt(r.recoveryMs.postgres?.firstBatchLoggedMs)} ms`,
+        ]),
     `  channelsMoved        killed ${r.channelsMoved.killed}, drained ${r.channelsMoved.drained}, total ${r.channelsMoved.total} (other moves ${r.channelsMoved.other})`,
     `  games                ${r.games.connected}/${r.games.channels} connected (connectMs p50 ${fmt(r.games.connectMs.p50)}, max ${fmt(r.games.connectMs.max)}), not connected ${r.games.notConnected}, ended ${r.games.ended}`,
     ...(['kill', 'drain', 'router'] as const).flatMap((k) => {

@@ -7,7 +7,9 @@
  * acting and staking. Mid-run it applies the selected faults in order:
  * `kill` SIGKILLs the shard owning the most channels, `drain` SIGTERMs the
  * live shard owning the most, `gateway` restarts the last gateway, `router`
- * SIGKILLs the router and starts it again after `routerDownMs`. Every
+ * SIGKILLs the router and starts it again after `routerDownMs`, `postgres`
+ * stops PostgreSQL and starts it again after `postgresDownMs` (on a server
+ * of the run's own, the only kind it may stop). Every
  * channel a shard fault moves (and a sample of channels at the router's)
  * gets a recovery probe (probe.ts); then it checks the failover targets
  * (report.ts, README "failover").
@@ -21,6 +23,7 @@ import { CLUSTER_DEFAULTS, startCluster, type Cluster } from '@crowdplay/cli';
 import { verifyLedger } from '@crowdplay/ledger';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { openStore, type Store } from '@crowdplay/store';
+import { ownPostgres } from '@crowdplay/testing';
 import { machineInfo } from '../crowd/scenario.ts';
 import { forkTs, waitExit } from '../fork.ts';
 import { addEncoded, newHistogram, summarize } from '../hist.ts';
@@ -53,7 +56,7 @@ export const TARGET_DRAIN_RECOVERY_MS = 1_000;
 export const TARGET_KILL_MOVE_MS = 1_500;
 export const TARGET_RECONNECT_MS = 10_000;
 /** The faults a run can apply (`--faults`). */
-export const FAILOVER_FAULTS = ['kill', 'drain', 'gateway', 'router'] as const;
+export const FAILOVER_FAULTS = ['kill', 'drain', 'gateway', 'router', 'postgres'] as const;
 export type FailoverFault = (typeof FAILOVER_FAULTS)[number];
 /** The faults applied when none are named. */
 export const DEFAULT_FAULTS: readonly FailoverFault[] = ['kill', 'drain', 'gateway'];
@@ -67,6 +70,8 @@ const PROBES_WELCOME_MS = 30_000;
 const ACT_AFTER_FAULT_MS = 5_000;
 /** Longest the end waits for every logged batch to reach its game before counting, ms. */
 const DELIVERY_WAIT_MS = 30_000;
+/** The private PostgreSQL of a run with the postgres fault: fsync and shared buffers as the machine's server has them. */
+const PRIVATE_POSTGRES_SETTINGS = { fsync: 'on', shared_buffers: '128MB' } as const;
 /** Viewers per worker process when --workers is not given. */
 const VIEWERS_PER_WORKER = 1_500;
 
@@ -108,6 +113,11 @@ export interface FailoverOptions {
   /** How long the router stays down at a `router` fault, ms. @defaultValue 3,000 */
   routerDownMs?: number;
   /**
+   * How long PostgreSQL stays down at a `postgres` fault (a fast shutdown, then a start on the same data), ms. The
+   * fault needs a server the rig may stop: it starts one of its own (and refuses `databaseUrl`). @defaultValue 3,000
+   */
+  postgresDownMs?: number;
+  /**
    * The cluster's ROUND_UNSETTLED_MAX_MS: the bound within which a round the game could not settle is cancelled and
    * refunded by the server. The end waits up to this long (+ 10 s) for every round to be paid, so `stakesLost`
    * checks that bound. @defaultValue 30,000
@@ -141,6 +151,21 @@ export function parseFaults(text: string): FailoverFault[] {
     out.push(n as FailoverFault);
   }
   return out;
+}
+
+/**
+ * After a postgres fault: how long from the server accepting again (`upAt`, ms since epoch) to the first stake that
+ * committed in the ledger and to the first batch written to the event log (their rows' created_at).
+ * @returns ms each, null when none came after it
+ */
+async function firstWritesAfter(st: Store, upAt: number): Promise<{ firstStakeMs: number | null; firstBatchLoggedMs: number | null }> {
+  const { rows } = await st.db.query<{ stake: string | null; batch: string | null }>(
+    `SELECT (SELECT extract(epoch FROM min(created_at)) * 1000 FROM transfers WHERE kind = 'stake' AND created_at >= to_timestamp($1 / 1000.0)) AS stake,
+            (SELECT extract(epoch FROM min(created_at)) * 1000 FROM channel_events WHERE kind = 'batch' AND created_at >= to_timestamp($1 / 1000.0)) AS batch`,
+    [upAt],
+  );
+  const after = (v: string | null): number | null => (v === null ? null : Math.max(0, Math.round(Number(v) - upAt)));
+  return { firstStakeMs: after(rows[0]!.stake), firstBatchLoggedMs: after(rows[0]!.batch) };
 }
 
 /** sha256(viewer ␀ key) base64url[0..22): the crowd-engine's stake idempotency hash (round-ledger.ts hashOf), part of the stake's transfer id. */
@@ -244,10 +269,16 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
   const gameConnectConcurrency = int('gameConnectConcurrency', o.gameConnectConcurrency ?? 200, 1);
   const probeIntervalMs = int('probeIntervalMs', o.probeIntervalMs ?? 100, 10, 100);
   const routerDownMs = int('routerDownMs', o.routerDownMs ?? 3_000, 0);
+  const postgresDownMs = int('postgresDownMs', o.postgresDownMs ?? 3_000, 0, 60_000);
+  const restartsPostgres = faults.includes('postgres');
+  if (restartsPostgres && o.databaseUrl)
+    throw invalid('the postgres fault stops a PostgreSQL the rig starts itself: leave out the database URL');
   const roundUnsettledMaxMs = int('roundUnsettledMaxMs', o.roundUnsettledMaxMs ?? 30_000, 100);
   const natsUrl = o.natsUrl ?? FAILOVER_DEFAULTS.NATS_URL;
   const redisUrl = o.redisUrl ?? FAILOVER_DEFAULTS.REDIS_URL;
-  const databaseUrl = o.databaseUrl ?? FAILOVER_DEFAULTS.DATABASE_URL;
+  // With the postgres fault: a private server the rig stops and starts, set like the machine's (fsync on).
+  const ownPg = restartsPostgres ? await ownPostgres('test', PRIVATE_POSTGRES_SETTINGS) : null;
+  const databaseUrl = ownPg?.url ?? o.databaseUrl ?? FAILOVER_DEFAULTS.DATABASE_URL;
   const welcomeGrant = 1_000;
   const stakePoints: [number, number] = [1, 10];
   const ackTimeoutMs = 10_000;
@@ -500,6 +531,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     let kill = noFault();
     let drain = noFault();
     let routerFault: { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null = null;
+    /** The postgres fault: when the stop began, how long the fast shutdown took, when the server accepted again. */
+    let pgFault: { at: number; stopMs: number | null; upAt: number | null } | null = null;
     let drainExit: FailoverReport['timeline']['drainExit'] = null;
     let gwName: string | null = null;
     let gwAt = 0;
@@ -571,6 +604,23 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
               },
               (err: unknown) => void warnings.push(`${name} did not restart: ${(err as Error).message.split('\n')[0]}`),
             ),
+        );
+      } else if (fault === 'postgres') {
+        const pg = ownPg!;
+        const r = { at: Date.now(), stopMs: null as number | null, upAt: null as number | null };
+        pgFault = r;
+        lastProbes = null;
+        lastShardProbes = null;
+        log(`stopping PostgreSQL (fast shutdown); starting it again in ${postgresDownMs} ms`);
+        restarts.push(
+          (async () => {
+            await pg.stop();
+            r.stopMs = Date.now() - r.at;
+            await sleep(Math.max(0, r.at + postgresDownMs - Date.now()));
+            await pg.start();
+            r.upAt = Date.now();
+            log(`PostgreSQL accepting again ${r.upAt - r.at} ms after its stop began`);
+          })().catch((err: unknown) => void warnings.push(`PostgreSQL did not start again: ${(err as Error).message.split('\n')[0]}`)),
         );
       } else {
         const step = Math.max(1, Math.floor(liveGames.length / ROUTER_PROBES));
@@ -746,6 +796,8 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     const drainFig = recovery(drain.shard, drain.at, drain.probes, null, drain.shardProbes);
     const rf = routerFault as { at: number; restartMs: number | null; chans: string[]; probes: ProbeSet | null } | null;
     const routerFig = rf ? recovery('router', rf.at, rf.probes, null) : null;
+    const pf = pgFault as { at: number; stopMs: number | null; upAt: number | null } | null;
+    const postgresFig = pf?.upAt ? await firstWritesAfter(st, pf.upAt) : null;
     const killedSet = new Set(kill.chans);
     const drainedSet = new Set(drain.chans.filter((ch) => !killedSet.has(ch)));
     // Probes' acked intents count like the viewers' (intentsLost).
@@ -930,6 +982,12 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         gameConnectConcurrency,
         probeIntervalMs,
         routerDownMs,
+        postgresDownMs,
+        postgresServer: ownPg
+          ? `private, ${Object.entries(PRIVATE_POSTGRES_SETTINGS)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(', ')}`
+          : 'given',
         roundUnsettledMaxMs,
       },
       timeline: {
@@ -943,6 +1001,9 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         gatewayRestartMs: gwRestartMs,
         routerKilledAtMs: rf ? rf.at - t0 : null,
         routerRestartMs: rf ? rf.restartMs : null,
+        postgresStoppedAtMs: pf ? pf.at - t0 : null,
+        postgresStopMs: pf ? pf.stopMs : null,
+        postgresBackMs: pf?.upAt ? pf.upAt - pf.at : null,
         unexpectedExits,
       },
       channelsMoved: {
@@ -951,7 +1012,7 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
         total: movedKilled + movedDrained,
         other: Math.max(0, epochBumps - movedKilled - movedDrained),
       },
-      recoveryMs: { kill: killFig, drain: drainFig, router: routerFig },
+      recoveryMs: { kill: killFig, drain: drainFig, router: routerFig, postgres: postgresFig },
       routerLog: routerLog.map((l) => ({ ...l, seenAt: l.seenAt - t0 })),
       games: {
         channels: C,
@@ -1036,11 +1097,13 @@ export async function runFailoverScenario(o: FailoverOptions): Promise<FailoverR
     for (const p of cluster?.processes ?? []) p.signal('SIGKILL');
     await cluster?.stop().catch(() => undefined);
     await store?.close().catch(() => undefined);
-    await dropSchema(databaseUrl, schema).catch((err: unknown) => {
-      const m = `could not drop schema ${schema}: ${(err as Error).message}`;
-      if (report) report.warnings.push(m);
-      else log(m);
-    });
+    if (ownPg) await ownPg.close().catch((err: unknown) => log(`could not remove the private PostgreSQL: ${(err as Error).message}`));
+    else
+      await dropSchema(databaseUrl, schema).catch((err: unknown) => {
+        const m = `could not drop schema ${schema}: ${(err as Error).message}`;
+        if (report) report.warnings.push(m);
+        else log(m);
+      });
     if (purgeSendqKeys(redisUrl, `${redisPrefix}:render`) === null || purgeSendqKeys(redisUrl, redisPrefix) === null)
       warnings.push(`redis-cli failed or missing: the run's keys {${redisPrefix}}* were not removed`);
   }
