@@ -71,7 +71,7 @@ import { createHash } from 'node:crypto';
 import type { Counter, Histogram } from '@opentelemetry/api';
 import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, MAX_POINTS, type ErrorCode } from '@crowdplay/protocol';
 import type { Db } from '@crowdplay/store';
-import type { Telemetry } from '@crowdplay/telemetry';
+import { ThrottledLog, type Telemetry } from '@crowdplay/telemetry';
 
 /** Account kinds; see the migration for what each one holds. */
 export type AccountKind = 'wallet' | 'escrow' | 'maker' | 'treasury' | 'house';
@@ -426,6 +426,8 @@ export class Ledger {
   private readonly accountCacheMax: number;
   private readonly walletMax: number;
   private readonly metrics: LedgerMetrics | null;
+  /** "ledger commit failed", at most once per REFUSAL_LOG_INTERVAL_MS. */
+  private readonly commitFailLog: ThrottledLog | undefined;
 
   /**
    * @param db the store's Db (pg Pool or PGlite); migrations must have run
@@ -447,6 +449,7 @@ export class Ledger {
     this.accountCacheMax = opts.accountCacheMax ?? 100_000;
     this.walletMax = opts.walletMax ?? MAX_POINTS;
     if (!Number.isSafeInteger(this.walletMax) || this.walletMax < 1) throw new RangeError('walletMax must be a positive integer');
+    this.commitFailLog = telemetry ? new ThrottledLog(telemetry.logger, telemetry.refusals.intervalMs) : undefined;
     if (telemetry) {
       const m = telemetry.metrics;
       this.metrics = {
@@ -801,7 +804,8 @@ export class Ledger {
       if (live.length > 0) committed = await this.commitWithRetry(live);
     } catch (err) {
       const e = new CrowdplayError('CP_ERR_LEDGER_UNAVAILABLE', [err instanceof Error ? err.message : String(err)], { cause: err });
-      this.telemetry?.logger.error({ err, transfers: batch.length }, 'ledger commit failed');
+      // While Postgres is down every batch fails: one line per interval, with the count (the refusals are counted below).
+      this.commitFailLog?.error('commit', { err, transfers: batch.length }, 'ledger commit failed');
       for (const entry of batch) this.settle(entry, e);
     } finally {
       const now = performance.now();

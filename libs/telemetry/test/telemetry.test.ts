@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { until } from '@crowdplay/testing';
-import { Metrics, OTHER_TENANT_LABEL, Refusals, tenantQuotaRefusals } from '../src/index.ts';
+import { Metrics, OTHER_TENANT_LABEL, Refusals, tenantQuotaRefusals, ThrottledLog } from '../src/index.ts';
 
 function captureLogger(): { logger: pino.Logger; lines: Array<Record<string, unknown>> } {
   const lines: Array<Record<string, unknown>> = [];
@@ -70,6 +70,31 @@ describe('telemetry', () => {
     assert.match(text, /crowdplay_refusals_total\{area="gateway",reason="CP_ERR_AUTH_INVALID"[^}]*\} 1/);
     await metrics.close();
     await metrics.close();
+  });
+
+  it('throttled log - an error repeating many times a second: written at once, then once per interval per key with the count', async () => {
+    const { logger, lines } = captureLogger();
+    let now = 1_000;
+    const t = new ThrottledLog(logger, 10_000, () => now);
+    const written = [t.error('commit', { transfers: 3 }, 'ledger commit failed')];
+    for (let i = 0; i < 4; i++) written.push(t.error('commit', { transfers: 1 }, 'ledger commit failed'));
+    assert.deepEqual(written, [true, false, false, false, false], 'the first line only, within the interval');
+    assert.equal(t.error('other', {}, 'another failure'), true, 'keys are apart');
+    now += 9_999;
+    assert.equal(t.error('commit', {}, 'ledger commit failed'), false, 'not before the interval');
+    now += 1;
+    assert.equal(t.error('commit', { transfers: 2 }, 'ledger commit failed'), true);
+    await new Promise((res) => setImmediate(res));
+    const commit = lines.filter((l) => l.msg === 'ledger commit failed');
+    assert.deepEqual(
+      commit.map((l) => [l.level, l.repeated, l.transfers]),
+      [
+        [50, 1, 3],
+        [50, 6, 2],
+      ],
+      'the second line carries the 5 not written + itself',
+    );
+    assert.equal(lines.filter((l) => l.msg === 'another failure').length, 1);
   });
 
   it('metrics - histograms use ms buckets and event-loop lag is exported', async () => {
