@@ -12,6 +12,8 @@ import type { ResultsIndex, RunInfo } from './results.js';
 
 const CROWD = 'npm run loadtest -- crowd --url http://127.0.0.1:8080';
 const ROLLOVER = 'npm run loadtest -- rollover --chats 1000 --players 10';
+const FAILOVER_3000_PG =
+  'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60 --faults kill,drain,postgres';
 const FAILOVER_30 = 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60';
 const CLUSTER_10000 = 'npm run bench -- cluster --channels 10000 --intent-channels 10000 --batch 2 --in-flight 400';
 const CLUSTER_BATCH20 = 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 100 --batch 20 --in-flight 200';
@@ -225,6 +227,8 @@ const runs: Record<string, RunInfo> = {
     machine: 'quiet',
     commit: '2891f09',
   },
+  'failover-3000ch-postgres-a84c26b.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
+  'failover-3000ch-postgres-a84c26b-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
   'failover-3000ch-5d64eae.json': {
     command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
@@ -1798,6 +1802,26 @@ export const RESULTS: ResultsIndex = {
             '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
             '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
           files: FAILOVER_3000_RUNS,
+        },
+        {
+          figure:
+            'with PostgreSQL stopped and started after the kill and the drain (`--faults kill,drain,postgres`, on a server of the run’s own, fsync on): stakes lost; acked intents lost, drained / other; rounds unpaid; ledger verify; processes that exited',
+          target: '0; 0 / 0; 0; ok; 0',
+          seed: '—',
+          value:
+            '{stakesLost} of {stakes.acked} acked; {intentsLost.drained} / {intentsLost.other}; {rounds.unpaidAtEnd}; {ledgerVerify}; ' +
+            '{targets.unexpectedExits.value}',
+          files: ['failover-3000ch-postgres-a84c26b.json', 'failover-3000ch-postgres-a84c26b-run2.json'],
+        },
+        {
+          figure:
+            'the same runs: PostgreSQL’s shutdown; stopped → accepting again; then the first stake committed / the first batch logged; stakes refused over the whole run (rounds closed or unknown at a move, the store down); error log lines (before the ledger’s commit failures were logged once per interval)',
+          target: '—',
+          seed: '—',
+          value:
+            '{timeline.postgresStopMs} ms; {timeline.postgresBackMs} ms; {recoveryMs.postgres.firstStakeMs} / {recoveryMs.postgres.firstBatchLoggedMs} ms; ' +
+            '{stakes.refused} of {stakes.sent}; {errorLogLines}',
+          files: ['failover-3000ch-postgres-a84c26b.json', 'failover-3000ch-postgres-a84c26b-run2.json'],
         },
         {
           figure:
