@@ -177,7 +177,7 @@ export function requestDeadlineOptions(requestTimeoutMs: number): {
  * - a request not received whole within `requestTimeoutMs` (HTTP_REQUEST_TIMEOUT_MS): 408 `CP_ERR_LIMIT_REQUEST_TIMEOUT`;
  * - headers over node's `maxHeaderSize` (16 KiB): 431 `CP_ERR_PROTO_TOO_BIG`;
  * - anything else the parser cannot read: 400 `CP_ERR_PROTO_MALFORMED`.
- * A connection the peer reset or that is gone already gets nothing.
+ * A connection the peer reset or that is gone already gets nothing, and one whose response has begun only the close.
  */
 export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (err: Error & { code?: string }, socket: Duplex) => void {
   return (err, socket) => {
@@ -201,7 +201,9 @@ export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (e
       message = 'the request is not valid HTTP/1.1';
       telemetry.refusals.refuse('http', code, { why: err.code ?? 'parse' });
     }
-    if (socket.writable) {
+    // As node's own handler: no answer on a socket whose response has begun (it would corrupt that response).
+    const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+    if (socket.writable && !inFlight?.headersSent) {
       const body = JSON.stringify({ code, message });
       socket.write(
         `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
