@@ -1,22 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import pg from 'pg';
 import { isCrowdplayError } from '@crowdplay/protocol';
-import { serviceUrls } from '@crowdplay/testing';
+import { freePort, serviceUrls } from '@crowdplay/testing';
 import { isUnavailableError, mapPgError, PgDb } from '../src/index.ts';
-
-/** A TCP port on 127.0.0.1 that nothing listens on (bound, then released). */
-function closedPort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 function unavailable(err: unknown): boolean {
   assert.ok(isCrowdplayError(err, 'CP_ERR_STORE_UNAVAILABLE'), `expected CP_ERR_STORE_UNAVAILABLE, got ${String(err)}`);
@@ -27,7 +14,7 @@ function unavailable(err: unknown): boolean {
 
 describe('store - database unavailable', () => {
   it('a server that is not there: query and tx are refused with CP_ERR_STORE_UNAVAILABLE (retryable), not the raw socket error', async () => {
-    const pool = new pg.Pool({ connectionString: `postgresql://postgres@127.0.0.1:${await closedPort()}/test`, max: 1 });
+    const pool = new pg.Pool({ connectionString: `postgresql://postgres@127.0.0.1:${await freePort()}/test`, max: 1 });
     pool.on('error', () => undefined);
     const db = new PgDb(pool);
     try {
