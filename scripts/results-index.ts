@@ -12,8 +12,8 @@ import type { ResultsIndex, RunInfo } from './results.js';
 
 const CROWD = 'npm run loadtest -- crowd --url http://127.0.0.1:8080';
 const ROLLOVER = 'npm run loadtest -- rollover --chats 1000 --players 10';
-const FAILOVER_3000_PG =
-  'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60 --faults kill,drain,postgres';
+const FAILOVER_3000 = 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60';
+const FAILOVER_3000_PG = `${FAILOVER_3000} --faults kill,drain,postgres`;
 const FAILOVER_30 = 'npm run loadtest -- failover --gateways 2 --shards 3 --viewers 3000 --channels 30 --duration 60';
 const CLUSTER_10000 = 'npm run bench -- cluster --channels 10000 --intent-channels 10000 --batch 2 --in-flight 400';
 const CLUSTER_BATCH20 = 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 100 --batch 20 --in-flight 200';
@@ -196,44 +196,20 @@ const runs: Record<string, RunInfo> = {
   'failover-30ch-e60a221.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
   'failover-30ch-e60a221-run2.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
   'failover-30ch-e60a221-run3.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
-  'failover-3000ch.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '92ea108',
-  },
-  'failover-3000ch-run2.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: 'd863b0b',
-  },
-  'failover-3000ch-7a00657.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'shared',
-    commit: '7a00657',
-  },
+  'failover-3000ch.json': { command: FAILOVER_3000, machine: 'quiet', commit: '92ea108' },
+  'failover-3000ch-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'd863b0b' },
+  'failover-3000ch-7a00657.json': { command: FAILOVER_3000, machine: 'shared', commit: '7a00657' },
   'failover-3000ch-drain-budget.json': {
     command:
       'SHUTDOWN_DEADLINE_MS=3000 SHARD_DRAIN_FINAL_MS=2500 npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
     machine: 'quiet',
     commit: '65a4bef',
   },
-  'failover-3000ch-drain-release.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '5621fcd',
-  },
-  'failover-3000ch-2891f09.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '2891f09',
-  },
+  'failover-3000ch-drain-release.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5621fcd' },
+  'failover-3000ch-2891f09.json': { command: FAILOVER_3000, machine: 'quiet', commit: '2891f09' },
   'failover-3000ch-postgres-a84c26b.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
   'failover-3000ch-postgres-a84c26b-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
-  'failover-3000ch-5d64eae.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '5d64eae',
-  },
+  'failover-3000ch-5d64eae.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5d64eae' },
   'cluster-control-place-2891f09-run1.json': {
     command: 'npm run bench -- cluster-control --only place',
     machine: 'quiet',
@@ -244,11 +220,7 @@ const runs: Record<string, RunInfo> = {
     machine: 'quiet',
     commit: '2891f09',
   },
-  'failover-3000ch-14270ad.json': {
-    command: 'npm run loadtest -- failover --gateways 2 --shards 3 --channels 3000 --viewers 3000 --round-ms 30000 --duration 60',
-    machine: 'quiet',
-    commit: '14270ad',
-  },
+  'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
 
 const CROWD_2000 = ['crowd-2000-pglite.json', 'crowd-2000-postgres.json'];
