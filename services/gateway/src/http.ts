@@ -15,7 +15,14 @@ import { buildHostedViewer, hostedViewerBanner } from '../../../scripts/build-sd
 import { registerCors } from './cors.ts';
 import { DEV_TOKEN_BODY_LIMIT_BYTES, registerDevTokenRoute } from './dev-tokens.ts';
 import { checkOverlayQuery, OVERLAY_PATH } from './overlay.ts';
-import { pageCsp, parseEmbedOrigins, registerSecurityHeaders, TELEGRAM_WEB_APP_SCRIPT, type PagePolicy } from './security-headers.ts';
+import {
+  NON_PAGE_CSP,
+  pageCsp,
+  parseEmbedOrigins,
+  registerSecurityHeaders,
+  TELEGRAM_WEB_APP_SCRIPT,
+  type PagePolicy,
+} from './security-headers.ts';
 
 /** The viewer SDK entry bundled for browsers at GET /sdk-viewer.js when no prebuilt client is found. */
 export const SDK_VIEWER_ENTRY = fileURLToPath(new URL('../../../libs/sdk-viewer/src/index.ts', import.meta.url));
@@ -173,15 +180,24 @@ export function requestDeadlineOptions(requestTimeoutMs: number): {
 
 /**
  * Fastify's `clientErrorHandler`: what node's HTTP parser refuses before any route runs, answered in crowdplay's
- * `{code, message}` shape, counted in crowdplay_refusals_total{area="http"}, and the connection closed:
- * - a request not received whole within `requestTimeoutMs` (HTTP_REQUEST_TIMEOUT_MS): 408 `CP_ERR_LIMIT_REQUEST_TIMEOUT`;
+ * `{code, message}` shape with the headers every answer carries, counted in crowdplay_refusals_total{area="http"},
+ * and the connection closed:
+ * - a request not received whole within `requestTimeoutMs` (HTTP_REQUEST_TIMEOUT_MS) of the connection's opening, or
+ *   of the previous answer on a kept-alive one: 408 `CP_ERR_LIMIT_REQUEST_TIMEOUT`;
  * - headers over node's `maxHeaderSize` (16 KiB): 431 `CP_ERR_PROTO_TOO_BIG`;
  * - anything else the parser cannot read: 400 `CP_ERR_PROTO_MALFORMED`.
- * A connection the peer reset or that is gone already gets nothing, and one whose response has begun only the close.
+ * Closed without an answer and not counted: a connection that sent nothing by the deadline (a browser's
+ * preconnect), one its peer reset or ended in the middle of a request (the client went away, nothing was malformed),
+ * and one already gone. One whose response has begun gets only the close.
  */
 export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (err: Error & { code?: string }, socket: Duplex) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const sentNothing = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && (socket as Duplex & { bytesRead?: number }).bytesRead === 0;
+    if (sentNothing || err.code === 'HPE_INVALID_EOF_STATE') {
+      socket.destroy();
+      return;
+    }
     let status: number;
     let code: ErrorCode;
     let message: string;
@@ -207,7 +223,8 @@ export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (e
       const body = JSON.stringify({ code, message });
       socket.write(
         `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
-          `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+          `Content-Length: ${Buffer.byteLength(body)}\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n` +
+          `Content-Security-Policy: ${NON_PAGE_CSP}\r\nConnection: close\r\n\r\n${body}`,
       );
     }
     socket.destroy();
@@ -244,7 +261,18 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   // A page on a listed origin may load the hosted client and call the viewer routes (cors.ts).
   registerCors(app, embedOrigins);
 
+  // An answer sent before its request's body arrived whole (a 415 decided from the headers) ends the connection: the
+  // rest of that body is never read, so no deadline or parse error of it follows on the same socket.
+  app.addHook('onSend', async (req, reply, payload) => {
+    if (!req.raw.complete) reply.header('connection', 'close');
+    return payload;
+  });
+
   app.setErrorHandler((err, req, reply) => {
+    // The body stopped coming: the request deadline cut the connection (counted there) or the client went away.
+    // Nobody reads an answer, and it is not a body the route refused.
+    if ((err as { code?: string }).code === 'ECONNRESET' || req.raw.destroyed)
+      return reply.status(400).send({ code: 'CP_ERR_PROTO_INVALID', message: 'the request ended before its body did' });
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
     const status = (err as { statusCode?: number }).statusCode ?? 500;
     if (status === 413) {

@@ -343,34 +343,48 @@ describe('gateway http - unknown routes', () => {
   });
 });
 
-/** What a raw HTTP/1.1 connection got back: the status, the JSON body, and how long the server kept it open. */
+/** What a raw HTTP/1.1 connection got back: the status, the headers (lower-case names), the JSON body, and how long the server kept it open. */
 interface RawAnswer {
   status: number;
+  headers: Record<string, string>;
   body: { code?: string; message?: string };
   openMs: number;
 }
 
 /**
- * Writes `head` on a new connection to `port`, then, with `trickle`, one more byte every 20 ms (a client that keeps
- * sending, too slowly), until the server closes the connection.
+ * Writes `head` on a new connection to `port`; with `trickle`, one more byte every 20 ms after it (a client that keeps
+ * sending, too slowly); with `end`, ends its side at once (a client that goes away mid-request). Resolves with every
+ * byte the server sent once it closed the connection, and how long that took.
  */
-function rawRequest(port: number, head: string, trickle = false): Promise<RawAnswer> {
-  return new Promise((resolve, reject) => {
+function rawExchange(port: number, head: string, o: { trickle?: boolean; end?: boolean } = {}): Promise<{ text: string; openMs: number }> {
+  return new Promise((resolve) => {
     const started = Date.now();
     const chunks: Buffer[] = [];
-    const socket = connect(port, '127.0.0.1', () => socket.write(head));
-    const timer = trickle ? setInterval(() => socket.writable && socket.write(' '), 20) : undefined;
+    const socket = connect(port, '127.0.0.1', () => (o.end ? socket.end(head) : socket.write(head)));
+    const timer = o.trickle ? setInterval(() => socket.writable && socket.write(' '), 20) : undefined;
     socket.on('data', (d) => chunks.push(d));
     socket.on('error', () => undefined); // a reset after the answer: what arrived is what counts
     socket.on('close', () => {
       clearInterval(timer);
-      const text = Buffer.concat(chunks).toString('utf8');
-      const m = /^HTTP\/1\.1 (\d{3}) /.exec(text);
-      if (!m) return reject(new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`));
-      const body = text.slice(text.indexOf('\r\n\r\n') + 4);
-      resolve({ status: Number(m[1]), body: body ? (JSON.parse(body) as RawAnswer['body']) : {}, openMs: Date.now() - started });
+      resolve({ text: Buffer.concat(chunks).toString('utf8'), openMs: Date.now() - started });
     });
   });
+}
+
+/** {@link rawExchange} of one request that must get exactly one HTTP answer, parsed. */
+async function rawRequest(port: number, head: string, trickle = false): Promise<RawAnswer> {
+  const { text, openMs } = await rawExchange(port, head, { trickle });
+  const m = /^HTTP\/1\.1 (\d{3}) /.exec(text);
+  if (!m) throw new Error(`no HTTP answer: ${JSON.stringify(text.slice(0, 200))}`);
+  assert.equal(text.match(/HTTP\/1\.1 \d{3} /g)?.length, 1, `one answer: ${JSON.stringify(text.slice(0, 400))}`);
+  const split = text.indexOf('\r\n\r\n');
+  const headers: Record<string, string> = {};
+  for (const line of text.slice(0, split).split('\r\n').slice(1)) {
+    const colon = line.indexOf(':');
+    headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+  }
+  const body = text.slice(split + 4);
+  return { status: Number(m[1]), headers, body: body ? (JSON.parse(body) as RawAnswer['body']) : {}, openMs };
 }
 
 describe('gateway http - request deadline (HTTP_REQUEST_TIMEOUT_MS)', () => {
@@ -387,13 +401,53 @@ describe('gateway http - request deadline (HTTP_REQUEST_TIMEOUT_MS)', () => {
       // Headers that never end are held to the same deadline.
       const slowHead = await rawRequest(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ', true);
       assert.deepEqual([slowHead.status, slowHead.body.code], [408, 'CP_ERR_LIMIT_REQUEST_TIMEOUT']);
-      const refused = metricValue(await h.metricsText(), 'crowdplay_refusals_total', {
-        area: 'http',
-        reason: 'CP_ERR_LIMIT_REQUEST_TIMEOUT',
-      });
-      assert.equal(refused, 2);
       const whole = await rawRequest(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
       assert.deepEqual([whole.status, whole.body], [200, { status: 'ok' }]);
+      // Each cut request is counted once, as a timeout: the route's body parser, which saw its body stop, counts nothing.
+      const text = await h.metricsText();
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_LIMIT_REQUEST_TIMEOUT' }), 2);
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http' }), 2, 'nothing else counted');
+      // The parser's answers carry the headers every answer carries.
+      assert.deepEqual(
+        [slowBody.headers['x-content-type-options'], slowBody.headers['referrer-policy'], slowBody.headers['content-security-policy']],
+        ['nosniff', 'no-referrer', "default-src 'none'; frame-ancestors 'none'"],
+      );
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('closed without an answer or a count: a connection that sends nothing, a client that goes away mid-request', async () => {
+    const h = await startHarness({ store: unusedStore(), http: { requestTimeoutMs: 200 } });
+    try {
+      const idle = await rawExchange(h.port, '');
+      assert.equal(idle.text, '', 'nothing written to a connection that asked nothing');
+      assert.ok(idle.openMs >= 200, `closed at the deadline, not before: ${idle.openMs} ms`);
+      const gone = await rawExchange(h.port, SLOW_BODY, { end: true });
+      assert.equal(gone.text, '', 'nothing written to a client that left');
+      const headGone = await rawExchange(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\n', { end: true });
+      assert.equal(headGone.text, '');
+      const whole = await rawRequest(h.port, 'GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      assert.equal(whole.status, 200);
+      assert.equal(metricValue(await h.metricsText(), 'crowdplay_refusals_total', { area: 'http' }), 0, 'nothing counted');
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('an answer given before its body arrived (415 from the headers) closes the connection: no 408 follows it', async () => {
+    const h = await startHarness({ store: unusedStore(), http: { requestTimeoutMs: 200 } });
+    try {
+      const early = await rawRequest(
+        h.port,
+        'POST /v1/tokens/dev HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 500\r\n\r\nx',
+        true,
+      );
+      assert.deepEqual([early.status, early.body.code, early.headers.connection], [415, 'CP_ERR_PROTO_INVALID', 'close']);
+      assert.ok(early.openMs < 200, `closed with the answer, not at the deadline: ${early.openMs} ms`);
+      const text = await h.metricsText();
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_LIMIT_REQUEST_TIMEOUT' }), 0);
+      assert.equal(metricValue(text, 'crowdplay_refusals_total', { area: 'http', reason: 'CP_ERR_PROTO_INVALID' }), 1);
     } finally {
       await h.close();
     }
