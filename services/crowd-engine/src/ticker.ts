@@ -6,6 +6,7 @@
  */
 import type { Batch } from '@crowdplay/protocol';
 import { TurnBudget } from '@crowdplay/ratelimit';
+import { ThrottledLog } from '@crowdplay/telemetry';
 import type { Intake } from './intake.ts';
 import type { Owned, ShardState } from './shard-state.ts';
 import type { UpdatePublisher } from './updates.ts';
@@ -19,6 +20,8 @@ export class Ticker {
   private tickRun: Promise<void> | null = null;
   /** The time a tick may take per event-loop turn (SHARD_TURN_BUDGET_MS, on the shard's now()); apart from the updates' (see UpdatePublisher). */
   private readonly tickBudget: TurnBudget;
+  /** Failures that repeat every tick while Postgres or the sequencer is down: a line per REFUSAL_LOG_INTERVAL_MS each. */
+  private readonly failLog: ThrottledLog;
 
   constructor(
     private readonly s: ShardState,
@@ -26,6 +29,7 @@ export class Ticker {
     private readonly updates: UpdatePublisher,
   ) {
     this.tickBudget = new TurnBudget(s.deps.config.engine.turnBudgetMs, () => s.now());
+    this.failLog = new ThrottledLog(s.deps.telemetry.logger, s.deps.telemetry.refusals.intervalMs);
   }
 
   /** Closes every owned channel's batch. Ticks never overlap: a slow one skips the next (resolves at once). */
@@ -101,7 +105,7 @@ export class Ticker {
       }
     }
     if (failed > 0)
-      this.s.deps.telemetry.logger.error({ err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
+      this.failLog.error('tick', { err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
     try {
       await this.publishBatches(outbox);
     } catch (err) {
@@ -172,7 +176,7 @@ export class Ticker {
       );
     } catch (err) {
       // Postgres refused the statement as a whole: publish anyway with a floor per channel (a resume from before it resyncs).
-      telemetry.logger.error({ err, channels: outbox.length }, 'event log write failed; publishing with a floor');
+      this.failLog.error('log', { err, channels: outbox.length }, 'event log write failed; publishing with a floor');
       await Promise.all(
         outbox.map(async (b) => {
           try {

@@ -252,3 +252,34 @@ describe('crowd-engine - limits', () => {
     assert.deepEqual(snap.game, { a: 1 });
   });
 });
+
+describe('crowd-engine - the event log unreachable', () => {
+  it('each tick still publishes its batch (with a floor); the failure is logged once per interval with its count', async () => {
+    const h = await startHarness();
+    try {
+      await h.store.channels.ensure('down', 'acme');
+      await h.router.assign('down');
+      assert.equal((await h.ctl('down', { op: 'declare', actions: [{ name: 'cheer', maxPerTick: 100 }] })).ok, true);
+      const append = h.store.events.append.bind(h.store.events);
+      let failed = 0;
+      h.store.events.append = () => {
+        failed++;
+        return Promise.reject(new Error('Connection terminated unexpectedly'));
+      };
+      // Three ticks in a row whose append fails.
+      for (let i = 0; i < 3; i++) {
+        h.send('down', [{ action: 'cheer', seq: 100 + i }]);
+        await h.waitFor(() => failed > i);
+      }
+      await h.waitFor(() => h.batches.filter((b) => b.channel === 'down').length >= 3);
+      h.store.events.append = append;
+      const lines = h.logs.filter((l) => l.msg === 'event log write failed; publishing with a floor');
+      assert.equal(lines.length, 1, `one line for ${failed} failed appends`);
+      assert.equal(lines[0]!.repeated, 1);
+      assert.equal(lines[0]!.level, 50);
+      assert.match(await h.telemetry.metrics.prometheusText(), /crowdplay_event_log_writes_total\{outcome="gap"[^}]*\} [3-9]/);
+    } finally {
+      await h.close();
+    }
+  });
+});
