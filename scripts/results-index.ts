@@ -69,9 +69,9 @@ const runs: Record<string, RunInfo> = {
   },
   'render-fit.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --fit --explore', machine: 'quiet', commit: 'fda9576' },
   'render-memory.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render --memory', machine: 'quiet', commit: 'ef3e2a5' },
-  'rollover-1000x10-2891f09-slow-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '2891f09' },
-  'rollover-1000x10-2891f09-slow-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '2891f09' },
-  'rollover-1000x10-5d64eae-slow.json': { command: ROLLOVER, machine: 'pinned', commit: '5d64eae' },
+  'rollover-1000x10-04c614c-slow-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '04c614c' },
+  'rollover-1000x10-04c614c-slow-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '04c614c' },
+  'rollover-1000x10-4340be6-slow.json': { command: ROLLOVER, machine: 'pinned', commit: '4340be6' },
   'rollover-1000x10-rank-run1.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
   'rollover-1000x10-rank-run2.json': { command: ROLLOVER, machine: 'pinned', commit: '8d7eb00' },
   'rollover-1000x10-rank-contend-run1.json': { command: `${ROLLOVER} --contend 4,8`, machine: 'pinned', commit: '8d7eb00' },
@@ -206,19 +206,19 @@ const runs: Record<string, RunInfo> = {
     commit: '65a4bef',
   },
   'failover-3000ch-drain-release.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5621fcd' },
-  'failover-3000ch-2891f09.json': { command: FAILOVER_3000, machine: 'quiet', commit: '2891f09' },
-  'failover-3000ch-postgres-a84c26b.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
-  'failover-3000ch-postgres-a84c26b-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: 'a84c26b' },
-  'failover-3000ch-5d64eae.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5d64eae' },
-  'cluster-control-place-2891f09-run1.json': {
+  'failover-3000ch-04c614c.json': { command: FAILOVER_3000, machine: 'quiet', commit: '04c614c' },
+  'failover-3000ch-postgres-47e61de.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
+  'failover-3000ch-postgres-47e61de-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
+  'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
+  'cluster-control-place-04c614c-run1.json': {
     command: 'npm run bench -- cluster-control --only place',
     machine: 'quiet',
-    commit: '2891f09',
+    commit: '04c614c',
   },
-  'cluster-control-place-2891f09-run2.json': {
+  'cluster-control-place-04c614c-run2.json': {
     command: 'npm run bench -- cluster-control --only place',
     machine: 'quiet',
-    commit: '2891f09',
+    commit: '04c614c',
   },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -231,9 +231,9 @@ const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
 const FAILOVER_30_RUNS = ['failover-30ch-e60a221.json', 'failover-30ch-e60a221-run2.json', 'failover-30ch-e60a221-run3.json'];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
 const ROLLOVER_SLOW = [
-  'rollover-1000x10-2891f09-slow-run1.json',
-  'rollover-1000x10-2891f09-slow-run2.json',
-  'rollover-1000x10-5d64eae-slow.json',
+  'rollover-1000x10-04c614c-slow-run1.json',
+  'rollover-1000x10-04c614c-slow-run2.json',
+  'rollover-1000x10-4340be6-slow.json',
 ];
 const ROLLOVER_CONTEND = [
   'rollover-1000x10-rank-contend-run1.json',
@@ -245,9 +245,9 @@ const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
 const CLUSTER_STEADY = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
-const FAILOVER_3000_RUNS = ['failover-3000ch-2891f09.json', 'failover-3000ch-5d64eae.json'];
+const FAILOVER_3000_RUNS = ['failover-3000ch-04c614c.json', 'failover-3000ch-4340be6.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = ['cluster-control-place-2891f09-run1.json', 'cluster-control-place-2891f09-run2.json'];
+const PLACE_RUNS = ['cluster-control-place-04c614c-run1.json', 'cluster-control-place-04c614c-run2.json'];
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
@@ -624,7 +624,7 @@ export const RESULTS: ResultsIndex = {
           'the Mini App with signed initData and guesses (2–6 guesses, 200–800 ms think time, 200 connects in flight), boards with ' +
           'real avatars. The rows are two runs of the current code in the state the machine was in (quick connects: p50 ~0.6 s, ' +
           'guessing ~35 s, the bucket the limit). Below them, three runs of the current code in the slow state the machine was in ' +
-          'the next day (connects p50 ~1.1 s, guessing ~55 s, no load beside it; 2891f09 and 5d64eae change no board or send code), then the current code with `--contend 4,8` (a load pinned beside the ' +
+          'the next day (connects p50 ~1.1 s, guessing ~55 s, no load beside it; 04c614c and 4340be6 change no board or send code), then the current code with `--contend 4,8` (a load pinned beside the ' +
           'product, busy 4 ms then idle 8 ms: the slow state made on purpose, connects ~0.8–1.1 s, guessing 45–60 s), the code ' +
           'before (fb6cc1e) in both states, the look-ahead at 1,000 ms with the second render slot (not kept; decision 0041), ' +
           'two runs of e0a6729 and b3df611 in the slow state met by chance (connect p50 ~1.3 s, guessing 66–75 s), ' +
@@ -1667,7 +1667,7 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
           'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are two runs of the current code in the machine’s first hour after a boot (5d64eae adds nothing on this path but ' +
+          'The rows are two runs of the current code in the machine’s first hour after a boot (4340be6 adds nothing on this path but ' +
           'an HTTP request deadline no request here comes near); below them the ' +
           'code of the day before, run with the machine at 100 % before the faults. The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
           'then the drain’s last step forced and a variant of it that was not kept (decision 0039), each run the same day. ' +
@@ -1783,7 +1783,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{stakesLost} of {stakes.acked} acked; {intentsLost.drained} / {intentsLost.other}; {rounds.unpaidAtEnd}; {ledgerVerify}; ' +
             '{targets.unexpectedExits.value}',
-          files: ['failover-3000ch-postgres-a84c26b.json', 'failover-3000ch-postgres-a84c26b-run2.json'],
+          files: ['failover-3000ch-postgres-47e61de.json', 'failover-3000ch-postgres-47e61de-run2.json'],
         },
         {
           figure:
@@ -1793,7 +1793,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{timeline.postgresStopMs} ms; {timeline.postgresBackMs} ms; {recoveryMs.postgres.firstStakeMs} / {recoveryMs.postgres.firstBatchLoggedMs} ms; ' +
             '{stakes.refused} of {stakes.sent}; {errorLogLines}',
-          files: ['failover-3000ch-postgres-a84c26b.json', 'failover-3000ch-postgres-a84c26b-run2.json'],
+          files: ['failover-3000ch-postgres-47e61de.json', 'failover-3000ch-postgres-47e61de-run2.json'],
         },
         {
           figure:
