@@ -14,8 +14,12 @@
  * of the server (/proc/<pid>/stat of the backends pg_stat_activity names,
  * at both ends of a window). Parts (`--only`), each in a cluster of its own:
  *
- * - `place` (3 shards): `--channels` rows created in one statement, then
- *   every channel's first join at once: RouterClient.assign over the bus with
+ * - `place` (3 shards): two bursts on the same cluster, each of `--channels`
+ *   new channels: the first in processes that have just started (a cold start:
+ *   V8 still compiles the hot paths on its background threads, reported as
+ *   `place`), the second once they have placed the first, whose channels they
+ *   still hold (a running cluster, `placeWarm`). Per burst: the rows created in
+ *   one statement, then every channel's first join at once: RouterClient.assign over the bus with
  *   `--concurrency` in flight (a refusal the router calls retryable is asked
  *   again). When its assign answers, each channel gets one probe: an intent
  *   on `ch.<C>.in` as a gateway publishes it; the channel is ready when the
@@ -55,7 +59,7 @@
  *   publishes them.
  *
  * Targets (the bench says when one is missed, with the figure): placement
- * ≥ 10,000 channels/s end to end; 1,500 channels (half with open rounds)
+ * ≥ 10,000 channels/s end to end (each burst); 1,500 channels (half with open rounds)
  * batching again ≤ 1 s after their shard is declared dead.
  *
  * Prints a table and, with --json FILE, writes every figure with the
@@ -291,7 +295,14 @@ async function rig(entry: ChildEntry, shards: number): Promise<Rig> {
   const appName = uniqueName('cpbench');
   const store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 4, pgliteDir: 'memory' });
   const bus = await connectNatsBus({ servers: urls.natsUrl, name: 'bench-driver' });
-  const tap = new LogTap(['channels assigned', 'channel assigned', 'channels acquired', 'channel acquired', 'shard declared dead', 'router: channels moved']);
+  const tap = new LogTap([
+    'channels assigned',
+    'channel assigned',
+    'channels acquired',
+    'channel acquired',
+    'shard declared dead',
+    'router: channels moved',
+  ]);
   const sep = schema.databaseUrl.includes('?') ? '&' : '?';
   let cluster: Cluster | undefined;
   try {
@@ -383,127 +394,159 @@ function fieldSummary(lines: readonly LogLine[], key: string): ReturnType<typeof
   return summary(lines.map((l) => Number(l.line[key])).filter((v) => Number.isFinite(v)));
 }
 
-async function benchPlace(p: Params, entry: ChildEntry, rows: Array<[string, string]>): Promise<{ report: unknown; failed: boolean }> {
+/**
+ * The `place` part: two bursts of `--channels` first joins on one cluster of 3 shards. The first runs in processes
+ * that have just started, so V8 is still compiling the hot paths on its background threads (a cold start of the
+ * whole cluster); the second, on new channels, runs in the same processes once they have done one (a running
+ * cluster placing a failover's, a drain's or a rebalance's channels), with the first burst's channels still held.
+ * @returns each burst's report (`cold`, `warm`) and whether either saw errors
+ */
+async function benchPlace(
+  p: Params,
+  entry: ChildEntry,
+  rows: Array<[string, string]>,
+): Promise<{ cold: unknown; warm: unknown; failed: boolean }> {
   const r = await rig(entry, 3);
   try {
-    const names = await createChannels(r.store, 'pl', p.channels);
-    const probes = new Probes(r.bus, r.subjects, names);
-    const assignedAt = new Map<number, number>();
-    await r.bus.flush();
-    const watch = new ProcessWatch(
-      ['router', 'shard-1', 'shard-2', 'shard-3', 'sequencer'].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })),
-    );
-    await r.infra.start();
-    const pg0 = cpuMsByComm('postgres', clockTicksPerSecond());
-    const logFrom = r.tap.lines.length;
-    watch.start();
-    const driver0 = process.cpuUsage();
-    const t0 = Date.now();
-    const a = await assignAll(r.router, names, p.concurrency, (i) => {
-      assignedAt.set(i, Date.now());
-      probes.send(i);
-    });
-    const placedMs = Date.now() - t0;
-    // Probes unanswered for PROBE_RETRY_MS are sent again, until every channel answered or 10 s passed.
-    const deadline = Date.now() + 10_000;
-    let resent = 0;
-    while (probes.firstAckAt.size < assignedAt.size && Date.now() < deadline) {
-      await sleep(50);
-      const now = Date.now();
-      for (const [i, at] of probes.sentAt)
-        if (!probes.firstAckAt.has(i) && now - at >= PROBE_RETRY_MS) {
-          probes.sentAt.set(i, now);
-          probes.send(i);
-          resent++;
-        }
-    }
-    const readyMs = Math.max(0, ...probes.firstAckAt.values()) - t0;
-    const processes = watch.stop();
-    const infra = r.infra.stop();
-    const driverUsage = process.cpuUsage(driver0);
-    const driverCpuMs = Math.round((driverUsage.user + driverUsage.system) / 1000);
-    const pg1 = cpuMsByComm('postgres', clockTicksPerSecond());
-    const pgMs = cpuDeltaMs(pg0, pg1);
-    probes.close();
-    const logs = r.tap.lines.slice(logFrom);
-    const assigned = logs.filter((l) => l.proc === 'router' && /^channels? assigned$/.test(String(l.line.msg)));
-    const acquired = logs.filter((l) => l.proc.startsWith('shard') && /^channels? acquired$/.test(String(l.line.msg)));
-    const batchSize = (l: LogLine): number => Number(l.line.channels ?? 1);
-    const ready = probes.firstAckAt.size;
-    const readyPerS = Math.round((ready * 1000) / Math.max(1, readyMs));
-    const placedPerS = Math.round((a.ms.length * 1000) / Math.max(1, placedMs));
-    const probeToAck = [...probes.firstAckAt].map(([i, at]) => at - (assignedAt.get(i) ?? at));
-    const perShard: Record<string, number> = {};
-    for (const l of acquired) perShard[l.proc] = (perShard[l.proc] ?? 0) + batchSize(l);
-    const targetMet = ready === names.length && readyPerS >= PLACE_TARGET_PER_S;
-    const report = {
-      mode: 'separate processes (startCluster): sequencer, router, 3 crowd-engine shards, 1 idle gateway',
-      channels: names.length,
-      concurrency: p.concurrency,
-      assigned: a.ms.length,
-      assignRetries: a.retries,
-      assignErrors: a.errors,
-      assignErrorCodes: a.errorCodes,
-      placedMs,
-      placedPerSecond: placedPerS,
-      ready,
-      readyMs,
-      readyPerSecond: readyPerS,
-      probeResent: resent,
-      probeAckCodes: probes.codes,
-      assignMs: summary(a.ms),
-      assignedToAckMs: summary(probeToAck),
-      routerPlacements: {
-        statements: assigned.length,
-        channelsPerPlacement: summary(assigned.map(batchSize)),
-        ms: fieldSummary(assigned, 'ms'),
-        readMs: fieldSummary(assigned, 'readMs'),
-        writeMs: fieldSummary(assigned, 'writeMs'),
-        acquireMs: fieldSummary(assigned, 'acquireMs'),
-      },
-      shardAcquires: {
-        batches: acquired.length,
-        channelsPerBatch: summary(acquired.map(batchSize)),
-        channelsPerShard: perShard,
-        readMs: fieldSummary(acquired, 'readMs'),
-        leaseMs: fieldSummary(acquired, 'leaseMs'),
-        startMs: fieldSummary(acquired, 'startMs'),
-        subscribeMs: fieldSummary(acquired, 'subscribeMs'),
-      },
-      processes,
-      natsServer: infra.nats,
-      postgresBackends: infra.postgres,
-      allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
-      driverCpuMs,
-      warnings: r.tap.warnings(t0),
-      target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
-    };
-    rows.push([
-      'place: ready end to end',
-      `${ready} of ${names.length} channels in ${readyMs} ms = ${readyPerS} channels/s (target ≥ ${PLACE_TARGET_PER_S}: ${targetMet ? 'met' : 'MISSED'})`,
-    ]);
-    rows.push([
-      '  placed (assign answered)',
-      `${a.ms.length} in ${placedMs} ms = ${placedPerS}/s, ${p.concurrency} in flight; assign ms ${JSON.stringify(summary(a.ms))}; retries ${a.retries}, errors ${a.errors}`,
-    ]);
-    rows.push(['  assign → probe ack', `ms ${JSON.stringify(summary(probeToAck))}; probes resent ${resent}; acks ${JSON.stringify(probes.codes)}`]);
-    rows.push([
-      '  router placements',
-      `${assigned.length} statements, channels each ${JSON.stringify(summary(assigned.map(batchSize)))}, ms ${JSON.stringify(report.routerPlacements.ms)}; p50 read ${report.routerPlacements.readMs.p50}, write ${report.routerPlacements.writeMs.p50}, acquire ${report.routerPlacements.acquireMs.p50} ms`,
-    ]);
-    rows.push([
-      '  shard acquires',
-      `${acquired.length} batches ${JSON.stringify(perShard)}; readMs p50 ${report.shardAcquires.readMs.p50}, leaseMs p50 ${report.shardAcquires.leaseMs.p50}, startMs p50 ${report.shardAcquires.startMs.p50}, subscribeMs p50 ${report.shardAcquires.subscribeMs.p50}`,
-    ]);
-    for (const s of processes) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %`]);
-    rows.push(['  nats-server cpu', `${infra.nats?.cpuPct ?? 'n/a'} %`]);
-    rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
-    rows.push(['  driver (this process) cpu', `${driverCpuMs} ms`]);
-    for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
-    return { report, failed: a.errors > 0 || ready < names.length };
+    const cold = await placeBurst(r, p, 'pl', 'place, cold start', rows);
+    const warm = await placeBurst(r, p, 'pw', 'place, running cluster', rows);
+    return { cold: cold.report, warm: warm.report, failed: cold.failed || warm.failed };
   } finally {
     await r.close();
   }
+}
+
+/** One burst of `p.channels` first joins of new channels `<stem>-0…` on rig `r`; rows are headed `label`. */
+async function placeBurst(
+  r: Rig,
+  p: Params,
+  stem: string,
+  label: string,
+  rows: Array<[string, string]>,
+): Promise<{ report: unknown; failed: boolean }> {
+  const held = Number(
+    (await r.store.db.query<{ n: string }>('SELECT count(*) AS n FROM channels WHERE owner IS NOT NULL')).rows[0]?.n ?? 0,
+  );
+  const names = await createChannels(r.store, stem, p.channels);
+  const probes = new Probes(r.bus, r.subjects, names);
+  const assignedAt = new Map<number, number>();
+  await r.bus.flush();
+  const watch = new ProcessWatch(
+    ['router', 'shard-1', 'shard-2', 'shard-3', 'sequencer'].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })),
+  );
+  await r.infra.start();
+  const pg0 = cpuMsByComm('postgres', clockTicksPerSecond());
+  const logFrom = r.tap.lines.length;
+  watch.start();
+  const driver0 = process.cpuUsage();
+  const t0 = Date.now();
+  const a = await assignAll(r.router, names, p.concurrency, (i) => {
+    assignedAt.set(i, Date.now());
+    probes.send(i);
+  });
+  const placedMs = Date.now() - t0;
+  // Probes unanswered for PROBE_RETRY_MS are sent again, until every channel answered or 10 s passed.
+  const deadline = Date.now() + 10_000;
+  let resent = 0;
+  while (probes.firstAckAt.size < assignedAt.size && Date.now() < deadline) {
+    await sleep(50);
+    const now = Date.now();
+    for (const [i, at] of probes.sentAt)
+      if (!probes.firstAckAt.has(i) && now - at >= PROBE_RETRY_MS) {
+        probes.sentAt.set(i, now);
+        probes.send(i);
+        resent++;
+      }
+  }
+  const readyMs = Math.max(0, ...probes.firstAckAt.values()) - t0;
+  const processes = watch.stop();
+  const infra = r.infra.stop();
+  const driverUsage = process.cpuUsage(driver0);
+  const driverCpuMs = Math.round((driverUsage.user + driverUsage.system) / 1000);
+  const pg1 = cpuMsByComm('postgres', clockTicksPerSecond());
+  const pgMs = cpuDeltaMs(pg0, pg1);
+  probes.close();
+  const logs = r.tap.lines.slice(logFrom);
+  const assigned = logs.filter((l) => l.proc === 'router' && /^channels? assigned$/.test(String(l.line.msg)));
+  const acquired = logs.filter((l) => l.proc.startsWith('shard') && /^channels? acquired$/.test(String(l.line.msg)));
+  const batchSize = (l: LogLine): number => Number(l.line.channels ?? 1);
+  const ready = probes.firstAckAt.size;
+  const readyPerS = Math.round((ready * 1000) / Math.max(1, readyMs));
+  const placedPerS = Math.round((a.ms.length * 1000) / Math.max(1, placedMs));
+  const probeToAck = [...probes.firstAckAt].map(([i, at]) => at - (assignedAt.get(i) ?? at));
+  const perShard: Record<string, number> = {};
+  for (const l of acquired) perShard[l.proc] = (perShard[l.proc] ?? 0) + batchSize(l);
+  const targetMet = ready === names.length && readyPerS >= PLACE_TARGET_PER_S;
+  const report = {
+    mode: 'separate processes (startCluster): sequencer, router, 3 crowd-engine shards, 1 idle gateway',
+    burst: label,
+    channelsHeldBefore: held,
+    channels: names.length,
+    concurrency: p.concurrency,
+    assigned: a.ms.length,
+    assignRetries: a.retries,
+    assignErrors: a.errors,
+    assignErrorCodes: a.errorCodes,
+    placedMs,
+    placedPerSecond: placedPerS,
+    ready,
+    readyMs,
+    readyPerSecond: readyPerS,
+    probeResent: resent,
+    probeAckCodes: probes.codes,
+    assignMs: summary(a.ms),
+    assignedToAckMs: summary(probeToAck),
+    routerPlacements: {
+      statements: assigned.length,
+      channelsPerPlacement: summary(assigned.map(batchSize)),
+      ms: fieldSummary(assigned, 'ms'),
+      readMs: fieldSummary(assigned, 'readMs'),
+      writeMs: fieldSummary(assigned, 'writeMs'),
+      acquireMs: fieldSummary(assigned, 'acquireMs'),
+    },
+    shardAcquires: {
+      batches: acquired.length,
+      channelsPerBatch: summary(acquired.map(batchSize)),
+      channelsPerShard: perShard,
+      readMs: fieldSummary(acquired, 'readMs'),
+      leaseMs: fieldSummary(acquired, 'leaseMs'),
+      startMs: fieldSummary(acquired, 'startMs'),
+      subscribeMs: fieldSummary(acquired, 'subscribeMs'),
+    },
+    processes,
+    natsServer: infra.nats,
+    postgresBackends: infra.postgres,
+    allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
+    driverCpuMs,
+    warnings: r.tap.warnings(t0),
+    target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
+  };
+  rows.push([
+    `${label}: ready end to end`,
+    `${ready} of ${names.length} channels in ${readyMs} ms = ${readyPerS} channels/s (target ≥ ${PLACE_TARGET_PER_S}: ${targetMet ? 'met' : 'MISSED'})`,
+  ]);
+  rows.push([
+    '  placed (assign answered)',
+    `${a.ms.length} in ${placedMs} ms = ${placedPerS}/s, ${p.concurrency} in flight; assign ms ${JSON.stringify(summary(a.ms))}; retries ${a.retries}, errors ${a.errors}`,
+  ]);
+  rows.push([
+    '  assign → probe ack',
+    `ms ${JSON.stringify(summary(probeToAck))}; probes resent ${resent}; acks ${JSON.stringify(probes.codes)}`,
+  ]);
+  rows.push([
+    '  router placements',
+    `${assigned.length} statements, channels each ${JSON.stringify(summary(assigned.map(batchSize)))}, ms ${JSON.stringify(report.routerPlacements.ms)}; p50 read ${report.routerPlacements.readMs.p50}, write ${report.routerPlacements.writeMs.p50}, acquire ${report.routerPlacements.acquireMs.p50} ms`,
+  ]);
+  rows.push([
+    '  shard acquires',
+    `${acquired.length} batches ${JSON.stringify(perShard)}; readMs p50 ${report.shardAcquires.readMs.p50}, leaseMs p50 ${report.shardAcquires.leaseMs.p50}, startMs p50 ${report.shardAcquires.startMs.p50}, subscribeMs p50 ${report.shardAcquires.subscribeMs.p50}`,
+  ]);
+  for (const s of processes) rows.push([`  ${s.name} cpu`, `${s.cpuPct ?? 'n/a'} %`]);
+  rows.push(['  nats-server cpu', `${infra.nats?.cpuPct ?? 'n/a'} %`]);
+  rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
+  rows.push(['  driver (this process) cpu', `${driverCpuMs} ms`]);
+  for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
+  return { report, failed: a.errors > 0 || ready < names.length };
 }
 
 async function benchFailover(
@@ -545,7 +588,8 @@ async function benchFailover(
     const withRoundSet = new Set(names.filter((_, i) => i % 2 === 0));
     await pool(names, 100, async (c) => {
       const reqs: unknown[] = [VOTE];
-      if (withRoundSet.has(c)) reqs.push({ op: 'round.open', tenant: TENANT, round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 3_600_000 });
+      if (withRoundSet.has(c))
+        reqs.push({ op: 'round.open', tenant: TENANT, round: 'r1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 3_600_000 });
       for (const req of reqs) {
         // A channel a rebalance is moving answers CP_ERR_CHANNEL_UNAVAILABLE (retryable): asked again, as the SDKs do.
         for (let attempt = 0; ; attempt++) {
@@ -722,8 +766,9 @@ async function benchSteady(p: Params, entry: ChildEntry, rows: Array<[string, st
     let measuring = false;
     const ackSub = r.bus.subscribe(r.subjects.gatewayAcks(GW), (msg) => {
       if (!measuring) return;
-      for (const x of decodeJson<AckBatch>(msg.data).acks) if (x.ok) acked++;
-      else refused++;
+      for (const x of decodeJson<AckBatch>(msg.data).acks)
+        if (x.ok) acked++;
+        else refused++;
     });
     const phases: SteadyPhase[] = [];
     let seq = 0;
@@ -831,7 +876,8 @@ export async function main(args: readonly string[]): Promise<number> {
   if (p.steadySeconds > 60) throw new Error('--steady-seconds must be ≤ 60');
   const config = defaultConfig();
   for (const n of p.failoverChannels)
-    if (n > config.engine.maxChannels) throw new Error(`--failover-channels: ${n} is over SHARD_MAX_CHANNELS (${config.engine.maxChannels})`);
+    if (n > config.engine.maxChannels)
+      throw new Error(`--failover-channels: ${n} is over SHARD_MAX_CHANNELS (${config.engine.maxChannels})`);
   const report: Record<string, unknown> = {
     benchmark: 'cluster-control',
     startedAt: new Date().toISOString(),
@@ -851,7 +897,8 @@ export async function main(args: readonly string[]): Promise<number> {
     if (p.parts.includes('place')) {
       console.error(`cluster-control: place ${p.channels} channels`);
       const x = await benchPlace(p, entry, rows);
-      report.place = x.report;
+      report.place = x.cold;
+      report.placeWarm = x.warm;
       if (x.failed) exitCode = 1;
     }
     if (p.parts.includes('failover')) {
