@@ -389,6 +389,44 @@ async function assignAll(
   return { ms, retries, errors, errorCodes };
 }
 
+/**
+ * CPU per channel ready, µs, by part: the shards together, the router, the sequencer, nats-server, every Postgres
+ * process on the machine (the cluster's backends and the server's own), the driver, and their total — what the
+ * two cores spend per channel placed. A part that could not be read counts 0 and is named in `unread`.
+ */
+function cpuPerChannel(
+  processes: readonly ProcessSample[],
+  natsMs: number | null,
+  pgMs: number | null,
+  driverMs: number,
+  ready: number,
+): Record<string, number | string[]> {
+  const unread: string[] = [];
+  const ms = (name: string, v: number | null | undefined): number => {
+    if (v === null || v === undefined) unread.push(name);
+    return v ?? 0;
+  };
+  const of = (pred: (n: string) => boolean): number => processes.filter((x) => pred(x.name)).reduce((a, x) => a + ms(x.name, x.cpuMs), 0);
+  const parts = {
+    shards: of((n) => n.startsWith('shard')),
+    router: of((n) => n === 'router'),
+    sequencer: of((n) => n === 'sequencer'),
+    nats: ms('nats-server', natsMs),
+    postgres: ms('postgres', pgMs),
+    driver: driverMs,
+  };
+  const per = (v: number): number => Math.round((v * 1000) / Math.max(1, ready));
+  const out: Record<string, number | string[]> = {};
+  let total = 0;
+  for (const [k, v] of Object.entries(parts)) {
+    out[k] = per(v);
+    total += v;
+  }
+  out.total = per(total);
+  if (unread.length > 0) out.unread = unread;
+  return out;
+}
+
 /** Summary of numeric field `key` over log lines. */
 function fieldSummary(lines: readonly LogLine[], key: string): ReturnType<typeof summary> {
   return summary(lines.map((l) => Number(l.line[key])).filter((v) => Number.isFinite(v)));
@@ -518,6 +556,7 @@ async function placeBurst(
     postgresBackends: infra.postgres,
     allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
     driverCpuMs,
+    cpuUsPerChannel: cpuPerChannel(processes, infra.nats?.cpuMs ?? null, pgMs, driverCpuMs, ready),
     warnings: r.tap.warnings(t0),
     target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
   };
@@ -545,6 +584,7 @@ async function placeBurst(
   rows.push(['  nats-server cpu', `${infra.nats?.cpuPct ?? 'n/a'} %`]);
   rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
   rows.push(['  driver (this process) cpu', `${driverCpuMs} ms`]);
+  rows.push(['  cpu µs per channel ready', JSON.stringify(report.cpuUsPerChannel)]);
   for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
   return { report, failed: a.errors > 0 || ready < names.length };
 }
