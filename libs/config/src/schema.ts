@@ -63,7 +63,7 @@ export const schema = {
       min: 100,
       max: 300_000,
       unit: 'ms',
-      doc: 'Most time a client may take to send a whole HTTP request, headers and body, before the gateway answers 408 and closes the connection.',
+      doc: 'Most time a client may take to send a whole HTTP request, headers and body, before the gateway or the operator listener answers 408 and closes the connection.',
       why: 'Without it a client that kept sending a request slowly held its connection as long as it kept sending, 30 s for 600 bytes at 20 bytes/s (decision 0042); 10 s carries the largest body a route takes (1 MiB, the Telegram webhook) at 1 Mbit/s, and every other route takes at most 4 KiB.',
     }),
   },

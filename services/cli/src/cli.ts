@@ -414,7 +414,13 @@ async function main(): Promise<void> {
  */
 async function operatorListener(config: Config): Promise<{ health?: HealthServer }> {
   if (config.http.healthPort === 0) return {};
-  return { health: await startHealthServer({ host: config.http.healthHost, port: config.http.healthPort }) };
+  return {
+    health: await startHealthServer({
+      host: config.http.healthHost,
+      port: config.http.healthPort,
+      requestTimeoutMs: config.http.requestTimeoutMs,
+    }),
+  };
 }
 
 /** System errors a user can act on: one line, no stack (set LOG_LEVEL=debug for it). */

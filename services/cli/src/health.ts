@@ -9,10 +9,17 @@
  *   moment a drain starts (the first SIGTERM / SIGINT), so an orchestrator stops counting on it at once.
  * - `GET /metrics` → Prometheus text of the process's telemetry (503 until started).
  * - anything else → 404.
+ *
+ * What node's HTTP parser refuses is answered as on the gateway's port (`clientErrors`): a request not received whole
+ * within HTTP_REQUEST_TIMEOUT_MS gets 408 CP_ERR_LIMIT_REQUEST_TIMEOUT and its connection is closed, so a client that
+ * trickles a request does not hold a connection; counted in crowdplay_refusals_total{area="http"} once the process's
+ * services have started (their telemetry is what /metrics serves).
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Config } from '@crowdplay/config';
+import { clientErrors, requestDeadlineOptions } from '@crowdplay/gateway';
+import type { Telemetry } from '@crowdplay/telemetry';
 import type { Running } from './compose.ts';
 
 /** `starting` (not serving yet) → `ready` → `draining` (a signal arrived; never goes back). */
@@ -23,8 +30,11 @@ export interface HealthServer {
   /** The port it listens on (the one asked, or the one picked for 0). */
   readonly port: number;
   readonly state: HealthState;
-  /** Services started: /readyz 200, /metrics served by `metrics`. Ignored once draining. */
-  setReady(metrics: () => Promise<string>): void;
+  /**
+   * Services started: /readyz 200, /metrics served by `metrics`, refused requests counted in `refusals` (the services'
+   * telemetry). Ignored once draining, but for `refusals`.
+   */
+  setReady(metrics: () => Promise<string>, refusals?: Pick<Telemetry['refusals'], 'refuse'>): void;
   /** A drain started: /readyz 503 from now on (/healthz stays 200). */
   setDraining(): void;
   close(): Promise<void>;
@@ -35,12 +45,13 @@ const PROMETHEUS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 /**
  * Starts the health server on `host:port` (`port` 0 = any free port, for tests).
+ * @param o.requestTimeoutMs the deadline of a whole request, ms (HTTP_REQUEST_TIMEOUT_MS)
  * @throws (rejects) on a listen error (EADDRINUSE, EACCES)
  */
-export async function startHealthServer(o: { host: string; port: number }): Promise<HealthServer> {
+export async function startHealthServer(o: { host: string; port: number; requestTimeoutMs: number }): Promise<HealthServer> {
   let state: HealthState = 'starting';
   let metrics: (() => Promise<string>) | undefined;
-  const server = createServer((req, res) => {
+  const server = createServer(requestDeadlineOptions(o.requestTimeoutMs), (req, res) => {
     const send = (status: number, type: string, body: string): void => {
       res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' }).end(body);
     };
@@ -61,6 +72,8 @@ export async function startHealthServer(o: { host: string; port: number }): Prom
     }
     send(404, JSON_TYPE, JSON.stringify({ error: 'not found' }));
   });
+  let refusals: Pick<Telemetry['refusals'], 'refuse'> | undefined;
+  server.on('clientError', clientErrors({ refusals: { refuse: (...a) => refusals?.refuse(...a) } }, o.requestTimeoutMs));
   server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -74,7 +87,8 @@ export async function startHealthServer(o: { host: string; port: number }): Prom
     get state() {
       return state;
     },
-    setReady(m) {
+    setReady(m, r) {
+      refusals = r;
       metrics = m;
       if (state === 'starting') state = 'ready';
     },
@@ -115,7 +129,7 @@ export async function runUntilSignal(
     await o.health?.close();
     throw err;
   }
-  o.health?.setReady(() => running.telemetry.metrics.prometheusText());
+  o.health?.setReady(() => running.telemetry.metrics.prometheusText(), running.telemetry.refusals);
   running.telemetry.logger.info({ port: running.port, healthPort: o.health?.port }, 'ready');
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals): void => {

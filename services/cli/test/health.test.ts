@@ -6,12 +6,15 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
-import { createServer } from 'node:net';
+import { connect as netConnect, createServer } from 'node:net';
 import { defaultConfig } from '@crowdplay/config';
 import { createTelemetry } from '@crowdplay/telemetry';
 import { serviceUrls, testSchema, uniqueName, until as waitUntil } from '@crowdplay/testing';
 import { runUntilSignal, startHealthServer, type ProcessLike, type Running } from '@crowdplay/cli';
 import { spawnService, until, type ServiceProcess } from '../../../test/helpers.ts';
+
+/** Loopback, any free port, the default request deadline. */
+const ANY_PORT = { host: '127.0.0.1', port: 0, requestTimeoutMs: defaultConfig().http.requestTimeoutMs };
 
 const get = async (port: number, path: string): Promise<{ status: number; body: string }> => {
   const r = await fetch(`http://127.0.0.1:${port}${path}`);
@@ -34,7 +37,7 @@ function fakeRunning(stop: () => Promise<void>): Running {
 
 describe('health server', () => {
   it('starting: /healthz 200, /readyz 503, /metrics 503; ready: 200 and the metrics text; draining: /readyz 503, /healthz 200', async () => {
-    const h = await startHealthServer({ host: '127.0.0.1', port: 0 });
+    const h = await startHealthServer(ANY_PORT);
     try {
       assert.equal(h.state, 'starting');
       assert.equal((await get(h.port, '/healthz')).status, 200);
@@ -56,10 +59,39 @@ describe('health server', () => {
     }
   });
 
-  it('refuses a port in use (rejects with EADDRINUSE)', async () => {
-    const h = await startHealthServer({ host: '127.0.0.1', port: 0 });
+  it('a request not received whole within HTTP_REQUEST_TIMEOUT_MS gets 408, is counted and its connection closed; others are served', async () => {
+    const h = await startHealthServer({ ...ANY_PORT, requestTimeoutMs: 100 });
+    const refused: string[] = [];
+    h.setReady(async () => '', { refuse: (area, code) => void refused.push(`${area} ${code}`) });
     try {
-      await assert.rejects(startHealthServer({ host: '127.0.0.1', port: h.port }), { code: 'EADDRINUSE' });
+      // Node's own defaults would hold it 60 s (headersTimeout): 5 s is far past the 100 ms deadline and far below that.
+      const stalled = await new Promise<string>((resolve, reject) => {
+        let text = '';
+        const s = netConnect(h.port, '127.0.0.1', () => s.write('GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: '));
+        const held = setTimeout(() => {
+          s.destroy();
+          reject(new Error('the stalled request was held past 5 s (deadline 100 ms)'));
+        }, 5_000);
+        s.on('data', (d) => (text += String(d)));
+        s.on('error', () => undefined);
+        s.on('close', () => {
+          clearTimeout(held);
+          resolve(text);
+        });
+      });
+      assert.match(stalled, /^HTTP\/1\.1 408 /);
+      assert.equal(JSON.parse(stalled.slice(stalled.indexOf('\r\n\r\n') + 4)).code, 'CP_ERR_LIMIT_REQUEST_TIMEOUT');
+      assert.deepEqual(refused, ['http CP_ERR_LIMIT_REQUEST_TIMEOUT']);
+      assert.equal((await get(h.port, '/healthz')).status, 200);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('refuses a port in use (rejects with EADDRINUSE)', async () => {
+    const h = await startHealthServer(ANY_PORT);
+    try {
+      await assert.rejects(startHealthServer({ ...ANY_PORT, port: h.port }), { code: 'EADDRINUSE' });
       assert.equal((await get(h.port, '/healthz')).status, 200); // the first one is untouched
     } finally {
       await h.close();
@@ -69,7 +101,7 @@ describe('health server', () => {
 
 describe('runUntilSignal with a health server', () => {
   it('readiness turns false at the first SIGTERM, before the drain finishes; liveness stays true; exit 0 after the drain', async () => {
-    const h = await startHealthServer({ host: '127.0.0.1', port: 0 });
+    const h = await startHealthServer(ANY_PORT);
     const proc = new FakeProcess();
     let finish!: () => void;
     let stopCalls = 0;
@@ -115,7 +147,7 @@ describe('runUntilSignal with a health server', () => {
   });
 
   it('a start that fails closes the health server and rethrows', async () => {
-    const h = await startHealthServer({ host: '127.0.0.1', port: 0 });
+    const h = await startHealthServer(ANY_PORT);
     const proc = new FakeProcess();
     await assert.rejects(
       runUntilSignal(defaultConfig(), () => Promise.reject(new Error('no database')), { health: h, proc }),

@@ -188,9 +188,13 @@ export function requestDeadlineOptions(requestTimeoutMs: number): {
  * - anything else the parser cannot read: 400 `CP_ERR_PROTO_MALFORMED`.
  * Closed without an answer and not counted: a connection that sent nothing by the deadline (a browser's
  * preconnect), one its peer reset or ended in the middle of a request (the client went away, nothing was malformed),
- * and one already gone. One whose response has begun gets only the close.
+ * and one already gone. One whose response has begun gets only the close. The operator listener (HEALTH_PORT,
+ * services/cli/src/health.ts) answers its own the same way.
  */
-export function clientErrors(telemetry: Telemetry, requestTimeoutMs: number): (err: Error & { code?: string }, socket: Duplex) => void {
+export function clientErrors(
+  telemetry: { refusals: Pick<Telemetry['refusals'], 'refuse'> },
+  requestTimeoutMs: number,
+): (err: Error & { code?: string }, socket: Duplex) => void {
   return (err, socket) => {
     if (err.code === 'ECONNRESET' || socket.destroyed) return;
     const sentNothing = err.code === 'ERR_HTTP_REQUEST_TIMEOUT' && (socket as Duplex & { bytesRead?: number }).bytesRead === 0;

@@ -16,7 +16,15 @@ export {
   AUTH_CACHE_MAX_ENTRIES,
 } from './auth.ts';
 export type { AuthenticatorOptions, CrowdIdentity } from './auth.ts';
-export { buildSdkBundle, SDK_VIEWER_ENTRY, PUBLIC_DIR, PROMETHEUS_CONTENT_TYPE, MINI_APP_PATH } from './http.ts';
+export {
+  buildSdkBundle,
+  SDK_VIEWER_ENTRY,
+  PUBLIC_DIR,
+  PROMETHEUS_CONTENT_TYPE,
+  MINI_APP_PATH,
+  requestDeadlineOptions,
+  clientErrors,
+} from './http.ts';
 export { DEV_TOKEN_BODY_LIMIT_BYTES, devTokenDecision, isLoopbackHost } from './dev-tokens.ts';
 export type { GatewayMetrics } from './metrics.ts';
 export { TELEGRAM_WEBHOOK_PATH, registerTelegramWebhook, type TelegramUpdate, type TelegramWebhookOptions } from './telegram-webhook.ts';
