@@ -274,8 +274,9 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
 
   app.setErrorHandler((err, req, reply) => {
     // The body stopped coming: the request deadline cut the connection (counted there) or the client went away.
-    // Nobody reads an answer, and it is not a body the route refused.
-    if ((err as { code?: string }).code === 'ECONNRESET' || req.raw.destroyed)
+    // Nobody reads an answer, and it is not a body the route refused. (A request read whole is destroyed too by the
+    // time an async hook has run, so `destroyed` alone does not say the body stopped.)
+    if ((err as { code?: string }).code === 'ECONNRESET' || (req.raw.destroyed && !req.raw.complete))
       return reply.status(400).send({ code: 'CP_ERR_PROTO_INVALID', message: 'the request ended before its body did' });
     if (err instanceof CrowdplayError) return sendError(reply, err.code, err);
     const status = (err as { statusCode?: number }).statusCode ?? 500;
