@@ -303,7 +303,7 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
         code,
         message:
           code === 'CP_ERR_PROTO_MALFORMED'
-            ? 'body is not valid JSON'
+            ? 'body is not valid JSON, or holds a __proto__ or constructor.prototype key'
             : (queryValidationMessage(err, req.query) ?? (err instanceof Error ? err.message : 'bad request')),
       });
     }

@@ -241,6 +241,20 @@ describe('gateway http', () => {
       });
       assert.equal(badJson.statusCode, 400);
       assert.equal(badJson.json<{ code: string }>().code, 'CP_ERR_PROTO_MALFORMED');
+      // Valid JSON that would poison a prototype is refused as the parser refuses it, and the answer says so.
+      for (const payload of ['{"channel":"demo","__proto__":{"admin":true}}', '{"channel":"demo","constructor":{"prototype":{"x":1}}}']) {
+        const poisoned = await h.gateway.app.inject({
+          method: 'POST',
+          url: '/v1/tokens/dev',
+          headers: { 'content-type': 'application/json' },
+          payload,
+        });
+        assert.equal(poisoned.statusCode, 400, payload);
+        assert.deepEqual(poisoned.json(), {
+          code: 'CP_ERR_PROTO_MALFORMED',
+          message: 'body is not valid JSON, or holds a __proto__ or constructor.prototype key',
+        });
+      }
       for (const type of ['text/plain', 'text/plain; charset=utf-8', 'application/octet-stream']) {
         const wrongType = await h.gateway.app.inject({
           method: 'POST',
