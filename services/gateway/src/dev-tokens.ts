@@ -64,6 +64,8 @@ export function registerDevTokenRoute(app: FastifyInstance, config: Config, tele
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {
       throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['body must be a JSON object {channel, viewer?}']);
     }
+    const unknown = Object.keys(body).find((k) => k !== 'channel' && k !== 'viewer');
+    if (unknown !== undefined) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`unknown field ${JSON.stringify(unknown.slice(0, 64))}`]);
     const { channel, viewer } = body as { channel?: unknown; viewer?: unknown };
     if (typeof channel !== 'string' || !CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     if (viewer !== undefined && typeof viewer !== 'string') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['viewer must be a string']);

@@ -233,6 +233,11 @@ describe('gateway http', () => {
           JSON.stringify(payload),
         );
       }
+      // Unknown fields are refused, as every other body route refuses them.
+      const extra = await h.gateway.app.inject({ method: 'POST', url: '/v1/tokens/dev', payload: { channel: 'demo', admin: true } });
+      assert.equal(extra.statusCode, 400, extra.body);
+      assert.equal(extra.json<{ code: string }>().code, 'CP_ERR_PROTO_INVALID');
+      assert.match(extra.json<{ message: string }>().message, /unknown field "admin"/);
       const badJson = await h.gateway.app.inject({
         method: 'POST',
         url: '/v1/tokens/dev',
