@@ -7,8 +7,8 @@
  * - `GET /healthz` → 200 `{status:'ok'}` while the process runs (starting and draining included: liveness).
  * - `GET /readyz` → 200 `{ready:true}` once the services started, 503 `{ready:false, state}` before, and from the
  *   moment a drain starts (the first SIGTERM / SIGINT), so an orchestrator stops counting on it at once.
- * - `GET /metrics` → Prometheus text of the process's telemetry (503 until started).
- * - anything else → 404.
+ * - `GET /metrics` → Prometheus text of the process's telemetry (503 `{ready:false, state}` until started).
+ * - any other path or method → 404 `{code:'CP_ERR_HTTP_NOT_FOUND', message}`, as on the gateway's port.
  *
  * What node's HTTP parser refuses is answered as on the gateway's port (`clientErrors`): a request not received whole
  * within HTTP_REQUEST_TIMEOUT_MS gets 408 CP_ERR_LIMIT_REQUEST_TIMEOUT and its connection is closed, so a client that
@@ -55,22 +55,24 @@ export async function startHealthServer(o: { host: string; port: number; request
     const send = (status: number, type: string, body: string): void => {
       res.writeHead(status, { 'content-type': type, 'cache-control': 'no-store' }).end(body);
     };
-    const path = (req.url ?? '/').split('?')[0];
-    if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, JSON_TYPE, JSON.stringify({ error: 'method not allowed' }));
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    const notFound = (): void =>
+      send(404, JSON_TYPE, JSON.stringify({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${path.slice(0, 200)}` }));
+    if (req.method !== 'GET' && req.method !== 'HEAD') return notFound();
     if (path === '/healthz') return send(200, JSON_TYPE, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz')
       return state === 'ready'
         ? send(200, JSON_TYPE, JSON.stringify({ ready: true }))
         : send(503, JSON_TYPE, JSON.stringify({ ready: false, state }));
     if (path === '/metrics') {
-      if (!metrics) return send(503, JSON_TYPE, JSON.stringify({ error: 'starting' }));
+      if (!metrics) return send(503, JSON_TYPE, JSON.stringify({ ready: false, state }));
       metrics().then(
         (text) => send(200, PROMETHEUS_TYPE, text),
-        () => send(500, JSON_TYPE, JSON.stringify({ error: 'metrics failed' })),
+        () => send(500, JSON_TYPE, JSON.stringify({ code: 'CP_ERR_INTERNAL', message: 'internal error' })),
       );
       return;
     }
-    send(404, JSON_TYPE, JSON.stringify({ error: 'not found' }));
+    notFound();
   });
   let refusals: Pick<Telemetry['refusals'], 'refuse'> | undefined;
   server.on('clientError', clientErrors({ refusals: { refuse: (...a) => refusals?.refuse(...a) } }, o.requestTimeoutMs));

@@ -52,8 +52,12 @@ describe('health server', () => {
       // Once draining, a late setReady does not turn readiness back on.
       h.setReady(async () => '');
       assert.equal((await get(h.port, '/readyz')).status, 503);
-      assert.equal((await get(h.port, '/nope')).status, 404);
-      assert.equal((await fetch(`http://127.0.0.1:${h.port}/readyz`, { method: 'POST' })).status, 405);
+      assert.deepEqual(await get(h.port, '/nope'), {
+        status: 404,
+        body: JSON.stringify({ code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route GET /nope' }),
+      });
+      const post = await fetch(`http://127.0.0.1:${h.port}/readyz`, { method: 'POST' });
+      assert.deepEqual([post.status, await post.json()], [404, { code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route POST /readyz' }]);
     } finally {
       await h.close();
     }
