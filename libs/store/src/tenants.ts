@@ -40,6 +40,11 @@ export function tenantNameProblem(name: string): string | undefined {
   return why === undefined ? undefined : `tenant name ${why}`;
 }
 
+/** Why `id` cannot be a tenant's id, or undefined: 1–64 ASCII letters, digits, `_` or `-`. */
+export function tenantIdProblem(id: string): string | undefined {
+  return TENANT_ID_RE.test(id) ? undefined : 'a tenant id is 1–64 ASCII letters, digits, _ or -';
+}
+
 /** SHA-256 of an API key (keys are 192-bit random, so no stretching is needed). */
 export function hashApiKey(key: string): Buffer {
   return createHash('sha256').update(key, 'utf8').digest();

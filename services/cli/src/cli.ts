@@ -26,7 +26,7 @@ import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { verifyLedger } from '@crowdplay/ledger';
-import { tenantNameProblem } from '@crowdplay/store';
+import { tenantIdProblem, tenantNameProblem } from '@crowdplay/store';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { connectStore } from './connect.ts';
@@ -55,6 +55,9 @@ function fail(msg: string, code = 2): never {
   process.exit(code);
 }
 
+/** `crowdplay tenant <sub>` words other than `bot`; every one but `list` takes a tenant id. */
+const TENANT_SUBCOMMANDS = ['create', 'rotate-key', 'rotate-secret', 'list', 'quota'] as const;
+
 /** The quota flags as parsed: each `--channels` … value, and the `--clear` names. */
 interface QuotaFlagValues {
   values: Partial<Record<string, string>>;
@@ -70,10 +73,18 @@ async function tenantCommand(
 ): Promise<void> {
   const [sub, id] = args;
   if (sub === 'bot') return tenantBotCommand(config, args.slice(1), botFlags);
-  if (args.length > 2) fail(`crowdplay tenant ${sub}: unexpected argument "${args[2]}"\n${USAGE}`);
+  // What to do and to which tenant is checked before the store is opened: a wrong word gets the usage, not a store error.
+  if (sub === undefined) fail(`crowdplay tenant: name what to do (${TENANT_SUBCOMMANDS.join(', ')}, bot)\n${USAGE}`);
+  if (!(TENANT_SUBCOMMANDS as readonly string[]).includes(sub)) fail(`crowdplay tenant: unknown subcommand "${sub}"\n${USAGE}`);
+  if (args.length > 2 || (sub === 'list' && id !== undefined))
+    fail(`crowdplay tenant ${sub}: unexpected argument "${args[sub === 'list' ? 1 : 2]}"\n${USAGE}`);
+  if (sub !== 'list') {
+    if (id === undefined) fail(`crowdplay tenant ${sub}: a tenant id is required\n${USAGE}`);
+    const why = tenantIdProblem(id);
+    if (why) fail(`crowdplay tenant ${sub}: ${why}`);
+  }
   let patch;
   if (sub === 'quota') {
-    if (!id) fail(USAGE);
     try {
       // Checked before the store is opened: bad input reads and writes nothing.
       patch = parseQuotaFlags(quotaFlags.values, quotaFlags.clear);

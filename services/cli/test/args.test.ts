@@ -67,6 +67,27 @@ describe('crowdplay arguments', () => {
     }
   });
 
+  it('tenant: a missing or unknown subcommand, a missing, stray or malformed tenant id are named, exit 2, before the store', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['tenant'], /crowdplay tenant: name what to do \(create, rotate-key, rotate-secret, list, quota, bot\)/],
+      [['tenant', 'frobnicate', 'x'], /crowdplay tenant: unknown subcommand "frobnicate"/],
+      [['tenant', 'create'], /crowdplay tenant create: a tenant id is required/],
+      [['tenant', 'rotate-key'], /crowdplay tenant rotate-key: a tenant id is required/],
+      [['tenant', 'quota'], /crowdplay tenant quota: a tenant id is required/],
+      [['tenant', 'list', 'acme'], /crowdplay tenant list: unexpected argument "acme"/],
+      [['tenant', 'create', '../evil'], /crowdplay tenant create: a tenant id is 1–64 ASCII letters, digits, _ or -/],
+      [['tenant', 'rotate-secret', 'x'.repeat(65)], /crowdplay tenant rotate-secret: a tenant id is 1–64/],
+      [['tenant', 'quota', '🎉'], /crowdplay tenant quota: a tenant id is 1–64/],
+    ];
+    for (const [args, re] of cases) {
+      const r = cli(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, re, args.join(' '));
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
+      assert.equal(r.stdout, '', 'nothing written, nothing printed');
+    }
+  });
+
   it('--help prints the usage and exits 0', () => {
     const r = cli(['--help']);
     assert.equal(r.code, 0);
