@@ -318,7 +318,7 @@ async function main(): Promise<void> {
   }
   const { positionals, values } = parsed;
   const [cmd, ...rest] = positionals;
-  if (values.help || !cmd) fail(USAGE, values.help ? 0 : 2);
+  if (values.help || cmd === 'help' || !cmd) fail(USAGE, values.help || cmd === 'help' ? 0 : 2);
   // Words the command does not take are named before anything starts (a typo must not start something else).
   const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 4, ledger: 1, telegram: 1 };
   if (!(cmd in takes)) fail(`unknown command "${cmd}"\n${USAGE}`);

@@ -88,9 +88,11 @@ describe('crowdplay arguments', () => {
     }
   });
 
-  it('--help prints the usage and exits 0', () => {
-    const r = cli(['--help']);
-    assert.equal(r.code, 0);
-    assert.match(r.stderr, /crowdplay start/);
+  it('--help and help print the usage and exit 0', () => {
+    for (const args of [['--help'], ['help'], ['tenant', '--help']]) {
+      const r = cli(args);
+      assert.equal(r.code, 0, args.join(' '));
+      assert.match(r.stderr, /crowdplay start/, args.join(' '));
+    }
   });
 });
