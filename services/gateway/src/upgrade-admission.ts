@@ -279,6 +279,9 @@ export class UpgradeAdmission {
   private async authenticate(conn: Conn, query: URLSearchParams): Promise<void> {
     const { ctx } = this;
     try {
+      // One value per parameter, as the HTTP routes take them: which of two would count is not the client's to guess.
+      for (const k of new Set(query.keys()))
+        if (query.getAll(k).length > 1) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`query parameter ${k.slice(0, 32)} is repeated`]);
       if (conn.role === 'invalid') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['query parameter role must be crowd or game']);
       const initData = conn.role === 'crowd' ? query.get('initData') : null;
       if (initData !== null) {

@@ -37,12 +37,14 @@ async function expectRefused(
   query: Record<string, string | number | undefined>,
   code: string,
   closeCode: number,
+  /** Appended to the URL as it is (`&k=v`): what a record cannot say, a repeated parameter. */
+  extraQuery = '',
 ): Promise<void> {
   const before = await harness.metricsText();
   const refusedBefore = metricValue(before, 'crowdplay_refusals_total', { reason: code });
   const intentsBefore = harness.shard.intents;
   const socketsBefore = harness.gateway.stats().sockets;
-  const c = new Client(harness.wsUrl(query));
+  const c = new Client(harness.wsUrl(query) + extraQuery);
   await c.opened;
   c.act(1); // must be dropped: the socket never gets past auth
   const closed = await c.closed;
@@ -164,10 +166,12 @@ describe('gateway auth', () => {
     await ok.close();
   });
 
-  it('crowd - a bad lastEventId and a bad role are refused with 4400', async () => {
+  it('crowd - a bad lastEventId, a bad role and a repeated parameter are refused with 4400', async () => {
     const token = await viewerToken(suite.acme.tenant.signingSecret);
     await expectRefused(h, { role: 'crowd', channel: suite.channel, token, lastEventId: '-1' }, 'CP_ERR_PROTO_INVALID', 4400);
     await expectRefused(h, { role: 'admin', channel: suite.channel, token }, 'CP_ERR_PROTO_INVALID', 4400);
+    await expectRefused(h, { role: 'crowd', channel: suite.channel, token }, 'CP_ERR_PROTO_INVALID', 4400, '&role=game');
+    await expectRefused(h, { role: 'crowd', channel: suite.channel, token }, 'CP_ERR_PROTO_INVALID', 4400, `&channel=${suite.channel}`);
   });
 
   it('game - a bad key is refused with CP_ERR_AUTH_INVALID and 4001; no key with CP_ERR_AUTH_MISSING', async () => {
