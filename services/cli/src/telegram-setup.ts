@@ -165,8 +165,9 @@ const col = (method: string): string => method.padEnd(COLUMN);
  */
 export async function telegramSetup(o: TelegramSetupOptions): Promise<TelegramSetupReport> {
   const t = o.telegram;
-  checkCredentials(t);
+  // The command's own flag first: a user who left it out learns that before what the environment lacks.
   const base = publicBaseUrl(o.publicUrl);
+  checkCredentials(t);
   const print = o.print ?? ((): void => {});
   const now = o.now ?? Date.now;
   const sleep = o.sleep ?? ((ms: number) => delay(ms));

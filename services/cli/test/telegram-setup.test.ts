@@ -163,6 +163,12 @@ test('telegram setup - a public URL Telegram cannot use, a missing or malformed 
       'CP_ERR_CONFIG_INVALID',
       /TELEGRAM_BOT_TOKEN: not set.*\nTELEGRAM_WEBHOOK_SECRET: not set/,
     );
+    // Neither the flag nor the credentials: the flag, the command's own, is named first.
+    await refusedWith(
+      setup(stub, { publicUrl: undefined, telegram: { botToken: '', webhookSecret: '' } }).run(),
+      'CP_ERR_TELEGRAM_PUBLIC_URL_INVALID',
+      /give --public-url https:\/\/<host>/,
+    );
     await refusedWith(
       setup(stub, { telegram: { webhookSecret: 'has:colon' } }).run(),
       'CP_ERR_CONFIG_INVALID',
