@@ -212,6 +212,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-postgres-47e61de.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-postgres-47e61de-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
+  'failover-3000ch-c2ab720.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'c2ab720' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
 
@@ -242,7 +243,7 @@ const CLUSTER_STEADY = [
   'cluster-control-ac73d23.json',
   'cluster-steady-ac73d23.json',
 ];
-const FAILOVER_3000_RUNS = ['failover-3000ch-04c614c.json', 'failover-3000ch-4340be6.json'];
+const FAILOVER_3000_RUNS = ['failover-3000ch-04c614c.json', 'failover-3000ch-4340be6.json', 'failover-3000ch-c2ab720.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 const PLACE_RUNS = ['cluster-control-ac73d23.json', 'cluster-control-place-ac73d23-run1.json', 'cluster-control-place-ac73d23-run2.json'];
 const CLUSTER_CONTROL = ['cluster-control-ac73d23.json'];
