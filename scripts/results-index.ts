@@ -1015,7 +1015,7 @@ export const RESULTS: ResultsIndex = {
       intro: [
         'The same scenario against seven processes (sequencer, router, 2 shards, telegram-sender, 2 gateways that render in ' +
           'process) on NATS, Redis and PostgreSQL, unpinned beside the generator and the stub on a shared machine. One run; ' +
-          'the process-start settings (scripts/start.sh) do not apply in this mode.',
+          'its processes started without the process-start settings (scripts/start.sh), as the cluster then started them.',
       ],
       rows: [
         {

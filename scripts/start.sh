@@ -16,7 +16,9 @@
 #
 # `exec` keeps the process id: what is started (and signalled, pinned, measured) is node itself.
 # CROWDPLAY_BUNDLE (default dist/crowdplay.js beside this script) and CROWDPLAY_NODE (default node) are for the load
-# scenarios, which build the bundle elsewhere and run under a given node.
+# scenarios, which build the bundle elsewhere and run under a given node; CROWDPLAY_NODE_ARGS (default none), node
+# options split at spaces and put before the script, for the local cluster's children (`--import tsx` to run the
+# sources, a profiler's flags), which start here as every deployed process does.
 set -eu
 
 export MALLOC_ARENA_MAX="${MALLOC_ARENA_MAX:-2}"
@@ -34,4 +36,7 @@ semi=$(check SEMI_SPACE_MB "$semi" 1 1024) || exit 2
 export SEMI_SPACE_MB="$semi"
 
 bundle="${CROWDPLAY_BUNDLE:-$(dirname "$0")/../dist/crowdplay.js}"
-exec "${CROWDPLAY_NODE:-node}" --max-semi-space-size="$semi" "$bundle" "$@"
+# Split at spaces on purpose, never expanded as file patterns.
+set -f
+# shellcheck disable=SC2086
+exec "${CROWDPLAY_NODE:-node}" ${CROWDPLAY_NODE_ARGS:-} --max-semi-space-size="$semi" "$bundle" "$@"

@@ -17,12 +17,18 @@
  * renderers, gateways, then shards added later; see childEnv), printed by
  * `crowdplay cluster`. A child that dies unexpectedly resolves `failed`;
  * `stop()` drains gateways first, then shards, then senders and renderers,
- * then router and sequencer.
+ * then router and sequencer. Each child starts through scripts/start.sh, as
+ * `npm start` and the image start every deployed process (V8's young
+ * generation SEMI_SPACE_MB, glibc's malloc settings): the processes a load
+ * scenario or a test measures are the ones operators run.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '@crowdplay/config';
 import type { ServiceName } from './compose.ts';
+
+/** The one start script of the product's processes (`npm start`, the image's entry point). */
+export const START_SCRIPT = fileURLToPath(new URL('../../../scripts/start.sh', import.meta.url));
 
 /** The URLs a cluster uses when the environment names none (the services every machine of this kind runs). */
 export const CLUSTER_DEFAULTS = {
@@ -51,7 +57,10 @@ export interface ClusterOptions {
    * GATEWAY_ID, PORT and HEALTH_PORT per child (childEnv).
    */
   env: Readonly<Record<string, string | undefined>>;
-  /** How to start `crowdplay`: node options and script (default: tsx and this package's main.ts). */
+  /**
+   * How to start `crowdplay`: node options (no spaces within one: scripts/start.sh splits them at spaces) and script
+   * (default: tsx and this package's main.ts).
+   */
   entry?: { execArgv: string[]; script: string };
   /** Where prefixed output lines go (default: stdout). */
   out?: (line: string) => void;
@@ -159,8 +168,14 @@ class Child implements ProcessHandle {
   start(): Promise<void> {
     const { entry } = this.opts;
     this.expected = false;
-    const proc = spawn(process.execPath, [...entry.execArgv, entry.script, 'service', this.service], {
-      env: this.env,
+    // start.sh execs node: the child's pid is node's (signals, CPU and memory readings reach the service itself).
+    const proc = spawn('sh', [START_SCRIPT, 'service', this.service], {
+      env: {
+        ...this.env,
+        CROWDPLAY_NODE: process.execPath,
+        CROWDPLAY_BUNDLE: entry.script,
+        CROWDPLAY_NODE_ARGS: entry.execArgv.join(' '),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       // Its own process group: a Ctrl-C at the terminal reaches the cluster only, which drains the children in order.
       detached: true,

@@ -90,6 +90,17 @@ describe('cli - scripts/start.sh (npm start, the image)', () => {
     assert.deepEqual(schema.runtime.semiSpaceMb.parse(' 0_8 '), { ok: true, value: 8 });
   });
 
+  it("puts CROWDPLAY_NODE_ARGS, split at spaces and not expanded, before the script (the local cluster's children)", async () => {
+    const r = await run({ CROWDPLAY_NODE_ARGS: '--stack-trace-limit=20  --no-deprecation *' });
+    assert.equal(r.code, 1, 'node takes "*" as the script: the bundle never runs');
+    assert.match(r.stderr, /Cannot find module .*\*/, 'the pattern reached node as it is, not expanded');
+    const ok = await run({ CROWDPLAY_NODE_ARGS: '--stack-trace-limit=20  --no-deprecation' });
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.equal(ok.seen?.pid, ok.pid, 'still exec: the started process is node');
+    assert.deepEqual(ok.seen?.execArgv, ['--stack-trace-limit=20', '--no-deprecation', '--max-semi-space-size=4']);
+    assert.deepEqual(ok.seen?.args, ['start']);
+  });
+
   it('refuses a bad SEMI_SPACE_MB by name with exit code 2, and node never runs', async () => {
     for (const value of ['abc', '0', '2048', '99999999999999999999', '8 --inspect', '1 0', '__', ' ', '0_000', '1e3', '-1']) {
       const r = await run({ SEMI_SPACE_MB: value });
