@@ -311,6 +311,8 @@ async function rig(entry: ChildEntry, shards: number): Promise<Rig> {
       gateways: 1,
       shards,
       env: {
+        // The caller's environment first (SEMI_SPACE_MB and the other process-start settings among it), the rig's after.
+        ...process.env,
         NATS_URL: urls.natsUrl,
         REDIS_URL: urls.redisUrl,
         DATABASE_URL: `${schema.databaseUrl}${sep}application_name=${appName}`,
