@@ -167,10 +167,14 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
-  'cluster-control-ac73d23.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: 'ac73d23' },
-  'cluster-control-place-ac73d23-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ac73d23' },
-  'cluster-control-place-ac73d23-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ac73d23' },
-  'cluster-steady-ac73d23.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: 'ac73d23' },
+  'cluster-control-b989ebe.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: 'b989ebe' },
+  'cluster-control-place-25b378a-semi4-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
+  'cluster-control-place-25b378a-semi4-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
+  'cluster-control-place-25b378a-semi4-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
+  'cluster-control-place-25b378a-semi16-run1.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
+  'cluster-control-place-25b378a-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
+  'cluster-control-place-25b378a-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
+  'cluster-steady-25b378a.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '25b378a' },
   'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
@@ -213,6 +217,8 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-postgres-47e61de-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
   'failover-3000ch-c2ab720.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'c2ab720' },
+  'failover-3000ch-25b378a.json': { command: FAILOVER_3000, machine: 'quiet', commit: '25b378a' },
+  'failover-30ch-25b378a.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '25b378a' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
 
@@ -221,7 +227,12 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
-const FAILOVER_30_RUNS = ['failover-30ch-e60a221.json', 'failover-30ch-e60a221-run2.json', 'failover-30ch-e60a221-run3.json'];
+const FAILOVER_30_RUNS = [
+  'failover-30ch-e60a221.json',
+  'failover-30ch-e60a221-run2.json',
+  'failover-30ch-e60a221-run3.json',
+  'failover-30ch-25b378a.json',
+];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
 const ROLLOVER_SLOW = [
   'rollover-1000x10-04c614c-slow-run1.json',
@@ -237,16 +248,27 @@ const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
-const CLUSTER_STEADY = [
-  'cluster-steady-run1.json',
-  'cluster-steady-run2.json',
-  'cluster-control-ac73d23.json',
-  'cluster-steady-ac73d23.json',
+const CLUSTER_STEADY = ['cluster-control-b989ebe.json', 'cluster-steady-25b378a.json'];
+const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
+const FAILOVER_3000_RUNS = [
+  'failover-3000ch-04c614c.json',
+  'failover-3000ch-4340be6.json',
+  'failover-3000ch-c2ab720.json',
+  'failover-3000ch-25b378a.json',
 ];
-const FAILOVER_3000_RUNS = ['failover-3000ch-04c614c.json', 'failover-3000ch-4340be6.json', 'failover-3000ch-c2ab720.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = ['cluster-control-ac73d23.json', 'cluster-control-place-ac73d23-run1.json', 'cluster-control-place-ac73d23-run2.json'];
-const CLUSTER_CONTROL = ['cluster-control-ac73d23.json'];
+const PLACE_RUNS = [
+  'cluster-control-b989ebe.json',
+  'cluster-control-place-25b378a-semi4-run1.json',
+  'cluster-control-place-25b378a-semi4-run2.json',
+  'cluster-control-place-25b378a-semi4-run3.json',
+];
+const PLACE_SEMI16 = [
+  'cluster-control-place-25b378a-semi16-run1.json',
+  'cluster-control-place-25b378a-semi16-run2.json',
+  'cluster-control-place-25b378a-semi16-run3.json',
+];
+const CLUSTER_CONTROL = ['cluster-control-b989ebe.json'];
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
@@ -1426,7 +1448,8 @@ export const RESULTS: ResultsIndex = {
       ],
       intro: [
         '`services/cli/bench/cluster-control.bench.ts`: the bundle started by `startCluster` as separate processes (sequencer, ' +
-          'router, crowd-engine shards, one gateway no viewer uses) on the machine’s NATS and PostgreSQL, every ROUTER_* setting at ' +
+          'router, crowd-engine shards, one gateway no viewer uses; each through scripts/start.sh, as deployed: SEMI_SPACE_MB 4 ' +
+          'unless the row says otherwise) on the machine’s NATS and PostgreSQL, every ROUTER_* setting at ' +
           'its default, driven over NATS by the bench process on the same cores; what each part does is in the module’s header. ' +
           'Placement: 10,000 new channels first-joined at once (2,000 assigns in flight) over 3 shards, each ready when a probe ' +
           'intent on `ch.<C>.in` is acked, twice on one cluster: a cold start (the processes have just started, and V8 still ' +
@@ -1475,6 +1498,17 @@ export const RESULTS: ResultsIndex = {
             '{placeWarm.cpuUsPerChannel.nats} / {placeWarm.cpuUsPerChannel.postgres} / {placeWarm.cpuUsPerChannel.driver}; ' +
             '{placeWarm.cpuUsPerChannel.total}',
           files: PLACE_RUNS,
+        },
+        {
+          figure:
+            'the same three times each side by side with SEMI_SPACE_MB=16 (V8’s own young generation) instead of 4: channels per ' +
+            'second ready, cold start / running cluster; CPU µs per channel ready of the shards and of the router, running cluster',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {placeWarm.cpuUsPerChannel.shards} and ' +
+            '{placeWarm.cpuUsPerChannel.router}',
+          files: PLACE_SEMI16,
         },
         {
           figure: 'placement: assign p50 / p99; assigns asked again after CP_ERR_CHANNEL_UNAVAILABLE (ROUTER_ASSIGN_DEADLINE_MS)',
@@ -1562,6 +1596,15 @@ export const RESULTS: ResultsIndex = {
           files: CLUSTER_STEADY,
         },
         {
+          figure:
+            'steady, no game / with a game, before the cluster’s processes started through scripts/start.sh (V8’s and ' +
+            'glibc’s defaults; the runs decision 0031 cites): CPU µs per channel-second of the shard',
+          target: '—',
+          seed: '—',
+          value: '{steady.phases.0.cpuUsPerChannelSecond.shard-1:0} / {steady.phases.1.cpuUsPerChannelSecond.shard-1:0}',
+          files: CLUSTER_STEADY_BEFORE,
+        },
+        {
           figure: 'load average (1 min) before / after the run, 2 cores',
           target: '—',
           seed: '—',
@@ -1583,8 +1626,8 @@ export const RESULTS: ResultsIndex = {
           'After a 3 s ramp: at +18 s SIGKILL to the shard owning the most channels, at +33 s SIGTERM (drain) to the live one ' +
           'owning the most, at +45 s the second gateway restarted (its viewers reconnect to the other). The timing figures are ' +
           'those of a shared machine; the correctness figures do not depend on it. Fields: loadtest/README.md ("failover"). ' +
-          'The rows marked e60a221 are the current rig (the faults 15 s apart once every viewer is welcomed, a probe per ' +
-          'moved channel at the shard and one through a viewer’s socket), three runs on a quiet machine.',
+          'The rows marked “current rig” are the current rig (the faults 15 s apart once every viewer is welcomed, a probe per ' +
+          'moved channel at the shard and one through a viewer’s socket), runs on a quiet machine.',
       ],
       rows: [
         { figure: 'stakes lost', target: '0', seed: '—', value: '{stakesLost} of {stakes.acked} acked', files: ['failover-3000.json'] },
@@ -1639,7 +1682,7 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'e60a221: stakes lost; acked intents lost of drained / other channels; duplicate / non-monotonic event ids; ledger verify',
+            'current rig: stakes lost; acked intents lost of drained / other channels; duplicate / non-monotonic event ids; ledger verify',
           target: '0; 0 / 0; 0 / 0; ok',
           seed: '—',
           value:
@@ -1649,7 +1692,7 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'e60a221: recovery after SIGKILL through a viewer, max; at the shard, max; detection; the move after it at the shard, max',
+            'current rig: recovery after SIGKILL through a viewer, max; at the shard, max; detection; the move after it at the shard, max',
           target: '≤ 5,000 ms; ≤ 5,000 ms; —; ≤ 1,500 ms',
           seed: '—',
           value:
@@ -1658,7 +1701,7 @@ export const RESULTS: ResultsIndex = {
           files: FAILOVER_30_RUNS,
         },
         {
-          figure: 'e60a221: recovery after the drain through a viewer, max; the gap at the shard, max',
+          figure: 'current rig: recovery after the drain through a viewer, max; the gap at the shard, max',
           target: '≤ 1,000 ms; ≤ 1,000 ms',
           seed: '—',
           value: '{recoveryMs.drain.max} ms; {recoveryMs.drain.atShard.max} ms',
