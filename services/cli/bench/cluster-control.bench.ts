@@ -312,6 +312,7 @@ async function rig(entry: ChildEntry, shards: number): Promise<Rig> {
       shards,
       env: {
         // The caller's environment first (SEMI_SPACE_MB and the other process-start settings among it), the rig's after.
+        // eslint-disable-next-line no-restricted-properties -- handed to the children as the CLI hands it to loadConfig
         ...process.env,
         NATS_URL: urls.natsUrl,
         REDIS_URL: urls.redisUrl,
