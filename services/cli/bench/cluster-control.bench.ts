@@ -435,6 +435,25 @@ function fieldSummary(lines: readonly LogLine[], key: string): ReturnType<typeof
   return summary(lines.map((l) => Number(l.line[key])).filter((v) => Number.isFinite(v)));
 }
 
+/** The shards' `channels acquired` lines: how many, channels per batch, and each step's ms (read, lease, start, subscribe). */
+function acquireSummary(acquired: readonly LogLine[]): {
+  batches: number;
+  channelsPerBatch: ReturnType<typeof summary>;
+  readMs: ReturnType<typeof summary>;
+  leaseMs: ReturnType<typeof summary>;
+  startMs: ReturnType<typeof summary>;
+  subscribeMs: ReturnType<typeof summary>;
+} {
+  return {
+    batches: acquired.length,
+    channelsPerBatch: summary(acquired.map((l) => Number(l.line.channels ?? 1))),
+    readMs: fieldSummary(acquired, 'readMs'),
+    leaseMs: fieldSummary(acquired, 'leaseMs'),
+    startMs: fieldSummary(acquired, 'startMs'),
+    subscribeMs: fieldSummary(acquired, 'subscribeMs'),
+  };
+}
+
 /**
  * The `place` part: two bursts of `--channels` first joins on one cluster of 3 shards. The first runs in processes
  * that have just started, so V8 is still compiling the hot paths on its background threads (a cold start of the
@@ -545,15 +564,7 @@ async function placeBurst(
       writeMs: fieldSummary(assigned, 'writeMs'),
       acquireMs: fieldSummary(assigned, 'acquireMs'),
     },
-    shardAcquires: {
-      batches: acquired.length,
-      channelsPerBatch: summary(acquired.map(batchSize)),
-      channelsPerShard: perShard,
-      readMs: fieldSummary(acquired, 'readMs'),
-      leaseMs: fieldSummary(acquired, 'leaseMs'),
-      startMs: fieldSummary(acquired, 'startMs'),
-      subscribeMs: fieldSummary(acquired, 'subscribeMs'),
-    },
+    shardAcquires: { ...acquireSummary(acquired), channelsPerShard: perShard },
     processes,
     natsServer: infra.nats,
     postgresBackends: infra.postgres,
@@ -747,14 +758,7 @@ async function benchFailover(
         channelsPerPlacement: summary(placed.map((l) => Number(l.line.channels ?? 1))),
         ms: fieldSummary(placed, 'ms'),
       },
-      shardAcquires: {
-        batches: acquired.length,
-        channelsPerBatch: summary(acquired.map((l) => Number(l.line.channels ?? 1))),
-        readMs: fieldSummary(acquired, 'readMs'),
-        leaseMs: fieldSummary(acquired, 'leaseMs'),
-        startMs: fieldSummary(acquired, 'startMs'),
-        subscribeMs: fieldSummary(acquired, 'subscribeMs'),
-      },
+      shardAcquires: acquireSummary(acquired),
       processes,
       natsServer: infra.nats,
       postgresBackends: infra.postgres,
