@@ -167,14 +167,14 @@ const runs: Record<string, RunInfo> = {
     commit: '3c6fa88',
   },
   'cluster-nats-run3.json': { command: 'npm run bench -- cluster --only nats', machine: 'shared', commit: '91bd5b6' },
-  'cluster-control-b989ebe.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: 'b989ebe' },
-  'cluster-control-place-25b378a-semi4-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
-  'cluster-control-place-25b378a-semi4-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
-  'cluster-control-place-25b378a-semi4-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '25b378a' },
-  'cluster-control-place-25b378a-semi16-run1.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
-  'cluster-control-place-25b378a-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
-  'cluster-control-place-25b378a-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '25b378a' },
-  'cluster-steady-25b378a.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '25b378a' },
+  'cluster-control-d50287f.json': { command: 'npm run bench -- cluster-control', machine: 'quiet', commit: 'd50287f' },
+  'cluster-control-place-24bc819-semi4-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '24bc819' },
+  'cluster-control-place-24bc819-semi4-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '24bc819' },
+  'cluster-control-place-24bc819-semi4-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '24bc819' },
+  'cluster-control-place-24bc819-semi16-run1.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
+  'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
+  'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
+  'cluster-steady-24bc819.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '24bc819' },
   'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
@@ -216,9 +216,9 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-postgres-47e61de.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-postgres-47e61de-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
-  'failover-3000ch-c2ab720.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'c2ab720' },
-  'failover-3000ch-25b378a.json': { command: FAILOVER_3000, machine: 'quiet', commit: '25b378a' },
-  'failover-30ch-25b378a.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '25b378a' },
+  'failover-3000ch-8e6e7fa.json': { command: FAILOVER_3000, machine: 'quiet', commit: '8e6e7fa' },
+  'failover-3000ch-24bc819.json': { command: FAILOVER_3000, machine: 'quiet', commit: '24bc819' },
+  'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
 
@@ -231,7 +231,7 @@ const FAILOVER_30_RUNS = [
   'failover-30ch-e60a221.json',
   'failover-30ch-e60a221-run2.json',
   'failover-30ch-e60a221-run3.json',
-  'failover-30ch-25b378a.json',
+  'failover-30ch-24bc819.json',
 ];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
 const ROLLOVER_SLOW = [
@@ -248,27 +248,27 @@ const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
-const CLUSTER_STEADY = ['cluster-control-b989ebe.json', 'cluster-steady-25b378a.json'];
+const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-24bc819.json'];
 const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
 const FAILOVER_3000_RUNS = [
   'failover-3000ch-04c614c.json',
   'failover-3000ch-4340be6.json',
-  'failover-3000ch-c2ab720.json',
-  'failover-3000ch-25b378a.json',
+  'failover-3000ch-8e6e7fa.json',
+  'failover-3000ch-24bc819.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 const PLACE_RUNS = [
-  'cluster-control-b989ebe.json',
-  'cluster-control-place-25b378a-semi4-run1.json',
-  'cluster-control-place-25b378a-semi4-run2.json',
-  'cluster-control-place-25b378a-semi4-run3.json',
+  'cluster-control-d50287f.json',
+  'cluster-control-place-24bc819-semi4-run1.json',
+  'cluster-control-place-24bc819-semi4-run2.json',
+  'cluster-control-place-24bc819-semi4-run3.json',
 ];
 const PLACE_SEMI16 = [
-  'cluster-control-place-25b378a-semi16-run1.json',
-  'cluster-control-place-25b378a-semi16-run2.json',
-  'cluster-control-place-25b378a-semi16-run3.json',
+  'cluster-control-place-24bc819-semi16-run1.json',
+  'cluster-control-place-24bc819-semi16-run2.json',
+  'cluster-control-place-24bc819-semi16-run3.json',
 ];
-const CLUSTER_CONTROL = ['cluster-control-b989ebe.json'];
+const CLUSTER_CONTROL = ['cluster-control-d50287f.json'];
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
