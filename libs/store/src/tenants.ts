@@ -72,12 +72,11 @@ export class TenantRepository {
 
   /**
    * Creates a tenant with a fresh API key and signing secret.
-   * @throws TypeError for an invalid id or name (tenantNameProblem; nothing written); the pg unique-violation error
+   * @throws TypeError for an invalid id or name (tenantIdProblem, tenantNameProblem; nothing written); the pg unique-violation error
    *   (23505) when it exists.
    */
   async create(id: string, name: string): Promise<TenantCredentials> {
-    if (!TENANT_ID_RE.test(id)) throw new TypeError(`tenant id must match ${TENANT_ID_RE}`);
-    const why = tenantNameProblem(name);
+    const why = tenantIdProblem(id) ?? tenantNameProblem(name);
     if (why) throw new TypeError(why);
     const apiKey = newApiKey(id);
     const { rows } = await this.db.query<Row>(
@@ -92,10 +91,11 @@ export class TenantRepository {
    * its players sign in with initData, so nobody needs the key; `crowdplay tenant rotate-key` issues one).
    * Never changes an existing tenant.
    * @returns whether this call created it
-   * @throws TypeError for an id that does not match the tenant id pattern (nothing written)
+   * @throws TypeError for an invalid id (tenantIdProblem; nothing written)
    */
   async ensure(id: string, name: string): Promise<boolean> {
-    if (!TENANT_ID_RE.test(id)) throw new TypeError(`tenant id must match ${TENANT_ID_RE}`);
+    const why = tenantIdProblem(id);
+    if (why) throw new TypeError(why);
     const apiKey = newApiKey(id);
     const { rowCount } = await this.db.query(
       `INSERT INTO tenants (id, name, api_key_hash, api_key_prefix, signing_secret) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING`,
