@@ -433,6 +433,13 @@ export const metricCatalogue = [
     labels: {},
   },
   {
+    name: 'crowdplay_shard_channels_ticking',
+    type: 'gauge',
+    unit: '1',
+    help: 'Channels the next tick visits (open intents, rounds to watch, a built-in game that ticks); the others rest until woken',
+    labels: {},
+  },
+  {
     name: 'crowdplay_shard_pending_intents',
     type: 'gauge',
     unit: '1',

@@ -146,6 +146,11 @@ export class ChannelRuntime {
     return false;
   }
 
+  /** Counts `n` ticks that closed nothing (ticks that skipped the channel while it had no open intent). */
+  skipTicks(n: number): void {
+    this.tick += n;
+  }
+
   /**
    * Closes the open tick. Returns the batch (null when no intent arrived) and
    * folds its tally into the cumulative one.

@@ -67,6 +67,7 @@ export async function release(d: ExternalGameDeps, o: Owned, nextEv: () => Promi
     o.rt.welcomeGrant = game.welcomeGrant ?? 0;
     if (o.rounds) o.rounds.welcomeGrant = o.rt.welcomeGrant;
     o.game = game;
+    d.s.wake(o); // its tick, bots and rounds run again
   }
   d.scheduleUpdate(o);
   return true;

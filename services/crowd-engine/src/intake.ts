@@ -4,7 +4,15 @@
  * `gw.<id>.acks` in one AckBatch per batch.
  */
 import { decodeJson, encodeJson, type BusMessage } from '@crowdplay/bus';
-import { isCrowdplayError, type AckBatch, type BalanceFrame, type BusAck, type BusTrade, type ErrorCode, type IntentBatch } from '@crowdplay/protocol';
+import {
+  isCrowdplayError,
+  type AckBatch,
+  type BalanceFrame,
+  type BusAck,
+  type BusTrade,
+  type ErrorCode,
+  type IntentBatch,
+} from '@crowdplay/protocol';
 import { tracer, tracingOn } from '@crowdplay/telemetry';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import type { ChargeFn, Owned, ShardState } from './shard-state.ts';
@@ -185,6 +193,7 @@ export class Intake {
    *   the caller counts both with countIntake (once per batch, not per intent)
    */
   accept(o: Owned, viewer: string, action: string, option: string | undefined, atMs: number): boolean {
+    this.s.wake(o); // listed or counted over the cap, the open tick has it: the next tick closes it
     if (!o.rt.add(viewer, action, option, atMs)) return false;
     this.s.pendingIntents++;
     return true;
@@ -198,5 +207,4 @@ export class Intake {
       this.s.deps.telemetry.refusals.refuse('engine', 'CP_ERR_INTENT_OVER_CAP', { channel: o.rt.id }, dropped);
     }
   }
-
 }

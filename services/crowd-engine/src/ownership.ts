@@ -229,6 +229,7 @@ export class Ownership {
       roundsDirty: false,
       pendingState: undefined,
       moving: false,
+      tickedAt: 0,
     };
     if (this.s.deps.ledger && this.s.wallets && this.s.rm) {
       o.rounds = new ChannelRounds({
@@ -247,6 +248,7 @@ export class Ownership {
         sendRound: (round) => bus.publish(subjects.channelGame(channel), encodeJson({ t: 'round', channel, round } satisfies RoundFrame)),
         changed: () => {
           o.roundsDirty = true;
+          this.s.wake(o);
         },
       });
       // A built-in game's grant, else the one the game declared to a previous owner (the snapshot carries it across moves).
@@ -267,6 +269,9 @@ export class Ownership {
     const { bus, subjects } = this.s.deps;
     const channel = o.rt.id;
     this.s.owned.set(channel, o);
+    // Its tick count goes on from the snapshot's; the next tick looks at it once (rounds recovered, a game to tick).
+    o.tickedAt = this.s.ticks;
+    this.s.wake(o);
     // One queue group: while a move hands the channel over, each message reaches either the old owner (which refuses it,
     // retryable) or the new one, never both.
     o.subs.push(bus.subscribe(subjects.channelIn(channel), (msg) => this.intake.onIntents(o, msg), { queue: 'owner' }));
@@ -379,6 +384,7 @@ export class Ownership {
         } catch (err) {
           o.moving = false;
           o.rounds?.resumeServing();
+          this.s.wake(o);
           failed.set(o.rt.id, {
             channel: o.rt.id,
             ok: false,
@@ -399,6 +405,7 @@ export class Ownership {
       // No event id (sequencer unreachable): the channel stays here, serving.
       o.moving = false;
       o.rounds?.resumeServing();
+      this.s.wake(o);
       failed.set(o.rt.id, { channel: o.rt.id, ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: String(err) });
     }
     const leaving = here.filter((o) => !failed.has(o.rt.id));
@@ -443,6 +450,7 @@ export class Ownership {
       try {
         const ev = o.rt.hasOpenIntents ? await this.s.eventIdFor(o) : 0;
         const pending = o.rt.pendingIntents;
+        this.s.syncTicks(o);
         const batch = o.rt.closeTick(ev, now);
         this.s.pendingIntents -= pending;
         if (batch) this.ticker.deliverBatch(o, batch, now, outbox);
@@ -521,7 +529,10 @@ export class Ownership {
     }
     for (let i = 0; i < dirty.length; i += CONTROL_BATCH_MAX) {
       const chunk = dirty.slice(i, i + CONTROL_BATCH_MAX);
-      for (const o of chunk) o.rt.unsaved = false;
+      for (const o of chunk) {
+        this.s.syncTicks(o);
+        o.rt.unsaved = false;
+      }
       let stale: string[];
       try {
         stale = await this.s.deps.store.channels.saveSnapshots(

@@ -104,6 +104,12 @@ export class RoundsContext {
     return n;
   }
 
+  /** Whether a tick has work here: a round not yet final (a deadline to lock at, an expiry) or final and not yet paid (a retry). */
+  get needsTick(): boolean {
+    for (const r of this.rounds.values()) if (!r.final || !r.paid) return true;
+    return false;
+  }
+
   /** The ledger's id of a round: `<channel>/<round>`. */
   uid(id: string): string {
     return `${this.d.channel}/${id}`;

@@ -66,6 +66,11 @@ export class ChannelRounds {
     return this.s.unfinished;
   }
 
+  /** Whether `tick` has work: a round not yet final, or final with its payments still to retry. */
+  get needsTick(): boolean {
+    return this.s.needsTick;
+  }
+
   /**
    * Opens a round: inserts its row, funds a market's subsidy ceil(b·ln n)
    * from the tenant's treasury, then takes stakes or trades until

@@ -70,6 +70,8 @@ export interface Owned {
   pendingState: Record<string, unknown> | undefined;
   /** Handed off (or handing off) to another shard: intents and game requests are refused as retryable. */
   moving: boolean;
+  /** The shard tick (`ShardState.ticks`) up to which `rt`'s tick count is brought (`ShardState.syncTicks`). */
+  tickedAt: number;
 }
 
 /** One channel's answer to a batch control request (acquire, release, handoff, forget). */
@@ -103,6 +105,13 @@ export class ShardState {
    * SHARD_TURN_BUDGET_MS, in the order they fell due; drained by `UpdatePublisher.drainDue` (updates.ts).
    */
   readonly due = new Set<Owned>();
+  /**
+   * The channels the next tick visits: those with open intents, a state or rounds to set, rounds to watch, or a
+   * built-in game that ticks. The others rest: a tick costs nothing per idle channel (`wake` puts one back).
+   */
+  readonly ticking = new Set<Owned>();
+  /** Ticks the shard has finished. A channel a tick skipped counts it when next visited or snapshotted (`syncTicks`). */
+  ticks = 0;
   readonly ids: IdAllocator;
   readonly m: EngineMetrics;
   readonly wallets: WalletMirror | null;
@@ -149,6 +158,7 @@ export class ShardState {
     mx.gauge('crowdplay_shard_channels', () => this.owned.size);
     mx.gauge('crowdplay_shard_pending_intents', () => this.pendingIntents);
     mx.gauge('crowdplay_channel_updates_due', () => this.due.size);
+    mx.gauge('crowdplay_shard_channels_ticking', () => this.ticking.size);
     if (this.wallets) {
       const w = this.wallets;
       mx.gauge('crowdplay_wallet_mirror_size', () => w.size);
@@ -190,6 +200,22 @@ export class ShardState {
     }
   }
 
+  /** Puts a channel in the next tick: it has intents, rounds or a state to set, or a built-in game that came back. */
+  wake(o: Owned): void {
+    this.ticking.add(o);
+  }
+
+  /**
+   * Brings a channel's tick count up to the ticks the shard finished: the ticks that skipped it while it rested
+   * closed nothing, and count as they would have had they visited it.
+   */
+  syncTicks(o: Owned): void {
+    if (this.ticks > o.tickedAt) {
+      o.rt.skipTicks(this.ticks - o.tickedAt);
+      o.tickedAt = this.ticks;
+    }
+  }
+
   /**
    * Stops serving a channel here. `moved`: another shard owns it now at a
    * newer epoch (this one was paused or cut off): its subscriptions are
@@ -208,6 +234,7 @@ export class ShardState {
     if (o.updateTimer) clearTimeout(o.updateTimer);
     o.updateTimer = null;
     this.due.delete(o);
+    this.ticking.delete(o);
     this.owned.delete(o.rt.id);
     this.pendingIntents -= o.rt.pendingIntents;
   }

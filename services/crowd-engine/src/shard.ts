@@ -85,6 +85,16 @@ export class Shard {
     return [...this.s.owned.keys()];
   }
 
+  /** Ticks this shard has finished since it started. */
+  get ticks(): number {
+    return this.s.ticks;
+  }
+
+  /** Channels the next tick visits; the others rest until an intent, a round or their game wakes them. */
+  get ticking(): string[] {
+    return [...this.s.ticking].map((o) => o.rt.id);
+  }
+
   /** Starts the tick, snapshot and heartbeat loops and answers `shard.<id>.ctl`. */
   async start(): Promise<void> {
     const { config, bus, subjects, store } = this.s.deps;
@@ -316,6 +326,7 @@ export class Shard {
           } catch {
             // Done all the same (the round is durable): no event id right now (sequencer restarting), so a later tick sends the update.
             o.roundsDirty = true;
+            this.s.wake(o);
           }
         }
         reply = { ok: true, round };

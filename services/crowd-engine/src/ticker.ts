@@ -3,6 +3,11 @@
  * games' batches are written to the event log and then published on `ch.C.game`, and built-in games and
  * rounds are stepped. SHARD_TURN_BUDGET_MS bounds how long a tick holds the event loop: it yields to I/O
  * after that much work.
+ *
+ * A tick visits only the channels in `ShardState.ticking`: a channel with nothing to close, set or watch rests
+ * until an intent, a round change or its game wakes it. Thousands of channels with a few viewers each are idle
+ * most ticks, and visiting each one every tick cost the shard CPU (cache misses, mostly) in proportion to the
+ * channels it holds rather than to their traffic.
  */
 import type { Batch } from '@crowdplay/protocol';
 import { TurnBudget } from '@crowdplay/ratelimit';
@@ -48,17 +53,30 @@ export class Ticker {
   }
 
   private async runTick(): Promise<void> {
+    try {
+      await this.visit(this.s.ticks + 1);
+    } finally {
+      this.s.ticks++;
+    }
+  }
+
+  /** Tick `n`: closes, steps and publishes the channels in the tick set; those left with nothing to do rest. */
+  private async visit(n: number): Promise<void> {
     const outbox: Outbox = [];
     let failed = 0;
     let firstErr: unknown;
-    for (const o of [...this.s.owned.values()]) {
+    for (const o of [...this.s.ticking]) {
       if (this.tickBudget.spent()) {
         // Every chat rolling over at once makes this loop the longest task of the process: let I/O in.
         this.s.m.tickYields.add(1);
         await new Promise<void>((resolve) => setImmediate(resolve));
         this.tickBudget.spent(); // starts this turn's clock (its reset ran before this continuation: the first ask answers false)
       }
-      if (o.moving || this.s.owned.get(o.rt.id) !== o) continue; // handOff closes its tick; a channel dropped meanwhile is not ticked
+      if (this.s.owned.get(o.rt.id) !== o) {
+        this.s.ticking.delete(o); // dropped meanwhile: not ticked
+        continue;
+      }
+      if (o.moving) continue; // handOff closes its tick; a failed handoff serves it again
       try {
         if (o.game?.botIntents) {
           const now = this.s.now();
@@ -71,7 +89,10 @@ export class Ticker {
           }
           this.intake.countIntake(o, listed, dropped);
         }
-        if (o.rounds) await this.tickRounds(o);
+        if (o.rounds) {
+          const wait = this.tickRounds(o);
+          if (wait) await wait;
+        }
         if (o.game?.tick) {
           const state = o.game.tick(this.s.now());
           if (state) o.pendingState = state;
@@ -92,11 +113,15 @@ export class Ticker {
         const ev = o.rt.hasOpenIntents ? await this.s.eventIdFor(o) : 0;
         const pending = o.rt.pendingIntents;
         const now = this.s.now();
+        this.s.syncTicks(o); // the ticks before this one that skipped it
         const batch = o.rt.closeTick(ev, now);
+        o.tickedAt = n;
         this.s.pendingIntents -= pending;
-        if (!batch) continue;
-        this.deliverBatch(o, batch, now, outbox);
-        this.updates.scheduleUpdate(o);
+        if (batch) {
+          this.deliverBatch(o, batch, now, outbox);
+          this.updates.scheduleUpdate(o);
+        }
+        if (rests(o)) this.s.ticking.delete(o);
       } catch (err) {
         // No event id (sequencer restarting): what the channel has not set yet stays pending (dirty rounds,
         // game state, open intents) for the next tick; the other channels' batches still go out.
@@ -104,8 +129,7 @@ export class Ticker {
         firstErr ??= err;
       }
     }
-    if (failed > 0)
-      this.failLog.error('tick', { err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
+    if (failed > 0) this.failLog.error('tick', { err: firstErr, channels: failed }, 'tick failed for some channels; they retry next tick');
     try {
       await this.publishBatches(outbox);
     } catch (err) {
@@ -114,8 +138,12 @@ export class Ticker {
     }
   }
 
-  /** Round deadlines and expiry, the built-in game's round commands, and the rounds shown to viewers. */
-  private async tickRounds(o: Owned): Promise<void> {
+  /**
+   * Round deadlines and expiry, the built-in game's round commands, and the rounds shown to viewers.
+   * @returns a promise only when it must wait (an event id for the rounds' update): awaiting a resolved one per
+   *   channel would cost every visited channel a turn of the microtask queue
+   */
+  private tickRounds(o: Owned): Promise<void> | undefined {
     const rounds = o.rounds!;
     const now = this.s.now();
     rounds.tick(now);
@@ -130,13 +158,17 @@ export class Ticker {
         p.catch((err: unknown) => this.s.deps.telemetry.logger.warn({ err, channel: o.rt.id, cmd }, 'built-in game round command failed'));
       }
     }
-    if (o.roundsDirty) {
-      // Cleared only once the id is taken: without one (sequencer restarting) the next tick tries again.
-      const ev = await this.s.eventIdFor(o);
-      o.roundsDirty = false;
-      o.rt.setRounds(rounds.views(), ev, this.s.now());
-      this.updates.scheduleUpdate(o);
-    }
+    if (o.roundsDirty) return this.setRounds(o, rounds);
+    return undefined;
+  }
+
+  /** The rounds' views at a fresh event id, for the next viewer update. */
+  private async setRounds(o: Owned, rounds: NonNullable<Owned['rounds']>): Promise<void> {
+    // Cleared only once the id is taken: without one (sequencer restarting) the next tick tries again.
+    const ev = await this.s.eventIdFor(o);
+    o.roundsDirty = false;
+    o.rt.setRounds(rounds.views(), ev, this.s.now());
+    this.updates.scheduleUpdate(o);
   }
 
   deliverBatch(o: Owned, batch: Batch, now: number, outbox: Outbox): void {
@@ -172,7 +204,9 @@ export class Ticker {
     let stale: Set<string>;
     try {
       stale = new Set(
-        await store.events.append(outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text }))),
+        await store.events.append(
+          outbox.map((b) => ({ channel: b.o.rt.id, eventId: b.ev, epoch: b.o.epoch, kind: 'batch', body: b.text })),
+        ),
       );
     } catch (err) {
       // Postgres refused the statement as a whole: publish anyway with a floor per channel (a resume from before it resyncs).
@@ -217,4 +251,20 @@ export class Ticker {
   close(): void {
     this.tickBudget.close();
   }
+}
+
+/**
+ * Whether a tick may skip the channel until something wakes it (`ShardState.wake`): no open intent, no state or
+ * rounds waiting for an event id, no round to lock, expire or pay, and no built-in game that ticks, plays bots or
+ * runs rounds.
+ */
+export function rests(o: Owned): boolean {
+  const g = o.game;
+  return (
+    !o.rt.hasOpenIntents &&
+    o.pendingState === undefined &&
+    !o.roundsDirty &&
+    !(o.rounds?.needsTick ?? false) &&
+    (g === undefined || (g.tick === undefined && g.botIntents === undefined && g.rounds === undefined))
+  );
 }

@@ -253,6 +253,50 @@ describe('crowd-engine - limits', () => {
   });
 });
 
+describe('crowd-engine - resting channels', () => {
+  let h: Harness;
+  before(async () => {
+    h = await startHarness({ ledger: true });
+    await h.store.channels.ensure('quiet', 'acme');
+    await h.router.assign('quiet');
+    await h.ctl('quiet', { op: 'declare', actions: [{ name: 'go', maxPerTick: 10 }] });
+  });
+  after(() => h.close());
+
+  it('a channel with nothing to do leaves the tick; an intent brings it back; its tick count kept counting', async () => {
+    h.send('quiet', [{ action: 'go', seq: 1 }]);
+    const first = await h.waitFor(() => h.batches.find((b) => b.channel === 'quiet'));
+    await h.waitFor(() => !h.shard.ticking.includes('quiet'));
+    const restedAt = h.shard.ticks;
+    await h.waitFor(() => h.shard.ticks >= restedAt + 5);
+    assert.deepEqual(h.shard.ticking, [], 'no tick visits it while it rests');
+    h.send('quiet', [{ action: 'go', seq: 2 }]);
+    const second = await h.waitFor(() => h.batches.find((b) => b.channel === 'quiet' && b.tick > first.tick));
+    const closedBy = h.shard.ticks;
+    assert.deepEqual(
+      Object.values(second.actions).map((a) => a.intents.length),
+      [1],
+    );
+    // Each tick the shard ran since the first batch counts, the ones that skipped the channel included.
+    assert.ok(second.tick - first.tick >= 5, `tick ${first.tick} then ${second.tick}: the resting ticks were not counted`);
+    assert.ok(
+      second.tick - first.tick <= closedBy - restedAt + 2,
+      `tick ${first.tick} then ${second.tick}, ${closedBy - restedAt} shard ticks`,
+    );
+  });
+
+  it('an open round keeps its channel in the tick until it locks at its deadline', async () => {
+    await h.waitFor(() => !h.shard.ticking.includes('quiet'));
+    const r = await h.ctl('quiet', { tenant: 'acme', op: 'round.open', round: 'q1', kind: 'pool', outcomes: ['a', 'b'], durationMs: 300 });
+    assert.equal(r.ok, true, JSON.stringify(r));
+    assert.ok(h.shard.ticking.includes('quiet'), 'the round woke it');
+    const locked = await h.waitFor(() => h.roundFrames.find((f) => f.round.id === 'q1' && f.round.state === 'locked'));
+    assert.equal(locked.round.state, 'locked', 'no intent came: the tick alone locked it');
+    // Locked and not settled: it stays (the tick would cancel it past ROUND_UNSETTLED_MAX_MS).
+    assert.ok(h.shard.ticking.includes('quiet'));
+  });
+});
+
 describe('crowd-engine - the event log unreachable', () => {
   it('each tick still publishes its batch (with a floor); the failure is logged once per interval with its count', async () => {
     const h = await startHarness();
