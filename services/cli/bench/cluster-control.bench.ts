@@ -2,7 +2,7 @@
  * `npm run bench -- cluster-control [--json FILE] [--only place,failover,steady]
  *   [--child-exec-argv="NODE OPTIONS"]
  *   [--channels 10000] [--concurrency 2000] [--failover-channels 1500,5000] [--failover-join]
- *   [--steady-channels 1500] [--steady-seconds 20] [--warmup-seconds 2]`
+ *   [--steady-channels 1500] [--steady-seconds 20] [--warmup-seconds 2] [--rest-seconds 5]`
  *
  * The router's control plane on the bundle (`npm run build`) started by
  * `startCluster` as separate processes (sequencer, router, crowd-engine
@@ -30,7 +30,8 @@
  *   first assign; the router's `channels assigned` and the shards' `channels
  *   acquired` log lines summarised (batch sizes, ms per step: the router's
  *   read, owner write and shards' acquires; the shards' read, lease, start
- *   and subscribe).
+ *   and subscribe). Then, at rest (`placeRest`): both bursts' channels held,
+ *   nothing sent, every part's CPU per channel-second over `--rest-seconds`.
  * - `failover` (for each of `--failover-channels` n): 3 × n channels placed
  *   over 3 shards; on each channel of the middle shard by count (neither the
  *   source nor the target of a rebalance move, so no control request to it
@@ -96,6 +97,7 @@ const OPTIONS = {
   'steady-channels': { type: 'string', default: '1500' },
   'steady-seconds': { type: 'string', default: '20' },
   'warmup-seconds': { type: 'string', default: '2' },
+  'rest-seconds': { type: 'string', default: '5' },
   'child-exec-argv': { type: 'string', default: '' },
 } as const;
 
@@ -128,6 +130,7 @@ interface Params {
   steadyChannels: number;
   steadySeconds: number;
   warmupS: number;
+  restSeconds: number;
 }
 
 /** p50 / p99 / max of `ms` samples, ms (zeros when there are none). */
@@ -465,15 +468,50 @@ async function benchPlace(
   p: Params,
   entry: ChildEntry,
   rows: Array<[string, string]>,
-): Promise<{ cold: unknown; warm: unknown; failed: boolean }> {
+): Promise<{ cold: unknown; warm: unknown; rest: unknown; failed: boolean }> {
   const r = await rig(entry, 3);
   try {
     const cold = await placeBurst(r, p, 'pl', 'place, cold start', rows);
     const warm = await placeBurst(r, p, 'pw', 'place, running cluster', rows);
-    return { cold: cold.report, warm: warm.report, failed: cold.failed || warm.failed };
+    const rest = await restCost(r, p, rows);
+    return { cold: cold.report, warm: warm.report, rest, failed: cold.failed || warm.failed };
   } finally {
     await r.close();
   }
+}
+
+/**
+ * The cost of holding channels that do nothing: after both bursts (2 × `p.channels` channels held, no intent, no
+ * round), every part's CPU over `p.restSeconds`, per channel-second. What a shard pays per quiet channel bounds how
+ * many it can hold; the router's periodic work (failure check, reconciler, rebalance) is in its row.
+ */
+async function restCost(r: Rig, p: Params, rows: Array<[string, string]>): Promise<unknown> {
+  const held = Number(
+    (await r.store.db.query<{ n: string }>('SELECT count(*) AS n FROM channels WHERE owner IS NOT NULL')).rows[0]?.n ?? 0,
+  );
+  const watch = new ProcessWatch(
+    ['router', 'shard-1', 'shard-2', 'shard-3', 'sequencer'].map((name) => ({ name, pid: r.cluster.get(name).pid ?? 0 })),
+  );
+  await r.infra.start();
+  watch.start();
+  const t0 = performance.now();
+  await sleep(p.restSeconds * 1000);
+  const seconds = (performance.now() - t0) / 1000;
+  const processes = watch.stop();
+  const infra = r.infra.stop();
+  const cpuMs: Record<string, number | null> = {};
+  for (const x of processes) cpuMs[x.name] = x.cpuMs === null ? null : Math.round(x.cpuMs);
+  cpuMs['nats-server'] = infra.nats?.cpuMs == null ? null : Math.round(infra.nats.cpuMs);
+  cpuMs['postgres backends'] = infra.postgres.cpuMs;
+  const per: Record<string, number | null> = {};
+  for (const [k, v] of Object.entries(cpuMs)) per[k] = v === null || held === 0 ? null : round1((v * 1000) / (held * seconds));
+  rows.push([
+    `place, at rest: ${held} channels held, ${round1(seconds)} s`,
+    `µs CPU per channel-second: ${Object.entries(per)
+      .map(([k, v]) => `${k} ${v ?? 'n/a'}`)
+      .join(', ')}`,
+  ]);
+  return { channelsHeld: held, seconds: round1(seconds), processes, cpuMs, cpuUsPerChannelSecond: per };
 }
 
 /** One burst of `p.channels` first joins of new channels `<stem>-0…` on rig `r`; rows are headed `label`. */
@@ -919,8 +957,10 @@ export async function main(args: readonly string[]): Promise<number> {
     steadyChannels: intOf('steady-channels', String(values['steady-channels']), 1),
     steadySeconds: intOf('steady-seconds', String(values['steady-seconds']), 1),
     warmupS: intOf('warmup-seconds', String(values['warmup-seconds']), 0),
+    restSeconds: intOf('rest-seconds', String(values['rest-seconds']), 1),
   };
   if (p.steadySeconds > 60) throw new Error('--steady-seconds must be ≤ 60');
+  if (p.restSeconds > 60) throw new Error('--rest-seconds must be ≤ 60');
   const config = defaultConfig();
   for (const n of p.failoverChannels)
     if (n > config.engine.maxChannels)
@@ -946,6 +986,7 @@ export async function main(args: readonly string[]): Promise<number> {
       const x = await benchPlace(p, entry, rows);
       report.place = x.cold;
       report.placeWarm = x.warm;
+      report.placeRest = x.rest;
       if (x.failed) exitCode = 1;
     }
     if (p.parts.includes('failover')) {
