@@ -174,7 +174,11 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run1.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
-  'cluster-steady-24bc819.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '24bc819' },
+  'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
+  'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
+  'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
+  'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
+  'cluster-control-place-ee21404-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
   'cluster-steady-run1.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'cluster-steady-run2.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '278a3a2' },
   'failover-3000.json': {
@@ -248,7 +252,7 @@ const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
-const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-24bc819.json'];
+const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-0b74587.json'];
 const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
 const FAILOVER_3000_RUNS = [
   'failover-3000ch-04c614c.json',
@@ -257,7 +261,11 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-24bc819.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = [
+const PLACE_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
+/** Interleaved with PLACE_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
+const PLACE_BEFORE_REST = ['cluster-control-place-ee21404-run1.json', 'cluster-control-place-ee21404-run2.json'];
+/** Interleaved with PLACE_SEMI16. */
+const PLACE_SEMI4 = [
   'cluster-control-d50287f.json',
   'cluster-control-place-24bc819-semi4-run1.json',
   'cluster-control-place-24bc819-semi4-run2.json',
@@ -269,6 +277,10 @@ const PLACE_SEMI16 = [
   'cluster-control-place-24bc819-semi16-run3.json',
 ];
 const CLUSTER_CONTROL = ['cluster-control-d50287f.json'];
+const REST_VALUE =
+  '{placeRest.cpuUsPerChannelSecond.shard-1} / {placeRest.cpuUsPerChannelSecond.shard-2} / {placeRest.cpuUsPerChannelSecond.shard-3} / ' +
+  '{placeRest.cpuUsPerChannelSecond.router} / {placeRest.cpuUsPerChannelSecond.sequencer} / ' +
+  '{placeRest.cpuUsPerChannelSecond.nats-server} / {placeRest.cpuUsPerChannelSecond.postgres backends}';
 
 /** The page's index: see the module comment. */
 export const RESULTS: ResultsIndex = {
@@ -1454,8 +1466,9 @@ export const RESULTS: ResultsIndex = {
           'Placement: 10,000 new channels first-joined at once (2,000 assigns in flight) over 3 shards, each ready when a probe ' +
           'intent on `ch.<C>.in` is acked, twice on one cluster: a cold start (the processes have just started, and V8 still ' +
           'compiles the hot paths on its background threads) and then the running cluster (10,000 new channels more, the first ' +
-          'burst’s still held). CPU per channel ready: each part’s CPU over the burst (/proc, 10 ms resolution; Postgres is every ' +
-          'postgres process of the machine) divided by the channels. Failover: 3 × n channels over 3 shards, `vote` declared and a pool round opened on every ' +
+          'burst’s still held), then 5 s at rest with both bursts’ channels held. CPU per channel ready: each part’s CPU over the ' +
+          'burst (/proc, 10 ms resolution; Postgres is every postgres process of the machine) divided by the channels; at rest, ' +
+          'per channel held and second. Failover: 3 × n channels over 3 shards, `vote` declared and a pool round opened on every ' +
           'second channel of the middle shard, which is then SIGKILLed; detection is the kill → the router’s declared-dead instant, ' +
           'the move is that instant → the channel’s first ack (probes every 100 ms). Steady cost: 1,500 channels on one shard, one ' +
           'viewer intent per channel per second, 20 s without and then with a game subscribed to the batches; Postgres is the sum ' +
@@ -1501,8 +1514,39 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'the same three times each side by side with SEMI_SPACE_MB=16 (V8’s own young generation) instead of 4: channels per ' +
-            'second ready, cold start / running cluster; CPU µs per channel ready of the shards and of the router, running cluster',
+            'at rest after both bursts (20,000 channels held, nothing sent, 5 s): CPU µs per channel-second of shard 1 / 2 / 3 / ' +
+            'router / sequencer / nats-server / the cluster’s Postgres backends',
+          target: '—',
+          seed: '—',
+          value: REST_VALUE,
+          files: PLACE_RUNS,
+        },
+        {
+          figure:
+            'the same bench interleaved with those runs on the code before quiet channels rested between ticks (every tick visited ' +
+            'every channel): channels per second ready, cold start / running cluster; CPU µs per channel ready of the shards, ' +
+            'running cluster; at rest, CPU µs per channel-second of shard 1 / 2 / 3',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {placeWarm.cpuUsPerChannel.shards}; ' +
+            '{placeRest.cpuUsPerChannelSecond.shard-1} / {placeRest.cpuUsPerChannelSecond.shard-2} / {placeRest.cpuUsPerChannelSecond.shard-3}',
+          files: PLACE_BEFORE_REST,
+        },
+        {
+          figure:
+            'an earlier day, three runs each side by side, before quiet channels rested: SEMI_SPACE_MB=4 (as deployed) / 16 (V8’s own ' +
+            'young generation): channels per second ready, cold start / running cluster; CPU µs per channel ready of the shards and ' +
+            'of the router, running cluster',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {placeWarm.cpuUsPerChannel.shards} and ' +
+            '{placeWarm.cpuUsPerChannel.router}',
+          files: PLACE_SEMI4,
+        },
+        {
+          figure: 'the same with SEMI_SPACE_MB=16',
           target: '—',
           seed: '—',
           value:
