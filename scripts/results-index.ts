@@ -222,6 +222,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
   'failover-3000ch-8e6e7fa.json': { command: FAILOVER_3000, machine: 'quiet', commit: '8e6e7fa' },
   'failover-3000ch-24bc819.json': { command: FAILOVER_3000, machine: 'quiet', commit: '24bc819' },
+  'failover-3000ch-0781fad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
   'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -259,6 +260,7 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-4340be6.json',
   'failover-3000ch-8e6e7fa.json',
   'failover-3000ch-24bc819.json',
+  'failover-3000ch-0781fad.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 const PLACE_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
