@@ -5,6 +5,7 @@
  */
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
+import { RoundUpdates, type RoundChange } from './round-updates.ts';
 
 export type RoundKind = 'pool' | 'market';
 export type RoundState = 'open' | 'locked' | 'settled' | 'cancelled';
@@ -99,7 +100,11 @@ export function parseRoundCursor(text: string): RoundCursor | undefined {
 }
 
 export class RoundRepository {
-  constructor(private readonly db: Db) {}
+  private readonly updates: RoundUpdates;
+
+  constructor(private readonly db: Db) {
+    this.updates = new RoundUpdates(db);
+  }
 
   /**
    * Inserts an open round.
@@ -222,36 +227,24 @@ export class RoundRepository {
   /**
    * Moves the round to `state` at `epoch`, with its book (locked), winner
    * (settled) or paid flag. Only forward moves apply: the update is skipped
-   * (returns false) when the row is already final in another way.
+   * (returns false) when the row is already final in another way. The changes
+   * of one event-loop turn go to Postgres in one statement (round-updates.ts).
    * @throws CrowdplayError CP_ERR_CHANNEL_STALE_EPOCH
    */
-  async update(
+  update(
     channelId: string,
     id: string,
     epoch: number,
     change: { state: RoundState; book?: unknown; winner?: number | null; paid?: boolean },
   ): Promise<boolean> {
-    const allowedFrom: Record<RoundState, RoundState[]> = {
-      open: ['open'],
-      locked: ['open', 'locked'],
-      settled: ['open', 'locked', 'settled'],
-      cancelled: ['open', 'locked', 'cancelled'],
-    };
-    const res = await this.db.query(
-      `UPDATE rounds SET state = $3, book = COALESCE($4::jsonb, book), winner = COALESCE($5, winner), paid = paid OR $6,
-           epoch = $7, updated_at = now()
-         WHERE channel_id = $1 AND id = $2 AND state = ANY($8::text[])`,
-      [
-        channelId,
-        id,
-        change.state,
-        change.book === undefined ? null : JSON.stringify(change.book),
-        change.winner ?? null,
-        change.paid ?? false,
-        epoch,
-        allowedFrom[change.state],
-      ],
-    );
-    return (res.rowCount ?? 0) > 0;
+    return this.updates.update({ channelId, id, epoch, ...change });
+  }
+
+  /**
+   * Many changes in as few statements as rounds repeat (see {@link RoundUpdates.updateMany}).
+   * @returns per change, in order: 'applied', 'skipped' (final in another way) or 'stale' (the channel moved on)
+   */
+  updateMany(changes: readonly RoundChange[]): Promise<Array<'applied' | 'skipped' | 'stale'>> {
+    return this.updates.updateMany(changes);
   }
 }

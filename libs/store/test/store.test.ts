@@ -5,6 +5,23 @@ import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { readdirSync } from 'node:fs';
 import { MIGRATIONS_DIR, openStore, parseRoundCursor, roundCursor, tenantNameProblem, type RoundCursor, type Store } from '../src/index.ts';
 
+/** Counts the round-update statements `store` sends until `restore()`. */
+function countRoundUpdates(store: Store): { n: number; restore: () => void } {
+  const db = store.db as { query: (...args: never[]) => unknown };
+  const query = db.query;
+  const c = {
+    n: 0,
+    restore: () => {
+      db.query = query;
+    },
+  };
+  db.query = ((sql: unknown, ...rest: never[]) => {
+    if (typeof sql === 'string' && /UPDATE rounds r SET state/.test(sql)) c.n++;
+    return (query as (...a: unknown[]) => unknown).call(db, sql, ...rest);
+  }) as typeof db.query;
+  return c;
+}
+
 /** The same suite against real Postgres (own schema) and embedded PGlite. */
 function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: () => Promise<void> }>): void {
   describe(`store (${name})`, () => {
@@ -191,6 +208,75 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       );
       assert.ok(e2b > e2);
       assert.equal((await store.rounds.handOffMany([])).size, 0);
+    });
+
+    it('rounds - the changes of one turn go in one statement; each keeps its answer: applied, skipped, stale', async () => {
+      for (const id of ['cu-1', 'cu-2']) await store.channels.ensure(id, 'acme');
+      const e1 = await store.channels.acquire('cu-1', 'shard-a');
+      const e2 = await store.channels.acquire('cu-2', 'shard-a');
+      const round = (channelId: string, id: string, epoch: number) => ({
+        channelId,
+        id,
+        uid: `${channelId}/${id}`,
+        tenantId: 'acme',
+        kind: 'pool' as const,
+        outcomes: ['x', 'y'],
+        liquidity: null,
+        takeBps: 0,
+        openedAt: 1_700_000_000_000,
+        deadlineAt: 1_700_000_060_000,
+        epoch,
+      });
+      for (const id of ['a', 'b', 'c']) await store.rounds.insert(round('cu-1', id, e1));
+      await store.rounds.insert(round('cu-2', 'd', e2));
+      assert.equal(await store.rounds.update('cu-1', 'c', e1, { state: 'cancelled', paid: true }), true);
+      await store.channels.acquire('cu-2', 'shard-b'); // cu-2 moved on: its old owner's change is stale
+      const statements = countRoundUpdates(store);
+      const answers = await Promise.allSettled([
+        store.rounds.update('cu-1', 'a', e1, { state: 'locked', book: { pool: [1, 2] } }),
+        store.rounds.update('cu-1', 'b', e1, { state: 'settled', winner: 0, book: { pool: [3, 0] } }),
+        store.rounds.update('cu-1', 'c', e1, { state: 'locked', book: { pool: [0, 0] } }),
+        store.rounds.update('cu-2', 'd', e2, { state: 'locked', book: { pool: [5, 5] } }),
+        // The same round again in this turn: it goes in a statement after the first one's.
+        store.rounds.update('cu-1', 'a', e1, { state: 'settled', winner: 1 }),
+      ]);
+      assert.deepEqual(
+        answers.map((a) => (a.status === 'fulfilled' ? a.value : isCrowdplayError(a.reason) ? a.reason.code : String(a.reason))),
+        [true, true, false, 'CP_ERR_CHANNEL_STALE_EPOCH', true],
+      );
+      assert.equal(statements.n, 2, 'one statement per repeat of a round, not one per change');
+      statements.restore();
+      const rows = await Promise.all(['a', 'b', 'c'].map((id) => store.rounds.get('cu-1', id)));
+      assert.deepEqual(
+        rows.map((r) => [r?.state, r?.winner, r?.book]),
+        [
+          ['settled', 1, { pool: [1, 2] }],
+          ['settled', 0, { pool: [3, 0] }],
+          ['cancelled', null, null],
+        ],
+      );
+      const d = await store.rounds.get('cu-2', 'd');
+      assert.deepEqual([d?.state, d?.book, d?.epoch], ['open', null, e2], 'the stale change wrote nothing');
+    });
+
+    it('rounds - a change Postgres refuses fails alone; the others of its turn apply', async () => {
+      await store.channels.ensure('cu-3', 'acme');
+      const e = await store.channels.acquire('cu-3', 'shard-a');
+      const base = { tenantId: 'acme', kind: 'pool' as const, outcomes: ['x', 'y'], liquidity: null, takeBps: 0, epoch: e };
+      const times = { openedAt: 1_700_000_000_000, deadlineAt: 1_700_000_060_000 };
+      await store.rounds.insert({ ...base, ...times, channelId: 'cu-3', id: 'ok', uid: 'cu-3/ok' });
+      await store.rounds.insert({ ...base, ...times, channelId: 'cu-3', id: 'bad', uid: 'cu-3/bad' });
+      // A locked round must carry its book (CHECK): this change is refused by Postgres.
+      const [good, bad] = await Promise.allSettled([
+        store.rounds.update('cu-3', 'ok', e, { state: 'locked', book: { pool: [1, 1] } }),
+        store.rounds.update('cu-3', 'bad', e, { state: 'locked' }),
+      ]);
+      assert.deepEqual(good, { status: 'fulfilled', value: true });
+      assert.equal(bad.status, 'rejected');
+      assert.match(String((bad as PromiseRejectedResult).reason), /check constraint/i);
+      assert.equal((await store.rounds.get('cu-3', 'ok'))?.state, 'locked');
+      const b = await store.rounds.get('cu-3', 'bad');
+      assert.deepEqual([b?.state, b?.book], ['open', null], 'the refused change wrote nothing');
     });
 
     it('rounds - title and labels round-trip; recent rounds page newest first with a cursor', async () => {
