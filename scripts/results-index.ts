@@ -61,6 +61,8 @@ const runs: Record<string, RunInfo> = {
   'ledger.json': { command: 'npm run bench -- ledger', machine: 'quiet', commit: 'fe80f92', date: '2026-11-30' },
   'ledger-200.json': { command: 'npm run bench -- ledger --requesters 200', machine: 'quiet', commit: 'ac4611b', date: '2026-11-30' },
   'ledger-loaded.json': { command: 'npm run bench -- ledger', machine: 'shared', commit: '91bd5b6', date: '2026-11-30' },
+  'round-updates-6353d0a-run1.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '6353d0a' },
+  'round-updates-6353d0a-run2.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '6353d0a' },
   'lmsr.json': { command: 'npm run bench -- lmsr', machine: 'quiet', commit: 'fe80f92' },
   'render.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render', machine: 'quiet', commit: '2eb3779' },
   'render-purge-delay-10.json': {
@@ -517,6 +519,32 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{transfersPerSecond}; {commitMs.p50:0} / {commitMs.p95:0} ms',
           files: ['ledger-loaded.json'],
+        },
+      ],
+    },
+    {
+      title: 'Round state changes',
+      decisions: ['0043-round-changes-coalesced.md'],
+      intro: [
+        '`libs/store/bench/round-updates.bench.ts`: 2,000 channels in the machine’s PostgreSQL 15 (own schema, ' +
+          '`synchronous_commit` on, one connection), each with one open pool round; every round locked with one autocommitted ' +
+          'statement each, then every round settled through `RoundRepository.update` called for all of them in one turn (one ' +
+          'statement per 1,000). The backend’s CPU (/proc, 10 ms resolution) and the wall time per round, the lowest of 3 repeats.',
+      ],
+      rows: [
+        {
+          figure: 'one statement per change: backend CPU / wall time per round',
+          target: '—',
+          seed: '—',
+          value: '{single.backendCpuUs} / {single.wallUs} µs',
+          files: ['round-updates-6353d0a-run1.json', 'round-updates-6353d0a-run2.json'],
+        },
+        {
+          figure: 'the changes of one turn in one statement: the same',
+          target: '—',
+          seed: '—',
+          value: '{coalesced.backendCpuUs} / {coalesced.wallUs} µs',
+          files: ['round-updates-6353d0a-run1.json', 'round-updates-6353d0a-run2.json'],
         },
       ],
     },
