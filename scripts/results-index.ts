@@ -226,6 +226,8 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-24bc819.json': { command: FAILOVER_3000, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-0781fad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
   'failover-3000ch-0781fad-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
+  'failover-3000ch-8ee4403.json': { command: FAILOVER_3000, machine: 'quiet', commit: '8ee4403' },
+  'failover-3000ch-2012186.json': { command: FAILOVER_3000, machine: 'quiet', commit: '2012186' },
   'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -265,6 +267,8 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-24bc819.json',
   'failover-3000ch-0781fad.json',
   'failover-3000ch-0781fad-run2.json',
+  'failover-3000ch-8ee4403.json',
+  'failover-3000ch-2012186.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 const PLACE_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
@@ -1796,10 +1800,12 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
           'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are six runs of one day, the two newest of the current code. Between them the code changed at the edges ' +
-          '(request deadlines, error shapes), in quiet channels resting between ticks (no channel here rests: each has an open ' +
-          'round) and, from 24bc819 on, in the processes starting with the deployed V8 and malloc settings (scripts/start.sh) ' +
-          'instead of node’s defaults; below them the ' +
+          'The rows are eight runs of one day, the newest (2012186) of the current code and the one before it (8ee4403) run ' +
+          'side by side with it. Between them the code changed at the edges (request deadlines, error shapes), in quiet ' +
+          'channels resting between ticks (no channel here rests: each has an open round), from 24bc819 on in the processes ' +
+          'starting with the deployed V8 and malloc settings (scripts/start.sh) instead of node’s defaults, and in 2012186 in a ' +
+          'turn’s round state changes going to Postgres in one statement (decision 0043; the steady phase ends before the ' +
+          'first rounds lock, so its Postgres row does not show it); below them the ' +
           'code of the day before, run with the machine at 100 % before the faults. The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
           'then the drain’s last step forced and a variant of it that was not kept (decision 0039), each run the same day. ' +
           'Fields: loadtest/README.md ("failover").',
