@@ -98,6 +98,14 @@ type Histogram = ReturnType<Telemetry['metrics']['histogram']>;
 interface Member extends MemberLoad {
   /** Control protocol version from its heartbeats (1 when it names none). */
   v: number;
+  /**
+   * Channels placed on it whose acquire has not answered yet. While there are any, its heartbeats' channel counts are
+   * not taken: one sent before an acquire answered would make the shard look emptier than it is and draw the next
+   * batches, and one read in the same turn as the acquire's answer would count that batch twice. Either way the
+   * spread went uneven, for the rebalance to undo a channel at a time. The router's own count (each placement counted
+   * when planned, each refusal taken back) stands until the shard's next heartbeat with nothing in flight.
+   */
+  placing: number;
 }
 
 /** Why channels are placed: the `reason` of crowdplay_router_moves_total. */
@@ -246,8 +254,8 @@ export class Router implements RouterApi {
       this.track(this.reconcileRestart(hb.id));
     }
     // Updated in place: a placement in flight holds this object and counts its channels in it.
-    const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false, v: 1 };
-    m.channels = hb.channels;
+    const m = this.members.get(hb.id) ?? { id: hb.id, channels: 0, intentsPerS: 0, lastSeenMs: 0, draining: false, v: 1, placing: 0 };
+    if (m.placing === 0) m.channels = hb.channels;
     m.intentsPerS = hb.intentsPerS ?? 0;
     m.lastSeenMs = this.now();
     m.draining = hb.draining === true;
@@ -502,9 +510,23 @@ export class Router implements RouterApi {
         });
       }
       // Counted at once, before the acquires answer: placements in flight together would otherwise pick the same shards.
-      for (const [shard, chs] of plan) this.members.get(shard)!.channels += chs.length;
+      for (const [shard, chs] of plan) {
+        const member = this.members.get(shard)!;
+        member.channels += chs.length;
+        member.placing += chs.length;
+      }
       const tWrite = performance.now();
-      const epochs = await store.channels.acquireMany([...plan].flatMap(([shard, chs]) => chs.map((channel) => ({ channel, shard }))));
+      let epochs: Map<string, number>;
+      try {
+        epochs = await store.channels.acquireMany([...plan].flatMap(([shard, chs]) => chs.map((channel) => ({ channel, shard }))));
+      } catch (err) {
+        for (const [shard, chs] of plan) {
+          const member = this.members.get(shard)!;
+          member.channels = Math.max(0, member.channels - chs.length);
+          member.placing = Math.max(0, member.placing - chs.length);
+        }
+        throw err;
+      }
       const tAcquire = performance.now();
       phase.writeMs += Math.round(tAcquire - tWrite);
       const next: string[] = [];
@@ -521,7 +543,12 @@ export class Router implements RouterApi {
               out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [ch], { cause: 'unknown or migrated meanwhile' }));
             } else items.push({ channel: ch, epoch });
           }
-          const results = await this.acquireOn(member, items);
+          let results: ChannelResult[];
+          try {
+            results = await this.acquireOn(member, items);
+          } finally {
+            member.placing = Math.max(0, member.placing - chs.length);
+          }
           for (let i = 0; i < items.length; i++) {
             const { channel, epoch } = items[i]!;
             const r = results[i]!;

@@ -324,6 +324,30 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('a heartbeat in the middle of a burst does not hide the placements still in flight: the next batch spreads evenly', async () => {
+    const first = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
+    const second = ['c7', 'c8', 'c9'];
+    const t = setup([...first, ...second]);
+    const router = t.newRouter();
+    await router.start();
+    for (const id of ['a', 'b', 'c']) t.shard(id).beat();
+    await tick();
+    for (const id of ['a', 'b', 'c']) t.heldAcquires.set(id, []);
+    const burst1 = first.map((c) => router.assign(c));
+    while ([...t.heldAcquires.values()].reduce((n, q) => n + q.length, 0) < first.length) await tick();
+    // a beats before its acquires answered: it holds nothing yet, as far as it knows.
+    t.beat('a');
+    await tick();
+    const burst2 = second.map((c) => router.assign(c));
+    while ([...t.heldAcquires.values()].reduce((n, q) => n + q.length, 0) < first.length + second.length) await tick();
+    for (const q of t.heldAcquires.values()) for (const answer of q.splice(0)) answer();
+    t.heldAcquires.clear();
+    const got = await Promise.all([...burst1, ...burst2]);
+    const per = (s: string) => got.filter((x) => x.shard === s).length;
+    assert.deepEqual([per('a'), per('b'), per('c')], [3, 3, 3], 'the second batch went one to each shard, not all to a');
+    await router.close();
+  });
+
   it('rebalance hands a channel off (open rounds move with it) and the old owner forgets it; a failed handoff leaves it', async () => {
     const ids = ['c1', 'c2', 'c3', 'c4'];
     const t = setup(ids);
