@@ -177,6 +177,10 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
+  'cluster-control-place-aac6338-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'aac6338' },
+  'cluster-control-place-aac6338-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'aac6338' },
+  'cluster-control-place-8ee4403-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '8ee4403' },
+  'cluster-control-place-8ee4403-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '8ee4403' },
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
@@ -271,8 +275,12 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-2012186.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
-/** Interleaved with PLACE_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
+const PLACE_RUNS = ['cluster-control-place-aac6338-run1.json', 'cluster-control-place-aac6338-run2.json'];
+/** Interleaved with PLACE_RUNS: the code before the router stopped taking heartbeats' counts mid-burst. */
+const PLACE_BEFORE_SPREAD = ['cluster-control-place-8ee4403-run1.json', 'cluster-control-place-8ee4403-run2.json'];
+/** Earlier the same day, when the machine ran faster: the code before the router's fix, interleaved with PLACE_BEFORE_REST. */
+const PLACE_REST_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
+/** Interleaved with PLACE_REST_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
 const PLACE_BEFORE_REST = ['cluster-control-place-ee21404-run1.json', 'cluster-control-place-ee21404-run2.json'];
 /** Interleaved with PLACE_SEMI16. */
 const PLACE_SEMI4 = [
@@ -287,6 +295,10 @@ const PLACE_SEMI16 = [
   'cluster-control-place-24bc819-semi16-run3.json',
 ];
 const CLUSTER_CONTROL = ['cluster-control-d50287f.json'];
+const SPREAD_VALUE =
+  '{place.shardAcquires.channelsPerShard.shard-1} / {place.shardAcquires.channelsPerShard.shard-2} / ' +
+  '{place.shardAcquires.channelsPerShard.shard-3}; {placeWarm.shardAcquires.channelsPerShard.shard-1} / ' +
+  '{placeWarm.shardAcquires.channelsPerShard.shard-2} / {placeWarm.shardAcquires.channelsPerShard.shard-3}';
 const REST_VALUE =
   '{placeRest.cpuUsPerChannelSecond.shard-1} / {placeRest.cpuUsPerChannelSecond.shard-2} / {placeRest.cpuUsPerChannelSecond.shard-3} / ' +
   '{placeRest.cpuUsPerChannelSecond.router} / {placeRest.cpuUsPerChannelSecond.sequencer} / ' +
@@ -1502,7 +1514,8 @@ export const RESULTS: ResultsIndex = {
           'Placement: 10,000 new channels first-joined at once (2,000 assigns in flight) over 3 shards, each ready when a probe ' +
           'intent on `ch.<C>.in` is acked, twice on one cluster: a cold start (the processes have just started, and V8 still ' +
           'compiles the hot paths on its background threads) and then the running cluster (10,000 new channels more, the first ' +
-          'burst’s still held), then 5 s at rest with both bursts’ channels held. CPU per channel ready: each part’s CPU over the ' +
+          'burst’s still held), then 5 s at rest with both bursts’ channels held. The machine is a VM whose speed drifted by up to ' +
+          'half within an hour on this day: only runs made side by side (interleaved, as each row says) compare code. CPU per channel ready: each part’s CPU over the ' +
           'burst (/proc, 10 ms resolution; Postgres is every postgres process of the machine) divided by the channels; at rest, ' +
           'per channel held and second. Failover: 3 × n channels over 3 shards, `vote` declared and a pool round opened on every ' +
           'second channel of the middle shard, which is then SIGKILLed; detection is the kill → the router’s declared-dead instant, ' +
@@ -1558,8 +1571,36 @@ export const RESULTS: ResultsIndex = {
           files: PLACE_RUNS,
         },
         {
+          figure: 'the channels each shard acquired, shard 1 / 2 / 3: cold start; running cluster',
+          target: '—',
+          seed: '—',
+          value: SPREAD_VALUE,
+          files: PLACE_RUNS,
+        },
+        {
           figure:
-            'the same bench interleaved with those runs on the code before quiet channels rested between ticks (every tick visited ' +
+            'interleaved with those runs, the code before the router stopped taking a shard’s heartbeat counts while placements ' +
+            'to it were in flight: channels per second ready, cold start / running cluster; the channels each shard acquired, as ' +
+            'above; at rest, as above',
+          target: '—',
+          seed: '—',
+          value: '{place.readyPerSecond} / {placeWarm.readyPerSecond}; ' + SPREAD_VALUE + '; ' + REST_VALUE,
+          files: PLACE_BEFORE_SPREAD,
+        },
+        {
+          figure:
+            'earlier the same day, the machine faster: channels per second ready, cold start / running cluster; CPU µs per channel ' +
+            'ready of the shards, running cluster; at rest, CPU µs per channel-second of shard 1 / 2 / 3',
+          target: '—',
+          seed: '—',
+          value:
+            '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {placeWarm.cpuUsPerChannel.shards}; ' +
+            '{placeRest.cpuUsPerChannelSecond.shard-1} / {placeRest.cpuUsPerChannelSecond.shard-2} / {placeRest.cpuUsPerChannelSecond.shard-3}',
+          files: PLACE_REST_RUNS,
+        },
+        {
+          figure:
+            'the same bench interleaved with those on the code before quiet channels rested between ticks (every tick visited ' +
             'every channel): channels per second ready, cold start / running cluster; CPU µs per channel ready of the shards, ' +
             'running cluster; at rest, CPU µs per channel-second of shard 1 / 2 / 3',
           target: '—',
