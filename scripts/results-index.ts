@@ -61,8 +61,8 @@ const runs: Record<string, RunInfo> = {
   'ledger.json': { command: 'npm run bench -- ledger', machine: 'quiet', commit: 'fe80f92', date: '2026-11-30' },
   'ledger-200.json': { command: 'npm run bench -- ledger --requesters 200', machine: 'quiet', commit: 'ac4611b', date: '2026-11-30' },
   'ledger-loaded.json': { command: 'npm run bench -- ledger', machine: 'shared', commit: '91bd5b6', date: '2026-11-30' },
-  'round-updates-6353d0a-run1.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '6353d0a' },
-  'round-updates-6353d0a-run2.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '6353d0a' },
+  'round-updates-274dd8e-run1.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '274dd8e' },
+  'round-updates-274dd8e-run2.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '274dd8e' },
   'lmsr.json': { command: 'npm run bench -- lmsr', machine: 'quiet', commit: 'fe80f92' },
   'render.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render', machine: 'quiet', commit: '2eb3779' },
   'render-purge-delay-10.json': {
@@ -177,10 +177,10 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
-  'cluster-control-place-aac6338-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'aac6338' },
-  'cluster-control-place-aac6338-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'aac6338' },
-  'cluster-control-place-8ee4403-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '8ee4403' },
-  'cluster-control-place-8ee4403-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '8ee4403' },
+  'cluster-control-place-274a79f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '274a79f' },
+  'cluster-control-place-274a79f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '274a79f' },
+  'cluster-control-place-f5badbf-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'f5badbf' },
+  'cluster-control-place-f5badbf-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'f5badbf' },
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
@@ -230,8 +230,8 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-24bc819.json': { command: FAILOVER_3000, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-0781fad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
   'failover-3000ch-0781fad-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
-  'failover-3000ch-8ee4403.json': { command: FAILOVER_3000, machine: 'quiet', commit: '8ee4403' },
-  'failover-3000ch-2012186.json': { command: FAILOVER_3000, machine: 'quiet', commit: '2012186' },
+  'failover-3000ch-f5badbf.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'f5badbf' },
+  'failover-3000ch-b9b3f53.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'b9b3f53' },
   'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -271,13 +271,13 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-24bc819.json',
   'failover-3000ch-0781fad.json',
   'failover-3000ch-0781fad-run2.json',
-  'failover-3000ch-8ee4403.json',
-  'failover-3000ch-2012186.json',
+  'failover-3000ch-f5badbf.json',
+  'failover-3000ch-b9b3f53.json',
 ];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = ['cluster-control-place-aac6338-run1.json', 'cluster-control-place-aac6338-run2.json'];
+const PLACE_RUNS = ['cluster-control-place-274a79f-run1.json', 'cluster-control-place-274a79f-run2.json'];
 /** Interleaved with PLACE_RUNS: the code before the router stopped taking heartbeats' counts mid-burst. */
-const PLACE_BEFORE_SPREAD = ['cluster-control-place-8ee4403-run1.json', 'cluster-control-place-8ee4403-run2.json'];
+const PLACE_BEFORE_SPREAD = ['cluster-control-place-f5badbf-run1.json', 'cluster-control-place-f5badbf-run2.json'];
 /** Earlier the same day, when the machine ran faster: the code before the router's fix, interleaved with PLACE_BEFORE_REST. */
 const PLACE_REST_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
 /** Interleaved with PLACE_REST_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
@@ -553,14 +553,14 @@ export const RESULTS: ResultsIndex = {
           target: '—',
           seed: '—',
           value: '{single.backendCpuUs} / {single.wallUs} µs',
-          files: ['round-updates-6353d0a-run1.json', 'round-updates-6353d0a-run2.json'],
+          files: ['round-updates-274dd8e-run1.json', 'round-updates-274dd8e-run2.json'],
         },
         {
           figure: 'the changes of one turn in one statement: the same',
           target: '—',
           seed: '—',
           value: '{coalesced.backendCpuUs} / {coalesced.wallUs} µs',
-          files: ['round-updates-6353d0a-run1.json', 'round-updates-6353d0a-run2.json'],
+          files: ['round-updates-274dd8e-run1.json', 'round-updates-274dd8e-run2.json'],
         },
       ],
     },
@@ -1841,10 +1841,10 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
           'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are eight runs of one day, the newest (2012186) of the current code and the one before it (8ee4403) run ' +
+          'The rows are eight runs of one day, the newest (b9b3f53) of the current code and the one before it (f5badbf) run ' +
           'side by side with it. Between them the code changed at the edges (request deadlines, error shapes), in quiet ' +
           'channels resting between ticks (no channel here rests: each has an open round), from 24bc819 on in the processes ' +
-          'starting with the deployed V8 and malloc settings (scripts/start.sh) instead of node’s defaults, and in 2012186 in a ' +
+          'starting with the deployed V8 and malloc settings (scripts/start.sh) instead of node’s defaults, and in b9b3f53 in a ' +
           'turn’s round state changes going to Postgres in one statement (decision 0043; the steady phase ends before the ' +
           'first rounds lock, so its Postgres row does not show it); below them the ' +
           'code of the day before, run with the machine at 100 % before the faults. The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
