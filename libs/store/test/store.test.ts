@@ -5,6 +5,23 @@ import { testSchema, type TestSchema } from '@crowdplay/testing';
 import { readdirSync } from 'node:fs';
 import { MIGRATIONS_DIR, openStore, parseRoundCursor, roundCursor, tenantNameProblem, type RoundCursor, type Store } from '../src/index.ts';
 
+/** The row of an open two-outcome pool round `id` of `channelId` (acme's), written at `epoch`. */
+function openPool(channelId: string, id: string, epoch: number) {
+  return {
+    channelId,
+    id,
+    uid: `${channelId}/${id}`,
+    tenantId: 'acme',
+    kind: 'pool' as const,
+    outcomes: ['x', 'y'],
+    liquidity: null,
+    takeBps: 0,
+    openedAt: 1_700_000_000_000,
+    deadlineAt: 1_700_000_060_000,
+    epoch,
+  };
+}
+
 /** Counts the round-update statements `store` sends until `restore()`. */
 function countRoundUpdates(store: Store): { n: number; restore: () => void } {
   const db = store.db as { query: (...args: never[]) => unknown };
@@ -172,22 +189,9 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       for (const id of ids) await store.channels.ensure(id, 'acme');
       const e1 = await store.channels.acquire('ho-1', 'shard-a');
       const e2 = await store.channels.acquire('ho-2', 'shard-a');
-      const round = (channelId: string, id: string, epoch: number) => ({
-        channelId,
-        id,
-        uid: `${channelId}/${id}`,
-        tenantId: 'acme',
-        kind: 'pool' as const,
-        outcomes: ['x', 'y'],
-        liquidity: null,
-        takeBps: 0,
-        openedAt: 1_700_000_000_000,
-        deadlineAt: 1_700_000_060_000,
-        epoch,
-      });
-      await store.rounds.insert(round('ho-1', 'a', e1));
-      await store.rounds.insert(round('ho-1', 'done', e1));
-      await store.rounds.insert(round('ho-2', 'b', e2));
+      await store.rounds.insert(openPool('ho-1', 'a', e1));
+      await store.rounds.insert(openPool('ho-1', 'done', e1));
+      await store.rounds.insert(openPool('ho-2', 'b', e2));
       assert.equal(await store.rounds.update('ho-1', 'done', e1, { state: 'cancelled', paid: true }), true);
       const e2b = await store.channels.acquire('ho-2', 'shard-b'); // ho-2 moved on: its old owner's write is stale
       const written = await store.rounds.handOffMany([
@@ -214,21 +218,8 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
       for (const id of ['cu-1', 'cu-2']) await store.channels.ensure(id, 'acme');
       const e1 = await store.channels.acquire('cu-1', 'shard-a');
       const e2 = await store.channels.acquire('cu-2', 'shard-a');
-      const round = (channelId: string, id: string, epoch: number) => ({
-        channelId,
-        id,
-        uid: `${channelId}/${id}`,
-        tenantId: 'acme',
-        kind: 'pool' as const,
-        outcomes: ['x', 'y'],
-        liquidity: null,
-        takeBps: 0,
-        openedAt: 1_700_000_000_000,
-        deadlineAt: 1_700_000_060_000,
-        epoch,
-      });
-      for (const id of ['a', 'b', 'c']) await store.rounds.insert(round('cu-1', id, e1));
-      await store.rounds.insert(round('cu-2', 'd', e2));
+      for (const id of ['a', 'b', 'c']) await store.rounds.insert(openPool('cu-1', id, e1));
+      await store.rounds.insert(openPool('cu-2', 'd', e2));
       assert.equal(await store.rounds.update('cu-1', 'c', e1, { state: 'cancelled', paid: true }), true);
       await store.channels.acquire('cu-2', 'shard-b'); // cu-2 moved on: its old owner's change is stale
       const statements = countRoundUpdates(store);
@@ -262,10 +253,8 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
     it('rounds - a change Postgres refuses fails alone; the others of its turn apply', async () => {
       await store.channels.ensure('cu-3', 'acme');
       const e = await store.channels.acquire('cu-3', 'shard-a');
-      const base = { tenantId: 'acme', kind: 'pool' as const, outcomes: ['x', 'y'], liquidity: null, takeBps: 0, epoch: e };
-      const times = { openedAt: 1_700_000_000_000, deadlineAt: 1_700_000_060_000 };
-      await store.rounds.insert({ ...base, ...times, channelId: 'cu-3', id: 'ok', uid: 'cu-3/ok' });
-      await store.rounds.insert({ ...base, ...times, channelId: 'cu-3', id: 'bad', uid: 'cu-3/bad' });
+      await store.rounds.insert(openPool('cu-3', 'ok', e));
+      await store.rounds.insert(openPool('cu-3', 'bad', e));
       // A locked round must carry its book (CHECK): this change is refused by Postgres.
       const [good, bad] = await Promise.allSettled([
         store.rounds.update('cu-3', 'ok', e, { state: 'locked', book: { pool: [1, 1] } }),
