@@ -4,7 +4,6 @@ export * from './tenants.ts';
 export * from './channels.ts';
 export * from './sequencer.ts';
 export * from './rounds.ts';
-export { ROUND_UPDATE_BATCH_MAX, type RoundChange } from './round-updates.ts';
 export * from './events.ts';
 export * from './watch-tokens.ts';
 export * from './quotas.ts';

@@ -12,7 +12,7 @@
  * row's data (a CHECK) is replayed one row at a time, so only that change fails.
  */
 import { CrowdplayError } from '@crowdplay/protocol';
-import { isUnavailableError, type Db } from './db.ts';
+import type { Db } from './db.ts';
 import type { RoundState } from './rounds.ts';
 
 /** A change of one round: the state it moves to, at `epoch`, with its book (locked), winner (settled) or paid flag. */
@@ -27,7 +27,7 @@ export interface RoundChange {
 }
 
 /** Rows in one statement at most: a turn with more writes them in several, side by side. */
-export const ROUND_UPDATE_BATCH_MAX = 1_000;
+const ROUND_UPDATE_BATCH_MAX = 1_000;
 
 /** The states a round may move to `state` from: forward moves only (a repeat of the same move applies again). */
 const ALLOWED_FROM: Record<RoundState, string> = {
@@ -89,7 +89,7 @@ export class RoundUpdates {
    * @returns per change, in order: 'applied', 'skipped' (final in another way) or 'stale' (the channel moved on)
    * @throws the store's error when a statement fails for a reason other than a row's data
    */
-  async updateMany(changes: readonly RoundChange[]): Promise<Array<'applied' | 'skipped' | 'stale'>> {
+  private async updateMany(changes: readonly RoundChange[]): Promise<Array<'applied' | 'skipped' | 'stale'>> {
     const out = new Array<'applied' | 'skipped' | 'stale'>(changes.length);
     for (const wave of waves(changes)) {
       const chunks: number[][] = [];
@@ -122,7 +122,8 @@ export class RoundUpdates {
     try {
       results = await this.updateMany(batch.map((p) => p.change));
     } catch (err) {
-      if (isUnavailableError(err) || (err instanceof CrowdplayError && err.code === 'CP_ERR_STORE_UNAVAILABLE')) {
+      // The Db maps a lost or refused connection to CP_ERR_STORE_UNAVAILABLE: each change alone would fail the same way.
+      if (err instanceof CrowdplayError && err.code === 'CP_ERR_STORE_UNAVAILABLE') {
         for (const p of batch) p.reject(err);
         return;
       }

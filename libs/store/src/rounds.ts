@@ -5,7 +5,7 @@
  */
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
-import { RoundUpdates, type RoundChange } from './round-updates.ts';
+import { RoundUpdates } from './round-updates.ts';
 
 export type RoundKind = 'pool' | 'market';
 export type RoundState = 'open' | 'locked' | 'settled' | 'cancelled';
@@ -238,13 +238,5 @@ export class RoundRepository {
     change: { state: RoundState; book?: unknown; winner?: number | null; paid?: boolean },
   ): Promise<boolean> {
     return this.updates.update({ channelId, id, epoch, ...change });
-  }
-
-  /**
-   * Many changes in as few statements as rounds repeat (see {@link RoundUpdates.updateMany}).
-   * @returns per change, in order: 'applied', 'skipped' (final in another way) or 'stale' (the channel moved on)
-   */
-  updateMany(changes: readonly RoundChange[]): Promise<Array<'applied' | 'skipped' | 'stale'>> {
-    return this.updates.updateMany(changes);
   }
 }

@@ -193,7 +193,8 @@ export class Intake {
    *   the caller counts both with countIntake (once per batch, not per intent)
    */
   accept(o: Owned, viewer: string, action: string, option: string | undefined, atMs: number): boolean {
-    this.s.wake(o); // listed or counted over the cap, the open tick has it: the next tick closes it
+    // The tick's first intent puts the channel in the tick set; a channel with open intents never leaves it (rests()).
+    if (!o.rt.hasOpenIntents) this.s.wake(o);
     if (!o.rt.add(viewer, action, option, atMs)) return false;
     this.s.pendingIntents++;
     return true;
