@@ -1,8 +1,8 @@
 /**
  * Round state changes (lock, settle, cancel, paid, a handed-off book) coalesced into one statement per
- * event-loop turn. One autocommitted single-row UPDATE cost Postgres about 330 µs of CPU (its commit included)
- * against 20–30 µs per row in a statement of 2,000 (decision 0043); a shard of channels whose rounds open
- * and close together issues hundreds a second.
+ * event-loop turn: an autocommitted single-row UPDATE costs Postgres about ten times the CPU of a row in a shared
+ * statement (decision 0043, `npm run bench -- round-updates`), and a shard of channels
+ * whose rounds open and close together issues hundreds a second.
  *
  * Each change keeps the answer a single statement gave: true when applied, false when the row is already final
  * in another way (only forward moves apply), CP_ERR_CHANNEL_STALE_EPOCH when its epoch is not the channel's
