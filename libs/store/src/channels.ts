@@ -1,6 +1,7 @@
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
 import { insertChannelWithinQuota, MAX_QUOTA, TenantQuotaError } from './quotas.ts';
+import { int8Array, textArray } from './array-params.ts';
 
 /** A channel row: its tenant, its fencing epoch and current owner shard. */
 export interface ChannelRow {
@@ -169,7 +170,7 @@ export class ChannelRepository {
     const valid = ids.filter((id) => CHANNEL_ID_RE.test(id));
     const out = new Map<string, ChannelRow>();
     if (valid.length === 0) return out;
-    const { rows } = await this.db.query<Row>(CHANNEL_SQL.byIds, [valid]);
+    const { rows } = await this.db.query<Row>(CHANNEL_SQL.byIds, [textArray(valid)]);
     for (const r of rows) out.set(r.id, toChannel(r));
     return out;
   }
@@ -188,8 +189,8 @@ export class ChannelRepository {
     const valid = placements.filter((p) => CHANNEL_ID_RE.test(p.channel));
     if (valid.length === 0) return out;
     const { rows } = await this.db.query<{ id: string; epoch: string }>(CHANNEL_SQL.acquireMany, [
-      valid.map((p) => p.channel),
-      valid.map((p) => p.shard),
+      textArray(valid.map((p) => p.channel)),
+      textArray(valid.map((p) => p.shard)),
     ]);
     for (const r of rows) out.set(r.id, Number(r.epoch));
     return out;
@@ -202,9 +203,9 @@ export class ChannelRepository {
   async releaseMany(items: readonly Holding[]): Promise<Set<string>> {
     if (items.length === 0) return new Set();
     const { rows } = await this.db.query<{ id: string }>(CHANNEL_SQL.releaseMany, [
-      items.map((i) => i.channel),
-      items.map((i) => i.shard),
-      items.map((i) => i.epoch),
+      textArray(items.map((i) => i.channel)),
+      textArray(items.map((i) => i.shard)),
+      int8Array(items.map((i) => i.epoch)),
     ]);
     return new Set(rows.map((r) => r.id));
   }
@@ -340,10 +341,10 @@ export class ChannelRepository {
   async saveSnapshots(items: readonly SnapshotWrite[]): Promise<string[]> {
     if (items.length === 0) return [];
     const { rows } = await this.db.query<{ channel_id: string }>(CHANNEL_SQL.saveSnapshots, [
-      items.map((i) => i.channel),
-      items.map((i) => i.epoch),
-      items.map((i) => i.eventId),
-      items.map((i) => JSON.stringify(i.state)),
+      textArray(items.map((i) => i.channel)),
+      int8Array(items.map((i) => i.epoch)),
+      int8Array(items.map((i) => i.eventId)),
+      textArray(items.map((i) => JSON.stringify(i.state))),
     ]);
     return rows.map((r) => r.channel_id);
   }
@@ -354,7 +355,7 @@ export class ChannelRepository {
     if (ids.length === 0) return out;
     const { rows } = await this.db.query<{ channel_id: string; epoch: string; event_id: string; state: unknown; saved_at: Date }>(
       CHANNEL_SQL.snapshots,
-      [[...ids]],
+      [textArray([...ids])],
     );
     for (const r of rows)
       out.set(r.channel_id, { channelId: r.channel_id, epoch: Number(r.epoch), eventId: Number(r.event_id), state: r.state, savedAt: r.saved_at });

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { PGlite, Transaction } from '@electric-sql/pglite';
 import { CrowdplayError } from '@crowdplay/protocol';
+import { binaryParams, plainParams } from './array-params.ts';
 
 /** The part of a query result crowdplay reads. */
 export interface QueryResult<R> {
@@ -10,6 +11,7 @@ export interface QueryResult<R> {
 
 /** Anything that runs a query: the database, or the handle inside a transaction. */
 export interface Queryable {
+  /** `params` may hold ArrayParams (textArray, int8Array: array-params.ts), which each engine sends its own way. */
   query<R = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<QueryResult<R>>;
 }
 
@@ -128,7 +130,7 @@ export class PgDb implements Db {
     const client = await this.connect();
     let r;
     try {
-      r = await client.query(sql, params);
+      r = await client.query(sql, binaryParams(params));
     } catch (err) {
       // As pg-pool's own query(): a connection that saw an error is discarded.
       this.release(client, err as Error);
@@ -142,7 +144,7 @@ export class PgDb implements Db {
     const client = await this.connect();
     const q: Queryable = {
       query: async <R>(sql: string, params?: unknown[]) => {
-        const r = await client.query(sql, params);
+        const r = await client.query(sql, binaryParams(params));
         return { rows: r.rows as R[], rowCount: r.rowCount ?? 0 };
       },
     };
@@ -171,7 +173,7 @@ type PgliteRunner = Pick<PGlite, 'query' | 'exec'> | Transaction;
 async function pgliteQuery<R>(runner: PgliteRunner, sql: string, params?: unknown[]): Promise<QueryResult<R>> {
   try {
     if (params && params.length > 0) {
-      const r = await runner.query<R>(sql, params);
+      const r = await runner.query<R>(sql, plainParams(params));
       return { rows: r.rows, rowCount: r.affectedRows ?? r.rows.length };
     }
     // No parameters: the simple protocol, which also runs multi-statement SQL (migrations).

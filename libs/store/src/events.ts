@@ -1,4 +1,5 @@
 import type { Db } from './db.ts';
+import { int8Array, textArray } from './array-params.ts';
 
 /** One event as the owner of its channel logs it. */
 export interface LoggedEvent {
@@ -74,11 +75,11 @@ export class EventLogRepository {
   async append(events: readonly LoggedEvent[]): Promise<string[]> {
     if (events.length === 0) return [];
     const { rows } = await this.db.query<{ channel_id: string }>(EVENT_SQL.append, [
-      events.map((e) => e.channel),
-      events.map((e) => e.eventId),
-      events.map((e) => e.epoch),
-      events.map((e) => e.kind),
-      events.map((e) => e.body),
+      textArray(events.map((e) => e.channel)),
+      int8Array(events.map((e) => e.eventId)),
+      int8Array(events.map((e) => e.epoch)),
+      textArray(events.map((e) => e.kind)),
+      textArray(events.map((e) => e.body)),
     ]);
     return rows.map((r) => r.channel_id);
   }
@@ -91,7 +92,7 @@ export class EventLogRepository {
     const out = new Map<string, { eventId: number; epoch: number; body: string }>();
     if (channels.length === 0) return out;
     const { rows } = await this.db.query<{ channel_id: string; event_id: string; epoch: string; body: string }>(EVENT_SQL.latestMany, [
-      [...channels],
+      textArray([...channels]),
       kind,
     ]);
     for (const r of rows) out.set(r.channel_id, { eventId: Number(r.event_id), epoch: Number(r.epoch), body: r.body });

@@ -1,4 +1,5 @@
 export * from './db.ts';
+export { textArray, int8Array, ArrayParam } from './array-params.ts';
 export * from './open.ts';
 export * from './tenants.ts';
 export * from './channels.ts';

@@ -14,6 +14,7 @@
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
 import type { RoundState } from './rounds.ts';
+import { int8Array, textArray } from './array-params.ts';
 
 /** A change of one round: the state it moves to, at `epoch`, with its book (locked), winner (settled) or paid flag. */
 export interface RoundChange {
@@ -97,14 +98,14 @@ export class RoundUpdates {
       await Promise.all(
         chunks.map(async (idx) => {
           const { rows } = await this.db.query<{ i: number; fenced_ok: boolean; applied: boolean }>(UPDATE_MANY, [
-            idx.map((i) => changes[i]!.channelId),
-            idx.map((i) => changes[i]!.id),
-            idx.map((i) => changes[i]!.epoch),
-            idx.map((i) => changes[i]!.state),
-            idx.map((i) => (changes[i]!.book === undefined ? null : JSON.stringify(changes[i]!.book))),
+            textArray(idx.map((i) => changes[i]!.channelId)),
+            textArray(idx.map((i) => changes[i]!.id)),
+            int8Array(idx.map((i) => changes[i]!.epoch)),
+            textArray(idx.map((i) => changes[i]!.state)),
+            textArray(idx.map((i) => (changes[i]!.book === undefined ? null : JSON.stringify(changes[i]!.book)))),
             idx.map((i) => changes[i]!.winner ?? null),
             idx.map((i) => changes[i]!.paid ?? false),
-            idx.map((i) => ALLOWED_FROM[changes[i]!.state]),
+            textArray(idx.map((i) => ALLOWED_FROM[changes[i]!.state])),
             idx,
           ]);
           for (const r of rows) out[r.i] = r.applied ? 'applied' : r.fenced_ok ? 'skipped' : 'stale';

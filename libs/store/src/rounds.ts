@@ -6,6 +6,7 @@
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
 import { RoundUpdates } from './round-updates.ts';
+import { int8Array, textArray } from './array-params.ts';
 
 export type RoundKind = 'pool' | 'market';
 export type RoundState = 'open' | 'locked' | 'settled' | 'cancelled';
@@ -161,7 +162,7 @@ export class RoundRepository {
     if (channelIds.length === 0) return out;
     const { rows } = await this.db.query<Row>(
       `SELECT ${COLUMNS} FROM rounds WHERE channel_id = ANY($1::text[]) AND NOT paid ORDER BY channel_id, opened_at, id`,
-      [[...channelIds]],
+      [textArray([...channelIds])],
     );
     for (const r of rows.map(toRound)) {
       const list = out.get(r.channelId);
@@ -190,7 +191,12 @@ export class RoundRepository {
          FROM u JOIN fenced f ON f.id = u.channel_id AND f.epoch = u.epoch
          WHERE r.channel_id = u.channel_id AND r.id = u.id AND r.state = 'open'
          RETURNING r.channel_id, r.id`,
-      [rows.map((r) => r.channelId), rows.map((r) => r.id), rows.map((r) => r.epoch), rows.map((r) => JSON.stringify(r.book))],
+      [
+        textArray(rows.map((r) => r.channelId)),
+        textArray(rows.map((r) => r.id)),
+        int8Array(rows.map((r) => r.epoch)),
+        textArray(rows.map((r) => JSON.stringify(r.book))),
+      ],
     );
     return new Set(res.rows.map((r) => `${r.channel_id}/${r.id}`));
   }
