@@ -63,6 +63,8 @@ const runs: Record<string, RunInfo> = {
   'ledger-loaded.json': { command: 'npm run bench -- ledger', machine: 'shared', commit: '91bd5b6', date: '2026-11-30' },
   'round-updates-274dd8e-run1.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '274dd8e' },
   'round-updates-274dd8e-run2.json': { command: 'npm run bench -- round-updates', machine: 'quiet', commit: '274dd8e' },
+  'event-log-9492c5b-run1.json': { command: 'npm run bench -- event-log', machine: 'quiet', commit: '9492c5b' },
+  'event-log-9492c5b-run2.json': { command: 'npm run bench -- event-log', machine: 'quiet', commit: '9492c5b' },
   'lmsr.json': { command: 'npm run bench -- lmsr', machine: 'quiet', commit: 'fe80f92' },
   'render.json': { command: 'NODE_OPTIONS=--expose-gc npm run bench -- render', machine: 'quiet', commit: '2eb3779' },
   'render-purge-delay-10.json': {
@@ -561,6 +563,34 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: '{coalesced.backendCpuUs} / {coalesced.wallUs} µs',
           files: ['round-updates-274dd8e-run1.json', 'round-updates-274dd8e-run2.json'],
+        },
+      ],
+    },
+    {
+      title: 'Event log writes',
+      decisions: ['0044-binary-array-parameters.md'],
+      intro: [
+        '`libs/store/bench/event-log.bench.ts`: 1,500 channels in the machine’s PostgreSQL 15 (own schema, one connection), ' +
+          'each appending one batch body per statement (an intent batch of two intents, ~190 bytes of JSON), 100 statements, ' +
+          'the same set-fenced append with its arrays sent as text array literals (node-postgres’s own form) and in ' +
+          'Postgres’s binary array format (what the store sends); the bench process’s CPU (building and serialising the ' +
+          'parameters, the socket, its garbage collection) and the backend’s CPU (/proc, 10 ms resolution) per row, the wall ' +
+          'time per statement, the lowest of 3 repeats, the two forms alternating.',
+      ],
+      rows: [
+        {
+          figure: 'text array literals: client CPU / backend CPU per row; wall time per statement',
+          target: '—',
+          seed: '—',
+          value: '{literal.clientCpuUs} / {literal.backendCpuUs} µs; {literal.wallMs} ms',
+          files: ['event-log-9492c5b-run1.json', 'event-log-9492c5b-run2.json'],
+        },
+        {
+          figure: 'binary arrays: the same',
+          target: '—',
+          seed: '—',
+          value: '{binary.clientCpuUs} / {binary.backendCpuUs} µs; {binary.wallMs} ms',
+          files: ['event-log-9492c5b-run1.json', 'event-log-9492c5b-run2.json'],
         },
       ],
     },

@@ -5,7 +5,7 @@
  * text array literals (each element escaped in JS, parsed back by Postgres) against Postgres's binary array format
  * (textArray/int8Array, array-params.ts, what EventLogRepository.append sends). Into this machine's Postgres
  * (DATABASE_URL, or the local test Postgres; a schema of its own, dropped at the end): `--rows` channels, each
- * appending one batch body per tick (an intent batch of two intents as a game receives it, ~180 bytes of JSON), the
+ * appending one batch body per tick (an intent batch of two intents as a game receives it, ~190 bytes of JSON), the
  * same set-fenced statement both ways, `--ticks` statements per measurement. The figures are the bench process's CPU
  * (process.cpuUsage: building the parameters, pg's serialising, the socket, garbage collection) and the one backend's
  * CPU (/proc/<pid>/stat, 10 ms resolution), per row, and the wall time per statement; the lowest of the repeats,
