@@ -1,6 +1,7 @@
 import { CHANNEL_ID_RE, CrowdplayError } from '@crowdplay/protocol';
 import type { Db } from './db.ts';
-import { insertChannelWithinQuota, MAX_QUOTA, TenantQuotaError } from './quotas.ts';
+import { MAX_QUOTA, TenantQuotaError } from './quotas.ts';
+import { ChannelCreations } from './channel-creations.ts';
 import { int8Array, textArray } from './array-params.ts';
 
 /** A channel row: its tenant, its fencing epoch and current owner shard. */
@@ -124,13 +125,18 @@ function toChannel(r: Row): ChannelRow {
  * but Postgres never reuses one.
  */
 export class ChannelRepository {
-  constructor(private readonly db: Db) {}
+  private readonly creations: ChannelCreations;
+
+  constructor(private readonly db: Db) {
+    this.creations = new ChannelCreations(db);
+  }
 
   /**
    * Returns the channel, creating it for `tenantId` if it does not exist and the tenant holds fewer channels
    * than its quota (its override in `tenant_quotas`, else `maxChannels`). The count and the insert run under
-   * the tenant's advisory lock in one transaction, so concurrent creations (two gateways) never pass the quota.
-   * An existing channel is returned without the lock or the count.
+   * the tenant's advisory lock in one transaction, so concurrent creations (two gateways) never pass the quota;
+   * the tenant's creations asked meanwhile share its next transaction (channel-creations.ts). An existing channel
+   * is returned without the lock or the count.
    * @param maxChannels TENANT_MAX_CHANNELS (default: no limit but the tenant's override)
    * @throws CrowdplayError CP_ERR_CHANNEL_INVALID_ID, CP_ERR_AUTH_FORBIDDEN_CHANNEL (it belongs to another tenant),
    *   CP_ERR_TENANT_QUOTA (a new channel over the tenant's quota: nothing written)
@@ -139,9 +145,8 @@ export class ChannelRepository {
     if (!CHANNEL_ID_RE.test(id)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
     let row = await this.get(id);
     if (!row) {
-      const r = await this.db.tx((q) => insertChannelWithinQuota(q, id, tenantId, maxChannels));
-      if (!r.inserted && r.count >= r.limit && !(await this.get(id)))
-        throw new TenantQuotaError(tenantId, 'channels', r.limit);
+      const r = await this.creations.create(id, tenantId, maxChannels);
+      if (r.overQuota && !(await this.get(id))) throw new TenantQuotaError(tenantId, 'channels', r.limit);
       row = await this.get(id);
     }
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [id]);

@@ -1,5 +1,6 @@
 import { CrowdplayError } from '@crowdplay/protocol';
 import type { Db, Queryable } from './db.ts';
+import { textArray } from './array-params.ts';
 
 /** The quotas a tenant has (docs/decisions/0030-tenant-quotas.md). */
 export const QUOTA_NAMES = ['channels', 'connections', 'intentsPerS', 'grantPointsPerDay', 'bots'] as const;
@@ -195,25 +196,37 @@ export class QuotaRepository {
 }
 
 /**
- * Inside a transaction: takes the tenant's channel-creation lock and inserts the channel unless the tenant
- * holds its quota of channels already (its override, else `defaultMax`).
- * @returns `inserted` (false when the id exists or the quota is reached), the tenant's channel count before and the quota
+ * Inside a transaction: takes the tenant's channel-creation lock, counts the tenant's channels once, and inserts
+ * those of `ids` that do not exist, in the order given, while the tenant stays within its quota of channels (its
+ * override, else `defaultMax`). One count and one INSERT for the whole list, whatever its length.
+ * @param ids distinct valid channel ids, at most a few thousand
+ * @returns the ids inserted; the ids refused because the quota was reached (none of them exists); the tenant's
+ *   count before and the quota
  */
-export async function insertChannelWithinQuota(
+export async function insertChannelsWithinQuota(
   q: Queryable,
-  id: string,
+  ids: readonly string[],
   tenantId: string,
   defaultMax: number,
-): Promise<{ inserted: boolean; count: number; limit: number }> {
+): Promise<{ inserted: Set<string>; overQuota: Set<string>; count: number; limit: number }> {
   await q.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [CHANNEL_QUOTA_LOCK, tenantId]);
-  const { rows } = await q.query<{ n: string; lim: string }>(
+  const { rows } = await q.query<{ n: string; lim: string; existing: string[] | null }>(
     `SELECT (SELECT count(*) FROM channels WHERE tenant_id = $1) AS n,
-            COALESCE((SELECT max_channels FROM tenant_quotas WHERE tenant_id = $1), $2::bigint) AS lim`,
-    [tenantId, defaultMax],
+            COALESCE((SELECT max_channels FROM tenant_quotas WHERE tenant_id = $1), $2::bigint) AS lim,
+            (SELECT array_agg(id) FROM channels WHERE id = ANY($3::text[])) AS existing`,
+    [tenantId, defaultMax, textArray(ids)],
   );
   const count = Number(rows[0]!.n);
   const limit = Number(rows[0]!.lim);
-  if (count >= limit) return { inserted: false, count, limit };
-  const r = await q.query('INSERT INTO channels (id, tenant_id) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING', [id, tenantId]);
-  return { inserted: (r.rowCount ?? 0) > 0, count, limit };
+  const existing = new Set(rows[0]!.existing ?? []);
+  const fresh = ids.filter((id) => !existing.has(id));
+  const room = Math.max(0, limit - count);
+  const allowed = fresh.slice(0, room);
+  const overQuota = new Set(fresh.slice(room));
+  if (allowed.length === 0) return { inserted: new Set(), overQuota, count, limit };
+  const r = await q.query<{ id: string }>(
+    'INSERT INTO channels (id, tenant_id) SELECT id, $2 FROM unnest($1::text[]) AS u(id) ON CONFLICT (id) DO NOTHING RETURNING id',
+    [textArray(allowed), tenantId],
+  );
+  return { inserted: new Set(r.rows.map((x) => x.id)), overQuota, count, limit };
 }

@@ -62,6 +62,46 @@ eachStoreBackend('quotas', (ctx) => {
     assert.equal(Number(rows[0]!.n), 5);
   });
 
+  it('quotas - channels: a burst of first joins shares its creation transactions, within the quota', async () => {
+    await store.tenants.create('burst', 'Burst');
+    await store.quotas.set('burst', { channels: 40 });
+    await store.tenants.create('squatter', 'Squatter');
+    await store.channels.ensure('burst-taken', 'squatter', DEFAULTS.channels);
+    const db = store.db as { tx: (...args: never[]) => unknown };
+    const tx = db.tx;
+    let txs = 0;
+    db.tx = ((...args: never[]) => {
+      txs++;
+      return (tx as (...a: never[]) => unknown).apply(db, args);
+    }) as typeof db.tx;
+    let results: Array<PromiseSettledResult<{ id: string; tenantId: string }>>;
+    try {
+      // 50 asked in one turn (one of them twice, one another tenant's): 40 fit the quota.
+      const ids = [...Array.from({ length: 50 }, (_, i) => `burst-${i}`), 'burst-3', 'burst-taken'];
+      results = await Promise.allSettled(ids.map((id) => store.channels.ensure(id, 'burst', DEFAULTS.channels)));
+    } finally {
+      db.tx = tx;
+    }
+    // The creations asked while the first transaction runs share the next one (a pool answers the look-ups in a few turns).
+    assert.ok(txs >= 1 && txs <= 3, `the burst shares its transactions: ${txs} for 50 creations`);
+    const fresh = results.slice(0, 50);
+    assert.equal(fresh.filter((r) => r.status === 'fulfilled').length, 40, '40 created');
+    assert.equal(
+      fresh.filter((r) => r.status === 'rejected' && isCrowdplayError(r.reason, 'CP_ERR_TENANT_QUOTA')).length,
+      10,
+      'the rest refused as over quota',
+    );
+    assert.equal(results[3]!.status === 'fulfilled', results[50]!.status === 'fulfilled', 'an id asked twice gets one answer');
+    const foreign = results[51]!;
+    assert.ok(
+      foreign.status === 'rejected' && isCrowdplayError(foreign.reason, 'CP_ERR_AUTH_FORBIDDEN_CHANNEL'),
+      "another tenant's channel is refused as before",
+    );
+    const { rows } = await store.db.query<{ n: string }>("SELECT count(*) AS n FROM channels WHERE tenant_id = 'burst'");
+    assert.equal(Number(rows[0]!.n), 40, 'nothing over the quota was written');
+    assert.equal((await store.channels.get('burst-taken'))?.tenantId, 'squatter', "the other tenant's channel is unchanged");
+  });
+
   it('quotas - grant points: reserved exactly per UTC day, released, and concurrent reservations never pass', async () => {
     const day = utcDay(new Date('2026-03-01T23:59:59Z'));
     assert.equal(day, '2026-03-01');
