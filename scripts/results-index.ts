@@ -234,6 +234,10 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-0781fad-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
   'failover-3000ch-f5badbf.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'f5badbf' },
   'failover-3000ch-b9b3f53.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'b9b3f53' },
+  'failover-3000ch-5ee93c0.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5ee93c0' },
+  'failover-3000ch-5ee93c0-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5ee93c0' },
+  'failover-3000ch-49b4232.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
+  'failover-3000ch-49b4232-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
   'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -275,7 +279,11 @@ const FAILOVER_3000_RUNS = [
   'failover-3000ch-0781fad-run2.json',
   'failover-3000ch-f5badbf.json',
   'failover-3000ch-b9b3f53.json',
+  'failover-3000ch-49b4232.json',
+  'failover-3000ch-49b4232-run2.json',
 ];
+/** Interleaved with the newest FAILOVER_3000_RUNS: the code before a tenant's new channels shared a transaction. */
+const FAILOVER_3000_BEFORE_CREATIONS = ['failover-3000ch-5ee93c0.json', 'failover-3000ch-5ee93c0-run2.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 const PLACE_RUNS = ['cluster-control-place-274a79f-run1.json', 'cluster-control-place-274a79f-run2.json'];
 /** Interleaved with PLACE_RUNS: the code before the router stopped taking heartbeats' counts mid-burst. */
@@ -1862,7 +1870,14 @@ export const RESULTS: ResultsIndex = {
     },
     {
       title: 'Failover at the sized shape: 3 shards, 2 gateways, 3,000 channels with one viewer each',
-      decisions: ['0025-bulk-control-plane.md', '0026-router-lease.md', '0037-drain-batches.md', '0039-drain-deadline.md'],
+      decisions: [
+        '0025-bulk-control-plane.md',
+        '0026-router-lease.md',
+        '0037-drain-batches.md',
+        '0039-drain-deadline.md',
+        '0044-binary-array-parameters.md',
+        '0045-channel-creations-batched.md',
+      ],
       intro: [
         'The same rig with one game client and one viewer per channel, 30 s pool rounds, the default faults (SIGKILL of the ' +
           'busiest shard, the drain of the busiest live one, a gateway restart) and two probes per moved channel, one at the ' +
@@ -1871,8 +1886,10 @@ export const RESULTS: ResultsIndex = {
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
           'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
           'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are eight runs of one day, the newest (b9b3f53) of the current code and the one before it (f5badbf) run ' +
-          'side by side with it. Between them the code changed at the edges (request deadlines, error shapes), in quiet ' +
+          'The rows are ten runs over two days, the newest two (49b4232) of the current code, run side by side with two of ' +
+          'the code before a tenant’s new channels shared a creation transaction (5ee93c0, decision 0045; their own rows, ' +
+          'below), and before them b9b3f53 and f5badbf side by side. Between them the code changed at the edges (request ' +
+          'deadlines, error shapes), in the set statements’ arrays going to Postgres in binary (decision 0044), in quiet ' +
           'channels resting between ticks (no channel here rests: each has an open round), from 24bc819 on in the processes ' +
           'starting with the deployed V8 and malloc settings (scripts/start.sh) instead of node’s defaults, and in b9b3f53 in a ' +
           'turn’s round state changes going to Postgres in one statement (decision 0043; the steady phase ends before the ' +
@@ -1982,6 +1999,24 @@ export const RESULTS: ResultsIndex = {
             '{steadyCpu.processes.10.cpuPct} ({steadyCpu.processes.10.usPerChannelSecond}); {steadyCpu.processes.8.cpuPct} ' +
             '({steadyCpu.processes.8.usPerChannelSecond}), {steadyCpu.processes.9.cpuPct} ({steadyCpu.processes.9.usPerChannelSecond})',
           files: FAILOVER_3000_RUNS,
+        },
+        {
+          figure:
+            'a tenant’s new channels sharing a creation transaction (the newest two runs): the games’ connect p50 / max; the viewers’ welcome max; viewers never welcomed',
+          target: '—; —; 0',
+          seed: '—',
+          value: '{games.connectMs.p50} / {games.connectMs.max} ms; {connections.welcomeMs.max} ms; {connections.failed}',
+          files: ['failover-3000ch-49b4232.json', 'failover-3000ch-49b4232-run2.json'],
+        },
+        {
+          figure:
+            'side by side with them, each creation its own transaction (5ee93c0): the same; then recovery after SIGKILL at the shard max, the move after detection max, the drain’s gap at the shard max',
+          target: '—; —; 0; max ≤ 5,000 ms, ≤ 1,500 ms, max ≤ 2,000 ms',
+          seed: '—',
+          value:
+            '{games.connectMs.p50} / {games.connectMs.max} ms; {connections.welcomeMs.max} ms; {connections.failed}; ' +
+            '{recoveryMs.kill.atShard.max} ms, {recoveryMs.kill.atShard.moveMs.max} ms, {recoveryMs.drain.atShard.max} ms',
+          files: FAILOVER_3000_BEFORE_CREATIONS,
         },
         {
           figure:
