@@ -6,38 +6,9 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer } from 'node:net';
 import { startCluster, type Cluster } from '@crowdplay/cli';
-import { serviceUrls, testSchema, type TestSchema } from '@crowdplay/testing';
+import { freePorts, serviceUrls, testSchema, type TestSchema } from '@crowdplay/testing';
 import { builtProduct, clusterTestEnv } from '../helpers.ts';
-
-/** Whether 127.0.0.1:`port` can be bound now (bound, then released). */
-function bindable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-/** The first of `n` consecutive ports that can be bound now, from a free port the system picked. */
-async function freePortRange(n: number): Promise<number> {
-  for (let attempt = 0; attempt < 20; attempt++) {
-    const first = await new Promise<number>((resolve, reject) => {
-      const s = createServer();
-      s.once('error', reject);
-      s.listen(0, '127.0.0.1', () => {
-        const port = (s.address() as { port: number }).port;
-        s.close(() => resolve(port));
-      });
-    });
-    if (first + n - 1 > 65_535) continue;
-    let all = true;
-    for (let p = first; p < first + n && all; p++) all = await bindable(p);
-    if (all) return first;
-  }
-  throw new Error(`no ${n} consecutive free ports`);
-}
 
 describe('crowdplay cluster: one HEALTH_PORT per child (PostgreSQL + NATS)', () => {
   let schema: TestSchema;
@@ -50,7 +21,7 @@ describe('crowdplay cluster: one HEALTH_PORT per child (PostgreSQL + NATS)', () 
     schema = await testSchema();
     const main = await builtProduct();
     // sequencer, router, shard-1, gw-1
-    healthPort = await freePortRange(4);
+    healthPort = await freePorts(4);
     cluster = await startCluster({
       gateways: 1,
       shards: 1,

@@ -4,3 +4,4 @@ export * from './refusals.ts';
 export * from './events.ts';
 export * from './redis.ts';
 export * from './postgres.ts';
+export * from './ports.ts';

@@ -16,14 +16,13 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { ChildProcess } from 'node:child_process';
 import { CLUSTER_DEFAULTS, startCluster, type Cluster } from '@crowdplay/cli';
 import { verifyLedger } from '@crowdplay/ledger';
 import { CrowdplayError } from '@crowdplay/protocol';
 import { openStore, type Store } from '@crowdplay/store';
-import { ownPostgres } from '@crowdplay/testing';
+import { freePorts, ownPostgres } from '@crowdplay/testing';
 import { machineInfo } from '../crowd/scenario.ts';
 import { forkTs, waitExit } from '../fork.ts';
 import { addEncoded, newHistogram, summarize } from '../hist.ts';
@@ -171,23 +170,6 @@ async function firstWritesAfter(st: Store, upAt: number): Promise<{ firstStakeMs
 /** sha256(viewer ␀ key) base64url[0..22): the crowd-engine's stake idempotency hash (round-ledger.ts hashOf), part of the stake's transfer id. */
 export function stakeHash(viewer: string, key: string): string {
   return createHash('sha256').update(viewer).update('\u0000').update(key).digest('base64url').slice(0, 22);
-}
-
-/** A free TCP port p on 127.0.0.1 with p + 1 … p + n − 1 free too (the cluster's gateways take consecutive ports). */
-async function freePorts(n: number): Promise<number> {
-  const tryPort = (p: number): Promise<boolean> =>
-    new Promise((resolve) => {
-      const s = net.createServer();
-      s.once('error', () => resolve(false));
-      s.listen(p, '127.0.0.1', () => s.close(() => resolve(true)));
-    });
-  for (let attempt = 0; attempt < 200; attempt++) {
-    const base = 20_000 + Math.floor(Math.random() * 20_000);
-    let ok = true;
-    for (let i = 0; i < n && ok; i++) ok = await tryPort(base + i);
-    if (ok) return base;
-  }
-  throw new Error(`no ${n} consecutive free ports found`);
 }
 
 /**

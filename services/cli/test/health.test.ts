@@ -6,10 +6,10 @@
 import { after, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
-import { connect as netConnect, createServer } from 'node:net';
+import { connect as netConnect } from 'node:net';
 import { defaultConfig } from '@crowdplay/config';
 import { createTelemetry } from '@crowdplay/telemetry';
-import { serviceUrls, testSchema, uniqueName, until as waitUntil } from '@crowdplay/testing';
+import { freePort, serviceUrls, testSchema, uniqueName, until as waitUntil } from '@crowdplay/testing';
 import { runUntilSignal, startHealthServer, type ProcessLike, type Running } from '@crowdplay/cli';
 import { spawnService, until, type ServiceProcess } from '../../../test/helpers.ts';
 
@@ -161,14 +161,6 @@ describe('runUntilSignal with a health server', () => {
     assert.equal(proc.listenerCount('SIGTERM'), 0);
   });
 });
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 describe('crowdplay service <name> with HEALTH_PORT (PostgreSQL + NATS)', () => {
   const procs: ServiceProcess[] = [];
