@@ -14,12 +14,12 @@
  * Prints a table and, with --json FILE, writes { params, machine, literal, binary } (clientCpuUs and backendCpuUs
  * per row, wallMs per statement).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { EVENT_SQL, openStore, type Store } from '@crowdplay/store';
-import { testSchema } from '@crowdplay/testing';
+import { EVENT_SQL } from '@crowdplay/store';
+import { backendCpuMs, openBenchStore } from './bench-store.ts';
 
 const OPTIONS = {
   json: { type: 'string' },
@@ -32,13 +32,6 @@ interface Figures {
   clientCpuUs: number;
   backendCpuUs: number;
   wallMs: number;
-}
-
-/** CPU ms of the store's backend (/proc, clock ticks of 10 ms). */
-async function backendCpuMs(store: Store): Promise<number> {
-  const { rows } = await store.db.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-  const fields = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 function intOption(name: string, raw: string, max: number): number {
@@ -56,13 +49,9 @@ export async function main(args: readonly string[]): Promise<number> {
   const rows = intOption('rows', values.rows, 10_000);
   const ticks = intOption('ticks', values.ticks, 1_000);
   const repeats = intOption('repeats', values.repeats, 20);
-  const schema = await testSchema();
-  // One connection: every statement runs on the backend whose CPU is read.
-  const store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 1, pgliteDir: 'memory' });
+  const ids = Array.from({ length: rows }, (_, i) => `el-${i}`);
+  const { store, close } = await openBenchStore(ids);
   try {
-    await store.tenants.create('bench', 'Bench');
-    const ids = Array.from({ length: rows }, (_, i) => `el-${i}`);
-    await store.db.query("INSERT INTO channels (id, tenant_id, epoch, owner) SELECT unnest($1::text[]), 'bench', 1, 'shard-1'", [ids]);
     let eventId = 0;
     const tick = (): Array<{ channel: string; eventId: number; epoch: number; kind: string; body: string }> =>
       ids.map((channel) => {
@@ -132,8 +121,7 @@ export async function main(args: readonly string[]): Promise<number> {
     if (values.json) writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`);
     return 0;
   } finally {
-    await store.close();
-    await schema.drop();
+    await close();
   }
 }
 

@@ -16,25 +16,17 @@
  * Prints a table and, with --json FILE, writes { params, machine, single,
  * coalesced } (µs per round: backendCpuUs, wallUs; the lowest of the repeats).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { openStore, type Store } from '@crowdplay/store';
-import { testSchema } from '@crowdplay/testing';
+import { backendCpuMs, openBenchStore } from './bench-store.ts';
 
 const OPTIONS = {
   json: { type: 'string' },
   rounds: { type: 'string', default: '2000' },
   repeats: { type: 'string', default: '3' },
 } as const;
-
-/** CPU ms of the store's backend (/proc, clock ticks of 10 ms). */
-async function backendCpuMs(store: Store): Promise<number> {
-  const { rows } = await store.db.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-  const fields = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * 10;
-}
 
 /**
  * Runs the bench (see the module comment).
@@ -48,13 +40,9 @@ export async function main(args: readonly string[]): Promise<number> {
     throw new Error(`--rounds must be an integer 1–20000, got ${values.rounds}`);
   if (!Number.isInteger(repeats) || repeats < 1 || repeats > 20)
     throw new Error(`--repeats must be an integer 1–20, got ${values.repeats}`);
-  const schema = await testSchema();
-  // One connection: every statement runs on the backend whose CPU is read.
-  const store = await openStore({ url: schema.databaseUrl, schema: schema.schema, poolMax: 1, pgliteDir: 'memory' });
+  const ids = Array.from({ length: rounds }, (_, i) => `ru-${i}`);
+  const { store, close } = await openBenchStore(ids);
   try {
-    await store.tenants.create('bench', 'Bench');
-    const ids = Array.from({ length: rounds }, (_, i) => `ru-${i}`);
-    await store.db.query("INSERT INTO channels (id, tenant_id, epoch, owner) SELECT unnest($1::text[]), 'bench', 1, 'shard-1'", [ids]);
     const open = (): Promise<unknown> =>
       store.db.query(
         `INSERT INTO rounds (channel_id, id, uid, tenant_id, kind, outcomes, liquidity, take_bps, opened_at, deadline_at, epoch, state)
@@ -102,8 +90,7 @@ export async function main(args: readonly string[]): Promise<number> {
     if (values.json) writeFileSync(values.json, `${JSON.stringify(report, null, 2)}\n`);
     return 0;
   } finally {
-    await store.close();
-    await schema.drop();
+    await close();
   }
 }
 
