@@ -1,9 +1,10 @@
 /**
  * Array parameters of the set-based statements (`unnest($1::text[], …)`), sent to Postgres in its binary array
  * format. node-postgres sends a JS array as a text array literal, escaping every element with two regular
- * expressions and concatenating the results: for a tick's event log rows (JSON bodies) that was most of what a shard
- * allocated and about 5 µs of its CPU per row, and Postgres then parsed the escapes back. A Buffer parameter goes out
- * as binary (format code 1) and Postgres reads it with array_recv, unescaped. Decision 0044 has the measurement.
+ * expressions and concatenating the results, and Postgres parses the escapes back: for a tick's event log rows
+ * (JSON bodies, full of quotes) that was a shard's largest allocation and a large share of its CPU per row. A Buffer
+ * parameter goes out as binary (format code 1) and Postgres reads it with array_recv, unescaped. Decision 0044 has
+ * the measurement.
  *
  * The binary layout is Postgres's (src/backend/utils/adt/arrayfuncs.c, array_send/array_recv): int32 ndim, int32
  * has-nulls flag, uint32 element type OID, per dimension int32 length and int32 lower bound, then per element int32

@@ -40,8 +40,8 @@ export class ChannelCreations {
 
   /**
    * Creates channel `id` for `tenantId` if it does not exist and the tenant is within its quota of channels, in the
-   * tenant's next creation transaction. The wait is at most the transaction in flight plus the caller's own; the
-   * queue holds at most what the callers asked (each waits for its answer).
+   * tenant's next creation transaction: it waits for the transaction in flight, then for the ones ahead of it at
+   * CHANNEL_CREATE_BATCH_MAX per transaction. The queue holds only what callers asked and still wait for.
    * @param id a valid channel id (the caller checked it)
    * @param maxChannels TENANT_MAX_CHANNELS; a call with another value goes in a queue of its own
    * @throws the store's error (CP_ERR_STORE_UNAVAILABLE when unreachable): every creation of that transaction

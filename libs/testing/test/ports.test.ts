@@ -15,7 +15,12 @@ function bind(port: number): Promise<void> {
 
 describe('testing - free ports', () => {
   it('n consecutive ports, each bindable, all below the ephemeral range', async () => {
-    const first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    let first = 32_768; // Linux's default, where /proc does not say
+    try {
+      first = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    } catch {
+      // not Linux
+    }
     for (let k = 0; k < 20; k++) {
       const base = await freePorts(4);
       assert.ok(base >= 10_000 && base + 3 < first, `${base}…${base + 3} below ${first}`);
