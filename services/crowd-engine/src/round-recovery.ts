@@ -45,6 +45,9 @@ export class RoundRecovery {
     const s = this.s;
     const d = s.d;
     const rows = preloaded ?? (await d.store.rounds.listUnfinished(d.channel));
+    // Nothing to recover and nothing held: the rounds viewers see stay empty, so no change is marked (a change would take
+    // an event id and publish one more viewer update for every channel of a bulk acquire).
+    if (rows.length === 0 && s.rounds.size === 0) return;
     this.committed = committed ?? null;
     const resumed: Array<Promise<unknown>> = [];
     const finishing: Array<Promise<unknown>> = [];

@@ -431,6 +431,22 @@ describe('rounds', () => {
     await verified();
   });
 
+  it('recovery - a channel acquired with no unfinished round publishes no rounds update; its first round does', async () => {
+    const updatesOf = (): number => h.updates.filter((u) => u.channel === 'calm').length;
+    await channel('calm');
+    // The acquire served it and woke it: the ticks that follow visit it, and one that found its rounds changed would
+    // publish an update at once (CHANNEL_UPDATE_MS has not run since it never published).
+    const from = h.shard.ticks;
+    await h.waitFor(() => h.shard.ticks >= from + 5 && !h.shard.ticking.includes('calm'));
+    assert.equal(updatesOf(), 0, 'an update for an unchanged, empty list of rounds');
+    assert.equal((await ctl('calm', { op: 'round.open', round: 'c1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    const u = await h.waitFor(() => h.updates.find((x) => x.channel === 'calm'));
+    assert.deepEqual(
+      u.rounds?.map((r) => r.id),
+      ['c1'],
+    );
+  });
+
   it('recovery - after a crash an open round is refunded, a locked one resumes and can be settled', async () => {
     await channel('rc1');
     await fund('ra', 100);
