@@ -302,12 +302,19 @@ export class Router implements RouterApi {
    *   CP_ERR_CHANNEL_PLACEMENT_OVERLOADED (ROUTER_PLACEMENT_QUEUE_MAX channels wait already: retryable)
    */
   assign(channel: string): Promise<Assignment> {
+    const known = this.assignments.get(channel);
+    if (known && !this.inflight.has(channel) && this.keeps(known.shard)) return Promise.resolve(known);
+    return this.withDeadline(channel, this.placed(channel));
+  }
+
+  /** {@link assign} without its deadline: the channel's assignment once known, or its placement's outcome. */
+  private placed(channel: string): Promise<Assignment> {
     const p = this.inflight.get(channel);
-    if (p) return this.withDeadline(channel, p);
+    if (p) return p;
     const known = this.assignments.get(channel);
     if (known && this.keeps(known.shard)) return Promise.resolve(known);
     const waiting = this.queued.get(channel);
-    const mine = new Promise<Assignment>((resolve, reject) => {
+    return new Promise<Assignment>((resolve, reject) => {
       if (waiting) {
         waiting.push({ resolve, reject });
         return;
@@ -324,26 +331,59 @@ export class Router implements RouterApi {
       this.queued.set(channel, [{ resolve, reject }]);
       this.scheduleFlush();
     });
-    return this.withDeadline(channel, mine);
   }
 
   /**
    * {@link assign} of each channel of a batch (a gateway's first joins of one turn): they share the placements
-   * of the channels queued meanwhile, and each answers on its own.
+   * of the channels queued meanwhile, each answers on its own, and the batch has one deadline (ROUTER
+   * assignDeadlineMs, one timer for the batch): a channel still unplaced then answers CP_ERR_CHANNEL_UNAVAILABLE
+   * while its placement goes on.
    * @returns one result per channel, in order: its assignment, or the code that refused it
    */
   private assignBatch(channels: readonly string[]): Promise<AssignResult[]> {
-    return Promise.all(
-      channels.map((channel) =>
-        this.assign(channel).then(
-          (a): AssignResult => ({ channel, shard: a.shard, epoch: a.epoch }),
-          (err: unknown): AssignResult =>
-            isCrowdplayError(err)
-              ? { channel, code: err.code, message: err.message }
-              : { channel, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router error' },
-        ),
-      ),
-    );
+    if (channels.length === 0) return Promise.resolve([]);
+    const ms = this.opts.assignDeadlineMs ?? this.opts.requestTimeoutMs;
+    return new Promise<AssignResult[]>((resolve) => {
+      const out: Array<AssignResult | undefined> = new Array<AssignResult | undefined>(channels.length);
+      let left = channels.length;
+      let timer: NodeJS.Timeout | undefined;
+      const answer = (i: number, r: AssignResult): void => {
+        if (left === 0 || out[i] !== undefined) return;
+        out[i] = r;
+        if (--left > 0) return;
+        if (timer) clearTimeout(timer);
+        resolve(out as AssignResult[]);
+      };
+      if (ms > 0)
+        timer = setTimeout(() => {
+          let late = 0;
+          for (let i = 0; i < channels.length; i++) {
+            if (out[i] !== undefined) continue;
+            out[i] = { channel: channels[i]!, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'placement deadline' };
+            late++;
+          }
+          left = 0;
+          this.deps.telemetry.refusals.refuse(
+            'router',
+            'CP_ERR_CHANNEL_UNAVAILABLE',
+            { channels: late, reason: 'placement deadline' },
+            late,
+          );
+          resolve(out as AssignResult[]);
+        }, ms);
+      channels.forEach((channel, i) => {
+        this.placed(channel).then(
+          (a) => answer(i, { channel, shard: a.shard, epoch: a.epoch }),
+          (err: unknown) =>
+            answer(
+              i,
+              isCrowdplayError(err)
+                ? { channel, code: err.code, message: err.message }
+                : { channel, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'router error' },
+            ),
+        );
+      });
+    });
   }
 
   /** `p`, or CP_ERR_CHANNEL_UNAVAILABLE once ROUTER assignDeadlineMs passed (the placement goes on). */

@@ -207,12 +207,30 @@ function setup(ids: string[]) {
   };
   const changes: AssignmentChange[] = [];
   bus.subscribe(subjects.routerAssignments(), (msg) => changes.push(...decodeAssignments(msg.data)));
-  const newRouter = (opts: { moveAcquireAttempts?: number; rebalanceCooldownMs?: number; requestTimeoutMs?: number } = {}) =>
+  const newRouter = (
+    opts: { moveAcquireAttempts?: number; rebalanceCooldownMs?: number; requestTimeoutMs?: number; assignDeadlineMs?: number } = {},
+  ) =>
     new Router(
       { bus, subjects, store, telemetry },
       { shardTimeoutMs: 3_000, waitForShardMs: 0, requestTimeoutMs: 1_000, rebalanceMovesPerS: 2, now: clock.now, ...opts },
     );
-  return { bus, subjects, rows, clock, shard, beat, owned, changes, newRouter, ops, refuseHandoff, refuseAcquires, heldAcquires, silent };
+  return {
+    bus,
+    subjects,
+    telemetry,
+    rows,
+    clock,
+    shard,
+    beat,
+    owned,
+    changes,
+    newRouter,
+    ops,
+    refuseHandoff,
+    refuseAcquires,
+    heldAcquires,
+    silent,
+  };
 }
 
 const tick = () => new Promise((r) => setImmediate(r));
@@ -713,6 +731,52 @@ describe('RouterClient batches the assigns of one turn', () => {
       ['y1', 'y2'],
       'no batch is tried again at once',
     );
+  });
+
+  it('a batch has one deadline: what is placed answers, the rest CP_ERR_CHANNEL_UNAVAILABLE (counted), placed later', async () => {
+    const t = setup(['d1', 'd2', 'd3']);
+    const router = t.newRouter({ assignDeadlineMs: 100 });
+    await router.start();
+    t.shard('a').beat();
+    await tick();
+    type Reply = { ok: boolean; assigned?: Array<{ channel: string; shard?: string; epoch?: number; code?: string }> };
+    const ask = async (channels: string[]): Promise<Reply> =>
+      decodeJson<Reply>(
+        (await t.bus.request(t.subjects.routerCtl(), encodeJson({ v: 2, op: 'assign', channels }), { timeoutMs: 2_000 })).data,
+      );
+    const unavailable = async (): Promise<number> =>
+      Number(
+        /crowdplay_refusals_total\{[^}]*area="router"[^}]*reason="CP_ERR_CHANNEL_UNAVAILABLE"[^}]*\} (\d+)/.exec(
+          await t.telemetry.metrics.prometheusText(),
+        )?.[1] ?? 0,
+      );
+    assert.equal((await ask(['d1'])).assigned?.[0]?.shard, 'a');
+    const held: Array<() => void> = [];
+    t.heldAcquires.set('a', held);
+    const before = await unavailable();
+    const late = await ask(['d1', 'd2', 'd3']);
+    assert.deepEqual(
+      late.assigned?.map((r) => [r.channel, r.shard ?? r.code]),
+      [
+        ['d1', 'a'],
+        ['d2', 'CP_ERR_CHANNEL_UNAVAILABLE'],
+        ['d3', 'CP_ERR_CHANNEL_UNAVAILABLE'],
+      ],
+    );
+    assert.equal((await unavailable()) - before, 2, 'each late channel counted');
+    // The placement went on: once the shard answers, the same channels are assigned to it.
+    assert.equal(held.length, 2);
+    t.heldAcquires.delete('a');
+    for (const answer of held.splice(0)) answer();
+    const placed = await ask(['d2', 'd3']);
+    assert.deepEqual(
+      placed.assigned?.map((r) => [r.channel, r.shard, r.epoch]),
+      [
+        ['d2', 'a', t.rows.get('d2')!.epoch],
+        ['d3', 'a', t.rows.get('d3')!.epoch],
+      ],
+    );
+    await router.close();
   });
 
   it('bad batches are refused with a code and place nothing', async () => {
