@@ -2,6 +2,7 @@ export * from './catalogue.ts';
 export * from './catalogue-doc.ts';
 export * from './logger.ts';
 export * from './metrics.ts';
+export * from './summed-counter.ts';
 export * from './refusals.ts';
 export * from './telemetry.ts';
 export * from './tracing.ts';

@@ -21,6 +21,7 @@ import {
   type ObservableCounterName,
   type UpDownCounterName,
 } from './catalogue.ts';
+import { SummedCounter } from './summed-counter.ts';
 
 /** What an observable instrument's `read()` returns at scrape time: one value, or one value per label set (none: no series). */
 export type MetricReading = number | Array<[number, Attributes]>;
@@ -65,6 +66,8 @@ export class Metrics {
   private lagLastTick = performance.now();
   private readonly lagTimer: NodeJS.Timeout;
   private readonly gcObserver: PerformanceObserver;
+  /** Every counter handed out, by name: their sums go to the SDK before each collection (see the constructor). */
+  private readonly counters = new Map<CounterName, SummedCounter>();
   private closed = false;
 
   /**
@@ -104,6 +107,11 @@ export class Metrics {
       this.lagLastTick = now;
     }, LAG_TICK_MS);
     this.lagTimer.unref();
+    // A collection runs every observable callback before it reads the synchronous instruments (MeterSharedState.collect),
+    // so the counters' sums handed over here are in the reading they precede.
+    this.meter.addBatchObservableCallback(() => {
+      for (const c of this.counters.values()) c.flush();
+    }, [lag]);
     lag.addCallback((r) => {
       const h = this.loopDelay;
       const max = Math.max(h.count > 0 ? h.max / 1e6 : 0, this.lagMaxMs);
@@ -139,11 +147,17 @@ export class Metrics {
   }
 
   /**
-   * The counter `name` (added to at the event; Prometheus `<name>`, already ending in `_total`).
+   * The counter `name` (added to at the event; Prometheus `<name>`, already ending in `_total`). Adds are summed
+   * per label set and handed to OpenTelemetry when the metrics are read ({@link SummedCounter}); one instance per name.
    * @throws RangeError when `name` is not in the catalogue; TypeError when it is catalogued as another type
    */
   counter(name: CounterName): Counter {
-    return this.meter.createCounter(name, optionsOf(metricDefinition(name, 'counter')));
+    let c = this.counters.get(name);
+    if (!c) {
+      c = new SummedCounter(this.meter.createCounter(name, optionsOf(metricDefinition(name, 'counter'))));
+      this.counters.set(name, c);
+    }
+    return c;
   }
 
   /**
