@@ -1,7 +1,11 @@
 import type { Attributes, AttributeValue, Context, Counter } from '@opentelemetry/api';
 
-/** Label sets a {@link SummedCounter} sums on its own; past it an add goes straight to the SDK (as one without summing). */
-export const SUMMED_LABEL_SETS_MAX = 256;
+/**
+ * Label sets a {@link SummedCounter} sums on its own: the SDK's own cardinality limit per instrument (its default,
+ * which crowdplay keeps), so the sums never hold more series than the SDK does. Past it an add goes to the SDK,
+ * which folds it into its overflow series as it did before.
+ */
+export const SUMMED_LABEL_SETS_MAX = 2_000;
 
 /** One label set's sum since the last flush. */
 interface Sum {
