@@ -179,10 +179,12 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
-  'cluster-control-place-274a79f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '274a79f' },
-  'cluster-control-place-274a79f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '274a79f' },
-  'cluster-control-place-f5badbf-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'f5badbf' },
-  'cluster-control-place-f5badbf-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'f5badbf' },
+  'cluster-control-place-02c191f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
+  'cluster-control-place-02c191f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
+  'cluster-control-place-02c191f-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
+  'cluster-control-place-23befb7-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
+  'cluster-control-place-23befb7-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
+  'cluster-control-place-23befb7-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
@@ -224,20 +226,18 @@ const runs: Record<string, RunInfo> = {
     commit: '65a4bef',
   },
   'failover-3000ch-drain-release.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5621fcd' },
-  'failover-3000ch-04c614c.json': { command: FAILOVER_3000, machine: 'quiet', commit: '04c614c' },
   'failover-3000ch-postgres-47e61de.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
   'failover-3000ch-postgres-47e61de-run2.json': { command: FAILOVER_3000_PG, machine: 'quiet', commit: '47e61de' },
-  'failover-3000ch-4340be6.json': { command: FAILOVER_3000, machine: 'quiet', commit: '4340be6' },
-  'failover-3000ch-8e6e7fa.json': { command: FAILOVER_3000, machine: 'quiet', commit: '8e6e7fa' },
-  'failover-3000ch-24bc819.json': { command: FAILOVER_3000, machine: 'quiet', commit: '24bc819' },
-  'failover-3000ch-0781fad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
-  'failover-3000ch-0781fad-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '0781fad' },
-  'failover-3000ch-f5badbf.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'f5badbf' },
-  'failover-3000ch-b9b3f53.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'b9b3f53' },
   'failover-3000ch-5ee93c0.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5ee93c0' },
   'failover-3000ch-5ee93c0-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5ee93c0' },
   'failover-3000ch-49b4232.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
   'failover-3000ch-49b4232-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
+  'failover-3000ch-02c191f.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
+  'failover-3000ch-02c191f-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
+  'failover-3000ch-02c191f-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
+  'failover-3000ch-23befb7.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
+  'failover-3000ch-23befb7-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
+  'failover-3000ch-23befb7-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
@@ -270,25 +270,30 @@ const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-r
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
 const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-0b74587.json'];
 const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
-const FAILOVER_3000_RUNS = [
-  'failover-3000ch-04c614c.json',
-  'failover-3000ch-4340be6.json',
-  'failover-3000ch-8e6e7fa.json',
-  'failover-3000ch-24bc819.json',
-  'failover-3000ch-0781fad.json',
-  'failover-3000ch-0781fad-run2.json',
-  'failover-3000ch-f5badbf.json',
-  'failover-3000ch-b9b3f53.json',
-  'failover-3000ch-49b4232.json',
-  'failover-3000ch-49b4232-run2.json',
+const FAILOVER_3000_RUNS = ['failover-3000ch-02c191f.json', 'failover-3000ch-02c191f-run2.json', 'failover-3000ch-02c191f-run3.json'];
+/** Interleaved with FAILOVER_3000_RUNS: the code before counters were summed and first joins' redundant rounds updates went. */
+const FAILOVER_3000_BEFORE_SUMS = [
+  'failover-3000ch-23befb7.json',
+  'failover-3000ch-23befb7-run2.json',
+  'failover-3000ch-23befb7-run3.json',
 ];
-/** Interleaved with the newest FAILOVER_3000_RUNS: the code before a tenant's new channels shared a transaction. */
+/** The runs of the code that shared a tenant's channel creations (decision 0045), interleaved with FAILOVER_3000_BEFORE_CREATIONS. */
+const FAILOVER_3000_CREATIONS = ['failover-3000ch-49b4232.json', 'failover-3000ch-49b4232-run2.json'];
+/** Interleaved with FAILOVER_3000_CREATIONS: the code before a tenant's new channels shared a transaction. */
 const FAILOVER_3000_BEFORE_CREATIONS = ['failover-3000ch-5ee93c0.json', 'failover-3000ch-5ee93c0-run2.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
-const PLACE_RUNS = ['cluster-control-place-274a79f-run1.json', 'cluster-control-place-274a79f-run2.json'];
-/** Interleaved with PLACE_RUNS: the code before the router stopped taking heartbeats' counts mid-burst. */
-const PLACE_BEFORE_SPREAD = ['cluster-control-place-f5badbf-run1.json', 'cluster-control-place-f5badbf-run2.json'];
-/** Earlier the same day, when the machine ran faster: the code before the router's fix, interleaved with PLACE_BEFORE_REST. */
+const PLACE_RUNS = [
+  'cluster-control-place-02c191f-run1.json',
+  'cluster-control-place-02c191f-run2.json',
+  'cluster-control-place-02c191f-run3.json',
+];
+/** Interleaved with PLACE_RUNS: the code before counters were summed, batched assigns got one deadline and acquires stopped publishing empty rounds. */
+const PLACE_BEFORE_SUMS = [
+  'cluster-control-place-23befb7-run1.json',
+  'cluster-control-place-23befb7-run2.json',
+  'cluster-control-place-23befb7-run3.json',
+];
+/** An earlier day: interleaved with PLACE_BEFORE_REST. */
 const PLACE_REST_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
 /** Interleaved with PLACE_REST_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
 const PLACE_BEFORE_REST = ['cluster-control-place-ee21404-run1.json', 'cluster-control-place-ee21404-run2.json'];
@@ -1617,17 +1622,20 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'interleaved with those runs, the code before the router stopped taking a shard’s heartbeat counts while placements ' +
-            'to it were in flight: channels per second ready, cold start / running cluster; the channels each shard acquired, as ' +
-            'above; at rest, as above',
-          target: '—',
+            'interleaved with those runs, the code before counter adds were summed, a batched assign got one deadline and an ' +
+            'acquired channel without rounds stopped publishing an update for them (23befb7): channels per second ready, cold ' +
+            'start / running cluster; CPU µs per channel ready of the shards / router, all together: cold start; running cluster',
+          target: '≥ 10,000 channels/s; ≤ 200 µs',
           seed: '—',
-          value: '{place.readyPerSecond} / {placeWarm.readyPerSecond}; ' + SPREAD_VALUE + '; ' + REST_VALUE,
-          files: PLACE_BEFORE_SPREAD,
+          value:
+            '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {place.cpuUsPerChannel.shards} / {place.cpuUsPerChannel.router}, ' +
+            '{place.cpuUsPerChannel.total}; {placeWarm.cpuUsPerChannel.shards} / {placeWarm.cpuUsPerChannel.router}, ' +
+            '{placeWarm.cpuUsPerChannel.total}',
+          files: PLACE_BEFORE_SUMS,
         },
         {
           figure:
-            'earlier the same day, the machine faster: channels per second ready, cold start / running cluster; CPU µs per channel ' +
+            'an earlier day (0b74587): channels per second ready, cold start / running cluster; CPU µs per channel ' +
             'ready of the shards, running cluster; at rest, CPU µs per channel-second of shard 1 / 2 / 3',
           target: '—',
           seed: '—',
@@ -1884,18 +1892,16 @@ export const RESULTS: ResultsIndex = {
           'shard (an intent on the channel’s subject every 100 ms from a process of its own) and one through a viewer’s socket; ' +
           'the steady phase starts once every viewer is welcomed; every process, ' +
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
-          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 78–100 %, so every ' +
-          'timing past that point measures queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are ten runs over two days, the newest two (49b4232) of the current code, run side by side with two of ' +
-          'the code before a tenant’s new channels shared a creation transaction (5ee93c0, decision 0045; their own rows, ' +
-          'below), and before them b9b3f53 and f5badbf side by side. Between them the code changed at the edges (request ' +
-          'deadlines, error shapes), in the set statements’ arrays going to Postgres in binary (decision 0044), in quiet ' +
-          'channels resting between ticks (no channel here rests: each has an open round), from 24bc819 on in the processes ' +
-          'starting with the deployed V8 and malloc settings (scripts/start.sh) instead of node’s defaults, and in b9b3f53 in a ' +
-          'turn’s round state changes going to Postgres in one statement (decision 0043; the steady phase ends before the ' +
-          'first rounds lock, so its Postgres row does not show it); below them the ' +
-          'code of the day before, run with the machine at 100 % before the faults. The last four rows are the code before the ledger’s round reads were fixed and before a drain kept time for its open ticks, ' +
-          'then the drain’s last step forced and a variant of it that was not kept (decision 0039), each run the same day. ' +
+          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 72–85 % in the newest ' +
+          'runs (78–100 % on the days before: the VM’s speed drifts from day to day), so every timing past that point measures ' +
+          'queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
+          'The rows are three runs of the current code (02c191f), interleaved with three of the code before counter adds were ' +
+          'summed and an acquired channel without rounds stopped publishing an update for them (23befb7, their own row below; ' +
+          'side by side the two differ less than the days do). Further down: two runs each of the code after and before a ' +
+          'tenant’s new channels shared a creation transaction (49b4232, 5ee93c0; decision 0045), the code of 2026-12-06 run ' +
+          'with the machine at 100 % before the faults, then the code before the ledger’s round reads were fixed and before a ' +
+          'drain kept time for its open ticks, the drain’s last step forced and a variant of it that was not kept (decision ' +
+          '0039), each run the same day. ' +
           'Fields: loadtest/README.md ("failover").',
       ],
       rows: [
@@ -2002,11 +2008,23 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'a tenant’s new channels sharing a creation transaction (the newest two runs): the games’ connect p50 / max; the viewers’ welcome max; viewers never welcomed',
+            'interleaved with those runs, the code before counter adds were summed and an acquired channel without rounds stopped ' +
+            'publishing an update for them (23befb7): recovery after SIGKILL at the shard max; the move after detection max; the ' +
+            'drain’s gap at the shard max; through a viewer after SIGKILL max; the machine’s busy share before the faults',
+          target: 'max ≤ 5,000 ms; ≤ 1,500 ms; max ≤ 2,000 ms; max ≤ 5,000 ms; —',
+          seed: '—',
+          value:
+            '{recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.atShard.moveMs.max} ms; {recoveryMs.drain.atShard.max} ms; ' +
+            '{recoveryMs.kill.max} ms; {steadyCpu.machineBusyPct} %',
+          files: FAILOVER_3000_BEFORE_SUMS,
+        },
+        {
+          figure:
+            'a tenant’s new channels sharing a creation transaction (49b4232, two runs of an earlier day): the games’ connect p50 / max; the viewers’ welcome max; viewers never welcomed',
           target: '—; —; 0',
           seed: '—',
           value: '{games.connectMs.p50} / {games.connectMs.max} ms; {connections.welcomeMs.max} ms; {connections.failed}',
-          files: ['failover-3000ch-49b4232.json', 'failover-3000ch-49b4232-run2.json'],
+          files: FAILOVER_3000_CREATIONS,
         },
         {
           figure:
