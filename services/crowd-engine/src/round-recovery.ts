@@ -45,9 +45,11 @@ export class RoundRecovery {
     const s = this.s;
     const d = s.d;
     const rows = preloaded ?? (await d.store.rounds.listUnfinished(d.channel));
-    // Nothing to recover and nothing held: the rounds viewers see stay empty, so no change is marked (a change would take
-    // an event id and publish one more viewer update for every channel of a bulk acquire).
-    if (rows.length === 0 && s.rounds.size === 0) return;
+    // The channel's first owner (epoch 1) with nothing to recover: no owner ever published rounds of it, so the empty list
+    // viewers have stands, and no change is marked (a change takes an event id and publishes one more viewer update, for
+    // every channel of a burst of first joins). A later owner marks it even then: the previous one may have published
+    // rounds that have finished since, and its update replaces what the gateways cached.
+    if (rows.length === 0 && d.epoch() === 1) return;
     this.committed = committed ?? null;
     const resumed: Array<Promise<unknown>> = [];
     const finishing: Array<Promise<unknown>> = [];

@@ -447,6 +447,23 @@ describe('rounds', () => {
     );
   });
 
+  it('recovery - a later owner with no unfinished round publishes the rounds at a fresh event id, replacing the last owner’s', async () => {
+    await channel('calm2');
+    assert.equal((await ctl('calm2', { op: 'round.open', round: 'g1', kind: 'pool', outcomes: ['x', 'y'], durationMs: 60_000 })).ok, true);
+    const shown = await h.waitFor(() => h.updates.find((u) => u.channel === 'calm2' && u.rounds?.[0]?.state === 'open'));
+    assert.equal((await ctl('calm2', { op: 'round.cancel', round: 'g1' })).ok, true);
+    await eventually(async () => (await h.store.rounds.get('calm2', 'g1'))?.paid === true);
+    const cancelled = await h.waitFor(() => h.updates.find((u) => u.channel === 'calm2' && u.rounds?.[0]?.state === 'cancelled'));
+    // Another shard takes it at the next epoch (as after a crash of this one before its update went out): nothing unfinished.
+    const seen = h.updates.length;
+    const s3 = await h.newShard('s3');
+    const epoch = await h.store.channels.acquire('calm2', 's3');
+    await s3.acquire('calm2', epoch);
+    const next = await h.waitFor(() => h.updates.slice(seen).find((u) => u.channel === 'calm2'));
+    assert.ok(next.ev > cancelled.ev && cancelled.ev > shown.ev, `event ids ${shown.ev}, ${cancelled.ev}, then ${next.ev}`);
+    assert.ok(!(next.rounds ?? []).some((r) => r.state === 'open'), JSON.stringify(next.rounds));
+  });
+
   it('recovery - after a crash an open round is refunded, a locked one resumes and can be settled', async () => {
     await channel('rc1');
     await fund('ra', 100);
