@@ -1,9 +1,9 @@
 import type { Attributes, AttributeValue, Context, Counter } from '@opentelemetry/api';
 
 /**
- * Label sets a {@link SummedCounter} sums on its own: the SDK's own cardinality limit per instrument (its default,
- * which crowdplay keeps), so the sums never hold more series than the SDK does. Past it an add goes to the SDK,
- * which folds it into its overflow series as it did before.
+ * Label sets a {@link SummedCounter} sums on its own, kept for the life of the process: the SDK's default cardinality
+ * limit per instrument, so a counter sums every label set a healthy instrument has. An add of a label set past them goes
+ * to the SDK at once: counted the same, without the saving.
  */
 export const SUMMED_LABEL_SETS_MAX = 2_000;
 
@@ -61,15 +61,20 @@ export class SummedCounter implements Counter {
   }
 }
 
-/** A key for a label set (its names and values in their order), or null when a value is not a plain string, number or boolean. */
+/**
+ * A key for a label set: each name and value length-prefixed (so no name or value can spell another set's key), a value
+ * tagged with its type (`1` and `'1'` stay apart, as the SDK keeps them) and `undefined` kept as a value of its own (the
+ * SDK keeps `{ a: undefined }` apart from `{}`), in the set's order. Null when a value is not a string, number, boolean
+ * or undefined.
+ */
 function keyOf(attrs: Attributes): string | null {
   let key = '';
   for (const name in attrs) {
     const v: AttributeValue | undefined = attrs[name];
-    if (v === undefined) continue;
     const t = typeof v;
-    if (t !== 'string' && t !== 'number' && t !== 'boolean') return null;
-    key += `${name}\u0000${t[0]}${String(v)}\u0001`;
+    if (t !== 'string' && t !== 'number' && t !== 'boolean' && t !== 'undefined') return null;
+    const text = t === 'undefined' ? '' : String(v);
+    key += `${name.length}:${name}${t[0]}${text.length}:${text}`;
   }
   return key;
 }

@@ -1,6 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { Metrics, SUMMED_LABEL_SETS_MAX } from '../src/index.ts';
+import type { Attributes, Counter } from '@opentelemetry/api';
+import { Metrics, SummedCounter, SUMMED_LABEL_SETS_MAX } from '../src/index.ts';
 
 /** Every series of `name` in one scrape: its labels as written (the exporter's scope label left out), and its value. */
 async function series(m: Metrics, name: string): Promise<Map<string, number>> {
@@ -63,5 +64,33 @@ describe('telemetry - counters summed until read', () => {
     } finally {
       await m.close();
     }
+  });
+  it('label sets stay apart whatever their values spell: separators, types, undefined', () => {
+    const got: Array<[number, Attributes | undefined]> = [];
+    const sdk = { add: (v: number, a?: Attributes) => void got.push([v, a]) } as Counter;
+    const c = new SummedCounter(sdk);
+    const sets: Attributes[] = [
+      { area: 'x', reason: 'y' },
+      { area: 'x\u0001reason\u0000sy' },
+      { area: '1:x', reason: 'y' },
+      { area: '1', reason: 1 },
+      { area: '1', reason: '1' },
+      { area: '1', reason: true },
+      { area: '1', reason: 'true' },
+      { area: 'a', reason: undefined },
+      { area: 'a' },
+      { 'area:1': 'a' },
+    ];
+    for (const [i, a] of sets.entries()) c.add(i + 1, a);
+    c.add(100, { area: 'x', reason: 'y' });
+    assert.deepEqual(got, [], 'nothing reaches the SDK before a flush');
+    c.flush();
+    assert.deepEqual(
+      got,
+      sets.map((a, i) => [i === 0 ? 101 : i + 1, a]),
+    );
+    got.length = 0;
+    c.flush();
+    assert.deepEqual(got, [], 'a flush with nothing new adds nothing');
   });
 });
