@@ -232,9 +232,9 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-5ee93c0-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '5ee93c0' },
   'failover-3000ch-49b4232.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
   'failover-3000ch-49b4232-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '49b4232' },
-  'failover-3000ch-02c191f.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
-  'failover-3000ch-02c191f-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
-  'failover-3000ch-02c191f-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '02c191f' },
+  'failover-3000ch-522d8f2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '522d8f2' },
+  'failover-3000ch-522d8f2-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '522d8f2' },
+  'failover-3000ch-522d8f2-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '522d8f2' },
   'failover-3000ch-23befb7.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-3000ch-23befb7-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-3000ch-23befb7-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
@@ -270,7 +270,7 @@ const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-r
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
 const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-0b74587.json'];
 const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
-const FAILOVER_3000_RUNS = ['failover-3000ch-02c191f.json', 'failover-3000ch-02c191f-run2.json', 'failover-3000ch-02c191f-run3.json'];
+const FAILOVER_3000_RUNS = ['failover-3000ch-522d8f2.json', 'failover-3000ch-522d8f2-run2.json', 'failover-3000ch-522d8f2-run3.json'];
 /** Interleaved with FAILOVER_3000_RUNS: the code before counters were summed and first joins' redundant rounds updates went. */
 const FAILOVER_3000_BEFORE_SUMS = [
   'failover-3000ch-23befb7.json',
@@ -287,7 +287,7 @@ const PLACE_RUNS = [
   'cluster-control-place-02c191f-run2.json',
   'cluster-control-place-02c191f-run3.json',
 ];
-/** Interleaved with PLACE_RUNS: the code before counters were summed, batched assigns got one deadline and acquires stopped publishing empty rounds. */
+/** Interleaved with PLACE_RUNS: the code before counters were summed, batched assigns got one deadline and a channel's first owner stopped publishing its empty rounds. */
 const PLACE_BEFORE_SUMS = [
   'cluster-control-place-23befb7-run1.json',
   'cluster-control-place-23befb7-run2.json',
@@ -1622,8 +1622,8 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'interleaved with those runs, the code before counter adds were summed, a batched assign got one deadline and an ' +
-            'acquired channel without rounds stopped publishing an update for them (23befb7): channels per second ready, cold ' +
+            'interleaved with those runs, the code before counter adds were summed, a batched assign got one deadline and a ' +
+            'channel’s first owner stopped publishing its empty rounds (23befb7): channels per second ready, cold ' +
             'start / running cluster; CPU µs per channel ready of the shards / router, all together: cold start; running cluster',
           target: '≥ 10,000 channels/s; ≤ 200 µs',
           seed: '—',
@@ -1892,11 +1892,11 @@ export const RESULTS: ResultsIndex = {
           'shard (an intent on the channel’s subject every 100 ms from a process of its own) and one through a viewer’s socket; ' +
           'the steady phase starts once every viewer is welcomed; every process, ' +
           'the games and the viewers on the machine’s two cores. After the kill and the drain the last shard holds every channel. ' +
-          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 72–85 % in the newest ' +
+          'The steady phase’s CPU rows say where the two cores go before any fault: the machine is at 67–76 % in the newest ' +
           'runs (78–100 % on the days before: the VM’s speed drifts from day to day), so every timing past that point measures ' +
           'queues as well as the control plane (`npm run bench -- cluster-control` measures that alone). ' +
-          'The rows are three runs of the current code (02c191f), interleaved with three of the code before counter adds were ' +
-          'summed and an acquired channel without rounds stopped publishing an update for them (23befb7, their own row below; ' +
+          'The rows are three runs of the current code (522d8f2), interleaved with three of the code before counter adds were ' +
+          'summed and a channel’s first owner stopped publishing its empty rounds (23befb7, their own row below; ' +
           'side by side the two differ less than the days do). Further down: two runs each of the code after and before a ' +
           'tenant’s new channels shared a creation transaction (49b4232, 5ee93c0; decision 0045), the code of 2026-12-06 run ' +
           'with the machine at 100 % before the faults, then the code before the ledger’s round reads were fixed and before a ' +
@@ -2008,8 +2008,8 @@ export const RESULTS: ResultsIndex = {
         },
         {
           figure:
-            'interleaved with those runs, the code before counter adds were summed and an acquired channel without rounds stopped ' +
-            'publishing an update for them (23befb7): recovery after SIGKILL at the shard max; the move after detection max; the ' +
+            'interleaved with those runs, the code before counter adds were summed and a channel’s first owner stopped ' +
+            'publishing its empty rounds (23befb7): recovery after SIGKILL at the shard max; the move after detection max; the ' +
             'drain’s gap at the shard max; through a viewer after SIGKILL max; the machine’s busy share before the faults',
           target: 'max ≤ 5,000 ms; ≤ 1,500 ms; max ≤ 2,000 ms; max ≤ 5,000 ms; —',
           seed: '—',
