@@ -213,9 +213,6 @@ const runs: Record<string, RunInfo> = {
     date: '2026-12-06',
   },
   'tenant-bots.json': { command: 'npm run bench -- tenant-bots', machine: 'quiet', commit: '7e2b578', date: '2026-12-06' },
-  'failover-30ch-e60a221.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
-  'failover-30ch-e60a221-run2.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
-  'failover-30ch-e60a221-run3.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: 'e60a221' },
   'failover-3000ch.json': { command: FAILOVER_3000, machine: 'quiet', commit: '92ea108' },
   'failover-3000ch-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'd863b0b' },
   'failover-3000ch-7a00657.json': { command: FAILOVER_3000, machine: 'shared', commit: '7a00657' },
@@ -238,7 +235,8 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-23befb7.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-3000ch-23befb7-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-3000ch-23befb7-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
-  'failover-30ch-24bc819.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '24bc819' },
+  'failover-30ch-93c8ddf.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '93c8ddf' },
+  'failover-30ch-93c8ddf-run2.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '93c8ddf' },
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
 };
 
@@ -247,12 +245,7 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
-const FAILOVER_30_RUNS = [
-  'failover-30ch-e60a221.json',
-  'failover-30ch-e60a221-run2.json',
-  'failover-30ch-e60a221-run3.json',
-  'failover-30ch-24bc819.json',
-];
+const FAILOVER_30_RUNS = ['failover-30ch-93c8ddf.json', 'failover-30ch-93c8ddf-run2.json'];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
 const ROLLOVER_SLOW = [
   'rollover-1000x10-04c614c-slow-run1.json',
