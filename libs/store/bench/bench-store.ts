@@ -3,6 +3,7 @@
  * backend whose CPU is read) holding `channels` channels of tenant `bench`, owned by shard-1 at epoch 1.
  */
 import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { openStore, type Store } from '@crowdplay/store';
 import { testSchema } from '@crowdplay/testing';
 
@@ -32,4 +33,19 @@ export async function backendCpuMs(store: Store): Promise<number> {
   const { rows } = await store.db.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
   const fields = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/**
+ * Runs `main` with the command line's arguments when the module at `moduleUrl` is the script node started (not when
+ * scripts/bench.ts imports it), and exits with its code (1 when it throws).
+ */
+export function runIfMain(moduleUrl: string, main: (argv: string[]) => Promise<number>): void {
+  if (moduleUrl !== pathToFileURL(process.argv[1] ?? '').href) return;
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
 }

@@ -16,10 +16,9 @@
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { EVENT_SQL } from '@crowdplay/store';
-import { backendCpuMs, openBenchStore } from './bench-store.ts';
+import { backendCpuMs, openBenchStore, runIfMain } from './bench-store.ts';
 
 const OPTIONS = {
   json: { type: 'string' },
@@ -129,12 +128,4 @@ function round2(x: number): number {
   return Math.round(x * 100) / 100;
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, main);

@@ -18,9 +18,8 @@
  */
 import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { backendCpuMs, openBenchStore } from './bench-store.ts';
+import { backendCpuMs, openBenchStore, runIfMain } from './bench-store.ts';
 
 const OPTIONS = {
   json: { type: 'string' },
@@ -94,12 +93,4 @@ export async function main(args: readonly string[]): Promise<number> {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  main(process.argv.slice(2)).then(
-    (code) => process.exit(code),
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
-}
+runIfMain(import.meta.url, main);
