@@ -44,9 +44,10 @@ export class Ownership {
    * Takes ownership of a batch of channels, each at the epoch the router
    * wrote for this shard in Postgres, in one go: the rows, the snapshots, the
    * previous owners' last logged batches and the unfinished rounds are read
-   * in one query each; one block of event ids is leased after those reads
-   * (every id this shard uses for them from then on is above any id a
-   * previous owner used); then every channel is started (rounds recovered,
+   * in one query each while one block of event ids is leased (the router
+   * bumped the epochs before it asked, so every id this shard uses for them
+   * from then on is above any id a previous owner used); then every channel
+   * is started (rounds recovered,
    * built-in games initialised, subjects subscribed) and one bus flush makes
    * the subscriptions live. Answers per channel: a channel is refused, with
    * the rest going ahead, when this shard is draining or at SHARD_MAX_CHANNELS
@@ -96,12 +97,22 @@ export class Ownership {
     if (todo.length > 0) {
       const t0 = performance.now();
       const ids = todo.map((i) => items[i]!.channel);
+      // Ids used from now on must exceed every id the previous owners used. The router fenced them (epoch bump) before
+      // it sent this acquire, so a block leased from here on lies above every id they logged: one lease, alongside the
+      // reads, covers the batch.
+      let tLease = t0;
+      const leased = this.s.ids.renew().then(() => {
+        tLease = performance.now();
+      });
+      // Settled even when a read fails first (the read's error is thrown; a lease error with it would go unhandled).
+      leased.catch(() => undefined);
       const [rows, snaps, lastBatches, rounds] = await Promise.all([
         store.channels.getMany(ids),
         store.channels.loadSnapshots(ids),
         store.events.latestMany(ids, 'batch'),
         this.s.deps.ledger ? store.rounds.listUnfinishedMany(ids) : Promise.resolve(new Map<string, RoundRow[]>()),
       ]);
+      const tRead = performance.now();
       const ready: number[] = [];
       for (const i of todo) {
         const { channel, epoch } = items[i]!;
@@ -125,10 +136,8 @@ export class Ownership {
           ledger && handedOff.length > 0
             ? await ledger.roundTransferIdsMany(handedOff, [TransferKinds.stake, TransferKinds.buy, TransferKinds.sell])
             : undefined;
-        // Ids used from now on must exceed every id the previous owners used: one lease after the reads covers the batch.
-        const tRead = performance.now();
-        await this.s.ids.renew();
-        const tLease = performance.now();
+        await leased;
+        const tReady = performance.now();
         const started = await Promise.all(
           ready.map(async (i) => {
             const { channel, epoch } = items[i]!;
@@ -180,8 +189,8 @@ export class Ownership {
           const ms = {
             unfinishedRounds,
             readMs: Math.round(tRead - t0),
-            leaseMs: Math.round(tLease - tRead),
-            startMs: Math.round(tStart - tLease),
+            leaseMs: Math.round(tLease - t0),
+            startMs: Math.round(tStart - tReady),
             subscribeMs: Math.round(performance.now() - tStart),
           };
           telemetry.logger.info(

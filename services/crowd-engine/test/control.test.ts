@@ -114,4 +114,35 @@ describe('shard control (bulk and bad input)', () => {
     assert.equal(changes.length, 1, 'one message for the batch');
     sub.unsubscribe();
   });
+
+  it('acquire batch - the id lease is asked for while the reads are in flight, not after them', async () => {
+    await h.store.channels.ensure('b5', 'acme');
+    const epoch = (await h.store.channels.acquireMany([{ channel: 'b5', shard: h.shard.id }])).get('b5')!;
+    let leaseAsked!: () => void;
+    const asked = new Promise<void>((r) => (leaseAsked = r));
+    const sub = h.bus.subscribe(h.subjects.sequencerLease(), () => leaseAsked());
+    // The shard's row read answers only once a lease request is on the bus (or fails after 3 s): a lease that waited
+    // for the reads would never be asked.
+    const getMany = h.store.channels.getMany.bind(h.store.channels);
+    h.store.channels.getMany = async (ids) => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('no lease asked while the rows were read')), 3_000);
+      });
+      try {
+        await Promise.race([asked, late]);
+      } finally {
+        clearTimeout(timer);
+      }
+      return getMany(ids);
+    };
+    try {
+      const r = await ctl(h, { v: 2, op: 'acquire', channels: [{ channel: 'b5', epoch }] });
+      assert.deepEqual(r.ok && r.results!.map((x) => [x.channel, x.ok, x.message ?? null]), [['b5', true, null]]);
+      assert.ok(h.shard.channels.includes('b5'));
+    } finally {
+      h.store.channels.getMany = getMany;
+      sub.unsubscribe();
+    }
+  });
 });
