@@ -179,6 +179,17 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
+  'cluster-steady-b455a57.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: 'b455a57' },
+  'cluster-control-failover-620e3a1-run1.json': {
+    command: 'npm run bench -- cluster-control --only failover',
+    machine: 'quiet',
+    commit: '620e3a1',
+  },
+  'cluster-control-failover-620e3a1-run2.json': {
+    command: 'npm run bench -- cluster-control --only failover',
+    machine: 'quiet',
+    commit: '620e3a1',
+  },
   'cluster-control-place-02c191f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
   'cluster-control-place-02c191f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
   'cluster-control-place-02c191f-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
@@ -261,7 +272,7 @@ const CLUSTER_MAIN = ['cluster-10000ch-batch2-run1.json', 'cluster-10000ch-batch
 const CLUSTER_SHARD_SMALL = [...CLUSTER_MAIN, 'cluster-1000ch-batch2.json'];
 const CLUSTER_SHARD_20 = ['cluster-100ch-batch20.json', 'cluster-100ch-batch20-run2.json'];
 const CLUSTER_CROWD_RUNS = ['crowd-2000-cluster.json', 'crowd-10000-cluster.json'];
-const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-0b74587.json'];
+const CLUSTER_STEADY = ['cluster-control-d50287f.json', 'cluster-steady-0b74587.json', 'cluster-steady-b455a57.json'];
 const CLUSTER_STEADY_BEFORE = ['cluster-steady-run1.json', 'cluster-steady-run2.json'];
 const FAILOVER_3000_RUNS = ['failover-3000ch-522d8f2.json', 'failover-3000ch-522d8f2-run2.json', 'failover-3000ch-522d8f2-run3.json'];
 /** Interleaved with FAILOVER_3000_RUNS: the code before counters were summed and first joins' redundant rounds updates went. */
@@ -302,7 +313,7 @@ const PLACE_SEMI16 = [
   'cluster-control-place-24bc819-semi16-run2.json',
   'cluster-control-place-24bc819-semi16-run3.json',
 ];
-const CLUSTER_CONTROL = ['cluster-control-d50287f.json'];
+const CLUSTER_FAILOVER = ['cluster-control-failover-620e3a1-run1.json', 'cluster-control-failover-620e3a1-run2.json'];
 const SPREAD_VALUE =
   '{place.shardAcquires.channelsPerShard.shard-1} / {place.shardAcquires.channelsPerShard.shard-2} / ' +
   '{place.shardAcquires.channelsPerShard.shard-3}; {placeWarm.shardAcquires.channelsPerShard.shard-1} / ' +
@@ -1701,7 +1712,7 @@ export const RESULTS: ResultsIndex = {
           target: '—',
           seed: '—',
           value: '{failover.0.channels}; {failover.0.detectionMs} ms',
-          files: CLUSTER_CONTROL,
+          files: CLUSTER_FAILOVER,
         },
         {
           figure: 'the same: move p50 / p99 / max (declared dead → batching on the new shard); not batching after 30 s',
@@ -1710,23 +1721,25 @@ export const RESULTS: ResultsIndex = {
           value:
             '{failover.0.moveMs.p50:0} / {failover.0.moveMs.p99:0} / {failover.0.moveMs.max:0} ms (target met: {failover.0.target.met}); ' +
             '{failover.0.unanswered}',
-          files: CLUSTER_CONTROL,
+          files: CLUSTER_FAILOVER,
         },
         {
           figure: 'the same: move max, channels with an open round / without',
           target: '—',
           seed: '—',
           value: '{failover.0.moveMsWithOpenRound.max:0} / {failover.0.moveMsWithoutRound.max:0} ms',
-          files: CLUSTER_CONTROL,
+          files: CLUSTER_FAILOVER,
         },
         {
           figure:
-            'the same: the new owners’ acquire batches p50, read / start (start includes recovering each channel’s unfinished ' +
-            'rounds: a killed owner’s open round is cancelled and refunded)',
+            'the same: the new owners’ acquire batches p50, read / lease (asked with the reads) / start (start includes ' +
+            'recovering each channel’s unfinished rounds: a killed owner’s open round is cancelled and refunded)',
           target: '—',
           seed: '—',
-          value: '{failover.0.shardAcquires.readMs.p50:0} / {failover.0.shardAcquires.startMs.p50:0} ms',
-          files: CLUSTER_CONTROL,
+          value:
+            '{failover.0.shardAcquires.readMs.p50:0} / {failover.0.shardAcquires.leaseMs.p50:0} / ' +
+            '{failover.0.shardAcquires.startMs.p50:0} ms',
+          files: CLUSTER_FAILOVER,
         },
         {
           figure: 'kill of a shard holding about 5,000 channels: channels; detection; move p50 / p99 / max; not batching after 30 s',
@@ -1735,7 +1748,7 @@ export const RESULTS: ResultsIndex = {
           value:
             '{failover.1.channels}; {failover.1.detectionMs} ms; {failover.1.moveMs.p50:0} / {failover.1.moveMs.p99:0} / {failover.1.moveMs.max:0} ms; ' +
             '{failover.1.unanswered}',
-          files: CLUSTER_CONTROL,
+          files: CLUSTER_FAILOVER,
         },
         {
           figure: 'steady, no game: CPU µs per channel-second, shard / router / NATS / Postgres backends',
@@ -1769,7 +1782,7 @@ export const RESULTS: ResultsIndex = {
           target: '—',
           seed: '—',
           value: '{loadAverageBefore.0:1} / {loadAverageAfter.0:1}',
-          files: CLUSTER_CONTROL,
+          files: CLUSTER_FAILOVER,
         },
       ],
     },
