@@ -804,21 +804,7 @@ export class Router implements RouterApi {
     // In the background, one after the other: a move waits on its owner's handoff (up to ROUTER_BATCH_TIMEOUT_MS when the
     // owner just died), and the next check must still be able to declare that owner dead.
     const moves = wanted.slice(0, n).filter((mv) => !this.inflight.has(mv.channel));
-    if (moves.length > 0)
-      this.track(
-        (async () => {
-          for (const mv of moves) {
-            if (this.inflight.has(mv.channel) || this.closed) continue;
-            await this.exclusive(mv.channel, () => this.rebalanceMove(mv)).catch(() => undefined);
-          }
-        })(),
-      );
-  }
-
-  private exclusive(channel: string, f: () => Promise<Assignment>): Promise<Assignment> {
-    const p = f().finally(() => this.inflight.get(channel) === p && this.inflight.delete(channel));
-    this.inflight.set(channel, p);
-    return p;
+    if (moves.length > 0) this.track(this.rebalance(moves));
   }
 
   /**
@@ -922,26 +908,51 @@ export class Router implements RouterApi {
   }
 
   /**
-   * Moves a channel between two live shards like a drain's move, open
-   * rounds included (see {@link moveMany}). A failed handoff leaves the
-   * channel where it is (left alone for BUSY_CHECKS checks).
+   * Moves a check's planned channels between live shards like a drain's move, open rounds included: the
+   * channels of one owner in one {@link moveMany} (one handoff request, one placement, one forget per owner),
+   * owner after owner. A channel whose owner or plan changed meanwhile is left out; one whose owner could not
+   * hand it off stays where it is, left alone for BUSY_CHECKS checks; one that moved stays put for
+   * ROUTER_REBALANCE_COOLDOWN_MS.
    */
-  private async rebalanceMove(mv: PlannedMove): Promise<Assignment> {
-    const known = this.assignments.get(mv.channel);
-    if (!known || known.shard !== mv.from) return known ?? Promise.reject(new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [mv.channel]));
-    if (this.stateOf(mv.to) !== 'live') return known;
-    const [m] = await this.moveMany([mv.channel], mv.from, 'rebalance');
-    if (!m || !m.moved) {
-      if (m?.handoffRefused) {
-        this.m.moved.add(1, { reason: 'refused' });
-        this.busy.set(mv.channel, this.now() + BUSY_CHECKS * (this.opts.checkMs ?? 500));
-        this.deps.telemetry.logger.info({ ...mv, code: m.code }, 'rebalance: the owner could not hand the channel off');
-      }
-      return this.assignments.get(mv.channel) ?? known;
+  private async rebalance(moves: readonly PlannedMove[]): Promise<void> {
+    const bySource = new Map<string, string[]>();
+    for (const mv of moves) {
+      const known = this.assignments.get(mv.channel);
+      if (!known || known.shard !== mv.from || this.stateOf(mv.to) !== 'live') continue;
+      const list = bySource.get(mv.from);
+      if (list) list.push(mv.channel);
+      else bySource.set(mv.from, [mv.channel]);
     }
-    // Left where it is for a while: the next rebalance picks another channel (planMoves takes the lowest id it may move).
-    this.busy.set(mv.channel, this.now() + (this.opts.rebalanceCooldownMs ?? REBALANCE_COOLDOWN_MS));
-    return { channel: mv.channel, shard: m.shard!, epoch: m.epoch };
+    for (const [from, planned] of bySource) {
+      if (this.closed) return;
+      // Taken in flight since the plan (an assign's move, a drain): theirs, not the rebalance's.
+      const channels = planned.filter((ch) => !this.inflight.has(ch));
+      if (channels.length === 0) continue;
+      let results: Array<Move & { handoffRefused?: boolean; code?: string }>;
+      try {
+        results = await this.moveMany(channels, from, 'rebalance');
+      } catch (err) {
+        this.deps.telemetry.logger.warn({ err, from, channels: channels.length }, 'rebalance: the move failed; the next check plans again');
+        continue;
+      }
+      const now = this.now();
+      const refused: string[] = [];
+      for (const m of results) {
+        // Left where it is for a while: the next rebalance picks another channel (planMoves takes the lowest id it may move).
+        if (m.moved) this.busy.set(m.channel, now + (this.opts.rebalanceCooldownMs ?? REBALANCE_COOLDOWN_MS));
+        else if (m.handoffRefused) {
+          refused.push(m.channel);
+          this.busy.set(m.channel, now + BUSY_CHECKS * (this.opts.checkMs ?? 500));
+        }
+      }
+      if (refused.length > 0) {
+        this.m.moved.add(refused.length, { reason: 'refused' });
+        this.deps.telemetry.logger.info(
+          { from, channels: refused.length, first: refused[0], code: results.find((m) => m.handoffRefused)?.code },
+          'rebalance: the owner could not hand channels off',
+        );
+      }
+    }
   }
 
   async lookup(channel: string): Promise<Assignment | null> {
@@ -1041,7 +1052,7 @@ export class Router implements RouterApi {
     reason: Reason,
     handedOff?: () => void,
   ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
-    // Assigns of these channels wait for the move (a rebalance holds them in flight already).
+    // Assigns of these channels wait for the move (a channel its caller holds in flight already stays with that).
     const done: Array<() => void> = [];
     for (const ch of channels) {
       if (this.inflight.has(ch)) continue;

@@ -451,6 +451,44 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('rebalance: the moves of one check off one owner go as one batch (one placement), each channel at a new epoch', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
+    const t = setup(ids);
+    const router = t.newRouter();
+    await router.start();
+    const a = t.shard('a');
+    a.beat();
+    await tick();
+    for (const c of ids) await router.assign(c);
+    const epochs = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
+    const placements = async (reason: string): Promise<number> =>
+      Number(
+        new RegExp(`crowdplay_router_placements_total\\{[^}]*reason="${reason}"[^}]*\\} (\\d+)`).exec(
+          await t.telemetry.metrics.prometheusText(),
+        )?.[1] ?? 0,
+      );
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    t.ops.length = 0;
+    await router.check();
+    assert.deepEqual([...t.owned.get('b')!].sort(), ['c1', 'c2'], 'the budget’s two moves, the lowest ids');
+    assert.equal(await placements('rebalance'), 1, 'both placed by one statement');
+    for (const c of ['c1', 'c2']) {
+      assert.deepEqual({ owner: t.rows.get(c)!.owner, epoch: t.rows.get(c)!.epoch }, { owner: 'b', epoch: epochs.get(c)! + 1 });
+      assert.deepEqual(
+        t.ops.filter((op) => op.endsWith(` ${c}`)),
+        [`a release handoff ${c}`, `b acquire ${c}`, `a forget ${c}`],
+      );
+    }
+    // Both handoffs were asked before either acquire: one batch, not one move after the other.
+    const lastHandoff = Math.max(...['c1', 'c2'].map((c) => t.ops.indexOf(`a release handoff ${c}`)));
+    const firstAcquire = Math.min(...['c1', 'c2'].map((c) => t.ops.indexOf(`b acquire ${c}`)));
+    assert.ok(lastHandoff < firstAcquire, t.ops.join(', '));
+    await router.close();
+  });
+
   it('rebalance: none while first joins are being placed; the spread resumes once they are', async () => {
     const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7'];
     const t = setup(ids);
