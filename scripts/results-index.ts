@@ -21,6 +21,12 @@ const CLUSTER_PLACE = 'npm run bench -- cluster-control --only place';
 const OTEL = 'npm run loadtest -- crowd --url http://127.0.0.1:18090 --viewers 2000 --duration 20 --server-pid <pid>';
 const CLUSTER_CROWD = '--url http://127.0.0.1:8095 --duration 30 --tenant-id load --tenant-secret … --tenant-key … --watch-pid …';
 
+/** The file names `<stem>-run1.json` … `<stem>-run<n>.json`. */
+const runFiles = (stem: string, n: number): string[] => Array.from({ length: n }, (_, i) => `${stem}-run${i + 1}.json`);
+/** The registry entries of `n` runs of one command at one commit, named as {@link runFiles} names them. */
+const runsOf = (stem: string, n: number, info: RunInfo): Record<string, RunInfo> =>
+  Object.fromEntries(runFiles(stem, n).map((f) => [f, info]));
+
 const runs: Record<string, RunInfo> = {
   'crowd-2000-pglite.json': { command: `${CROWD} --viewers 2000 --duration 30`, machine: 'quiet', commit: '56d0218' },
   'crowd-2000-postgres.json': { command: `${CROWD} --viewers 2000 --duration 30`, machine: 'quiet', commit: '56d0218' },
@@ -180,44 +186,22 @@ const runs: Record<string, RunInfo> = {
   'cluster-control-place-24bc819-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '24bc819' },
   'cluster-steady-0b74587.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: '0b74587' },
   'cluster-steady-b455a57.json': { command: 'npm run bench -- cluster-control --only steady', machine: 'quiet', commit: 'b455a57' },
-  'cluster-control-failover-620e3a1-run1.json': {
+  ...runsOf('cluster-control-failover-620e3a1', 2, {
     command: 'npm run bench -- cluster-control --only failover',
     machine: 'quiet',
     commit: '620e3a1',
-  },
-  'cluster-control-failover-620e3a1-run2.json': {
-    command: 'npm run bench -- cluster-control --only failover',
-    machine: 'quiet',
-    commit: '620e3a1',
-  },
-  'cluster-control-place-239bfbb-base-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-base-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-base-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-base-run4.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-nice0-run1.json': {
+  }),
+  ...runsOf('cluster-control-place-239bfbb-base', 4, { command: CLUSTER_PLACE, machine: 'quiet', commit: '239bfbb' }),
+  ...runsOf('cluster-control-place-239bfbb-nice0', 4, {
     command: `HELPER_THREAD_NICE=0 ${CLUSTER_PLACE}`,
     machine: 'quiet',
     commit: '239bfbb',
-  },
-  'cluster-control-place-239bfbb-nice0-run2.json': {
-    command: `HELPER_THREAD_NICE=0 ${CLUSTER_PLACE}`,
+  }),
+  ...runsOf('cluster-control-place-239bfbb-semi16', 4, {
+    command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`,
     machine: 'quiet',
     commit: '239bfbb',
-  },
-  'cluster-control-place-239bfbb-nice0-run3.json': {
-    command: `HELPER_THREAD_NICE=0 ${CLUSTER_PLACE}`,
-    machine: 'quiet',
-    commit: '239bfbb',
-  },
-  'cluster-control-place-239bfbb-nice0-run4.json': {
-    command: `HELPER_THREAD_NICE=0 ${CLUSTER_PLACE}`,
-    machine: 'quiet',
-    commit: '239bfbb',
-  },
-  'cluster-control-place-239bfbb-semi16-run1.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-semi16-run2.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-semi16-run3.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '239bfbb' },
-  'cluster-control-place-239bfbb-semi16-run4.json': { command: `SEMI_SPACE_MB=16 ${CLUSTER_PLACE}`, machine: 'quiet', commit: '239bfbb' },
+  }),
   'cluster-control-place-02c191f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
   'cluster-control-place-02c191f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
   'cluster-control-place-02c191f-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
@@ -322,24 +306,9 @@ const FAILOVER_3000_CREATIONS = ['failover-3000ch-49b4232.json', 'failover-3000c
 const FAILOVER_3000_BEFORE_CREATIONS = ['failover-3000ch-5ee93c0.json', 'failover-3000ch-5ee93c0-run2.json'];
 const FAILOVER_3000_BEFORE = ['failover-3000ch.json', 'failover-3000ch-run2.json'];
 /** The current code, as deployed; interleaved with PLACE_NICE0 and PLACE_SEMI16_NOW. */
-const PLACE_RUNS = [
-  'cluster-control-place-239bfbb-base-run1.json',
-  'cluster-control-place-239bfbb-base-run2.json',
-  'cluster-control-place-239bfbb-base-run3.json',
-  'cluster-control-place-239bfbb-base-run4.json',
-];
-const PLACE_NICE0 = [
-  'cluster-control-place-239bfbb-nice0-run1.json',
-  'cluster-control-place-239bfbb-nice0-run2.json',
-  'cluster-control-place-239bfbb-nice0-run3.json',
-  'cluster-control-place-239bfbb-nice0-run4.json',
-];
-const PLACE_SEMI16_NOW = [
-  'cluster-control-place-239bfbb-semi16-run1.json',
-  'cluster-control-place-239bfbb-semi16-run2.json',
-  'cluster-control-place-239bfbb-semi16-run3.json',
-  'cluster-control-place-239bfbb-semi16-run4.json',
-];
+const PLACE_RUNS = runFiles('cluster-control-place-239bfbb-base', 4);
+const PLACE_NICE0 = runFiles('cluster-control-place-239bfbb-nice0', 4);
+const PLACE_SEMI16_NOW = runFiles('cluster-control-place-239bfbb-semi16', 4);
 /** An earlier day's machine (faster): the code once counters were summed; interleaved with PLACE_BEFORE_SUMS. */
 const PLACE_SUMS_RUNS = [
   'cluster-control-place-02c191f-run1.json',
@@ -368,7 +337,7 @@ const PLACE_SEMI16 = [
   'cluster-control-place-24bc819-semi16-run2.json',
   'cluster-control-place-24bc819-semi16-run3.json',
 ];
-const CLUSTER_FAILOVER = ['cluster-control-failover-620e3a1-run1.json', 'cluster-control-failover-620e3a1-run2.json'];
+const CLUSTER_FAILOVER = runFiles('cluster-control-failover-620e3a1', 2);
 /** A 3,000-channel failover's timings: kill at the shard max; move max; drain gap max; viewer path after the kill max; busy share. */
 const FAILOVER_TIMING_VALUE =
   '{recoveryMs.kill.atShard.max} ms; {recoveryMs.kill.atShard.moveMs.max} ms; {recoveryMs.drain.atShard.max} ms; ' +

@@ -235,6 +235,20 @@ function setup(ids: string[]) {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
+/** Starts `router` with shard a live (the only one) and assigns every channel of `ids` to it. @returns shard a */
+async function allOnA(
+  t: ReturnType<typeof setup>,
+  router: Router,
+  ids: readonly string[],
+): Promise<ReturnType<ReturnType<typeof setup>['shard']>> {
+  await router.start();
+  const a = t.shard('a');
+  a.beat();
+  await tick();
+  for (const c of ids) await router.assign(c);
+  return a;
+}
+
 /** Starts `router` with shard a live, assigns `channel` (to a), then brings shard b up: a move from a has somewhere to go. */
 async function ownedByAThenB(t: ReturnType<typeof setup>, router: Router, channel: string): Promise<void> {
   await router.start();
@@ -370,11 +384,7 @@ describe('Router with fake shards and a fake clock', () => {
     const ids = ['c1', 'c2', 'c3', 'c4'];
     const t = setup(ids);
     const router = t.newRouter();
-    await router.start();
-    const a = t.shard('a');
-    a.beat();
-    await tick();
-    for (const c of ids) await router.assign(c);
+    const a = await allOnA(t, router, ids);
     assert.equal(t.owned.get('a')!.size, 4);
     const epochs = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
     // b joins; a refuses the first handoffs: nothing moves, nothing is released.
@@ -415,11 +425,7 @@ describe('Router with fake shards and a fake clock', () => {
     const ids = ['c1', 'c2', 'c3', 'c4'];
     const t = setup(ids);
     const router = t.newRouter({ rebalanceCooldownMs: 5_000 });
-    await router.start();
-    const a = t.shard('a');
-    a.beat();
-    await tick();
-    for (const c of ids) await router.assign(c);
+    const a = await allOnA(t, router, ids);
     const b = t.shard('b');
     a.beat();
     b.beat();
@@ -455,11 +461,7 @@ describe('Router with fake shards and a fake clock', () => {
     const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6'];
     const t = setup(ids);
     const router = t.newRouter();
-    await router.start();
-    const a = t.shard('a');
-    a.beat();
-    await tick();
-    for (const c of ids) await router.assign(c);
+    const a = await allOnA(t, router, ids);
     const epochs = new Map(ids.map((c) => [c, t.rows.get(c)!.epoch]));
     const placements = async (reason: string): Promise<number> =>
       Number(
