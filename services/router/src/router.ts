@@ -102,7 +102,7 @@ interface Member extends MemberLoad {
    * Channels placed on it whose acquire has not answered yet. While there are any, its heartbeats' channel counts are
    * not taken: one sent before an acquire answered would make the shard look emptier than it is and draw the next
    * batches, and one read in the same turn as the acquire's answer would count that batch twice. Either way the
-   * spread went uneven, for the rebalance to undo a channel at a time. The router's own count (each placement counted
+   * spread went uneven, for the rebalance to undo at its paced rate. The router's own count (each placement counted
    * when planned, each refusal taken back) stands until the shard's next heartbeat with nothing in flight.
    */
   placing: number;
