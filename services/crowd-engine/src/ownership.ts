@@ -112,7 +112,6 @@ export class Ownership {
         store.events.latestMany(ids, 'batch'),
         this.s.deps.ledger ? store.rounds.listUnfinishedMany(ids) : Promise.resolve(new Map<string, RoundRow[]>()),
       ]);
-      const tRead = performance.now();
       const ready: number[] = [];
       for (const i of todo) {
         const { channel, epoch } = items[i]!;
@@ -136,6 +135,7 @@ export class Ownership {
           ledger && handedOff.length > 0
             ? await ledger.roundTransferIdsMany(handedOff, [TransferKinds.stake, TransferKinds.buy, TransferKinds.sell])
             : undefined;
+        const tRead = performance.now();
         await leased;
         const tReady = performance.now();
         const started = await Promise.all(
