@@ -158,6 +158,8 @@ export class Router implements RouterApi {
   private readonly budget: MoveBudget;
   /** Channels a rebalance leaves where they are, until ms: their owner refused a handoff, or a rebalance just moved them. */
   private readonly busy = new Map<string, number>();
+  /** A rebalance's moves are in flight: the next one waits (their channels are out of the counts until placed). */
+  private rebalancing = false;
   /** The process behind each shard id, from its heartbeats. */
   private readonly instances = new Map<string, string>();
   private closed = false;
@@ -785,7 +787,7 @@ export class Router implements RouterApi {
       return;
     }
     const rate = this.opts.rebalanceMovesPerS ?? 0;
-    if (rate <= 0) return;
+    if (rate <= 0 || this.rebalancing) return;
     // First joins being placed spread themselves (planPlacement); a rebalance now would work from counts about to change
     // and fight them, moving the same channels back and forth.
     if (this.queued.size > 0 || this.assignPlacing > 0) return;
@@ -801,10 +803,12 @@ export class Router implements RouterApi {
     const skip = new Set([...this.inflight.keys(), ...this.busy.keys()]);
     const wanted = planMoves(owned, Math.max(1, rate), skip);
     const n = this.budget.take(wanted.length, now);
-    // In the background, one after the other: a move waits on its owner's handoff (up to ROUTER_BATCH_TIMEOUT_MS when the
-    // owner just died), and the next check must still be able to declare that owner dead.
+    // In the background: a move waits on its owner's handoff (up to ROUTER_BATCH_TIMEOUT_MS when the owner just died), and
+    // the next check must still be able to declare that owner dead.
     const moves = wanted.slice(0, n).filter((mv) => !this.inflight.has(mv.channel));
-    if (moves.length > 0) this.track(this.rebalance(moves));
+    if (moves.length === 0) return;
+    this.rebalancing = true;
+    this.track(this.rebalance(moves).finally(() => (this.rebalancing = false)));
   }
 
   /**
@@ -912,7 +916,8 @@ export class Router implements RouterApi {
    * channels of one owner in one {@link moveMany} (one handoff request, one placement, one forget per owner),
    * owner after owner. A channel whose owner or plan changed meanwhile is left out; one whose owner could not
    * hand it off stays where it is, left alone for BUSY_CHECKS checks; one that moved stays put for
-   * ROUTER_REBALANCE_COOLDOWN_MS.
+   * ROUTER_REBALANCE_COOLDOWN_MS. No other rebalance starts until it ends: its handed-off channels are out of the
+   * counts a plan works from until they are placed.
    */
   private async rebalance(moves: readonly PlannedMove[]): Promise<void> {
     const bySource = new Map<string, string[]>();

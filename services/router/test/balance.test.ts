@@ -491,6 +491,46 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('rebalance: no second one is planned while one is in flight (its channels are out of the counts until placed)', async () => {
+    const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7', 'c8'];
+    const t = setup(ids);
+    const router = t.newRouter();
+    const a = await allOnA(t, router, ids);
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    const held: Array<() => void> = [];
+    t.heldAcquires.set('b', held);
+    t.ops.length = 0;
+    const first = router.check();
+    while (held.length < 2) await tick();
+    // A second of budget later, another pass: b still looks empty and a short of the two handed off.
+    t.clock.advance(1_000);
+    a.beat();
+    b.beat();
+    await tick();
+    const second = router.check();
+    for (let i = 0; i < 20; i++) await tick();
+    assert.deepEqual(
+      t.ops.filter((op) => op.includes('handoff')).sort(),
+      ['a release handoff c1', 'a release handoff c2'],
+      'no handoff beyond the first pass’s',
+    );
+    t.heldAcquires.delete('b');
+    for (const answer of held.splice(0)) answer();
+    await Promise.all([first, second]);
+    assert.deepEqual([...t.owned.get('b')!].sort(), ['c1', 'c2']);
+    // Once it ended, the next pass plans again.
+    t.clock.advance(1_000);
+    a.beat();
+    b.beat();
+    await tick();
+    await router.check();
+    assert.equal(t.owned.get('b')!.size, 4);
+    await router.close();
+  });
+
   it('rebalance: none while first joins are being placed; the spread resumes once they are', async () => {
     const ids = ['c1', 'c2', 'c3', 'c4', 'c5', 'c6', 'c7'];
     const t = setup(ids);
