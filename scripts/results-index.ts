@@ -202,12 +202,8 @@ const runs: Record<string, RunInfo> = {
     machine: 'quiet',
     commit: '239bfbb',
   }),
-  'cluster-control-place-02c191f-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
-  'cluster-control-place-02c191f-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
-  'cluster-control-place-02c191f-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' },
-  'cluster-control-place-23befb7-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
-  'cluster-control-place-23befb7-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
-  'cluster-control-place-23befb7-run3.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' },
+  ...runsOf('cluster-control-place-02c191f', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' }),
+  ...runsOf('cluster-control-place-23befb7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' }),
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
@@ -310,17 +306,9 @@ const PLACE_RUNS = runFiles('cluster-control-place-239bfbb-base', 4);
 const PLACE_NICE0 = runFiles('cluster-control-place-239bfbb-nice0', 4);
 const PLACE_SEMI16_NOW = runFiles('cluster-control-place-239bfbb-semi16', 4);
 /** An earlier day's machine (faster): the code once counters were summed; interleaved with PLACE_BEFORE_SUMS. */
-const PLACE_SUMS_RUNS = [
-  'cluster-control-place-02c191f-run1.json',
-  'cluster-control-place-02c191f-run2.json',
-  'cluster-control-place-02c191f-run3.json',
-];
+const PLACE_SUMS_RUNS = runFiles('cluster-control-place-02c191f', 3);
 /** Interleaved with PLACE_SUMS_RUNS: the code before counters were summed, batched assigns got one deadline and a channel's first owner stopped publishing its empty rounds. */
-const PLACE_BEFORE_SUMS = [
-  'cluster-control-place-23befb7-run1.json',
-  'cluster-control-place-23befb7-run2.json',
-  'cluster-control-place-23befb7-run3.json',
-];
+const PLACE_BEFORE_SUMS = runFiles('cluster-control-place-23befb7', 3);
 /** An earlier day: interleaved with PLACE_BEFORE_REST. */
 const PLACE_REST_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
 /** Interleaved with PLACE_REST_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
