@@ -109,6 +109,9 @@ interface Member extends MemberLoad {
 }
 
 /** Why channels are placed: the `reason` of crowdplay_router_moves_total. */
+/** A channel's move as moveMany reports it: refused by its owner's handoff, or not placed, with the code. */
+type MoveOutcome = Move & { handoffRefused?: boolean; code?: string };
+
 type Reason = 'assign' | 'failover' | 'drain' | 'rebalance' | 'reconcile' | 'restart';
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
@@ -933,7 +936,7 @@ export class Router implements RouterApi {
       // Taken in flight since the plan (an assign's move, a drain): theirs, not the rebalance's.
       const channels = planned.filter((ch) => !this.inflight.has(ch));
       if (channels.length === 0) continue;
-      let results: Array<Move & { handoffRefused?: boolean; code?: string }>;
+      let results: Array<MoveOutcome>;
       try {
         results = await this.moveMany(channels, from, 'rebalance');
       } catch (err) {
@@ -1051,12 +1054,7 @@ export class Router implements RouterApi {
    *   batch then
    * @returns one Move per channel (moved or not, with the owner it has)
    */
-  private async moveMany(
-    channels: readonly string[],
-    from: string,
-    reason: Reason,
-    handedOff?: () => void,
-  ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
+  private async moveMany(channels: readonly string[], from: string, reason: Reason, handedOff?: () => void): Promise<Array<MoveOutcome>> {
     // Assigns of these channels wait for the move (a channel its caller holds in flight already stays with that).
     const done: Array<() => void> = [];
     for (const ch of channels) {
@@ -1079,15 +1077,10 @@ export class Router implements RouterApi {
     }
   }
 
-  private async doMoveMany(
-    channels: readonly string[],
-    from: string,
-    reason: Reason,
-    handedOff?: () => void,
-  ): Promise<Array<Move & { handoffRefused?: boolean; code?: string }>> {
+  private async doMoveMany(channels: readonly string[], from: string, reason: Reason, handedOff?: () => void): Promise<Array<MoveOutcome>> {
     const { store, telemetry } = this.deps;
     const rows = await store.channels.getMany(channels);
-    const result = new Map<string, Move & { handoffRefused?: boolean; code?: string }>();
+    const result = new Map<string, MoveOutcome>();
     const mine: string[] = [];
     for (const ch of channels) {
       const row = rows.get(ch);
