@@ -32,43 +32,61 @@ import { RoundRecovery, type CommittedTransfers } from './round-recovery.ts';
 import type { OpenRoundRequest } from './round-state.ts';
 import { roundViews } from './round-view.ts';
 
-/** One channel's rounds. See the module comment. */
-export class ChannelRounds {
-  private readonly s: RoundsContext;
-  private readonly life: RoundLifecycle;
-  private readonly intake: RoundIntake;
-  private readonly recovery: RoundRecovery;
+/** The parts a channel's rounds run on, built together. */
+interface Parts {
+  s: RoundsContext;
+  life: RoundLifecycle;
+  intake: RoundIntake;
+  recovery: RoundRecovery;
+}
 
-  constructor(d: ChannelRoundsDeps) {
-    this.s = new RoundsContext(d);
-    const ledger = new RoundLedger(this.s);
-    this.life = new RoundLifecycle(this.s, ledger);
-    this.intake = new RoundIntake(this.s, ledger);
-    this.recovery = new RoundRecovery(this.s, this.life);
+/**
+ * One channel's rounds. See the module comment. The parts are built on first use (a round opened or recovered,
+ * a stake, a join, a handoff, a drain): a bulk acquire starts thousands of channels, most with no round, and
+ * each would otherwise carry them (about 2 KB) from the start.
+ */
+export class ChannelRounds {
+  private parts: Parts | null = null;
+  private grant = 0;
+  private closed = false;
+
+  constructor(private readonly d: ChannelRoundsDeps) {}
+
+  private get p(): Parts {
+    if (this.parts) return this.parts;
+    const s = new RoundsContext(this.d);
+    s.closed = this.closed;
+    const ledger = new RoundLedger(s);
+    const life = new RoundLifecycle(s, ledger);
+    const intake = new RoundIntake(s, ledger);
+    intake.welcomeGrant = this.grant;
+    this.parts = { s, life, intake, recovery: new RoundRecovery(s, life) };
+    return this.parts;
   }
 
   /** Points granted once per viewer on join (the game's declare.welcomeGrant). */
   get welcomeGrant(): number {
-    return this.intake.welcomeGrant;
+    return this.parts ? this.parts.intake.welcomeGrant : this.grant;
   }
 
   set welcomeGrant(points: number) {
-    this.intake.welcomeGrant = points;
+    if (this.parts) this.parts.intake.welcomeGrant = points;
+    else this.grant = points;
   }
 
   /** Views of the open and locked rounds, then the newest finished ones (ROUND_RECENT_SHOWN). */
   views(): RoundView[] {
-    return roundViews(this.s.rounds.values(), this.s.d.config.rounds.recentShown);
+    return this.parts ? roundViews(this.parts.s.rounds.values(), this.d.config.rounds.recentShown) : [];
   }
 
   /** Rounds not settled or cancelled. */
   get unfinished(): number {
-    return this.s.unfinished;
+    return this.parts?.s.unfinished ?? 0;
   }
 
   /** Whether `tick` has work: a round not yet final, or final with its payments still to retry. */
   get needsTick(): boolean {
-    return this.s.needsTick;
+    return this.parts?.s.needsTick ?? false;
   }
 
   /**
@@ -81,7 +99,7 @@ export class ChannelRounds {
    *   CP_ERR_CHANNEL_UNAVAILABLE (draining), ledger and store errors
    */
   open(tenant: string, req: OpenRoundRequest): Promise<RoundView> {
-    return this.life.open(tenant, req);
+    return this.p.life.open(tenant, req);
   }
 
   /**
@@ -92,7 +110,7 @@ export class ChannelRounds {
    *   CP_ERR_ROUND_UNKNOWN_OUTCOME, CP_ERR_ROUND_ALREADY_FINAL
    */
   settle(tenant: string, roundId: string, outcome: string): Promise<RoundView> {
-    return this.life.settle(tenant, roundId, outcome);
+    return this.p.life.settle(tenant, roundId, outcome);
   }
 
   /**
@@ -102,7 +120,7 @@ export class ChannelRounds {
    *   CP_ERR_ROUND_ALREADY_FINAL (settled)
    */
   cancel(tenant: string, roundId: string): Promise<RoundView> {
-    return this.life.cancel(tenant, roundId);
+    return this.p.life.cancel(tenant, roundId);
   }
 
   /**
@@ -111,7 +129,7 @@ export class ChannelRounds {
    * the refusal). Never rejects.
    */
   take(gw: string, it: BusIntent & { trade: BusTrade }): void {
-    this.intake.take(gw, it);
+    this.p.intake.take(gw, it);
   }
 
   /**
@@ -119,7 +137,7 @@ export class ChannelRounds {
    * viewer) when the game declared one, and sends each its balance. Never rejects.
    */
   join(gw: string, joins: Array<{ conn: number; viewer: string }>): Promise<void> {
-    return this.intake.join(gw, joins);
+    return this.p.intake.join(gw, joins);
   }
 
   /**
@@ -128,12 +146,12 @@ export class ChannelRounds {
    * @throws CrowdplayError CP_ERR_INTENT_INSUFFICIENT_FUNDS, ledger errors
    */
   chargeAction(viewer: string, cost: number, idempotencyKey: string): Promise<void> {
-    return this.intake.chargeAction(viewer, cost, idempotencyKey);
+    return this.p.intake.chargeAction(viewer, cost, idempotencyKey);
   }
 
   /** Locks rounds past their deadline and cancels locked ones past ROUND_UNSETTLED_MAX_MS. Call every tick. */
   tick(now: number): void {
-    this.life.tick(now);
+    this.parts?.life.tick(now);
   }
 
   /**
@@ -145,12 +163,17 @@ export class ChannelRounds {
    *   (else each is read when it resumes)
    */
   recover(preloaded?: readonly RoundRow[], committed?: CommittedTransfers): Promise<void> {
-    return this.recovery.recover(preloaded, committed);
+    // Nothing to recover and no parts yet: what recover does with an empty list, without building them.
+    if (!this.parts && preloaded?.length === 0) {
+      if (this.d.epoch() > 1) this.d.changed();
+      return Promise.resolve();
+    }
+    return this.p.recovery.recover(preloaded, committed);
   }
 
   /** Resolves once the refunds and payouts that {@link recover} started have finished (tests, drain). Never rejects. */
   recovered(): Promise<void> {
-    return this.recovery.recovered();
+    return this.parts ? this.parts.recovery.recovered() : Promise.resolve();
   }
 
   /**
@@ -170,13 +193,14 @@ export class ChannelRounds {
    * @throws the store's error (CP_ERR_CHANNEL_STALE_EPOCH: the channel moved
    *   already); the caller may call {@link resumeServing} and go on
    */
-  handoff(write: HandoffWrite = writeBookTo(this.s.d.store)): Promise<number> {
-    return handOffRounds(this.s, this.life.openJobs, write);
+  handoff(write: HandoffWrite = writeBookTo(this.d.store)): Promise<number> {
+    const p = this.p;
+    return handOffRounds(p.s, p.life.openJobs, write);
   }
 
   /** After a failed handoff: takes stakes, trades and opens again (the channel stays here). */
   resumeServing(): void {
-    this.s.moving = false;
+    if (this.parts) this.parts.s.moving = false;
   }
 
   /**
@@ -184,11 +208,12 @@ export class ChannelRounds {
    * locked round, and waits for every payout or refund in progress.
    */
   drain(): Promise<void> {
-    return this.life.drain();
+    return this.p.life.drain();
   }
 
   /** Stops taking anything; in-flight work finishes on its own (its retries stop). */
   close(): void {
-    this.s.closed = true;
+    this.closed = true;
+    if (this.parts) this.parts.s.closed = true;
   }
 }
