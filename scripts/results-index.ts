@@ -18,6 +18,7 @@ const FAILOVER_30 = 'npm run loadtest -- failover --gateways 2 --shards 3 --view
 const CLUSTER_10000 = 'npm run bench -- cluster --channels 10000 --intent-channels 10000 --batch 2 --in-flight 400';
 const CLUSTER_BATCH20 = 'npm run bench -- cluster --only router,shard --channels 1000 --intent-channels 100 --batch 20 --in-flight 200';
 const CLUSTER_PLACE = 'npm run bench -- cluster-control --only place';
+const CLUSTER_ROUTER_10000 = 'npm run bench -- cluster --only router --channels 10000';
 const OTEL = 'npm run loadtest -- crowd --url http://127.0.0.1:18090 --viewers 2000 --duration 20 --server-pid <pid>';
 const CLUSTER_CROWD = '--url http://127.0.0.1:8095 --duration 30 --tenant-id load --tenant-secret … --tenant-key … --watch-pid …';
 
@@ -204,6 +205,10 @@ const runs: Record<string, RunInfo> = {
   }),
   ...runsOf('cluster-control-place-02c191f', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '02c191f' }),
   ...runsOf('cluster-control-place-23befb7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' }),
+  ...runsOf('cluster-control-place-29de4e4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '29de4e4' }),
+  ...runsOf('cluster-control-place-86981c7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '86981c7' }),
+  ...runsOf('cluster-router-10000ch-17fcc28', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '17fcc28' }),
+  ...runsOf('cluster-router-10000ch-86981c7', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '86981c7' }),
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-0b74587-run2.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
   'cluster-control-place-ee21404-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: 'ee21404' },
@@ -309,6 +314,8 @@ const PLACE_SEMI16_NOW = runFiles('cluster-control-place-239bfbb-semi16', 4);
 const PLACE_SUMS_RUNS = runFiles('cluster-control-place-02c191f', 3);
 /** Interleaved with PLACE_SUMS_RUNS: the code before counters were summed, batched assigns got one deadline and a channel's first owner stopped publishing its empty rounds. */
 const PLACE_BEFORE_SUMS = runFiles('cluster-control-place-23befb7', 3);
+const PLACE_LAZY_ROUNDS = runFiles('cluster-control-place-86981c7', 3);
+const PLACE_BEFORE_LAZY = runFiles('cluster-control-place-29de4e4', 3);
 /** An earlier day: interleaved with PLACE_BEFORE_REST. */
 const PLACE_REST_RUNS = ['cluster-control-place-0b74587-run1.json', 'cluster-control-place-0b74587-run2.json'];
 /** Interleaved with PLACE_REST_RUNS: the code before quiet channels rested between ticks, measured by the same bench. */
@@ -1530,6 +1537,20 @@ export const RESULTS: ResultsIndex = {
           files: [...CLUSTER_MAIN, 'cluster-router-c8.json', 'cluster-1000ch-batch2.json', ...CLUSTER_SHARD_20],
         },
         {
+          figure: 'shard RSS per held channel, 10,000 channels, a channel’s rounds built on first use (86981c7)',
+          target: '—',
+          seed: '—',
+          value: '{shardChannels.bytesPerChannel:kb} KB',
+          files: runFiles('cluster-router-10000ch-86981c7', 2),
+        },
+        {
+          figure: 'the same, the code before (17fcc28)',
+          target: '—',
+          seed: '—',
+          value: '{shardChannels.bytesPerChannel:kb} KB',
+          files: runFiles('cluster-router-10000ch-17fcc28', 2),
+        },
+        {
           figure: 'shard CPU per intent, batches of 2 (ticks, updates, game batches, event log included)',
           target: '—',
           seed: '—',
@@ -1677,6 +1698,20 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: SUMS_VALUE,
           files: PLACE_BEFORE_SUMS,
+        },
+        {
+          figure: 'this machine, a channel’s rounds built on first use (86981c7): the same',
+          target: '≥ 10,000 channels/s; ≤ 200 µs',
+          seed: '—',
+          value: SUMS_VALUE,
+          files: PLACE_LAZY_ROUNDS,
+        },
+        {
+          figure: 'interleaved with those runs, the code before (29de4e4): the same',
+          target: '≥ 10,000 channels/s; ≤ 200 µs',
+          seed: '—',
+          value: SUMS_VALUE,
+          files: PLACE_BEFORE_LAZY,
         },
         {
           figure:
