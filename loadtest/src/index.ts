@@ -34,6 +34,7 @@ export { spawnReferenceServer } from './reference-spawn.ts';
 export type { SpawnedReferenceServer } from './reference-spawn.ts';
 export {
   findListeningPid,
+  mainThreadCpuMs,
   processCpuMs,
   cpuMsByComm,
   cpuDeltaMs,

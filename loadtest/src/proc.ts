@@ -21,9 +21,24 @@ export function clockTicksPerSecond(): number {
  * fields 14 and 15 (proc(5)); null when unreadable.
  */
 export function processCpuMs(pid: number, ticksPerS: number): number | null {
+  return statCpuMs(`/proc/${pid}/stat`, ticksPerS);
+}
+
+/**
+ * CPU time used so far by the main thread of `pid` (the thread whose id is the process's: Node's event loop, the JS
+ * and the GC work done on it), in ms, from /proc/<pid>/task/<pid>/stat (proc(5)); null when unreadable. The rest of
+ * {@link processCpuMs} is the other threads': V8's helpers (parallel and concurrent GC, background JIT compiles)
+ * and libuv's pool.
+ */
+export function mainThreadCpuMs(pid: number, ticksPerS: number): number | null {
+  return statCpuMs(`/proc/${pid}/task/${pid}/stat`, ticksPerS);
+}
+
+/** utime + stime of a /proc stat file, ms; null when unreadable. */
+function statCpuMs(path: string, ticksPerS: number): number | null {
   let stat: string;
   try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    stat = readFileSync(path, 'utf8');
   } catch {
     return null;
   }
@@ -173,6 +188,8 @@ export interface ProcessSample {
   cpuPct: number | null;
   /** CPU time used in the window, ms. */
   cpuMs: number | null;
+  /** The part of cpuMs used by the main thread (see {@link mainThreadCpuMs}), ms. */
+  mainThreadCpuMs: number | null;
   rssStartBytes: number | null;
   rssEndBytes: number | null;
   rssPeakBytes: number | null;
@@ -188,7 +205,14 @@ export class ProcessWatch {
   private readonly ticksPerS = clockTicksPerSecond();
   private timer: ReturnType<typeof setInterval> | undefined;
   private t0 = 0;
-  private readonly state: Array<{ name: string; pid: number; cpu0: number | null; rss0: number | null; peak: number | null }>;
+  private readonly state: Array<{
+    name: string;
+    pid: number;
+    cpu0: number | null;
+    main0: number | null;
+    rss0: number | null;
+    peak: number | null;
+  }>;
 
   /**
    * @param procs name and pid of each process to watch
@@ -198,7 +222,7 @@ export class ProcessWatch {
     procs: ReadonlyArray<{ name: string; pid: number }>,
     private readonly intervalMs = 1_000,
   ) {
-    this.state = procs.map((p) => ({ ...p, cpu0: null, rss0: null, peak: null }));
+    this.state = procs.map((p) => ({ ...p, cpu0: null, main0: null, rss0: null, peak: null }));
   }
 
   /** Takes the first sample and starts sampling RSS. */
@@ -206,6 +230,7 @@ export class ProcessWatch {
     this.t0 = performance.now();
     for (const s of this.state) {
       s.cpu0 = processCpuMs(s.pid, this.ticksPerS);
+      s.main0 = mainThreadCpuMs(s.pid, this.ticksPerS);
       s.rss0 = processRssBytes(s.pid);
       s.peak = s.rss0;
     }
@@ -227,6 +252,8 @@ export class ProcessWatch {
     return this.state.map((s) => {
       const cpu1 = processCpuMs(s.pid, this.ticksPerS);
       const cpuMs = s.cpu0 === null || cpu1 === null ? null : cpu1 - s.cpu0;
+      const main1 = mainThreadCpuMs(s.pid, this.ticksPerS);
+      const mainMs = s.main0 === null || main1 === null ? null : main1 - s.main0;
       // The last sample is the end reading itself, so the peak is never below it.
       const end = processRssBytes(s.pid);
       if (end !== null && (s.peak === null || end > s.peak)) s.peak = end;
@@ -234,6 +261,7 @@ export class ProcessWatch {
         name: s.name,
         pid: s.pid,
         cpuMs,
+        mainThreadCpuMs: mainMs,
         cpuPct: cpuMs === null || wallMs <= 0 ? null : Math.round((cpuMs / wallMs) * 10_000) / 100,
         rssStartBytes: s.rss0,
         rssEndBytes: end,

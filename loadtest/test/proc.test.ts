@@ -3,7 +3,16 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { until } from '@crowdplay/testing';
-import { clockTicksPerSecond, cpuDeltaMs, cpuMsByComm, parseWatchPid, processCpuMs, processRssBytes, ProcessWatch } from '@crowdplay/loadtest';
+import {
+  clockTicksPerSecond,
+  cpuDeltaMs,
+  cpuMsByComm,
+  mainThreadCpuMs,
+  parseWatchPid,
+  processCpuMs,
+  processRssBytes,
+  ProcessWatch,
+} from '@crowdplay/loadtest';
 
 test('parseWatchPid - name=pid, anything else throws naming the flag', () => {
   assert.deepEqual(parseWatchPid('shard-1=1234'), { name: 'shard-1', pid: 1234 });
@@ -74,4 +83,35 @@ test('ProcessWatch - CPU and RSS of a busy process; nulls for one that is gone',
   assert.equal(processRssBytes(dead), null);
   const own = processRssBytes(process.pid);
   assert.ok(own !== null && own > 10_000_000);
+});
+
+test('ProcessWatch - the main thread’s share: a worker thread’s CPU is not the main thread’s, the main thread’s is', async () => {
+  // Two children: one burns CPU on a worker thread while its main thread waits, the other on its main thread.
+  const burn = 'for (;;) Math.sqrt(Math.random());';
+  const start = (code: string): ReturnType<typeof spawn> => spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const onWorker = start(
+    `const { Worker } = require('node:worker_threads'); const w = new Worker(${JSON.stringify(burn)}, { eval: true }); ` +
+      "w.on('online', () => process.stdout.write('go')); setInterval(() => {}, 1000);",
+  );
+  const onMain = start(`process.stdout.write('go'); ${burn}`);
+  const children = [onWorker, onMain];
+  const exited = children.map((c) => new Promise((r) => c.once('exit', r)));
+  await Promise.all(children.map((c) => new Promise((r) => c.stdout!.once('data', r))));
+  const watch = new ProcessWatch(children.map((c, i) => ({ name: ['worker', 'main'][i]!, pid: c.pid! })));
+  watch.start();
+  const ticks = clockTicksPerSecond();
+  const cpu0 = children.map((c) => processCpuMs(c.pid!, ticks) ?? 0);
+  // Enough CPU for the 10 ms clock ticks not to blur the split.
+  await until('both children to use 300 ms of CPU', () => children.every((c, i) => (processCpuMs(c.pid!, ticks) ?? 0) - cpu0[i]! >= 300), {
+    timeoutMs: 20_000,
+    intervalMs: 20,
+  });
+  const [worker, main] = watch.stop();
+  for (const c of children) c.kill('SIGKILL');
+  await Promise.all(exited);
+  assert.ok(worker?.cpuMs && worker.mainThreadCpuMs !== null, JSON.stringify(worker));
+  assert.ok(worker.mainThreadCpuMs < worker.cpuMs / 4, `worker-burning child: main ${worker.mainThreadCpuMs} of ${worker.cpuMs} ms`);
+  assert.ok(main?.cpuMs && main.mainThreadCpuMs !== null, JSON.stringify(main));
+  assert.ok(main.mainThreadCpuMs > (main.cpuMs * 3) / 4, `main-burning child: main ${main.mainThreadCpuMs} of ${main.cpuMs} ms`);
+  assert.equal(mainThreadCpuMs(2 ** 22 + 12_345, ticks), null, 'a process that does not exist');
 });

@@ -30,7 +30,9 @@
  *   first assign; the router's `channels assigned` and the shards' `channels
  *   acquired` log lines summarised (batch sizes, ms per step: the router's
  *   read, owner write and shards' acquires; the shards' read, lease, start
- *   and subscribe). Then, at rest (`placeRest`): both bursts' channels held,
+ *   and subscribe). CPU µs per channel ready of every part, and the shards'
+ *   and router's split into their main threads' and other threads' (GC and
+ *   JIT helpers: `cpuUsPerChannelByThread`). Then, at rest (`placeRest`): both bursts' channels held,
  *   nothing sent, every part's CPU per channel-second over `--rest-seconds`.
  * - `failover` (for each of `--failover-channels` n): 3 × n channels placed
  *   over 3 shards; on each channel of the middle shard by count (neither the
@@ -400,6 +402,28 @@ async function assignAll(
  * process on the machine (the cluster's backends and the server's own), the driver, and their total — what the
  * two cores spend per channel placed. A part that could not be read counts 0 and is named in `unread`.
  */
+/**
+ * The shards' and the router's CPU µs per channel ready, split into their main threads' (the event loop: JS and
+ * the GC work done on it) and their other threads' (V8's parallel and concurrent GC and background JIT compiles,
+ * libuv's pool): how much of a placement's cost is the runtime's own work beside crowdplay's.
+ * @returns per process group `{ main, other }`; a group with a process unread is left out
+ */
+function cpuPerChannelByThread(processes: readonly ProcessSample[], ready: number): Record<string, { main: number; other: number }> {
+  const per = (v: number): number => Math.round((v * 1000) / Math.max(1, ready));
+  const out: Record<string, { main: number; other: number }> = {};
+  for (const [group, pred] of [
+    ['shards', (n: string) => n.startsWith('shard')],
+    ['router', (n: string) => n === 'router'],
+  ] as const) {
+    const ps = processes.filter((x) => pred(x.name));
+    if (ps.length === 0 || ps.some((x) => x.cpuMs === null || x.mainThreadCpuMs === null)) continue;
+    const all = ps.reduce((a, x) => a + x.cpuMs!, 0);
+    const main = ps.reduce((a, x) => a + x.mainThreadCpuMs!, 0);
+    out[group] = { main: per(main), other: per(all - main) };
+  }
+  return out;
+}
+
 function cpuPerChannel(
   processes: readonly ProcessSample[],
   natsMs: number | null,
@@ -609,6 +633,7 @@ async function placeBurst(
     allPostgresCpuMs: pgMs === null ? null : Math.round(pgMs),
     driverCpuMs,
     cpuUsPerChannel: cpuPerChannel(processes, infra.nats?.cpuMs ?? null, pgMs, driverCpuMs, ready),
+    cpuUsPerChannelByThread: cpuPerChannelByThread(processes, ready),
     warnings: r.tap.warnings(t0),
     target: { readyPerSecond: PLACE_TARGET_PER_S, met: targetMet },
   };
@@ -637,6 +662,7 @@ async function placeBurst(
   rows.push(['  postgres backends cpu', `${infra.postgres.cpuMs ?? 'n/a'} ms over ${infra.postgres.backends} backends`]);
   rows.push(['  driver (this process) cpu', `${driverCpuMs} ms`]);
   rows.push(['  cpu µs per channel ready', JSON.stringify(report.cpuUsPerChannel)]);
+  rows.push(['  the same, main thread / other threads', JSON.stringify(report.cpuUsPerChannelByThread)]);
   for (const w of report.warnings) rows.push([`  ${w.proc} warned`, `${w.count}× ${w.msg}`]);
   return { report, failed: a.errors > 0 || ready < names.length };
 }
