@@ -207,6 +207,7 @@ const runs: Record<string, RunInfo> = {
   ...runsOf('cluster-control-place-23befb7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '23befb7' }),
   ...runsOf('cluster-control-place-29de4e4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '29de4e4' }),
   ...runsOf('cluster-control-place-86981c7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '86981c7' }),
+  ...runsOf('cluster-control-place-0f9cfc4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '0f9cfc4' }),
   ...runsOf('cluster-router-10000ch-17fcc28', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '17fcc28' }),
   ...runsOf('cluster-router-10000ch-86981c7', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '86981c7' }),
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
@@ -1714,6 +1715,26 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: SUMS_VALUE,
           files: PLACE_BEFORE_LAZY,
+        },
+        {
+          figure: 'this machine, the code that reports the split below (0f9cfc4), three runs in a row: the same',
+          target: '≥ 10,000 channels/s; ≤ 200 µs',
+          seed: '—',
+          value: SUMS_VALUE,
+          files: runFiles('cluster-control-place-0f9cfc4', 3),
+        },
+        {
+          figure:
+            'the same runs: CPU µs per channel ready of the shards and of the router, main thread (JS, the GC work done on ' +
+            'it) / other threads (V8’s GC helpers and background compiles), cold start; running cluster',
+          target: '—',
+          seed: '—',
+          value:
+            'shards {place.cpuUsPerChannelByThread.shards.main} / {place.cpuUsPerChannelByThread.shards.other}, router ' +
+            '{place.cpuUsPerChannelByThread.router.main} / {place.cpuUsPerChannelByThread.router.other}; shards ' +
+            '{placeWarm.cpuUsPerChannelByThread.shards.main} / {placeWarm.cpuUsPerChannelByThread.shards.other}, router ' +
+            '{placeWarm.cpuUsPerChannelByThread.router.main} / {placeWarm.cpuUsPerChannelByThread.router.other}',
+          files: runFiles('cluster-control-place-0f9cfc4', 3),
         },
         {
           figure:
