@@ -106,11 +106,14 @@ export class Ownership {
       });
       // Settled even when a read fails first (the read's error is thrown; a lease error with it would go unhandled).
       leased.catch(() => undefined);
+      // A channel at epoch 1 never had an owner, and a snapshot, a logged batch or a round is only ever written by an
+      // owner at its epoch: only channels that had one are read for them (a cold start's first joins read the rows alone).
+      const hadOwner = todo.filter((i) => items[i]!.epoch > 1).map((i) => items[i]!.channel);
       const [rows, snaps, lastBatches, rounds] = await Promise.all([
         store.channels.getMany(ids),
-        store.channels.loadSnapshots(ids),
-        store.events.latestMany(ids, 'batch'),
-        this.s.deps.ledger ? store.rounds.listUnfinishedMany(ids) : Promise.resolve(new Map<string, RoundRow[]>()),
+        store.channels.loadSnapshots(hadOwner),
+        store.events.latestMany(hadOwner, 'batch'),
+        this.s.deps.ledger ? store.rounds.listUnfinishedMany(hadOwner) : Promise.resolve(new Map<string, RoundRow[]>()),
       ]);
       const ready: number[] = [];
       for (const i of todo) {

@@ -145,4 +145,39 @@ describe('shard control (bulk and bad input)', () => {
       sub.unsubscribe();
     }
   });
+  it('acquire batch - a channel at epoch 1 (never owned) is read for its row alone; one that had an owner for its state too', async () => {
+    await h.store.channels.ensure('f1', 'acme');
+    await h.store.channels.ensure('f2', 'acme');
+    const first = (await h.store.channels.acquireMany([{ channel: 'f1', shard: h.shard.id }])).get('f1')!;
+    await h.store.channels.acquireMany([{ channel: 'f2', shard: 'shard-gone' }]);
+    const moved = (await h.store.channels.acquireMany([{ channel: 'f2', shard: h.shard.id }])).get('f2')!;
+    assert.deepEqual([first, moved], [1, 2]);
+    const asked: Record<string, string[][]> = { snapshots: [], batches: [] };
+    const loadSnapshots = h.store.channels.loadSnapshots.bind(h.store.channels);
+    const latestMany = h.store.events.latestMany.bind(h.store.events);
+    h.store.channels.loadSnapshots = (ids) => (asked.snapshots!.push([...ids]), loadSnapshots(ids));
+    h.store.events.latestMany = (ids, kind) => (asked.batches!.push([...ids]), latestMany(ids, kind));
+    try {
+      const r = await ctl(h, {
+        v: 2,
+        op: 'acquire',
+        channels: [
+          { channel: 'f1', epoch: first },
+          { channel: 'f2', epoch: moved },
+        ],
+      });
+      assert.deepEqual(
+        r.ok && r.results!.map((x) => [x.channel, x.ok]),
+        [
+          ['f1', true],
+          ['f2', true],
+        ],
+      );
+      assert.deepEqual(asked, { snapshots: [['f2']], batches: [['f2']] });
+      assert.ok(h.shard.channels.includes('f1') && h.shard.channels.includes('f2'));
+    } finally {
+      h.store.channels.loadSnapshots = loadSnapshots;
+      h.store.events.latestMany = latestMany;
+    }
+  });
 });
