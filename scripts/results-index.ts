@@ -208,6 +208,8 @@ const runs: Record<string, RunInfo> = {
   ...runsOf('cluster-control-place-29de4e4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '29de4e4' }),
   ...runsOf('cluster-control-place-86981c7', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '86981c7' }),
   ...runsOf('cluster-control-place-0f9cfc4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '0f9cfc4' }),
+  ...runsOf('cluster-control-place-bd33688', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: 'bd33688' }),
+  ...runsOf('cluster-control-place-77ce894', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '77ce894' }),
   ...runsOf('cluster-router-10000ch-17fcc28', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '17fcc28' }),
   ...runsOf('cluster-router-10000ch-86981c7', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '86981c7' }),
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
@@ -1804,6 +1806,26 @@ export const RESULTS: ResultsIndex = {
             '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
             '{place.shardAcquires.subscribeMs.p50:0} ms',
           files: PLACE_RUNS,
+        },
+        {
+          figure:
+            'the same, cold start, a first owner’s acquire reading the channel rows alone (bd33688); channels per second ready, ' +
+            'cold start / running cluster',
+          target: '—; ≥ 10,000 channels/s',
+          seed: '—',
+          value:
+            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}',
+          files: runFiles('cluster-control-place-bd33688', 3),
+        },
+        {
+          figure: 'interleaved with those runs, the code before (77ce894): the same',
+          target: '—; ≥ 10,000 channels/s',
+          seed: '—',
+          value:
+            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}',
+          files: runFiles('cluster-control-place-77ce894', 3),
         },
         {
           figure:
