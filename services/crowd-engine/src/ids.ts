@@ -1,8 +1,8 @@
 /**
  * Event ids for one shard, taken from blocks leased from the sequencer.
- * A new block is leased on every acquire (so a moved channel's ids rise past
- * everything its previous owner used) and in the background when the current
- * block runs low.
+ * A new block is leased on every acquire of a channel that had an owner (so
+ * a moved channel's ids rise past everything its previous owner used) and in
+ * the background when the current block runs low.
  *
  * Guarantees (tested in services/crowd-engine/test/ids.test.ts):
  * - every id handed out is greater than every id handed out before it by this

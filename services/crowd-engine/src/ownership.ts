@@ -46,7 +46,9 @@ export class Ownership {
    * previous owners' last logged batches and the unfinished rounds are read
    * in one query each while one block of event ids is leased (the router
    * bumped the epochs before it asked, so every id this shard uses for them
-   * from then on is above any id a previous owner used); then every channel
+   * from then on is above any id a previous owner used). Channels at epoch 1
+   * never had an owner: they are read for their rows alone, and a batch of
+   * only those leases no block while the shard has ids left. Then every channel
    * is started (rounds recovered,
    * built-in games initialised, subjects subscribed) and one bus flush makes
    * the subscriptions live. Answers per channel: a channel is refused, with
@@ -97,18 +99,22 @@ export class Ownership {
     if (todo.length > 0) {
       const t0 = performance.now();
       const ids = todo.map((i) => items[i]!.channel);
-      // Ids used from now on must exceed every id the previous owners used. The router fenced them (epoch bump) before
-      // it sent this acquire, so a block leased from here on lies above every id they logged: one lease, alongside the
-      // reads, covers the batch.
-      let tLease = t0;
-      const leased = this.s.ids.renew().then(() => {
-        tLease = performance.now();
-      });
-      // Settled even when a read fails first (the read's error is thrown; a lease error with it would go unhandled).
-      leased.catch(() => undefined);
       // A channel at epoch 1 never had an owner, and a snapshot, a logged batch or a round is only ever written by an
       // owner at its epoch: only channels that had one are read for them (a cold start's first joins read the rows alone).
       const hadOwner = todo.filter((i) => items[i]!.epoch > 1).map((i) => items[i]!.channel);
+      // Ids used from now on must exceed every id the previous owners used. The router fenced them (epoch bump) before
+      // it sent this acquire, so a block leased from here on lies above every id they logged: one lease, alongside the
+      // reads, covers the batch. A batch of first owners only has no such ids to rise above: the current block serves
+      // (a shard that has none yet leases one here all the same, so a built-in game's first ids do not wait for it).
+      let tLease = t0;
+      const leased =
+        hadOwner.length === 0 && this.s.ids.remaining > 0
+          ? Promise.resolve()
+          : this.s.ids.renew().then(() => {
+              tLease = performance.now();
+            });
+      // Settled even when a read fails first (the read's error is thrown; a lease error with it would go unhandled).
+      leased.catch(() => undefined);
       const [rows, snaps, lastBatches, rounds] = await Promise.all([
         store.channels.getMany(ids),
         store.channels.loadSnapshots(hadOwner),

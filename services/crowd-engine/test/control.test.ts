@@ -115,8 +115,9 @@ describe('shard control (bulk and bad input)', () => {
     sub.unsubscribe();
   });
 
-  it('acquire batch - the id lease is asked for while the reads are in flight, not after them', async () => {
+  it('acquire batch - the id lease for a channel that had an owner is asked for while the reads are in flight, not after them', async () => {
     await h.store.channels.ensure('b5', 'acme');
+    await h.store.channels.acquireMany([{ channel: 'b5', shard: 'shard-gone' }]);
     const epoch = (await h.store.channels.acquireMany([{ channel: 'b5', shard: h.shard.id }])).get('b5')!;
     let leaseAsked!: () => void;
     const asked = new Promise<void>((r) => (leaseAsked = r));
@@ -145,14 +146,16 @@ describe('shard control (bulk and bad input)', () => {
       sub.unsubscribe();
     }
   });
-  it('acquire batch - a channel at epoch 1 (never owned) is read for its row alone; one that had an owner for its state too', async () => {
-    await h.store.channels.ensure('f1', 'acme');
-    await h.store.channels.ensure('f2', 'acme');
+  it('acquire batch - a channel at epoch 1 (never owned) is read for its row alone and leases no ids; one that had an owner both', async () => {
+    for (const c of ['f1', 'f2', 'f3']) await h.store.channels.ensure(c, 'acme');
     const first = (await h.store.channels.acquireMany([{ channel: 'f1', shard: h.shard.id }])).get('f1')!;
     await h.store.channels.acquireMany([{ channel: 'f2', shard: 'shard-gone' }]);
     const moved = (await h.store.channels.acquireMany([{ channel: 'f2', shard: h.shard.id }])).get('f2')!;
-    assert.deepEqual([first, moved], [1, 2]);
+    const third = (await h.store.channels.acquireMany([{ channel: 'f3', shard: h.shard.id }])).get('f3')!;
+    assert.deepEqual([first, moved, third], [1, 2, 1]);
     const asked: Record<string, string[][]> = { snapshots: [], batches: [] };
+    let leases = 0;
+    const sub = h.bus.subscribe(h.subjects.sequencerLease(), () => void leases++);
     const loadSnapshots = h.store.channels.loadSnapshots.bind(h.store.channels);
     const latestMany = h.store.events.latestMany.bind(h.store.events);
     h.store.channels.loadSnapshots = (ids) => (asked.snapshots!.push([...ids]), loadSnapshots(ids));
@@ -174,10 +177,18 @@ describe('shard control (bulk and bad input)', () => {
         ],
       );
       assert.deepEqual(asked, { snapshots: [['f2']], batches: [['f2']] });
-      assert.ok(h.shard.channels.includes('f1') && h.shard.channels.includes('f2'));
+      await h.bus.flush();
+      assert.equal(leases, 1, 'one lease for the batch with a moved channel');
+      // A batch of first owners only, the shard holding ids from that lease: no read beyond the rows, no lease.
+      const r3 = await ctl(h, { v: 2, op: 'acquire', channels: [{ channel: 'f3', epoch: third }] });
+      assert.deepEqual(r3.ok && r3.results!.map((x) => [x.channel, x.ok]), [['f3', true]]);
+      await h.bus.flush();
+      assert.deepEqual([asked, leases], [{ snapshots: [['f2'], []], batches: [['f2'], []] }, 1]);
+      assert.ok(['f1', 'f2', 'f3'].every((c) => h.shard.channels.includes(c)));
     } finally {
       h.store.channels.loadSnapshots = loadSnapshots;
       h.store.events.latestMany = latestMany;
+      sub.unsubscribe();
     }
   });
 });

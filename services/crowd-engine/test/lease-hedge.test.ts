@@ -62,6 +62,8 @@ describe('leases with a hung sequencer in the queue group', () => {
     })();
     for (const c of CH) {
       await h.store.channels.ensure(c, 'acme');
+      // Moved from an owner that is gone: the acquire leases a block (a first owner's would not need one).
+      await h.store.channels.acquire(c, 'shard-gone');
       const highWater = await h.store.sequencer.highWater();
       moves.push({ channel: c, highWater, fromBatch: h.batches.length });
       const epoch = await h.store.channels.acquire(c, 's1');
@@ -106,10 +108,11 @@ describe('leases with a hung sequencer in the queue group', () => {
     }
   });
 
-  it('with no sequencer at all, an acquire fails at once with no responders', async () => {
+  it('with no sequencer at all, an acquire that needs a lease fails at once with no responders', async () => {
     hungSub.unsubscribe();
     await h.sequencer.close();
     await h.store.channels.ensure('hg-none', 'acme');
+    await h.store.channels.acquire('hg-none', 'shard-gone');
     const epoch = await h.store.channels.acquire('hg-none', 's1');
     const t0 = performance.now();
     await assert.rejects(h.shard.acquire('hg-none', epoch), (err: unknown) => {
