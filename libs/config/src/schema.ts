@@ -494,7 +494,7 @@ export const schema = {
       default: 10_000,
       min: 1,
       unit: 'count',
-      doc: 'Event ids per leased block; a shard leases a new block on every acquire and when its block runs out.',
+      doc: 'Event ids per leased block; a shard leases a new block on every acquire of a channel that had an owner and when its block runs out.',
     }),
     leaseHedgeMs: int({
       env: 'SEQUENCER_LEASE_HEDGE_MS',
