@@ -210,6 +210,8 @@ const runs: Record<string, RunInfo> = {
   ...runsOf('cluster-control-place-0f9cfc4', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '0f9cfc4' }),
   ...runsOf('cluster-control-place-bd33688', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: 'bd33688' }),
   ...runsOf('cluster-control-place-77ce894', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '77ce894' }),
+  ...runsOf('cluster-control-place-697d9c0', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '697d9c0' }),
+  ...runsOf('cluster-control-place-5b2f111', 3, { command: CLUSTER_PLACE, machine: 'quiet', commit: '5b2f111' }),
   ...runsOf('cluster-router-10000ch-17fcc28', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '17fcc28' }),
   ...runsOf('cluster-router-10000ch-86981c7', 2, { command: CLUSTER_ROUTER_10000, machine: 'quiet', commit: '86981c7' }),
   'cluster-control-place-0b74587-run1.json': { command: CLUSTER_PLACE, machine: 'quiet', commit: '0b74587' },
@@ -1826,6 +1828,28 @@ export const RESULTS: ResultsIndex = {
             '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
             '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}',
           files: runFiles('cluster-control-place-77ce894', 3),
+        },
+        {
+          figure:
+            'a batch of first owners leasing no event ids (697d9c0): the same; CPU µs per channel ready of the sequencer, ' +
+            'cold start / running cluster',
+          target: '—; ≥ 10,000 channels/s; —',
+          seed: '—',
+          value:
+            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}; ' +
+            '{place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}',
+          files: runFiles('cluster-control-place-697d9c0', 3),
+        },
+        {
+          figure: 'interleaved with those runs, the code before (5b2f111): the same',
+          target: '—; ≥ 10,000 channels/s; —',
+          seed: '—',
+          value:
+            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}; ' +
+            '{place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}',
+          files: runFiles('cluster-control-place-5b2f111', 3),
         },
         {
           figure:
