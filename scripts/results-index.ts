@@ -271,6 +271,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-1ab195d-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '1ab195d' },
   ...runsOf('failover-3000ch-43ac0ff', 3, { command: FAILOVER_3000, machine: 'quiet', commit: '43ac0ff' }),
   ...runsOf('failover-3000ch-29de4e4', 2, { command: FAILOVER_3000, machine: 'quiet', commit: '29de4e4' }),
+  ...runsOf('failover-3000ch-c2b9a36', 3, { command: FAILOVER_3000, machine: 'quiet', commit: 'c2b9a36' }),
   'failover-3000ch-b455a57.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'b455a57' },
 };
 
@@ -2217,6 +2218,24 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: FAILOVER_TIMING_VALUE,
           files: runFiles('failover-3000ch-29de4e4', 2),
+        },
+        {
+          figure:
+            'later the same day, a first owner’s acquire reading the rows alone and leasing no ids (c2b9a36): the correctness ' +
+            'figures as above',
+          target: '0; 0 / 0; 0 / 0; ok; all; 0',
+          seed: '—',
+          value:
+            '{stakesLost}; {intentsLost.drained} / {intentsLost.other}; {duplicateEventIds} / {nonMonotonicEventIds}; {ledgerVerify}; ' +
+            '{recoveryMs.kill.recovered}/{recoveryMs.kill.channels}; {recoveryMs.drain.recovered}/{recoveryMs.drain.channels}; {viewersFailed}',
+          files: runFiles('failover-3000ch-c2b9a36', 3),
+        },
+        {
+          figure: 'the same runs: the timing figures as above',
+          target: 'max ≤ 5,000 ms; ≤ 1,500 ms; max ≤ 2,000 ms; max ≤ 5,000 ms; —',
+          seed: '—',
+          value: FAILOVER_TIMING_VALUE,
+          files: runFiles('failover-3000ch-c2b9a36', 3),
         },
         {
           figure:
