@@ -350,6 +350,10 @@ const SUMS_VALUE =
   '{place.readyPerSecond} / {placeWarm.readyPerSecond}; {place.cpuUsPerChannel.shards} / {place.cpuUsPerChannel.router}, ' +
   '{place.cpuUsPerChannel.total}; {placeWarm.cpuUsPerChannel.shards} / {placeWarm.cpuUsPerChannel.router}, ' +
   '{placeWarm.cpuUsPerChannel.total}';
+/** A cold start's acquire steps p50 (read / lease / start / subscribe), then the rates cold / running. */
+const ACQUIRE_STEPS_RATES =
+  '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
+  '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}';
 const SPREAD_VALUE =
   '{place.shardAcquires.channelsPerShard.shard-1} / {place.shardAcquires.channelsPerShard.shard-2} / ' +
   '{place.shardAcquires.channelsPerShard.shard-3}; {placeWarm.shardAcquires.channelsPerShard.shard-1} / ' +
@@ -1816,18 +1820,14 @@ export const RESULTS: ResultsIndex = {
             'cold start / running cluster',
           target: '—; ≥ 10,000 channels/s',
           seed: '—',
-          value:
-            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
-            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}',
+          value: ACQUIRE_STEPS_RATES,
           files: runFiles('cluster-control-place-bd33688', 3),
         },
         {
           figure: 'interleaved with those runs, the code before (77ce894): the same',
           target: '—; ≥ 10,000 channels/s',
           seed: '—',
-          value:
-            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
-            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}',
+          value: ACQUIRE_STEPS_RATES,
           files: runFiles('cluster-control-place-77ce894', 3),
         },
         {
@@ -1836,20 +1836,14 @@ export const RESULTS: ResultsIndex = {
             'cold start / running cluster',
           target: '—; ≥ 10,000 channels/s; —',
           seed: '—',
-          value:
-            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
-            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}; ' +
-            '{place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}',
+          value: `${ACQUIRE_STEPS_RATES}; {place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}`,
           files: runFiles('cluster-control-place-697d9c0', 3),
         },
         {
           figure: 'interleaved with those runs, the code before (5b2f111): the same',
           target: '—; ≥ 10,000 channels/s; —',
           seed: '—',
-          value:
-            '{place.shardAcquires.readMs.p50:0} / {place.shardAcquires.leaseMs.p50:0} / {place.shardAcquires.startMs.p50:0} / ' +
-            '{place.shardAcquires.subscribeMs.p50:0} ms; {place.readyPerSecond} / {placeWarm.readyPerSecond}; ' +
-            '{place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}',
+          value: `${ACQUIRE_STEPS_RATES}; {place.cpuUsPerChannel.sequencer} / {placeWarm.cpuUsPerChannel.sequencer}`,
           files: runFiles('cluster-control-place-5b2f111', 3),
         },
         {
