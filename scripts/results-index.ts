@@ -266,6 +266,7 @@ const runs: Record<string, RunInfo> = {
   'failover-3000ch-23befb7-run3.json': { command: FAILOVER_3000, machine: 'quiet', commit: '23befb7' },
   'failover-30ch-93c8ddf.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '93c8ddf' },
   'failover-30ch-93c8ddf-run2.json': { command: `${FAILOVER_30}`, machine: 'quiet', commit: '93c8ddf' },
+  ...runsOf('failover-30ch-bafc97e', 2, { command: FAILOVER_30, machine: 'quiet', commit: 'bafc97e' }),
   'failover-3000ch-14270ad.json': { command: FAILOVER_3000, machine: 'quiet', commit: '14270ad' },
   'failover-3000ch-1ab195d.json': { command: FAILOVER_3000, machine: 'quiet', commit: '1ab195d' },
   'failover-3000ch-1ab195d-run2.json': { command: FAILOVER_3000, machine: 'quiet', commit: '1ab195d' },
@@ -280,7 +281,7 @@ const CROWD_10000 = ['crowd-10000-pglite.json', 'crowd-10000-postgres.json'];
 const CROWD_19000 = ['crowd-19000-pglite.json', 'crowd-19000-postgres.json'];
 const MARKET_WARM = ['market-500-run2.json', 'market-500-run3.json'];
 const MARKET_ALL = ['market-500-run1.json', ...MARKET_WARM];
-const FAILOVER_30_RUNS = ['failover-30ch-93c8ddf.json', 'failover-30ch-93c8ddf-run2.json'];
+const FAILOVER_30_RUNS = ['failover-30ch-93c8ddf.json', 'failover-30ch-93c8ddf-run2.json', ...runFiles('failover-30ch-bafc97e', 2)];
 const ROLLOVER_RUNS = ['rollover-1000x10-rank-run1.json', 'rollover-1000x10-rank-run2.json'];
 const ROLLOVER_SLOW = [
   'rollover-1000x10-04c614c-slow-run1.json',
