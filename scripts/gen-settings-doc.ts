@@ -17,4 +17,6 @@ writeFileSync('.env.example', envExample());
 writeFileSync('docs/decisions/0100-setting-defaults.md', defaultsRecord());
 writeFileSync('docs/protocol.md', renderErrorTable(readFileSync('docs/protocol.md', 'utf8')));
 writeFileSync('docs/operations.md', renderMetricsTable(readFileSync('docs/operations.md', 'utf8')));
-console.log('docs/settings.md, .env.example, docs/decisions/0100-setting-defaults.md, the docs/protocol.md error table and the docs/operations.md metric table regenerated');
+console.log(
+  'docs/settings.md, .env.example, docs/decisions/0100-setting-defaults.md, the docs/protocol.md error table and the docs/operations.md metric table regenerated',
+);

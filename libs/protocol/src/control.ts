@@ -70,7 +70,10 @@ export const ForgetBatch = Type.Object(
 export const OwnedQuery = Type.Object({ v: V2, op: Type.Literal('owned') }, { additionalProperties: false });
 
 /** v1: one channel per message. */
-export const AcquireOne = Type.Object({ v: V1, op: Type.Literal('acquire'), channel: Channel, epoch: Epoch }, { additionalProperties: false });
+export const AcquireOne = Type.Object(
+  { v: V1, op: Type.Literal('acquire'), channel: Channel, epoch: Epoch },
+  { additionalProperties: false },
+);
 export const ReleaseOne = Type.Object(
   { v: V1, op: Type.Literal('release'), channel: Channel, handoff: Type.Optional(Type.Boolean()), ifIdle: Type.Optional(Type.Boolean()) },
   { additionalProperties: false },
@@ -153,7 +156,10 @@ export type RouterControl = Static<typeof RouterControl>;
 // ---------------------------------------------------------------- shard → sequencer (`sequencer.lease`)
 
 /** A block of `size` event ids. */
-export const LeaseRequest = Type.Object({ v: Type.Optional(Type.Integer({ minimum: 1 })), size: Type.Integer({ minimum: 1, maximum: 10_000_000 }) });
+export const LeaseRequest = Type.Object({
+  v: Type.Optional(Type.Integer({ minimum: 1 })),
+  size: Type.Integer({ minimum: 1, maximum: 10_000_000 }),
+});
 export type LeaseRequest = Static<typeof LeaseRequest>;
 
 // ---------------------------------------------------------------- decoding

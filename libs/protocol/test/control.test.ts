@@ -17,7 +17,11 @@ const refused = (code: string) => (e: unknown) => isCrowdplayError(e) && e.code 
 
 describe('control messages', () => {
   it('versions - a v2 process takes v1 single-channel requests and v2 batches', () => {
-    assert.deepEqual(decodeControl(ShardControl, enc({ op: 'acquire', channel: 'c1', epoch: 3 })), { op: 'acquire', channel: 'c1', epoch: 3 });
+    assert.deepEqual(decodeControl(ShardControl, enc({ op: 'acquire', channel: 'c1', epoch: 3 })), {
+      op: 'acquire',
+      channel: 'c1',
+      epoch: 3,
+    });
     assert.deepEqual(decodeControl(ShardControl, enc({ v: 1, op: 'forget', channel: 'c1' })), { v: 1, op: 'forget', channel: 'c1' });
     const batch = { v: CONTROL_VERSION, op: 'acquire', channels: [{ channel: 'c1', epoch: 3 }] };
     assert.deepEqual(decodeControl(ShardControl, enc(batch)), batch);
@@ -52,7 +56,10 @@ describe('control messages', () => {
     assert.throws(() => decodeAssignments(enc({ channel: 'c1', shard: 7, epoch: 1 })), refused('CP_ERR_PROTO_INVALID'));
     assert.throws(() => decodeControl(Heartbeat, enc({ id: 's1' })), refused('CP_ERR_PROTO_INVALID'));
     // A full batch at the limit encodes within the bus's payload limit (1 MiB, NATS's default).
-    const full = Array.from({ length: CONTROL_BATCH_MAX }, (_, i) => ({ channel: `${'x'.repeat(58)}${String(i).padStart(6, '0')}`, epoch: 2 ** 40 }));
+    const full = Array.from({ length: CONTROL_BATCH_MAX }, (_, i) => ({
+      channel: `${'x'.repeat(58)}${String(i).padStart(6, '0')}`,
+      epoch: 2 ** 40,
+    }));
     const bytes = enc({ v: 2, op: 'acquire', channels: full });
     assert.ok(bytes.byteLength < 1_048_576, `${bytes.byteLength} bytes`);
     assert.equal(decodeControl(ShardControl, bytes).op, 'acquire');

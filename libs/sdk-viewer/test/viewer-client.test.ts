@@ -176,13 +176,19 @@ test('sdk-viewer - a retryable refusal (the channel is moving) is sent again wit
   const ok = await c.act('moving');
   assert.deepEqual([ok.ok, ok.seq], [true, 3], 'two refusals, then the third attempt (a fresh seq each) is acked');
   const bad = await c.act('bad');
-  assert.deepEqual([bad.ok, bad.code, frames.filter((f) => (f as { action?: string }).action === 'bad').length], [false, 'CP_ERR_INTENT_UNKNOWN_ACTION', 1]);
+  assert.deepEqual(
+    [bad.ok, bad.code, frames.filter((f) => (f as { action?: string }).action === 'bad').length],
+    [false, 'CP_ERR_INTENT_UNKNOWN_ACTION', 1],
+  );
   const none = client(t, server, { retryDeadlineMs: 0 });
   await none.connect();
   frames.length = 0;
   const refused = await none.act('again');
   assert.deepEqual([refused.ok, refused.code, frames.length], [false, 'CP_ERR_CHANNEL_UNAVAILABLE', 1], 'not retried');
-  assert.throws(() => client(t, server, { retryDeadlineMs: -1 }), (e: unknown) => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID'));
+  assert.throws(
+    () => client(t, server, { retryDeadlineMs: -1 }),
+    (e: unknown) => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID'),
+  );
   await none.close();
   await c.close();
 });

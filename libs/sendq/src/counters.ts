@@ -195,13 +195,25 @@ export class QueueCounters {
   }
 
   /** A job's deadline passed while it waited: counted, and logged at warn (one line per second at most, with the count since the last). */
-  expired(lane: Lane, logger: SendQueueOptions['logger'], nowMs: number, job: { id: string; chatId: number; waitedMs: number; deadlineMs: number }): void {
+  expired(
+    lane: Lane,
+    logger: SendQueueOptions['logger'],
+    nowMs: number,
+    job: { id: string; chatId: number; waitedMs: number; deadlineMs: number },
+  ): void {
     this.stats.expired[lane]++;
     this.m?.expired.add(1, { lane });
     this.expiredSinceLog++;
     if (logger === undefined || nowMs - this.expiredLoggedAtMs < EXPIRED_LOG_EVERY_MS) return;
     logger.warn(
-      { lane, jobId: job.id, chatId: job.chatId, waitedMs: Math.round(job.waitedMs), deadlineMs: job.deadlineMs, expired: this.expiredSinceLog },
+      {
+        lane,
+        jobId: job.id,
+        chatId: job.chatId,
+        waitedMs: Math.round(job.waitedMs),
+        deadlineMs: job.deadlineMs,
+        expired: this.expiredSinceLog,
+      },
       'send job dropped: its deadline passed while it waited',
     );
     this.expiredLoggedAtMs = nowMs;

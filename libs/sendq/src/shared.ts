@@ -25,7 +25,10 @@ export function checkJobInput(input: SendJobInput<unknown>): void {
       throw new RangeError(`version must be a safe integer >= 0 when given, got ${String(input.version)}`);
     if (input.key === undefined) throw new RangeError('version needs a key (it orders the jobs of one key)');
   }
-  if (input.deadlineMs !== undefined && !(typeof input.deadlineMs === 'number' && Number.isFinite(input.deadlineMs) && input.deadlineMs > 0))
+  if (
+    input.deadlineMs !== undefined &&
+    !(typeof input.deadlineMs === 'number' && Number.isFinite(input.deadlineMs) && input.deadlineMs > 0)
+  )
     throw new RangeError(`deadlineMs must be a finite number > 0 when given, got ${String(input.deadlineMs)}`);
 }
 

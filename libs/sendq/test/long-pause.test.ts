@@ -32,7 +32,10 @@ function captureLogger(): { logger: NonNullable<SendQueueOptions['logger']>; lin
     (fields: Record<string, unknown>, msg: string): void => {
       lines.push({ level, fields, msg });
     };
-  return { logger: { info: at('info'), warn: at('warn'), error: at('error') } as unknown as NonNullable<SendQueueOptions['logger']>, lines };
+  return {
+    logger: { info: at('info'), warn: at('warn'), error: at('error') } as unknown as NonNullable<SendQueueOptions['logger']>,
+    lines,
+  };
 }
 
 /** Records every setTimeout delay and counts the callbacks that ran, over whatever setTimeout is installed now. */

@@ -363,7 +363,13 @@ export class ChannelRepository {
       [textArray([...ids])],
     );
     for (const r of rows)
-      out.set(r.channel_id, { channelId: r.channel_id, epoch: Number(r.epoch), eventId: Number(r.event_id), state: r.state, savedAt: r.saved_at });
+      out.set(r.channel_id, {
+        channelId: r.channel_id,
+        epoch: Number(r.epoch),
+        eventId: Number(r.event_id),
+        state: r.state,
+        savedAt: r.saved_at,
+      });
     return out;
   }
 

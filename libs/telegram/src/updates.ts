@@ -170,10 +170,10 @@ export class RedisUpdates implements SharedUpdates {
   }
 
   async next(chatKey: string): Promise<NextResult> {
-    const r = (await this.nextLua(
-      [this.keys.queue(chatKey), this.keys.lock(chatKey)],
-      [this.owner, this.o.leaseMs, 'next'],
-    )) as [number, string?];
+    const r = (await this.nextLua([this.keys.queue(chatKey), this.keys.lock(chatKey)], [this.owner, this.o.leaseMs, 'next'])) as [
+      number,
+      string?,
+    ];
     if (r[0] === 0) return 'lost';
     if (r[0] === 1) return 'empty';
     return { update: JSON.parse(r[1]!) as Record<string, unknown> };

@@ -13,13 +13,7 @@ import { GrammyError } from 'grammy';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { deferred, until, within, type Deferred } from '@crowdplay/testing';
 import { ManualClock, MemorySendQueue, type JobResult, type SendQueueOptions } from '@crowdplay/sendq';
-import {
-  TelegramStub,
-  NOT_MODIFIED,
-  EDIT_NOT_FOUND,
-  TELEGRAM_LIMITS,
-  type StubOptions,
-} from '../src/testing/index.ts';
+import { TelegramStub, NOT_MODIFIED, EDIT_NOT_FOUND, TELEGRAM_LIMITS, type StubOptions } from '../src/testing/index.ts';
 import { TelegramClient, MemoryBoardStore, BOT_LEVEL_CHAT_ID, type BoardDelivery, type BotCall } from '../src/index.ts';
 import { Avatars, Gate, type AvatarApi } from '../src/index.ts';
 

@@ -22,7 +22,13 @@ export function parseContention(raw: string): Contention {
   const parts = raw.split(',');
   const nums = parts.map((p) => (/^\d+$/.test(p.trim()) ? Number(p.trim()) : NaN));
   const [busyMs, idleMs] = nums;
-  if (parts.length !== 2 || busyMs === undefined || idleMs === undefined || !(busyMs >= 1 && busyMs <= 1_000) || !(idleMs >= 0 && idleMs <= 1_000))
+  if (
+    parts.length !== 2 ||
+    busyMs === undefined ||
+    idleMs === undefined ||
+    !(busyMs >= 1 && busyMs <= 1_000) ||
+    !(idleMs >= 0 && idleMs <= 1_000)
+  )
     throw new RangeError(`--contend must be BUSY,IDLE in whole ms (BUSY 1–1000, IDLE 0–1000), got ${JSON.stringify(raw)}`);
   return { busyMs, idleMs };
 }

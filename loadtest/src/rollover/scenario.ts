@@ -201,7 +201,8 @@ export async function runRolloverScenario(o: RolloverOptions): Promise<RolloverR
     }
   }
 
-  if (o.contend !== undefined && productCpus === null) throw new Error('--contend needs the product pinned (taskset, two CPUs, no --no-pin)');
+  if (o.contend !== undefined && productCpus === null)
+    throw new Error('--contend needs the product pinned (taskset, two CPUs, no --no-pin)');
 
   const run = `${Date.now().toString(36)}${randomBytes(3).toString('hex')}`;
   const schema = `rollover_${run}`;

@@ -7,7 +7,9 @@ import { startHarness, type Harness } from './harness.ts';
 /** crowdplay_refusals_total of the engine for `reason`, from the metrics the shard exports. */
 async function refusals(h: Harness, reason: string): Promise<number> {
   const text = await h.telemetry.metrics.prometheusText();
-  const line = text.split('\n').find((l) => l.startsWith('crowdplay_refusals_total{') && l.includes(`reason="${reason}"`) && l.includes('area="engine"'));
+  const line = text
+    .split('\n')
+    .find((l) => l.startsWith('crowdplay_refusals_total{') && l.includes(`reason="${reason}"`) && l.includes('area="engine"'));
   return line ? Number(line.split(' ').at(-1)) : 0;
 }
 
@@ -30,19 +32,16 @@ describe('shard control (bulk and bad input)', () => {
     const epochs = await h.store.channels.acquireMany(['b1', 'b2'].map((channel) => ({ channel, shard: h.shard.id })));
     const r = await ctl(h, { v: 2, op: 'acquire', channels: ['b1', 'b2'].map((channel) => ({ channel, epoch: epochs.get(channel)! })) });
     assert.equal(r.ok, true);
-    assert.deepEqual(
-      r.ok && r.results?.map((x) => [x.channel, x.ok]),
-      [
-        ['b1', true],
-        ['b2', true],
-      ],
-    );
+    assert.deepEqual(r.ok && r.results?.map((x) => [x.channel, x.ok]), [
+      ['b1', true],
+      ['b2', true],
+    ]);
     assert.deepEqual(h.shard.channels.sort(), ['b1', 'b2']);
     const owned = await ctl(h, { v: 2, op: 'owned' });
     assert.deepEqual(owned.ok && owned.owned?.sort(), ['b1', 'b2']);
   });
 
-  it('bad input - an acquire at an epoch other than the row\'s, a duplicate, an unknown channel: refused per channel, counted, nothing changed', async () => {
+  it("bad input - an acquire at an epoch other than the row's, a duplicate, an unknown channel: refused per channel, counted, nothing changed", async () => {
     const epoch = (await h.store.channels.acquireMany([{ channel: 'b3', shard: h.shard.id }])).get('b3')!;
     const staleBefore = await refusals(h, 'CP_ERR_CHANNEL_STALE_EPOCH');
     const r = await ctl(h, {
@@ -169,13 +168,10 @@ describe('shard control (bulk and bad input)', () => {
           { channel: 'f2', epoch: moved },
         ],
       });
-      assert.deepEqual(
-        r.ok && r.results!.map((x) => [x.channel, x.ok]),
-        [
-          ['f1', true],
-          ['f2', true],
-        ],
-      );
+      assert.deepEqual(r.ok && r.results!.map((x) => [x.channel, x.ok]), [
+        ['f1', true],
+        ['f2', true],
+      ]);
       assert.deepEqual(asked, { snapshots: [['f2']], batches: [['f2']] });
       await h.bus.flush();
       assert.equal(leases, 1, 'one lease for the batch with a moved channel');

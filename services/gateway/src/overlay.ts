@@ -35,7 +35,9 @@ export function checkOverlayQuery(query: unknown): void {
       throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`unknown overlay parameter "${shown}" (known: ${Object.keys(PARAMS).join(', ')})`]);
     if (typeof value !== 'string') throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`overlay parameter "${shown}" given more than once`]);
     if (name === 'token' && value.startsWith(WATCH_TOKEN_PREFIX))
-      throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['a watch token goes in the URL fragment (/overlay?channel=C#token=cpw_…), not the query']);
+      throw new CrowdplayError('CP_ERR_PROTO_INVALID', [
+        'a watch token goes in the URL fragment (/overlay?channel=C#token=cpw_…), not the query',
+      ]);
     if (!spec.test(value)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`overlay parameter "${shown}" must be ${spec.want}`]);
   }
   if (q.channel === undefined) throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['overlay parameter "channel" is required']);

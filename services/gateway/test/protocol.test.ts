@@ -19,7 +19,11 @@ let suite: SuiteStore;
 let h: Harness;
 before(async () => {
   suite = await openSuiteStore();
-  h = await startHarness({ store: suite.store, channels: [suite.channel, 'gameroom'], gateway: { protocolErrorLimit: 5, gameCtlRetryMs: 300 } });
+  h = await startHarness({
+    store: suite.store,
+    channels: [suite.channel, 'gameroom'],
+    gateway: { protocolErrorLimit: 5, gameCtlRetryMs: 300 },
+  });
 });
 after(async () => {
   await h.close();
@@ -210,20 +214,24 @@ describe('gateway protocol', () => {
   it('game - a declare or state refused as retryable is sent again, in order, until GAME_CTL_RETRY_MS; any other refusal once', async () => {
     const game = await connected(h.wsUrl({ role: 'game', channel: 'gameroom', key: suite.acme.apiKey }));
     const mine = (): Array<{ op: string }> => h.shard.ctl.filter((x) => x.channel === 'gameroom').map((x) => x.req as { op: string });
-    const resent = async (outcome: string): Promise<number> => metricValue(await h.metricsText(), 'crowdplay_game_ctl_retried_total', { outcome });
+    const resent = async (outcome: string): Promise<number> =>
+      metricValue(await h.metricsText(), 'crowdplay_game_ctl_retried_total', { outcome });
     try {
       const [resentBefore, expiredBefore] = [await resent('resent'), await resent('expired')];
       const from = mine().length;
       let refusals = 2;
       h.shard.ctlReply = (_ch, req) =>
-        req.op === 'declare' && refusals-- > 0
-          ? { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving' }
-          : { ok: true };
+        req.op === 'declare' && refusals-- > 0 ? { ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving' } : { ok: true };
       const actions = [{ name: 'pull', maxPerTick: 10 }];
       game.send({ t: 'declare', actions });
       game.send({ t: 'state', state: { after: 1 } });
       await waitUntil(() => mine().length === from + 4, 'three declares, then the state');
-      assert.deepEqual(mine().slice(from).map((r) => r.op), ['declare', 'declare', 'declare', 'state']);
+      assert.deepEqual(
+        mine()
+          .slice(from)
+          .map((r) => r.op),
+        ['declare', 'declare', 'declare', 'state'],
+      );
       assert.equal(await resent('resent'), resentBefore + 2);
       // Refused until the deadline: one error frame, counted expired.
       h.shard.ctlReply = () => ({ ok: false, code: 'CP_ERR_CHANNEL_UNAVAILABLE', message: 'moving' });

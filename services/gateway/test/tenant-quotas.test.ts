@@ -3,7 +3,17 @@ import assert from 'node:assert/strict';
 import { Ledger } from '@crowdplay/ledger';
 import { utcDay } from '@crowdplay/store';
 import { createTelemetry } from '@crowdplay/telemetry';
-import { Client, connected, metricValue, openSuiteStore, startHarness, viewerToken, waitUntil, type Harness, type SuiteStore } from './helpers.ts';
+import {
+  Client,
+  connected,
+  metricValue,
+  openSuiteStore,
+  startHarness,
+  viewerToken,
+  waitUntil,
+  type Harness,
+  type SuiteStore,
+} from './helpers.ts';
 
 let suite: SuiteStore;
 before(async () => {
@@ -111,7 +121,12 @@ describe('gateway tenant quotas', () => {
     try {
       await suite.store.quotas.set('acme', { grantPointsPerDay: 1_000 });
       const grant = (key: string, viewer: string, points: number, id: string) =>
-        h.gateway.app.inject({ method: 'POST', url: '/v1/grants', headers: { authorization: `Bearer ${key}` }, payload: { viewer, points, id } });
+        h.gateway.app.inject({
+          method: 'POST',
+          url: '/v1/grants',
+          headers: { authorization: `Bearer ${key}` },
+          payload: { viewer, points, id },
+        });
       const balance = (tenant: string, viewer: string) => ledger.balance(tenant, { kind: 'wallet', owner: viewer });
       const day = utcDay(new Date());
 

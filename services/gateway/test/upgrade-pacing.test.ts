@@ -107,7 +107,11 @@ describe('gateway - upgrade pacing (WS_UPGRADE_TURN_BUDGET_MS)', () => {
           assert.ok(codes[0] === 101, `the first one, taken at once, is in: ${codes.join(',')}`);
           for (const r of refused) assert.match(r.response(), /"code":"CP_ERR_LIMIT_OVERLOADED"/);
           assert.equal(codes.filter((c) => c === 101).length + refused.length, 12, codes.join(','));
-        } else assert.deepEqual(codes, Array.from({ length: 12 }, () => 101));
+        } else
+          assert.deepEqual(
+            codes,
+            Array.from({ length: 12 }, () => 101),
+          );
         assert.equal(metricValue(text, 'crowdplay_connections_refused_total', { reason: 'CP_ERR_LIMIT_OVERLOADED' }), refused.length);
         assert.equal(metricValue(text, 'crowdplay_upgrades_waiting'), 0, 'none left waiting');
         for (const s of socks) s.socket.destroy();

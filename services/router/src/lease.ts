@@ -84,7 +84,8 @@ export class RouterLease {
     private readonly db: Queryable,
     opts: { leaseMs: number; holder?: string; name?: string; clock?: () => number },
   ) {
-    if (!Number.isInteger(opts.leaseMs) || opts.leaseMs < 1) throw new RangeError(`leaseMs must be a positive integer of ms, got ${opts.leaseMs}`);
+    if (!Number.isInteger(opts.leaseMs) || opts.leaseMs < 1)
+      throw new RangeError(`leaseMs must be a positive integer of ms, got ${opts.leaseMs}`);
     const holder = opts.holder ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
     const name = opts.name ?? ROUTER_LEASE_NAME;
     if (holder === '' || name === '') throw new TypeError('a lease needs a non-empty name and holder');
@@ -232,11 +233,14 @@ export class LeasedRouter implements RouterApi {
 
   private schedule(): void {
     if (this.closed) return;
-    this.timer = setTimeout(() => {
-      // A renewal that hangs (Postgres unreachable without an error) is not stacked: the expiry timer stands down.
-      this.ticking ??= this.tick().finally(() => (this.ticking = null));
-      this.schedule();
-    }, Math.max(1, Math.floor(this.opts.leaseMs / 3)));
+    this.timer = setTimeout(
+      () => {
+        // A renewal that hangs (Postgres unreachable without an error) is not stacked: the expiry timer stands down.
+        this.ticking ??= this.tick().finally(() => (this.ticking = null));
+        this.schedule();
+      },
+      Math.max(1, Math.floor(this.opts.leaseMs / 3)),
+    );
   }
 
   private async tick(first = false): Promise<void> {
@@ -246,7 +250,8 @@ export class LeasedRouter implements RouterApi {
       grant = await this.lease.acquire();
       // A renewal slower than the interval between renewals is the lease's warning sign: another such lapses it.
       const ms = Math.round(this.clock() - t0);
-      if (ms > this.opts.leaseMs / 3) this.deps.telemetry.logger.warn({ holder: this.lease.holder, ms, leaseMs: this.opts.leaseMs }, 'router lease: slow renewal');
+      if (ms > this.opts.leaseMs / 3)
+        this.deps.telemetry.logger.warn({ holder: this.lease.holder, ms, leaseMs: this.opts.leaseMs }, 'router lease: slow renewal');
     } catch (err) {
       if (!this.failing) this.deps.telemetry.logger.warn({ err, holder: this.lease.holder }, 'router lease: Postgres did not answer');
       this.failing = true;
@@ -275,10 +280,13 @@ export class LeasedRouter implements RouterApi {
   /** Stands down at the lease's end unless a renewal moved it. */
   private armExpiry(): void {
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
-    this.expiryTimer = setTimeout(() => {
-      this.expiryTimer = null;
-      if (this.router && !this.holds()) this.standDown('lease expired');
-    }, Math.max(0, this.validUntilMs - this.clock()));
+    this.expiryTimer = setTimeout(
+      () => {
+        this.expiryTimer = null;
+        if (this.router && !this.holds()) this.standDown('lease expired');
+      },
+      Math.max(0, this.validUntilMs - this.clock()),
+    );
   }
 
   private async becomeActive(rethrow: boolean): Promise<void> {

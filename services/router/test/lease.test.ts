@@ -79,7 +79,9 @@ describe('RouterLease (Postgres)', () => {
     const a = new RouterLease(store.db, { name: lease, holder: 'a', leaseMs: 150 });
     assert.equal((await a.acquire())?.term, 1);
     const again = await until(async () => {
-      const row = await store.db.query<{ expired: boolean }>('SELECT expires_at < now() AS expired FROM router_lease WHERE name = $1', [lease]);
+      const row = await store.db.query<{ expired: boolean }>('SELECT expires_at < now() AS expired FROM router_lease WHERE name = $1', [
+        lease,
+      ]);
       return row.rows[0]?.expired ? a.acquire() : null;
     }, 'a takes its lapsed lease again');
     assert.equal(again.term, 2, 'not the same tenure: its Router must start afresh');
