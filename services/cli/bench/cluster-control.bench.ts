@@ -32,8 +32,9 @@
  *   read, owner write and shards' acquires; the shards' read, lease, start
  *   and subscribe). CPU µs per channel ready of every part, and the shards'
  *   and router's split into their main threads' and other threads' (GC and
- *   JIT helpers: `cpuUsPerChannelByThread`). Then, at rest (`placeRest`): both bursts' channels held,
- *   nothing sent, every part's CPU per channel-second over `--rest-seconds`.
+ *   JIT helpers: `cpuUsPerChannelByThread`). Then, at rest (`placeRest`):
+ *   both bursts' channels held, nothing sent, every part's CPU per
+ *   channel-second over `--rest-seconds`.
  * - `failover` (for each of `--failover-channels` n): 3 × n channels placed
  *   over 3 shards; on each channel of the middle shard by count (neither the
  *   source nor the target of a rebalance move, so no control request to it
@@ -398,11 +399,6 @@ async function assignAll(
 }
 
 /**
- * CPU per channel ready, µs, by part: the shards together, the router, the sequencer, nats-server, every Postgres
- * process on the machine (the cluster's backends and the server's own), the driver, and their total — what the
- * two cores spend per channel placed. A part that could not be read counts 0 and is named in `unread`.
- */
-/**
  * The shards' and the router's CPU µs per channel ready, split into their main threads' (the event loop: JS and
  * the GC work done on it) and their other threads' (V8's parallel and concurrent GC and background JIT compiles,
  * libuv's pool): how much of a placement's cost is the runtime's own work beside crowdplay's.
@@ -424,6 +420,11 @@ function cpuPerChannelByThread(processes: readonly ProcessSample[], ready: numbe
   return out;
 }
 
+/**
+ * CPU per channel ready, µs, by part: the shards together, the router, the sequencer, nats-server, every Postgres
+ * process on the machine (the cluster's backends and the server's own), the driver, and their total — what the
+ * two cores spend per channel placed. A part that could not be read counts 0 and is named in `unread`.
+ */
 function cpuPerChannel(
   processes: readonly ProcessSample[],
   natsMs: number | null,

@@ -108,10 +108,10 @@ interface Member extends MemberLoad {
   placing: number;
 }
 
-/** Why channels are placed: the `reason` of crowdplay_router_moves_total. */
 /** A channel's move as moveMany reports it: refused by its owner's handoff, or not placed, with the code. */
 type MoveOutcome = Move & { handoffRefused?: boolean; code?: string };
 
+/** Why channels are placed: the `reason` of crowdplay_router_moves_total. */
 type Reason = 'assign' | 'failover' | 'drain' | 'rebalance' | 'reconcile' | 'restart';
 
 /** How long a channel whose owner could not hand it off is left alone by the rebalance, in checks. */
