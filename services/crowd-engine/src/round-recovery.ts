@@ -13,12 +13,22 @@
 import { TransferKinds } from '@crowdplay/ledger';
 import { Market } from '@crowdplay/lmsr';
 import type { RoundRow } from '@crowdplay/store';
-import type { RoundsContext } from './round-context.ts';
+import type { ChannelRoundsDeps, RoundsContext } from './round-context.ts';
 import type { RoundLifecycle } from './round-lifecycle.ts';
 import { Round } from './round-state.ts';
 
 /** The committed transfers (id, kind) of handed-off rounds, by round uid. */
 export type CommittedTransfers = ReadonlyMap<string, ReadonlyArray<{ id: string; kind: string }>>;
+
+/**
+ * What an acquire with no unfinished round to recover does. The channel's first owner (epoch 1) marks no change: no
+ * owner ever published rounds of it, so the empty list viewers have stands (a change takes an event id and publishes
+ * one more viewer update, for every channel of a burst of first joins). A later owner marks one: the previous one may
+ * have published rounds that have finished since, and its update replaces what the gateways cached.
+ */
+export function recoveredNone(d: ChannelRoundsDeps): void {
+  if (d.epoch() > 1) d.changed();
+}
 
 /** Restores one channel's rounds after an acquire. */
 export class RoundRecovery {
@@ -45,11 +55,7 @@ export class RoundRecovery {
     const s = this.s;
     const d = s.d;
     const rows = preloaded ?? (await d.store.rounds.listUnfinished(d.channel));
-    // The channel's first owner (epoch 1) with nothing to recover: no owner ever published rounds of it, so the empty list
-    // viewers have stands, and no change is marked (a change takes an event id and publishes one more viewer update, for
-    // every channel of a burst of first joins). A later owner marks it even then: the previous one may have published
-    // rounds that have finished since, and its update replaces what the gateways cached.
-    if (rows.length === 0 && d.epoch() === 1) return;
+    if (rows.length === 0) return recoveredNone(d);
     this.committed = committed ?? null;
     const resumed: Array<Promise<unknown>> = [];
     const finishing: Array<Promise<unknown>> = [];

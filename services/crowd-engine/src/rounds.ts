@@ -28,7 +28,7 @@ import { handOffRounds, writeBookTo, type HandoffWrite } from './round-handoff.t
 import { RoundIntake } from './round-intake.ts';
 import { RoundLedger } from './round-ledger.ts';
 import { RoundLifecycle } from './round-lifecycle.ts';
-import { RoundRecovery, type CommittedTransfers } from './round-recovery.ts';
+import { RoundRecovery, recoveredNone, type CommittedTransfers } from './round-recovery.ts';
 import type { OpenRoundRequest } from './round-state.ts';
 import { roundViews } from './round-view.ts';
 
@@ -165,7 +165,7 @@ export class ChannelRounds {
   recover(preloaded?: readonly RoundRow[], committed?: CommittedTransfers): Promise<void> {
     // Nothing to recover and no parts yet: what recover does with an empty list, without building them.
     if (!this.parts && preloaded?.length === 0) {
-      if (this.d.epoch() > 1) this.d.changed();
+      recoveredNone(this.d);
       return Promise.resolve();
     }
     return this.p.recovery.recover(preloaded, committed);
