@@ -1055,10 +1055,13 @@ export class Router implements RouterApi {
    * @returns one Move per channel (moved or not, with the owner it has)
    */
   private async moveMany(channels: readonly string[], from: string, reason: Reason, handedOff?: () => void): Promise<Array<MoveOutcome>> {
-    // Assigns of these channels wait for the move (a channel its caller holds in flight already stays with that).
+    // A channel another move or placement holds in flight is moved once that ends, from where it left it (the rows are
+    // read afresh): two movers never hand off and place the same channel, bumping its epoch twice.
+    for (let busy = channels.filter((ch) => this.inflight.has(ch)); busy.length > 0; busy = channels.filter((ch) => this.inflight.has(ch)))
+      await Promise.all(busy.map((ch) => this.inflight.get(ch)!.catch(() => undefined)));
+    // Assigns of these channels wait for the move.
     const done: Array<() => void> = [];
     for (const ch of channels) {
-      if (this.inflight.has(ch)) continue;
       const p = new Promise<Assignment>((resolve, reject) =>
         done.push(() => {
           const a = this.assignments.get(ch);
@@ -1227,8 +1230,6 @@ export class Router implements RouterApi {
     if (!row) throw new CrowdplayError('CP_ERR_CHANNEL_UNKNOWN', [channel]);
     if (row.owner === null || (from !== undefined && row.owner !== from))
       return { channel, moved: false, shard: row.owner, epoch: row.epoch };
-    // After any placement of the channel in progress.
-    await this.inflight.get(channel)?.catch(() => undefined);
     const [m] = await this.moveMany([channel], row.owner, 'drain');
     if (!m) throw new CrowdplayError('CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
     if (m.handoffRefused) throw new CrowdplayError((m.code as ErrorCode | undefined) ?? 'CP_ERR_CHANNEL_UNAVAILABLE', [channel]);
@@ -1248,7 +1249,6 @@ export class Router implements RouterApi {
   async drain(shard: string): Promise<Move[]> {
     const owned = new Set((await this.deps.store.channels.listOwned(shard)).map((r) => r.id));
     for (const a of this.assignments.values()) if (a.shard === shard) owned.add(a.channel);
-    await Promise.all([...owned].map((ch) => this.inflight.get(ch)?.catch(() => undefined)));
     const list = [...owned];
     const per = drainBatchOf(this.opts.drainBatchChannels);
     const batches: Array<Promise<Move[]>> = [];

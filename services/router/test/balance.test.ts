@@ -591,6 +591,35 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('two moves of one channel at once: it is handed off and placed once, at one new epoch; the later one finds it moved', async () => {
+    const t = setup(['m1', 'm2']);
+    const router = t.newRouter();
+    const a = await allOnA(t, router, ['m1', 'm2']);
+    const b = t.shard('b');
+    a.beat();
+    b.beat();
+    await tick();
+    const epochs = { m1: t.rows.get('m1')!.epoch, m2: t.rows.get('m2')!.epoch };
+    t.ops.length = 0;
+    // Both read the rows (owner a) before either has moved anything; the drain takes m1 and m2, the move m1 alone.
+    const [moved, drained] = await Promise.all([router.move('m1', 'a'), router.drain('a')]);
+    const m1 = [moved, ...drained].filter((m) => m.channel === 'm1');
+    assert.deepEqual(
+      m1.map((m) => m.moved).sort(),
+      [false, true],
+      `one of the two moved m1, the other found it moved: ${JSON.stringify(m1)}`,
+    );
+    for (const ch of ['m1', 'm2'] as const) {
+      assert.deepEqual(
+        t.ops.filter((op) => op.endsWith(` ${ch}`)),
+        [`a release handoff ${ch}`, `b acquire ${ch}`, `a forget ${ch}`],
+        `${ch} handed off, acquired and forgotten once: ${t.ops.join(', ')}`,
+      );
+      assert.deepEqual({ owner: t.rows.get(ch)!.owner, epoch: t.rows.get(ch)!.epoch }, { owner: 'b', epoch: epochs[ch] + 1 });
+    }
+    await router.close();
+  });
+
   it('a move waiting on a shard that stopped answering ends when the router declares it dead; the next check places it', async () => {
     const t = setup(['d1']);
     // The request's own timeout is far beyond the test's: only the declaration can end the wait.
