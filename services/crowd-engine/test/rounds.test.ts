@@ -406,7 +406,10 @@ describe('rounds', () => {
       await eventually(async () => (await h.store.rounds.get('pr1', 'p1'))?.paid === true);
       assert.equal(failures, 0);
       assert.deepEqual([await bal('ya'), await bal('yb')], [120, 80]);
-      assert.ok(h.wallets.some((w) => w.viewer === 'ya' && w.frame.t === 'roundResult' && w.frame.round === 'p1' && w.frame.net === 20));
+      // The results go out after the round is marked paid and its flows are read: they follow, not precede, `paid`.
+      await h.waitFor(() =>
+        h.wallets.some((w) => w.viewer === 'ya' && w.frame.t === 'roundResult' && w.frame.round === 'p1' && w.frame.net === 20),
+      );
       // The same settle again is answered ok now.
       assert.equal((await ctl('pr1', { op: 'round.settle', round: 'p1', outcome: 'x' })).ok, true);
 
