@@ -1,5 +1,5 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { runner } from 'node-pg-migrate';
@@ -95,7 +95,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     let dataDir: string | undefined;
     if (opts.pgliteDir !== 'memory') {
       dataDir = resolve(opts.pgliteDir);
-      mkdirSync(dataDir, { recursive: true });
+      makeDataDir(dataDir);
     }
     const unlock = dataDir ? lockDataDir(dataDir) : () => undefined;
     let pglite;
@@ -172,7 +172,8 @@ export function lockDataDir(dataDir: string): () => void {
       writeFileSync(lock, String(process.pid), { flag: 'wx' });
       return () => rmSync(lock, { force: true });
     } catch (err) {
-      if ((err as { code?: string }).code !== 'EEXIST' || attempt > 0) throw err;
+      if ((err as { code?: string }).code !== 'EEXIST') throw unusableDataDir(dataDir, err);
+      if (attempt > 0) throw err;
       const pid = Number(readFileSync(lock, 'utf8').trim());
       if (Number.isInteger(pid) && pid > 0 && (pid === process.pid || isAlive(pid))) {
         throw new CrowdplayError('CP_ERR_STORE_DATA_DIR_IN_USE', [dataDir, pid]);
@@ -180,6 +181,34 @@ export function lockDataDir(dataDir: string): () => void {
       rmSync(lock, { force: true }); // stale: its process is gone
     }
   }
+}
+
+/**
+ * Creates the embedded database's directory and its missing parents, one level at a time: Node 20's recursive
+ * mkdir never returns for a path under /proc.
+ * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming PGLITE_DIR when the path cannot be a directory (a file on
+ *   the way, no permission, a read-only or virtual file system); nothing is created then
+ */
+function makeDataDir(dataDir: string): void {
+  const missing: string[] = [];
+  let at = dataDir;
+  while (!existsSync(at)) {
+    missing.push(at);
+    const up = dirname(at);
+    if (up === at) break;
+    at = up;
+  }
+  try {
+    if (!statSync(at).isDirectory()) throw new Error(`${at} is not a directory`);
+    for (const dir of missing.reverse()) mkdirSync(dir);
+  } catch (err) {
+    throw unusableDataDir(dataDir, err);
+  }
+}
+
+function unusableDataDir(dataDir: string, cause: unknown): CrowdplayError {
+  const why = cause instanceof Error ? cause.message : String(cause);
+  return new CrowdplayError('CP_ERR_CONFIG_INVALID', [`PGLITE_DIR: ${dataDir} cannot hold the embedded database (${why})`], { cause });
 }
 
 function isAlive(pid: number): boolean {

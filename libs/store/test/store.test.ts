@@ -422,4 +422,19 @@ describe('store - PGlite data directory', () => {
     await store.close();
     assert.equal(existsSync(join(dir, 'crowdplay.lock')), false, 'released on close');
   });
+
+  it('a directory that cannot be made or written is refused CP_ERR_CONFIG_INVALID naming PGLITE_DIR; nothing is created', async () => {
+    const { mkdtempSync, writeFileSync, readdirSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const dir = mkdtempSync(join(tmpdir(), 'cp-pglite-'));
+    writeFileSync(join(dir, 'a-file'), 'x');
+    const refused = (e: unknown): boolean => isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID') && e.message.includes('PGLITE_DIR');
+    // A file where the directory or one of its parents should be.
+    for (const at of [join(dir, 'a-file'), join(dir, 'a-file', 'db')])
+      await assert.rejects(openStore({ url: '', schema: 'public', poolMax: 1, pgliteDir: at }), refused, at);
+    assert.deepEqual(readdirSync(dir), ['a-file'], 'nothing was created');
+    // A virtual file system (Node 20's recursive mkdir would never return here).
+    await assert.rejects(openStore({ url: '', schema: 'public', poolMax: 1, pgliteDir: '/proc/crowdplay-none/db' }), refused);
+  });
 });
