@@ -343,7 +343,7 @@ async function main(): Promise<void> {
   try {
     config = loadConfig(process.env);
   } catch (err) {
-    fail(err instanceof Error ? err.message : String(err));
+    fail(isCrowdplayError(err) ? `crowdplay: ${err.code}: ${err.message}` : String(err));
   }
   // A --heap-growing-percent given to node itself (NODE_OPTIONS, the command line) wins over the setting's default.
   const ownFlag = [...process.execArgv, process.env.NODE_OPTIONS ?? ''].some((a) => a.includes('--heap-growing-percent'));
@@ -366,7 +366,7 @@ async function main(): Promise<void> {
         const { demoRoundMs, minDurationMs, maxDurationMs } = config.rounds;
         if (demoRoundMs < minDurationMs || demoRoundMs > maxDurationMs)
           fail(
-            `invalid configuration:\nDEMO_ROUND_MS: must be within ROUND_MIN_DURATION_MS and ROUND_MAX_DURATION_MS ` +
+            `crowdplay: CP_ERR_CONFIG_INVALID: invalid configuration:\nDEMO_ROUND_MS: must be within ROUND_MIN_DURATION_MS and ROUND_MAX_DURATION_MS ` +
               `(${minDurationMs}–${maxDurationMs}) while DEMO_ENABLED is on, got ${demoRoundMs}`,
           );
       }
@@ -460,5 +460,6 @@ main().catch((err: unknown) => {
         : (e.stack ?? e.message)
       : String(err);
   process.stderr.write(`crowdplay: ${text}\n`);
-  process.exit(1);
+  // A setting that cannot work (found once a service uses it, e.g. PGLITE_DIR) exits as the settings check does.
+  process.exit(isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') ? 2 : 1);
 });

@@ -6,6 +6,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const MAIN = fileURLToPath(new URL('../src/main.ts', import.meta.url));
@@ -36,6 +39,25 @@ describe('crowdplay arguments', () => {
       assert.match(r.stderr, /usage:/);
       assert.equal(r.stdout, '', 'nothing started, nothing printed');
     }
+  });
+
+  it('start: a setting that cannot work is named with CP_ERR_CONFIG_INVALID, exit 2, no stack trace', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cp-args-'));
+    writeFileSync(join(dir, 'a-file'), 'x');
+    const cases: Array<[Record<string, string>, RegExp]> = [
+      [{ PORT: 'abc' }, /^crowdplay: CP_ERR_CONFIG_INVALID: invalid configuration:\nPORT: /m],
+      [
+        { DATABASE_URL: '', PGLITE_DIR: join(dir, 'a-file') },
+        /^crowdplay: CP_ERR_CONFIG_INVALID: invalid configuration:\nPGLITE_DIR: .*a-file/m,
+      ],
+    ];
+    for (const [env, re] of cases) {
+      const r = cli(['start'], env);
+      assert.equal(r.code, 2, `${JSON.stringify(env)}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, re, JSON.stringify(env));
+      assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
+    }
+    assert.deepEqual(readdirSync(dir), ['a-file'], 'nothing was created');
   });
 
   it('start: a demo round length outside the round bounds is named, exit 2, before anything starts', () => {
