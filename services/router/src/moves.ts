@@ -182,7 +182,9 @@ export class Moves {
     }
     const others = this.s.live().filter((m) => m.id !== from);
     if (mine.length > 0 && others.length === 0) {
-      telemetry.logger.warn({ shard: from, channels: mine.length }, 'move: no other live shard');
+      // With a single shard ever heard from (standalone), every stop ends here: worth a warning only in a cluster.
+      const level = this.s.members.size > 1 ? 'warn' : 'info';
+      telemetry.logger[level]({ shard: from, channels: mine.length }, 'move: no other live shard');
       for (const ch of mine) result.set(ch, { channel: ch, moved: false, shard: from, epoch: rows.get(ch)!.epoch });
       return channels.map((ch) => result.get(ch)!);
     }

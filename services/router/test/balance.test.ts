@@ -620,6 +620,31 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('a drain with nowhere to go moves nothing; it warns only when other shards were ever heard from', async () => {
+    const t = setup(['s1']);
+    const router = t.newRouter();
+    const levels: string[] = [];
+    const logger = t.telemetry.logger as unknown as Record<string, (obj: unknown, msg?: string) => void>;
+    for (const level of ['info', 'warn']) logger[level] = (_obj, msg) => void (msg === 'move: no other live shard' && levels.push(level));
+    const a = await allOnA(t, router, ['s1']);
+    // Standalone: the only shard there ever was stops.
+    const alone = await router.drain('a');
+    assert.deepEqual(alone, [{ channel: 's1', moved: false, shard: 'a', epoch: t.rows.get('s1')!.epoch }]);
+    // A cluster whose other shard died: the same, worth a warning.
+    const b = t.shard('b');
+    b.beat();
+    a.beat();
+    await tick();
+    t.clock.advance(3_500);
+    a.beat();
+    await tick();
+    const stranded = await router.drain('a');
+    assert.equal(stranded[0]?.moved, false);
+    assert.deepEqual(levels, ['info', 'warn']);
+    assert.equal(t.rows.get('s1')!.owner, 'a', 'nothing moved');
+    await router.close();
+  });
+
   it('a move waiting on a shard that stopped answering ends when the router declares it dead; the next check places it', async () => {
     const t = setup(['d1']);
     // The request's own timeout is far beyond the test's: only the declaration can end the wait.
