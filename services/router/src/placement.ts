@@ -75,8 +75,9 @@ export class Placement {
         telemetry.refusals.refuse('router', 'CP_ERR_CHANNEL_MIGRATED', { channel: ch });
         out.set(ch, new CrowdplayError('CP_ERR_CHANNEL_MIGRATED', [ch, row.migratedTo]));
       } else if (row.owner !== null && row.owner !== opts.exclude && opts.reason !== 'reconcile' && this.s.keeps(row.owner)) {
-        // An owner recorded in Postgres that is alive (or may be: this router just started) keeps the channel at its epoch;
-        // not when the reconciler found that it does not hold it (a router that died between the epoch bump and the acquire).
+        // An owner recorded in Postgres that is alive or draining (or may be alive: this router just started) keeps the
+        // channel at its epoch; not when the reconciler found that it does not hold it (a router that died between the
+        // epoch bump and the acquire).
         const a: Assignment = { channel: ch, shard: row.owner, epoch: row.epoch };
         this.s.assignments.set(ch, a);
         out.set(ch, a);

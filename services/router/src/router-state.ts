@@ -163,10 +163,14 @@ export class RouterState {
     return shardState(this.members.get(shard), this.now(), this.opts.shardTimeoutMs, this.startedAtMs);
   }
 
-  /** A known owner that keeps its channels: live, or not heard from yet since this router started. */
+  /**
+   * A known owner that keeps its channels: live, draining (it serves what its drain has not handed off yet; placing
+   * such a channel elsewhere would skip the handoff, so its open rounds would be refunded and its state since the
+   * last snapshot lost), or not heard from yet since this router started.
+   */
   keeps(shard: string): boolean {
     const st = this.stateOf(shard);
-    return st === 'live' || st === 'unknown';
+    return st === 'live' || st === 'draining' || st === 'unknown';
   }
 
   /** Runs a background move, tracked so `check()` callers and `close()` can wait for it. Never rejects. */

@@ -645,6 +645,27 @@ describe('Router with fake shards and a fake clock', () => {
     await router.close();
   });
 
+  it('a join while its owner drains stays with that owner until the drain hands the channel off', async () => {
+    const t = setup(['j1']);
+    const router = t.newRouter();
+    await ownedByAThenB(t, router, 'j1');
+    const epoch = t.rows.get('j1')!.epoch;
+    // a says it is draining (SIGTERM): it still serves what its drain has not moved yet.
+    t.bus.publish(t.subjects.shardHeartbeat(), encodeJson({ id: 'a', channels: 1, intentsPerS: 0, draining: true }));
+    await tick();
+    t.ops.length = 0;
+    const joined = await router.assign('j1');
+    assert.deepEqual({ shard: joined.shard, epoch: joined.epoch }, { shard: 'a', epoch });
+    assert.deepEqual(t.ops, [], 'no placement elsewhere without a handoff');
+    assert.deepEqual({ owner: t.rows.get('j1')!.owner, epoch: t.rows.get('j1')!.epoch }, { owner: 'a', epoch });
+    // The drain moves it, handed off first.
+    const [moved] = await router.drain('a');
+    assert.deepEqual({ moved: moved?.moved, shard: moved?.shard }, { moved: true, shard: 'b' });
+    assert.deepEqual(t.ops, ['a release handoff j1', 'b acquire j1', 'a forget j1']);
+    assert.equal((await router.assign('j1')).shard, 'b');
+    await router.close();
+  });
+
   it('a move waiting on a shard that stopped answering ends when the router declares it dead; the next check places it', async () => {
     const t = setup(['d1']);
     // The request's own timeout is far beyond the test's: only the declaration can end the wait.
