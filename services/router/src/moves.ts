@@ -15,8 +15,7 @@ const BUSY_CHECKS = 20;
 const REBALANCE_COOLDOWN_MS = 60_000;
 
 export class Moves {
-  /** A rebalance's moves are in flight: the next one waits (their channels are out of the counts until placed). */
-  rebalancing = false;
+  private rebalances = 0;
 
   constructor(
     private readonly s: RouterState,
@@ -88,6 +87,20 @@ export class Moves {
    * counts a plan works from until they are placed.
    */
   async rebalance(moves: readonly PlannedMove[]): Promise<void> {
+    this.rebalances++;
+    try {
+      await this.rebalanceOwners(moves);
+    } finally {
+      this.rebalances--;
+    }
+  }
+
+  /** A rebalance's moves are in flight: the next one waits (their channels are out of the counts until placed). */
+  get rebalancing(): boolean {
+    return this.rebalances > 0;
+  }
+
+  private async rebalanceOwners(moves: readonly PlannedMove[]): Promise<void> {
     const bySource = new Map<string, string[]>();
     for (const mv of moves) {
       const known = this.s.assignments.get(mv.channel);

@@ -233,8 +233,7 @@ export class Router implements RouterApi {
     // the next check must still be able to declare that owner dead.
     const moves = wanted.slice(0, n).filter((mv) => !this.s.inflight.has(mv.channel));
     if (moves.length === 0) return;
-    this.moves.rebalancing = true;
-    this.s.track(this.moves.rebalance(moves).finally(() => (this.moves.rebalancing = false)));
+    this.s.track(this.moves.rebalance(moves));
   }
 
   /**
