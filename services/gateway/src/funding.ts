@@ -13,15 +13,16 @@
  *   Postgres before the transfer: over it → 429 `CP_ERR_TENANT_QUOTA`, nothing
  *   granted. A replay is not counted (its reservation is given back).
  * - `GET /v1/balances/:viewer` `Authorization: Bearer <api key>` → `{ viewer, balance }`.
- * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }` (a watch token:
- *   403 CP_ERR_AUTH_READ_ONLY).
+ * - `GET /v1/me/balance?channel=C` `Authorization: Bearer <viewer token>` → `{ viewer, balance }` (no `channel`:
+ *   400 CP_ERR_PROTO_INVALID; a watch token: 403 CP_ERR_AUTH_READ_ONLY; a tenant API key: 401 CP_ERR_AUTH_INVALID
+ *   naming `/v1/balances/:viewer`).
  */
 import type { FastifyInstance } from 'fastify';
 import type { Ledger } from '@crowdplay/ledger';
 import { CHANNEL_ID_RE, CrowdplayError, isCrowdplayError, type WalletCredit } from '@crowdplay/protocol';
 import { TenantQuotaError, utcDay, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, refuseWatchToken, tenantFirst, tenantOf } from './api-auth.ts';
+import { bearer, fail, isApiKey, refuseWatchToken, tenantFirst, tenantOf } from './api-auth.ts';
 import { isViewerId, MAX_VIEWER_ID_CHARS, type Authenticator } from './auth.ts';
 import type { TenantQuotas } from './tenant-quotas.ts';
 
@@ -126,9 +127,16 @@ export function registerFundingRoutes(app: FastifyInstance, ctx: FundingContext)
   app.get<{ Querystring: { channel?: string } }>('/v1/me/balance', async (req, reply) => {
     try {
       const token = bearer(req);
-      const channel = req.query.channel ?? '';
+      const channel = req.query.channel;
+      if (channel === undefined || channel === '')
+        throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['query parameter channel is required: GET /v1/me/balance?channel=<channel id>']);
       if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
       refuseWatchToken(token);
+      // A tenant's key read as a viewer token would be "malformed token": name the route the key belongs to instead.
+      if (token !== null && isApiKey(token))
+        throw new CrowdplayError('CP_ERR_AUTH_INVALID', [
+          "a tenant API key is not a viewer token: this route takes a viewer's token; with the key, read a viewer's balance at GET /v1/balances/:viewer",
+        ]);
       const id = await auth.crowd(channel, token);
       return { viewer: id.viewer, balance: await ledger.balance(id.tenantId, { kind: 'wallet', owner: id.viewer }) };
     } catch (err) {

@@ -162,8 +162,18 @@ describe('gateway funding', () => {
       code: 'CP_ERR_AUTH_MISSING',
       message: 'no credentials: send the header Authorization: Bearer <viewer token>',
     });
-    const noChannel = await h.gateway.app.inject({ method: 'GET', url: '/v1/me/balance', headers: { authorization: `Bearer ${token}` } });
-    assert.deepEqual([noChannel.statusCode, (noChannel.json() as { code: string }).code], [400, 'CP_ERR_CHANNEL_INVALID_ID']);
+    for (const url of ['/v1/me/balance', '/v1/me/balance?channel=']) {
+      const noChannel = await h.gateway.app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${token}` } });
+      const body = noChannel.json() as { code: string; message: string };
+      assert.deepEqual([noChannel.statusCode, body.code], [400, 'CP_ERR_PROTO_INVALID'], url);
+      assert.match(body.message, /query parameter channel is required: GET \/v1\/me\/balance\?channel=<channel id>/, url);
+    }
+    const badChannel = await h.gateway.app.inject({
+      method: 'GET',
+      url: '/v1/me/balance?channel=a%20b',
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.deepEqual([badChannel.statusCode, (badChannel.json() as { code: string }).code], [400, 'CP_ERR_CHANNEL_INVALID_ID']);
   });
 
   it('balances - viewer ids up to 128 characters work in the path; longer ones are refused with a code', async () => {
@@ -248,6 +258,19 @@ describe('gateway funding', () => {
     );
     const watch = await h.gateway.app.inject({ method: 'GET', url: '/v1/watch-tokens', headers: { authorization: 'Basic abc' } });
     assert.equal((watch.json() as { message: string }).message.includes('the Bearer scheme is expected'), true);
+  });
+
+  it('balances - a tenant API key on /v1/me/balance is refused with a message naming the route the key reads balances on', async () => {
+    const r = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `Bearer ${suite.acme.apiKey}` },
+    });
+    assert.equal(r.statusCode, 401);
+    const body = r.json() as { code: string; message: string };
+    assert.equal(body.code, 'CP_ERR_AUTH_INVALID');
+    assert.match(body.message, /a tenant API key is not a viewer token/);
+    assert.match(body.message, /GET \/v1\/balances\/:viewer/);
   });
 
   it('balances - a watch token on /v1/me/balance is refused as read-only (403 CP_ERR_AUTH_READ_ONLY)', async () => {
