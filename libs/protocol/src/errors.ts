@@ -55,6 +55,8 @@ export const ERRORS = {
   CP_ERR_PROTO_VERSION: { message: 'control message version %s is not spoken here (accepted: %s)', httpStatus: 400 },
   CP_ERR_PROTO_TOO_BIG: { message: 'frame larger than %s bytes', httpStatus: 413, closeCode: CloseCode.messageTooBig },
   CP_ERR_HTTP_NOT_FOUND: { message: 'no such route', httpStatus: 404 },
+  /** A path a route serves, asked with another method: the answer's Allow header lists the methods it takes. */
+  CP_ERR_HTTP_METHOD_NOT_ALLOWED: { message: 'method %s is not allowed on this path; it takes %s', httpStatus: 405 },
   CP_ERR_LABEL_INVALID: { message: 'label %s: %s', httpStatus: 400 },
   CP_ERR_PROTO_VIOLATIONS: { message: 'too many protocol errors on this socket', httpStatus: 400, closeCode: CloseCode.protocolViolation },
   // auth

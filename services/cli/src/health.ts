@@ -8,7 +8,8 @@
  * - `GET /readyz` → 200 `{ready:true}` once the services started, 503 `{ready:false, state}` before, and from the
  *   moment a drain starts (the first SIGTERM / SIGINT), so an orchestrator stops counting on it at once.
  * - `GET /metrics` → Prometheus text of the process's telemetry (503 `{ready:false, state}` until started).
- * - any other path or method → 404 `{code:'CP_ERR_HTTP_NOT_FOUND', message}`, as on the gateway's port.
+ * - any other path → 404 `{code:'CP_ERR_HTTP_NOT_FOUND', message}`; another method on one of these → 405
+ *   `{code:'CP_ERR_HTTP_METHOD_NOT_ALLOWED', message}` with `Allow: GET, HEAD`, as on the gateway's port.
  *
  * What node's HTTP parser refuses is answered as on the gateway's port (`clientErrors`): a request not received whole
  * within HTTP_REQUEST_TIMEOUT_MS gets 408 CP_ERR_LIMIT_REQUEST_TIMEOUT and its connection is closed, so a client that
@@ -41,6 +42,8 @@ export interface HealthServer {
 }
 
 const JSON_TYPE = 'application/json; charset=utf-8';
+/** The paths this listener serves (GET and HEAD only). */
+const HEALTH_PATHS: ReadonlySet<string> = new Set(['/healthz', '/readyz', '/metrics']);
 const PROMETHEUS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 
 /**
@@ -58,7 +61,19 @@ export async function startHealthServer(o: { host: string; port: number; request
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     const notFound = (): void =>
       send(404, JSON_TYPE, JSON.stringify({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${path.slice(0, 200)}` }));
-    if (req.method !== 'GET' && req.method !== 'HEAD') return notFound();
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      if (!HEALTH_PATHS.has(path)) return notFound();
+      refusals?.refuse('http', 'CP_ERR_HTTP_METHOD_NOT_ALLOWED', { url: path, method: String(req.method).slice(0, 16) });
+      res.setHeader('allow', 'GET, HEAD');
+      return send(
+        405,
+        JSON_TYPE,
+        JSON.stringify({
+          code: 'CP_ERR_HTTP_METHOD_NOT_ALLOWED',
+          message: `method ${String(req.method).slice(0, 16)} is not allowed on this path; it takes GET, HEAD`,
+        }),
+      );
+    }
     if (path === '/healthz') return send(200, JSON_TYPE, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz')
       return state === 'ready'

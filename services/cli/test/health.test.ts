@@ -57,7 +57,19 @@ describe('health server', () => {
         body: JSON.stringify({ code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route GET /nope' }),
       });
       const post = await fetch(`http://127.0.0.1:${h.port}/readyz`, { method: 'POST' });
-      assert.deepEqual([post.status, await post.json()], [404, { code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route POST /readyz' }]);
+      assert.deepEqual(
+        [post.status, post.headers.get('allow'), await post.json()],
+        [
+          405,
+          'GET, HEAD',
+          { code: 'CP_ERR_HTTP_METHOD_NOT_ALLOWED', message: 'method POST is not allowed on this path; it takes GET, HEAD' },
+        ],
+      );
+      const postElsewhere = await fetch(`http://127.0.0.1:${h.port}/nope`, { method: 'POST' });
+      assert.deepEqual(
+        [postElsewhere.status, await postElsewhere.json()],
+        [404, { code: 'CP_ERR_HTTP_NOT_FOUND', message: 'no route POST /nope' }],
+      );
     } finally {
       await h.close();
     }

@@ -240,6 +240,23 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
   return reply.status(e.httpStatus).send({ code: e.code, message: e.message });
 }
 
+/** A registered route's method and the paths its URL pattern serves. */
+interface KnownRoute {
+  method: string;
+  re: RegExp;
+}
+
+/**
+ * The paths a route's URL pattern serves, as a RegExp: `:name` is one segment, `*` the rest of the path.
+ * @param url a fastify route URL, e.g. `/v1/balances/:viewer`
+ */
+export function routePattern(url: string): RegExp {
+  const segments = url
+    .split('/')
+    .map((seg) => (seg === '*' ? '.*' : seg.startsWith(':') ? '[^/]+' : seg.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')));
+  return new RegExp(`^${segments.join('/')}$`);
+}
+
 /**
  * Registers every route on `app`.
  *
@@ -254,6 +271,8 @@ function sendError(reply: FastifyReply, code: ErrorCode, err: CrowdplayError | s
  * - `GET /v1/ws` without an upgrade → 426.
  * - `POST /v1/tokens/dev` (dev-only: standalone on a loopback HOST, or DEV_TOKENS=on; dev-tokens.ts) → `{token}`.
  * - CORS for EMBED_ORIGINS on `/sdk-viewer.js`, `/v1/tokens/dev` and `/v1/me/balance` (cors.ts).
+ * - A path no route serves → 404 CP_ERR_HTTP_NOT_FOUND; a path a route serves with another method (of the routes
+ *   registered after this call too) → 405 CP_ERR_HTTP_METHOD_NOT_ALLOWED with an `Allow` header.
  */
 export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   const { config, telemetry } = ctx;
@@ -261,6 +280,12 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
   // refused as 400, where any type but application/json is 415 (docs/protocol.md).
   app.removeContentTypeParser('text/plain');
   registerSecurityHeaders(app);
+  // Every route registered from here on (this module's and the other route modules'), for a 405 on a known path.
+  const known: KnownRoute[] = [];
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat())
+      if (method !== 'HEAD' && method !== 'OPTIONS' && r.url !== '*') known.push({ method, re: routePattern(r.url) });
+  });
   const embedOrigins = parseEmbedOrigins(config.http.embedOrigins);
   // A page on a listed origin may load the hosted client and call the viewer routes (cors.ts).
   registerCors(app, embedOrigins);
@@ -311,9 +336,15 @@ export function registerRoutes(app: FastifyInstance, ctx: HttpContext): void {
     return sendError(reply, 'CP_ERR_INTERNAL', new CrowdplayError('CP_ERR_INTERNAL'));
   });
 
-  app.setNotFoundHandler((req, reply) =>
-    reply.status(404).send({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]?.slice(0, 200)}` }),
-  );
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0] ?? '/';
+    const allowed = [...new Set(known.filter((r) => r.re.test(path)).map((r) => r.method))];
+    if (allowed.length === 0)
+      return reply.status(404).send({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${path.slice(0, 200)}` });
+    telemetry.refusals.refuse('http', 'CP_ERR_HTTP_METHOD_NOT_ALLOWED', { url: path.slice(0, 200), method: req.method.slice(0, 16) });
+    const e = new CrowdplayError('CP_ERR_HTTP_METHOD_NOT_ALLOWED', [req.method.slice(0, 16), allowed.join(', ')]);
+    return reply.header('allow', allowed.join(', ')).status(e.httpStatus).send({ code: e.code, message: e.message });
+  });
 
   app.get('/healthz', async () => ({ status: 'ok' }));
 

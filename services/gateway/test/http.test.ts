@@ -360,6 +360,35 @@ describe('gateway http - unknown routes', () => {
       await h.close();
     }
   });
+
+  it('a known path asked with another method is 405 with an Allow header; nothing is served and the refusal is counted', async () => {
+    const h = await startHarness({ store: unusedStore(), listen: false });
+    try {
+      const refused = async (): Promise<number> =>
+        metricValue(await h.metricsText(), 'crowdplay_refusals_total', { reason: 'CP_ERR_HTTP_METHOD_NOT_ALLOWED' });
+      const before = await refused();
+      for (const [method, url, allow] of [
+        ['DELETE', '/healthz', 'GET'],
+        ['POST', '/v1/channels/demo/rounds?limit=5', 'GET'],
+        ['PUT', '/v1/watch-tokens', 'POST, GET'],
+        ['GET', '/v1/watch-tokens/w1', 'DELETE'],
+      ] as const) {
+        const res = await h.gateway.app.inject({ method, url });
+        assert.equal(res.statusCode, 405, `${method} ${url}`);
+        assert.equal(res.headers.allow, allow, `${method} ${url}`);
+        assert.deepEqual(res.json(), {
+          code: 'CP_ERR_HTTP_METHOD_NOT_ALLOWED',
+          message: `method ${method} is not allowed on this path; it takes ${allow}`,
+        });
+      }
+      assert.equal((await refused()) - before, 4);
+      // A path under a known one that no route serves is still 404.
+      const deeper = await h.gateway.app.inject({ method: 'GET', url: '/v1/watch-tokens/w1/extra' });
+      assert.equal(deeper.statusCode, 404);
+    } finally {
+      await h.close();
+    }
+  });
 });
 
 /** What a raw HTTP/1.1 connection got back: the status, the headers (lower-case names), the JSON body, and how long the server kept it open. */
