@@ -68,7 +68,11 @@ describe('services as separate processes (PostgreSQL + NATS)', () => {
       encoding: 'utf8',
     });
     assert.equal(dup.status, 1);
-    assert.match(dup.stderr, /already exists/);
+    assert.match(
+      dup.stderr,
+      /^crowdplay tenant create: CP_ERR_TENANT_EXISTS: tenant acme already exists \(crowdplay tenant rotate-key acme /,
+    );
+    assert.equal(dup.stdout, '', 'no new key printed');
 
     const game = new GameClient({ url: gatewayUrl, channel: 'hall', apiKey });
     const batches: Batch[] = [];

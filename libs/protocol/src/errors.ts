@@ -129,6 +129,8 @@ export const ERRORS = {
   CP_ERR_LIMIT_DRAINING: { message: 'the gateway is draining; reconnect', httpStatus: 503, closeCode: CloseCode.goingAway },
   // tenants and config
   CP_ERR_TENANT_UNKNOWN: { message: 'unknown tenant %s', httpStatus: 404 },
+  /** `crowdplay tenant create` of an id that exists: nothing is changed (rotate-key issues a new key). */
+  CP_ERR_TENANT_EXISTS: { message: 'tenant %s already exists', httpStatus: 409 },
   /**
    * The tenant is over one of its quotas (channels, connections, intents per second, grant points per day:
    * TENANT_MAX_* or its override). A connection is closed with 4030, an intent refused in its ack, a request answered 429.

@@ -50,6 +50,26 @@ const USAGE = `usage:
   crowdplay telegram setup --public-url https://HOST [--dry-run] [--deadline-s S] [--tenant-bot BOT_ID]
   crowdplay settings`;
 
+/**
+ * node's parseArgs refusal in crowdplay's words: node's own text quotes the option unevenly and speaks of
+ * positionals; this names the option and what it needs.
+ * @param err what parseArgs threw (ERR_PARSE_ARGS_UNKNOWN_OPTION, ERR_PARSE_ARGS_INVALID_OPTION_VALUE, …)
+ * @returns one line, without the `crowdplay: ` prefix
+ */
+export function argsProblem(err: unknown): string {
+  const code = (err as { code?: unknown }).code;
+  const msg = err instanceof Error ? err.message : String(err);
+  const opt = /'(-{1,2}[A-Za-z0-9][A-Za-z0-9-]*)/.exec(msg)?.[1];
+  if (opt === undefined) return msg.split('\n')[0]!;
+  if (code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') return `unknown option ${opt}`;
+  if (code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE') {
+    if (/argument missing/.test(msg)) return `option ${opt} needs a value`;
+    if (/ambiguous/.test(msg)) return `option ${opt} needs a value; one that starts with "-" is given as ${opt}=VALUE`;
+    if (/does not take an argument/.test(msg)) return `option ${opt} takes no value`;
+  }
+  return msg.split('\n')[0]!;
+}
+
 function fail(msg: string, code = 2): never {
   process.stderr.write(`${msg}\n`);
   process.exit(code);
@@ -89,7 +109,7 @@ async function tenantCommand(
       // Checked before the store is opened: bad input reads and writes nothing.
       patch = parseQuotaFlags(quotaFlags.values, quotaFlags.clear);
     } catch (err) {
-      if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}\n${USAGE}`);
+      if (isCrowdplayError(err)) fail(`crowdplay tenant quota: ${err.code}: ${err.message}\n${USAGE}`);
       throw err;
     }
   }
@@ -123,9 +143,13 @@ async function tenantCommand(
     } else fail(USAGE);
   } catch (err) {
     const e = err as { code?: string; message?: string };
-    if (e.code === '23505') fail(`tenant ${id} already exists`, 1);
-    if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}`, 1);
-    if (err instanceof TypeError) fail(e.message ?? String(err), 1);
+    if (e.code === '23505')
+      fail(
+        `crowdplay tenant ${sub}: CP_ERR_TENANT_EXISTS: tenant ${id} already exists (crowdplay tenant rotate-key ${id} issues a new key)`,
+        1,
+      );
+    if (isCrowdplayError(err)) fail(`crowdplay tenant ${sub}: ${err.code}: ${err.message}`, 1);
+    if (err instanceof TypeError) fail(`crowdplay tenant ${sub}: ${e.message ?? String(err)}`, 1);
     throw err;
   } finally {
     await store.close();
@@ -136,14 +160,20 @@ async function tenantCommand(
 async function tenantBotCommand(config: Config, args: string[], flags: BotSetInput): Promise<void> {
   const [op, tenant, botId] = args;
   const arity: Record<string, number> = { set: 2, list: 2, remove: 3 };
-  if (!op || !tenant || arity[op] !== args.length) fail(USAGE);
+  if (!op || arity[op] === undefined)
+    fail(`crowdplay tenant bot: ${op ? `unknown subcommand "${op}"` : 'name what to do'} (set, list, remove)\n${USAGE}`);
+  if (arity[op] !== args.length)
+    fail(
+      `crowdplay tenant bot ${op}: ${args.length < arity[op]! ? (tenant === undefined ? 'a tenant id is required' : 'a bot id is required') : `unexpected argument "${args[arity[op]!]}"`}\n${USAGE}`,
+    );
+  if (tenant === undefined) fail(USAGE);
   let input;
   if (op === 'set') {
     try {
       // Checked before the store is opened or Telegram asked: bad input reads and writes nothing.
       input = parseBotSetFlags(flags);
     } catch (err) {
-      if (isCrowdplayError(err)) fail(`${err.code}: ${err.message}\n${USAGE}`);
+      if (isCrowdplayError(err)) fail(`crowdplay tenant bot set: ${err.code}: ${err.message}\n${USAGE}`);
       throw err;
     }
   }
@@ -314,23 +344,28 @@ async function main(): Promise<void> {
       },
     });
   } catch (err) {
-    fail(`${err instanceof Error ? err.message : String(err)}\n${USAGE}`);
+    fail(`crowdplay: ${argsProblem(err)}\n${USAGE}`);
   }
   const { positionals, values } = parsed;
   const [cmd, ...rest] = positionals;
   if (values.help || cmd === 'help' || !cmd) fail(USAGE, values.help || cmd === 'help' ? 0 : 2);
   // Words the command does not take are named before anything starts (a typo must not start something else).
   const takes: Record<string, number> = { start: 0, settings: 0, cluster: 0, service: 1, tenant: 4, ledger: 1, telegram: 1 };
-  if (!(cmd in takes)) fail(`unknown command "${cmd}"\n${USAGE}`);
+  if (!(cmd in takes)) fail(`crowdplay: unknown command "${cmd}"\n${USAGE}`);
   if (rest.length > takes[cmd]!) fail(`crowdplay ${cmd}: unexpected argument "${rest[takes[cmd]!]}"\n${USAGE}`);
-  if (cmd === 'service' && rest[0] !== undefined && !SERVICES.includes(rest[0] as ServiceName))
-    fail(`unknown service "${rest[0]}" (one of: ${SERVICES.join(', ')})\n${USAGE}`);
+  if (cmd === 'service' && rest[0] === undefined) fail(`crowdplay service: name the service (one of: ${SERVICES.join(', ')})\n${USAGE}`);
+  if (cmd === 'service' && !SERVICES.includes(rest[0] as ServiceName))
+    fail(`crowdplay service: unknown service "${rest[0]}" (one of: ${SERVICES.join(', ')})\n${USAGE}`);
+  if ((cmd === 'ledger' || cmd === 'telegram') && rest[0] !== (cmd === 'ledger' ? 'verify' : 'setup'))
+    fail(
+      `crowdplay ${cmd}: ${rest[0] === undefined ? 'name what to do' : `unknown subcommand "${rest[0]}"`} (${cmd === 'ledger' ? 'verify' : 'setup'})\n${USAGE}`,
+    );
   const quotaFlagsGiven = [...Object.values(QUOTA_FLAGS), 'clear'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
   if (quotaFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'quota'))
-    fail(`--${quotaFlagsGiven[0]} is for crowdplay tenant quota only\n${USAGE}`);
+    fail(`crowdplay: --${quotaFlagsGiven[0]} is for crowdplay tenant quota only\n${USAGE}`);
   const botFlagsGiven = ['token', 'webhook-secret'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
   if (botFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'bot' && rest[1] === 'set'))
-    fail(`--${botFlagsGiven[0]} is for crowdplay tenant bot set only\n${USAGE}`);
+    fail(`crowdplay: --${botFlagsGiven[0]} is for crowdplay tenant bot set only\n${USAGE}`);
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
     return;

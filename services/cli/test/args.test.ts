@@ -26,8 +26,8 @@ function cli(args: string[], env: Record<string, string> = {}): { code: number |
 describe('crowdplay arguments', () => {
   it('an unknown command, an unknown service and a stray argument are named, exit 2', () => {
     const cases: Array<[string[], RegExp]> = [
-      [['bogus'], /unknown command "bogus"/],
-      [['service', 'gatway'], /unknown service "gatway" \(one of: gateway, /],
+      [['bogus'], /^crowdplay: unknown command "bogus"/],
+      [['service', 'gatway'], /^crowdplay service: unknown service "gatway" \(one of: gateway, /],
       [['cluster', 'extra'], /crowdplay cluster: unexpected argument "extra"/],
       [['start', 'now'], /crowdplay start: unexpected argument "now"/],
       [['ledger', 'verify', 'twice'], /crowdplay ledger: unexpected argument "twice"/],
@@ -107,6 +107,45 @@ describe('crowdplay arguments', () => {
       assert.match(r.stderr, re, args.join(' '));
       assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
       assert.equal(r.stdout, '', 'nothing written, nothing printed');
+    }
+  });
+
+  it('a missing or unknown subcommand is named with what the command takes, exit 2, before anything starts', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['service'], /^crowdplay service: name the service \(one of: gateway, router, /],
+      [['ledger'], /^crowdplay ledger: name what to do \(verify\)/],
+      [['ledger', 'check'], /^crowdplay ledger: unknown subcommand "check" \(verify\)/],
+      [['telegram'], /^crowdplay telegram: name what to do \(setup\)/],
+      [['tenant', 'bot'], /^crowdplay tenant bot: name what to do \(set, list, remove\)/],
+      [['tenant', 'bot', 'frob', 'acme'], /^crowdplay tenant bot: unknown subcommand "frob" \(set, list, remove\)/],
+      [['tenant', 'bot', 'list'], /^crowdplay tenant bot list: a tenant id is required/],
+      [['tenant', 'bot', 'remove', 'acme'], /^crowdplay tenant bot remove: a bot id is required/],
+    ];
+    for (const [args, re] of cases) {
+      const r = cli(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, re, args.join(' '));
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
+      assert.equal(r.stdout, '', 'nothing started, nothing printed');
+    }
+  });
+
+  it('an option it does not know, one without its value or a value it does not take is named in one line, exit 2', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [['tenant', 'list', '--bogus'], /^crowdplay: unknown option --bogus\nusage:/],
+      [['start', '-x'], /^crowdplay: unknown option -x\nusage:/],
+      [['tenant', 'quota', 'acme', '--channels'], /^crowdplay: option --channels needs a value\nusage:/],
+      [
+        ['tenant', 'quota', 'acme', '--channels', '-1'],
+        /^crowdplay: option --channels needs a value; one that starts with "-" is given as --channels=VALUE\nusage:/,
+      ],
+      [['telegram', 'setup', '--dry-run=yes'], /^crowdplay: option --dry-run takes no value\nusage:/],
+    ];
+    for (const [args, re] of cases) {
+      const r = cli(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, re, args.join(' '));
+      assert.equal(r.stdout, '', 'nothing started, nothing printed');
     }
   });
 
