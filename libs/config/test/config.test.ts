@@ -11,6 +11,7 @@ import {
   DOC_MAX_CHARS,
   envExample,
   leaves,
+  listenError,
   loadConfig,
   schema,
   settingEntries,
@@ -222,5 +223,29 @@ describe('config', () => {
       ['docs/decisions/0100-setting-defaults.md', defaultsRecord()],
     ] as const)
       assert.equal(readFileSync(`${root}${file}`, 'utf8'), want, `${file} drifted: run \`npm run docs:settings\``);
+  });
+});
+
+describe('listenError', () => {
+  const at = { portSetting: 'PORT', hostSetting: 'HOST', host: '::1', port: 80 };
+  const sysErr = (code: string): Error => Object.assign(new Error(`listen ${code}`), { code });
+  it('names the setting to change for a port in use, a privileged port and a host not of this machine', () => {
+    const cases: Array<[string, string]> = [
+      ['EADDRINUSE', 'PORT: [::1]:80 is in use by another process (EADDRINUSE); stop it or set PORT to a free port'],
+      ['EACCES', 'PORT: [::1]:80 needs a privilege this process does not have (EACCES); set PORT to 1024 or above'],
+      ['EADDRNOTAVAIL', 'HOST: ::1 is not an address of this machine (EADDRNOTAVAIL)'],
+    ];
+    for (const [code, why] of cases) {
+      const cause = sysErr(code);
+      const e = listenError(cause, at);
+      assert.ok(isCrowdplayError(e, 'CP_ERR_CONFIG_INVALID'), code);
+      assert.ok(e.message.endsWith(why), `${code}: ${e.message}`);
+      assert.equal(e.cause, cause);
+    }
+  });
+  it('returns any other error as it is', () => {
+    const other = sysErr('ECONNRESET');
+    assert.equal(listenError(other, at), other);
+    assert.equal(listenError(null, at), null);
   });
 });

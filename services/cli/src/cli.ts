@@ -456,7 +456,7 @@ async function main(): Promise<void> {
 /**
  * Every process that runs services serves /healthz, /readyz and /metrics on HEALTH_HOST:HEALTH_PORT when the port
  * is set (k8s probes, Prometheus), a gateway's included: its PORT serves /metrics only with METRICS_ON_PORT.
- * @throws (rejects) on a listen error (EADDRINUSE, EACCES)
+ * @throws (rejects) as startHealthServer: CP_ERR_CONFIG_INVALID naming HEALTH_PORT when its port is taken
  */
 async function operatorListener(config: Config): Promise<{ health?: HealthServer }> {
   if (config.http.healthPort === 0) return {};

@@ -18,7 +18,7 @@
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Config } from '@crowdplay/config';
+import { listenError, type Config } from '@crowdplay/config';
 import { clientErrors, requestDeadlineOptions } from '@crowdplay/gateway';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Running } from './compose.ts';
@@ -49,7 +49,8 @@ const PROMETHEUS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
 /**
  * Starts the health server on `host:port` (`port` 0 = any free port, for tests).
  * @param o.requestTimeoutMs the deadline of a whole request, ms (HTTP_REQUEST_TIMEOUT_MS)
- * @throws (rejects) on a listen error (EADDRINUSE, EACCES)
+ * @throws (rejects) CrowdplayError CP_ERR_CONFIG_INVALID naming HEALTH_PORT or HEALTH_HOST when the address cannot be
+ *   used (EADDRINUSE, EACCES, EADDRNOTAVAIL), else the listen error
  */
 export async function startHealthServer(o: { host: string; port: number; requestTimeoutMs: number }): Promise<HealthServer> {
   let state: HealthState = 'starting';
@@ -93,9 +94,10 @@ export async function startHealthServer(o: { host: string; port: number; request
   server.on('clientError', clientErrors({ refusals: { refuse: (...a) => refusals?.refuse(...a) } }, o.requestTimeoutMs));
   server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
+    const refused = (err: unknown): void => reject(listenError(err, { portSetting: 'HEALTH_PORT', hostSetting: 'HEALTH_HOST', ...o }));
+    server.once('error', refused);
     server.listen(o.port, o.host, () => {
-      server.off('error', reject);
+      server.off('error', refused);
       resolve();
     });
   });

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -58,6 +59,26 @@ describe('crowdplay arguments', () => {
       assert.doesNotMatch(r.stderr, /\n\s+at /, 'no stack trace');
     }
     assert.deepEqual(readdirSync(dir), ['a-file'], 'nothing was created');
+  });
+
+  it('start: HEALTH_PORT in use by another process is CP_ERR_CONFIG_INVALID naming it, exit 2, before the store', async () => {
+    const other = createServer();
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    const taken = (other.address() as AddressInfo).port;
+    try {
+      const r = cli(['start'], { HEALTH_HOST: '127.0.0.1', HEALTH_PORT: String(taken) });
+      assert.equal(r.code, 2, r.stderr);
+      assert.match(
+        r.stderr,
+        new RegExp(
+          `^crowdplay: CP_ERR_CONFIG_INVALID: invalid configuration:\\nHEALTH_PORT: 127\\.0\\.0\\.1:${taken} is in use by another process \\(EADDRINUSE\\)`,
+          'm',
+        ),
+      );
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE|\n\s+at /, 'refused before the store is opened, no stack trace');
+    } finally {
+      other.close();
+    }
   });
 
   it('start: a demo round length outside the round bounds is named, exit 2, before anything starts', () => {

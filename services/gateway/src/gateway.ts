@@ -42,7 +42,7 @@ import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import type { RawData } from 'ws';
 import { CrowdplayError, PROTOCOL_VERSION, type Welcome } from '@crowdplay/protocol';
-import type { Config } from '@crowdplay/config';
+import { listenError, type Config } from '@crowdplay/config';
 import { encodeJson, subjects as makeSubjects, type Bus } from '@crowdplay/bus';
 import type { Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
@@ -124,7 +124,8 @@ export interface Gateway {
   /**
    * Subscribes to this gateway's acks and listens on HOST:PORT (PORT 0 = any free port).
    * @returns the bound port
-   * @throws the listen error (e.g. EADDRINUSE); Error when called after drain/close
+   * @throws CrowdplayError CP_ERR_CONFIG_INVALID naming PORT or HOST when the address cannot be used (EADDRINUSE,
+   *   EACCES, EADDRNOTAVAIL), else the listen error; Error when called after drain/close
    */
   listen(): Promise<{ port: number }>;
   /**
@@ -365,7 +366,11 @@ class GatewayImpl implements Gateway {
     this.acks.start();
     this.ctx.watch.start();
     const { host, port } = this.config.http;
-    await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
+    try {
+      await this.app.listen({ host, port, backlog: this.config.http.listenBacklog });
+    } catch (err) {
+      throw listenError(err, { portSetting: 'PORT', hostSetting: 'HOST', host, port });
+    }
     const addr = this.app.server.address();
     const bound = typeof addr === 'object' && addr !== null ? addr.port : port;
     if (this.lifecycle === 'created') this.lifecycle = 'ready';

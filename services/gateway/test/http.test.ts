@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { connect } from 'node:net';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { jwtVerify } from 'jose';
 import { Client, metricValue, startHarness, unusedStore } from './helpers.ts';
@@ -345,6 +345,24 @@ describe('gateway http', () => {
       assert.equal(h.gateway.stats().sockets, 0);
     } finally {
       await h.close();
+    }
+  });
+});
+
+describe('gateway http - listen', () => {
+  it('PORT taken by another process is CP_ERR_CONFIG_INVALID naming PORT and the address; the gateway does not serve', async () => {
+    const other = createServer();
+    await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
+    const taken = (other.address() as AddressInfo).port;
+    try {
+      await assert.rejects(
+        startHarness({ store: unusedStore(), http: { port: taken } }),
+        (err: unknown) =>
+          isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') &&
+          err.message.includes(`PORT: 127.0.0.1:${taken} is in use by another process (EADDRINUSE)`),
+      );
+    } finally {
+      other.close();
     }
   });
 });
