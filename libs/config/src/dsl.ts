@@ -145,7 +145,7 @@ export function bool(o: Common<boolean>): Setting<boolean> {
       const s = raw.trim().toLowerCase();
       if (['true', '1', 'yes', 'on'].includes(s)) return { ok: true, value: true };
       if (['false', '0', 'no', 'off'].includes(s)) return { ok: true, value: false };
-      return { ok: false, error: `expected true/false, got "${raw}"` };
+      return { ok: false, error: `expected true or false (on/off, yes/no and 1/0 work too), got "${raw}"` };
     },
   };
 }

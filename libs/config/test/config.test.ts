@@ -45,6 +45,24 @@ describe('config', () => {
     assert.equal(c.bus.natsUrl, 'nats://a:4222,nats://b:4222');
   });
 
+  it('load - a boolean takes true/false, on/off, yes/no or 1/0, and the refusal lists them', () => {
+    for (const [raw, value] of [
+      ['ON', true],
+      [' yes ', true],
+      ['1', true],
+      ['Off', false],
+      ['no', false],
+      ['0', false],
+    ] as const)
+      assert.equal(loadConfig({ DEMO_MOTION: raw }).standalone.demoMotion, value, raw);
+    assert.throws(
+      () => loadConfig({ DEMO_MOTION: 'maybe' }),
+      (err: unknown) =>
+        isCrowdplayError(err, 'CP_ERR_CONFIG_INVALID') &&
+        err.message.includes('DEMO_MOTION: expected true or false (on/off, yes/no and 1/0 work too), got "maybe"'),
+    );
+  });
+
   it('load - every bad variable is named in one error', () => {
     assert.throws(
       () =>
