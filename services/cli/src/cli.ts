@@ -320,11 +320,27 @@ async function ledgerCommand(config: Config, args: string[]): Promise<void> {
   }
 }
 
+/**
+ * The options a command takes (--help aside), by its words; undefined for a tenant subcommand it does not know (that
+ * is refused by name later).
+ */
+function optionsOf(cmd: string, rest: readonly string[]): readonly string[] | undefined {
+  if (cmd === 'cluster') return ['gateways', 'shards', 'routers', 'renderers'];
+  if (cmd === 'telegram') return ['public-url', 'dry-run', 'deadline-s', 'tenant-bot'];
+  if (cmd !== 'tenant') return [];
+  const [sub, op] = rest;
+  if (sub === 'create') return ['name'];
+  if (sub === 'quota') return [...Object.values(QUOTA_FLAGS), 'clear'];
+  if (sub === 'bot') return op === 'set' ? ['token', 'webhook-secret'] : op === 'list' || op === 'remove' ? [] : undefined;
+  return (TENANT_SUBCOMMANDS as readonly string[]).includes(sub ?? '') ? [] : undefined;
+}
+
 async function main(): Promise<void> {
   let parsed;
   try {
     parsed = parseArgs({
       allowPositionals: true,
+      tokens: true,
       options: {
         name: { type: 'string' },
         gateways: { type: 'string', default: '1' },
@@ -360,12 +376,19 @@ async function main(): Promise<void> {
     fail(
       `crowdplay ${cmd}: ${rest[0] === undefined ? 'name what to do' : `unknown subcommand "${rest[0]}"`} (${cmd === 'ledger' ? 'verify' : 'setup'})\n${USAGE}`,
     );
-  const quotaFlagsGiven = [...Object.values(QUOTA_FLAGS), 'clear'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
-  if (quotaFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'quota'))
-    fail(`crowdplay: --${quotaFlagsGiven[0]} is for crowdplay tenant quota only\n${USAGE}`);
-  const botFlagsGiven = ['token', 'webhook-secret'].filter((f) => (values as Record<string, unknown>)[f] !== undefined);
-  if (botFlagsGiven.length > 0 && !(cmd === 'tenant' && rest[0] === 'bot' && rest[1] === 'set'))
-    fail(`crowdplay: --${botFlagsGiven[0]} is for crowdplay tenant bot set only\n${USAGE}`);
+  // An option the command does not take, or one given twice, is refused before anything starts: a --dry-run that a
+  // command ignored would let it write.
+  const given = parsed.tokens.flatMap((t) => (t.kind === 'option' && t.name !== 'help' ? [t.name] : []));
+  const twice = given.find((n, i) => n !== 'clear' && given.indexOf(n) !== i);
+  if (twice !== undefined) fail(`crowdplay: option --${twice} is given more than once\n${USAGE}`);
+  const allowed = optionsOf(cmd, rest);
+  const stray = allowed && given.find((n) => !allowed.includes(n));
+  if (allowed && stray !== undefined) {
+    const words = cmd === 'tenant' ? (rest[0] === 'bot' ? rest.slice(0, 2) : rest.slice(0, 1)) : cmd === 'service' ? [] : rest;
+    fail(
+      `crowdplay ${[cmd, ...words].join(' ')}: option --${stray} is not one it takes (${allowed.length > 0 ? `it takes ${allowed.map((o) => `--${o}`).join(', ')}` : 'it takes none'})\n${USAGE}`,
+    );
+  }
   if (cmd === 'settings') {
     process.stdout.write(`${settingsTable()}\n`);
     return;

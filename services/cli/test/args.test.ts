@@ -170,6 +170,35 @@ describe('crowdplay arguments', () => {
     }
   });
 
+  it('an option the command does not take, or one given twice, is refused, exit 2, before anything is opened', () => {
+    const cases: Array<[string[], RegExp]> = [
+      [
+        ['tenant', 'rotate-key', 'zz2', '--dry-run'],
+        /^crowdplay tenant rotate-key: option --dry-run is not one it takes \(it takes none\)/,
+      ],
+      [['tenant', 'create', 'zz2', '--dry-run'], /^crowdplay tenant create: option --dry-run is not one it takes \(it takes --name\)/],
+      [['tenant', 'rotate-secret', 'acme', '--name', 'New'], /^crowdplay tenant rotate-secret: option --name is not one it takes/],
+      [['tenant', 'rotate-key', 'acme', '--channels', '3'], /^crowdplay tenant rotate-key: option --channels is not one it takes/],
+      [['tenant', 'bot', 'list', 'acme', '--token', '1:a'], /^crowdplay tenant bot list: option --token is not one it takes/],
+      [['ledger', 'verify', '--name', 'x'], /^crowdplay ledger verify: option --name is not one it takes \(it takes none\)/],
+      [['tenant', 'list', '--gateways', '3'], /^crowdplay tenant list: option --gateways is not one it takes/],
+      [['start', '--shards', '3'], /^crowdplay start: option --shards is not one it takes/],
+      [['service', 'router', '--public-url', 'https://x'], /^crowdplay service: option --public-url is not one it takes/],
+      [
+        ['cluster', '--name', 'x'],
+        /^crowdplay cluster: option --name is not one it takes \(it takes --gateways, --shards, --routers, --renderers\)/,
+      ],
+      [['tenant', 'quota', 'acme', '--channels', '5', '--channels', '6'], /^crowdplay: option --channels is given more than once/],
+    ];
+    for (const [args, re] of cases) {
+      const r = cli(args);
+      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
+      assert.match(r.stderr, re, args.join(' '));
+      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
+      assert.equal(r.stdout, '', 'nothing written, nothing printed');
+    }
+  });
+
   it('--help and help print the usage and exit 0', () => {
     for (const args of [['--help'], ['help'], ['tenant', '--help']]) {
       const r = cli(args);
