@@ -2,7 +2,8 @@
  * The store and the bus of a process, opened at start with the connect timeouts of the configuration
  * (DATABASE_CONNECT_TIMEOUT_MS, NATS_CONNECT_TIMEOUT_MS). A server that cannot be reached ends the start with one
  * error naming the setting, its URL with any password hidden, and the code: CP_ERR_STORE_UNAVAILABLE for
- * DATABASE_URL, CP_ERR_BUS_UNAVAILABLE for NATS_URL (the CLI prints it as one line and exits 1: cli.ts).
+ * DATABASE_URL, CP_ERR_BUS_UNAVAILABLE for NATS_URL (the CLI prints it as one line and exits 1: cli.ts). A login
+ * PostgreSQL refuses is a setting that cannot work: CP_ERR_CONFIG_INVALID naming DATABASE_URL (exit 2).
  */
 import { openBus, type Bus, type OpenBusOptions } from '@crowdplay/bus';
 import type { Config } from '@crowdplay/config';
@@ -72,14 +73,37 @@ function named(err: unknown, code: ErrorCode, setting: string, url: string, time
 }
 
 /**
+ * PostgreSQL's SQLSTATEs of a login DATABASE_URL names wrongly: 28P01 a password refused, 28000 a role that does not
+ * exist or may not log in, 3D000 a database that does not exist. Retrying cannot help: the setting is wrong.
+ */
+const LOGIN_REFUSED = new Set(['28P01', '28000', '3D000']);
+
+/**
+ * A login PostgreSQL refused, as CP_ERR_CONFIG_INVALID naming DATABASE_URL (redacted) and the server's reason
+ * (without the URL's secrets); undefined for any other error.
+ */
+function refusedLogin(err: unknown, url: string): CrowdplayError | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string' || !LOGIN_REFUSED.has(code)) return undefined;
+  let reason = err instanceof Error ? err.message : String(err);
+  for (const secret of secretsOf(url)) reason = reason.split(secret).join('***');
+  return new CrowdplayError('CP_ERR_CONFIG_INVALID', [`DATABASE_URL=${redactUrl(url)}: PostgreSQL refused the login: ${reason}`], {
+    cause: err,
+  });
+}
+
+/**
  * openStore with the configuration's database settings.
  * @throws CrowdplayError CP_ERR_STORE_UNAVAILABLE naming DATABASE_URL (redacted) when PostgreSQL cannot be reached within
- *   DATABASE_CONNECT_TIMEOUT_MS; other errors (a password refused, a migration) as openStore throws them
+ *   DATABASE_CONNECT_TIMEOUT_MS; CP_ERR_CONFIG_INVALID naming it when PostgreSQL refuses the login (a password refused,
+ *   an unknown role or database); other errors (a migration) as openStore throws them
  */
 export async function connectStore(config: Config, log?: (msg: string) => void): Promise<Store> {
   try {
     return await openStore({ ...config.db, ...(log ? { log } : {}) });
   } catch (err) {
+    const refused = refusedLogin(err, config.db.url);
+    if (refused) throw refused;
     throw named(err, 'CP_ERR_STORE_UNAVAILABLE', 'DATABASE_URL', config.db.url, [
       'DATABASE_CONNECT_TIMEOUT_MS',
       config.db.connectTimeoutMs,
