@@ -262,6 +262,8 @@ export const ERRORS = {
   // a tenant's own bots (`crowdplay tenant bot`, services/telegram bot-registry.ts, the webhook /v1/telegram/webhook/<bot id>)
   /** getMe refused the token (revoked, mistyped) or did not answer: nothing is stored. The token itself is never in the message. */
   CP_ERR_TELEGRAM_BOT_REJECTED: { message: 'Telegram did not accept the bot token: %s', httpStatus: 400 },
+  /** getMe got no answer, or one that is not the Bot API's (a proxy's error page): the token was not judged; retry. */
+  CP_ERR_TELEGRAM_UNREACHABLE: { message: 'Telegram could not be asked: %s; nothing was changed, retry', httpStatus: 503 },
   /** No bot with this id is registered (a webhook path or a `tenant bot remove` naming none). */
   CP_ERR_TELEGRAM_BOT_UNKNOWN: { message: 'no Telegram bot %s is registered here', httpStatus: 404 },
   /** The bot is the deployment's own (TELEGRAM_BOT_TOKEN) or another tenant's: a bot belongs to one tenant. */

@@ -29,7 +29,8 @@ export function botIdOfToken(token: string): number | null {
  * Asks Telegram who the token's bot is (getMe).
  * @param opts.timeoutMs the longest wait for the answer @defaultValue 10_000
  * @throws CrowdplayError CP_ERR_TELEGRAM_BOT_REJECTED: a string not shaped like a token, Telegram refusing it
- *   (401: revoked or mistyped), no answer, an answer that is not the Bot API's, or a bot id other than the token's
+ *   (401: revoked or mistyped), or a bot id other than the token's; CP_ERR_TELEGRAM_UNREACHABLE (retryable): no
+ *   answer within `timeoutMs`, or an answer that is not the Bot API's (the token was not judged)
  */
 export async function fetchBotIdentity(
   apiRoot: string,
@@ -50,7 +51,7 @@ export async function fetchBotIdentity(
   } catch (err) {
     const e = err as { name?: string; cause?: { code?: string } };
     throw new CrowdplayError(
-      'CP_ERR_TELEGRAM_BOT_REJECTED',
+      'CP_ERR_TELEGRAM_UNREACHABLE',
       [`getMe got no answer from ${root} (${e.name === 'TimeoutError' ? 'timeout' : (e.cause?.code ?? e.name ?? 'error')})`],
       // The cause is left out: fetch's errors name the URL, and the URL holds the token.
     );
@@ -65,7 +66,7 @@ export async function fetchBotIdentity(
   try {
     answer = JSON.parse(text) as typeof answer;
   } catch {
-    throw new CrowdplayError('CP_ERR_TELEGRAM_BOT_REJECTED', [`getMe: HTTP ${res.status} from ${root}, not a Bot API answer`]);
+    throw new CrowdplayError('CP_ERR_TELEGRAM_UNREACHABLE', [`getMe: HTTP ${res.status} from ${root}, not a Bot API answer`]);
   }
   if (answer.ok !== true) {
     const code = typeof answer.error_code === 'number' ? answer.error_code : res.status;

@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { isCrowdplayError } from '@crowdplay/protocol';
@@ -72,21 +74,30 @@ test('channel ids - a tenant bot names its chats tb<bot>_<chat>: apart from the 
   assert.throws(() => telegramChannelId(42, 1.5), RangeError);
 });
 
-test("bot identity - getMe names the token's bot; a token Telegram refuses, a malformed one, no answer: CP_ERR_TELEGRAM_BOT_REJECTED without the token", async (t) => {
+test("bot identity - getMe names the token's bot; a token Telegram refuses or a malformed one: CP_ERR_TELEGRAM_BOT_REJECTED; no answer: CP_ERR_TELEGRAM_UNREACHABLE; never the token", async (t) => {
   const stubs = new TelegramStubs([{ token: TOKEN, username: 'acme_bot' }]);
   const root = await stubs.listen();
   t.after(() => stubs.close());
   assert.equal(botIdOfToken(TOKEN), 111111111);
   assert.equal(botIdOfToken('nope'), null);
   assert.deepEqual(await fetchBotIdentity(root, TOKEN), { id: 111111111, username: 'acme_bot' });
-  const rejected = async (token: string, apiRoot = root): Promise<void> => {
+  const rejected = async (
+    token: string,
+    apiRoot = root,
+    code: 'CP_ERR_TELEGRAM_BOT_REJECTED' | 'CP_ERR_TELEGRAM_UNREACHABLE' = 'CP_ERR_TELEGRAM_BOT_REJECTED',
+  ): Promise<void> => {
     await assert.rejects(
       fetchBotIdentity(apiRoot, token, { timeoutMs: 2_000 }),
-      (e) => isCrowdplayError(e, 'CP_ERR_TELEGRAM_BOT_REJECTED') && !(e as Error).message.includes(token.split(':')[1] ?? token),
+      (e) => isCrowdplayError(e, code) && !(e as Error).message.includes(token.split(':')[1] ?? token),
     );
   };
   await rejected('111111111:revokedRevokedRevoked'); // 401 Unauthorized
   await rejected('222222222:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw'); // not a bot the front knows
   await rejected('not-a-token');
-  await rejected(TOKEN, 'http://127.0.0.1:1'); // nothing listens
+  await rejected(TOKEN, 'http://127.0.0.1:1', 'CP_ERR_TELEGRAM_UNREACHABLE'); // nothing listens: the token was not judged
+  // An answer that is not the Bot API's (a proxy's error page) does not judge the token either.
+  const page = createServer((_req, res) => res.writeHead(502, { 'content-type': 'text/html' }).end('<html>bad gateway</html>'));
+  await new Promise<void>((resolve) => page.listen(0, '127.0.0.1', resolve));
+  t.after(() => page.close());
+  await rejected(TOKEN, `http://127.0.0.1:${(page.address() as AddressInfo).port}`, 'CP_ERR_TELEGRAM_UNREACHABLE');
 });

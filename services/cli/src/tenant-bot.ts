@@ -4,7 +4,8 @@
  *
  * `set` refuses, before it stores anything: a token or secret of the wrong shape (CP_ERR_PROTO_INVALID), no
  * TELEGRAM_BOT_SECRETS_KEY outside dev (CP_ERR_CONFIG_INVALID), an unknown tenant (CP_ERR_TENANT_UNKNOWN), a token
- * Telegram's getMe does not accept (CP_ERR_TELEGRAM_BOT_REJECTED, asked through TELEGRAM_API_ROOT), the
+ * Telegram's getMe does not accept (CP_ERR_TELEGRAM_BOT_REJECTED, asked through TELEGRAM_API_ROOT; no answer from it:
+ * CP_ERR_TELEGRAM_UNREACHABLE, retryable), the
  * deployment's own bot or another tenant's (CP_ERR_TELEGRAM_BOT_TAKEN), a new bot past the tenant's `bots` quota
  * (CP_ERR_TENANT_QUOTA). The token and the secret are stored encrypted and never printed.
  */
