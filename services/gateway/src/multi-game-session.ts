@@ -47,6 +47,11 @@ export class MultiGameSession {
   private readonly chains = new WeakMap<Conn, Promise<void>>();
   /** Per `chats` socket: chats it detached by name, not attached again when the router places them. */
   private readonly declined = new WeakMap<Conn, Set<string>>();
+  /**
+   * Per socket: what its `attach` frames still in flight name (channels by count of frames, and the frames with
+   * `chats`), and the per-channel frames held behind them: a frame naming such a channel runs once the attach ends.
+   */
+  private readonly attaching = new WeakMap<Conn, { channels: Map<string, number>; chats: number; held: Map<string, number> }>();
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -69,7 +74,9 @@ export class MultiGameSession {
   /**
    * One text frame of an open multi-channel game socket. `attach` and `detach` run in order; a per-channel message
    * names an attached channel (else CP_ERR_GAME_NOT_ATTACHED with its `ref` and `channel`) and joins that channel's
-   * queue (full: CP_ERR_GAME_CHANNEL_BUSY, retryable); a `declare` without `channel` goes to every attached channel.
+   * queue (full: CP_ERR_GAME_CHANNEL_BUSY, retryable); one naming a channel that an attach still in flight names
+   * (or a chat, after an attach with `chats`) waits for that attach; a `declare` without `channel` goes to every
+   * attached channel.
    */
   onText(conn: Conn, text: string): void {
     let msg: MultiGameInbound;
@@ -81,11 +88,9 @@ export class MultiGameSession {
     }
     if (msg.t === 'attach' || msg.t === 'detach') {
       const m = msg;
+      const pending = m.t === 'attach' ? this.pendingAttach(conn, m) : undefined;
       const run = (this.chains.get(conn) ?? Promise.resolve()).then(() => (m.t === 'attach' ? this.attach(conn, m) : this.detach(conn, m)));
-      this.chains.set(
-        conn,
-        run.catch((err: unknown) => this.failed(conn, m.t, m.ref, err)),
-      );
+      this.chains.set(conn, run.catch((err: unknown) => this.failed(conn, m.t, m.ref, err)).finally(pending));
       return;
     }
     if (msg.channel === undefined) {
@@ -102,10 +107,69 @@ export class MultiGameSession {
       for (const link of conn.links?.values() ?? []) if (!link.detaching) this.enqueue(conn, link, { ...msg, channel: link.channel });
       return;
     }
-    const link = conn.links?.get(msg.channel);
+    const a = this.attaching.get(conn);
+    if (a && !conn.links?.has(msg.channel) && (a.channels.has(msg.channel) || (a.chats > 0 && isTelegramChannelId(msg.channel)))) {
+      // Sent after an attach that names its channel and is still in flight: it runs once that attach ended (attached,
+      // it joins the channel's queue; refused, it is refused CP_ERR_GAME_NOT_ATTACHED), at most GAME_QUEUE_MAX held.
+      const held = a.held.get(msg.channel) ?? 0;
+      if (held >= GAME_QUEUE_MAX) {
+        refuse(this.ctx, 'CP_ERR_GAME_CHANNEL_BUSY', conn, { gameChannel: msg.channel });
+        sendErrorFrame(
+          conn,
+          'CP_ERR_GAME_CHANNEL_BUSY',
+          formatMessage('CP_ERR_GAME_CHANNEL_BUSY', [msg.channel, GAME_QUEUE_MAX]),
+          msg.ref,
+          msg.channel,
+        );
+        return;
+      }
+      a.held.set(msg.channel, held + 1);
+      const m = msg;
+      const channel = msg.channel;
+      this.chains.set(
+        conn,
+        (this.chains.get(conn) ?? Promise.resolve()).then(() => {
+          const n = (a.held.get(channel) ?? 1) - 1;
+          if (n > 0) a.held.set(channel, n);
+          else a.held.delete(channel);
+          if (conn.state === 'open') this.toChannel(conn, m, channel);
+        }),
+      );
+      return;
+    }
+    this.toChannel(conn, msg, msg.channel);
+  }
+
+  /**
+   * Counts an `attach` frame as in flight (its channels, its `chats`) until the returned function is called, once
+   * the frame has run.
+   */
+  private pendingAttach(conn: Conn, m: GameAttach): () => void {
+    let a = this.attaching.get(conn);
+    if (!a) {
+      a = { channels: new Map(), chats: 0, held: new Map() };
+      this.attaching.set(conn, a);
+    }
+    const st = a;
+    const names = [...new Set(m.channels ?? [])];
+    for (const ch of names) st.channels.set(ch, (st.channels.get(ch) ?? 0) + 1);
+    if (m.chats) st.chats++;
+    return () => {
+      for (const ch of names) {
+        const n = (st.channels.get(ch) ?? 1) - 1;
+        if (n > 0) st.channels.set(ch, n);
+        else st.channels.delete(ch);
+      }
+      if (m.chats) st.chats--;
+    };
+  }
+
+  /** A per-channel frame of the socket: to its channel's queue when the channel is attached, else refused. */
+  private toChannel(conn: Conn, msg: Exclude<MultiGameInbound, GameAttach | GameDetach>, channel: string): void {
+    const link = conn.links?.get(channel);
     if (!link || link.detaching) {
-      refuse(this.ctx, 'CP_ERR_GAME_NOT_ATTACHED', conn, { gameChannel: msg.channel });
-      sendErrorFrame(conn, 'CP_ERR_GAME_NOT_ATTACHED', formatMessage('CP_ERR_GAME_NOT_ATTACHED', [msg.channel]), msg.ref, msg.channel);
+      refuse(this.ctx, 'CP_ERR_GAME_NOT_ATTACHED', conn, { gameChannel: channel });
+      sendErrorFrame(conn, 'CP_ERR_GAME_NOT_ATTACHED', formatMessage('CP_ERR_GAME_NOT_ATTACHED', [channel]), msg.ref, channel);
       return;
     }
     this.enqueue(conn, link, msg);

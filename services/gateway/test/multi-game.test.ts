@@ -117,6 +117,30 @@ describe('multi-channel game socket', () => {
     assert.equal((await bad.closed).reason, 'CP_ERR_PROTO_INVALID');
   });
 
+  it('pipelined - frames sent right after an attach, naming its channels, run once it ends; a refused one is not attached', async () => {
+    const c = await multi();
+    await c.welcome();
+    const states = ctlOf('roomC', 'state');
+    // No wait for `attached`: the frames follow the attach on the wire.
+    c.send({ t: 'attach', ref: 'p1', channels: ['roomC', 'rivalroom'] });
+    c.send({ t: 'state', ref: 'p2', channel: 'roomC', state: { n: 1 } });
+    c.send({ t: 'state', ref: 'p3', channel: 'rivalroom', state: { n: 2 } });
+    const res = await c.frame((f) => f.t === 'result' && f.ref === 'p2', 'result p2');
+    assert.equal(res.channel, 'roomC');
+    const err = await c.frame((f) => f.t === 'error' && f.ref === 'p3', 'error p3');
+    assert.deepEqual([err.code, err.channel], ['CP_ERR_GAME_NOT_ATTACHED', 'rivalroom']);
+    const order = c.frames.filter((f) => ['p1', 'p2', 'p3'].includes(String(f.ref))).map((f) => `${String(f.t)} ${String(f.ref)}`);
+    assert.equal(order[0], 'attached p1', `the attach answers before the frames held behind it: ${order.join(', ')}`);
+    assert.equal(ctlOf('roomC', 'state'), states + 1, 'the state reached the shard once');
+    assert.equal(ctlOf('rivalroom', 'state'), 0, "another tenant's channel got nothing");
+    // Once attached, a frame goes straight to its channel; one naming a channel no attach names is refused at once.
+    c.send({ t: 'state', ref: 'p4', channel: 'roomC', state: { n: 3 } });
+    assert.equal((await c.frame((f) => f.t === 'result' && f.ref === 'p4', 'result p4')).channel, 'roomC');
+    c.send({ t: 'state', ref: 'p5', channel: 'roomB', state: {} });
+    assert.equal((await c.frame((f) => f.t === 'error' && f.ref === 'p5', 'error p5')).code, 'CP_ERR_GAME_NOT_ATTACHED');
+    await closeAll(c);
+  });
+
   it('attach - a store that fails answers the attach with a retryable error; nothing is attached', async () => {
     const c = await multi();
     const channels = suite.store.channels;
