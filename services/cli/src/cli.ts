@@ -35,7 +35,7 @@ import { niceHelperThreads } from './threads.ts';
 import { processStartSettings, releaseSemiSpaceFlag } from './allocator.ts';
 import { SETUP_DEADLINE_S, telegramSetup } from './telegram-setup.ts';
 import { parseQuotaFlags, QUOTA_FLAGS, tenantQuota } from './tenant-quota.ts';
-import { parseBotSetFlags, tenantBotList, tenantBotRemove, tenantBotSet, type BotSetInput } from './tenant-bot.ts';
+import { parseBotId, parseBotSetFlags, tenantBotList, tenantBotRemove, tenantBotSet, type BotSetInput } from './tenant-bot.ts';
 import { openTenantBot } from './tenant-bots.ts';
 import { tenantBotWebhookPath } from '@crowdplay/gateway';
 
@@ -167,6 +167,17 @@ async function tenantBotCommand(config: Config, args: string[], flags: BotSetInp
       `crowdplay tenant bot ${op}: ${args.length < arity[op]! ? (tenant === undefined ? 'a tenant id is required' : 'a bot id is required') : `unexpected argument "${args[arity[op]!]}"`}\n${USAGE}`,
     );
   if (tenant === undefined) fail(USAGE);
+  const why = tenantIdProblem(tenant);
+  if (why) fail(`crowdplay tenant bot ${op}: ${why}`);
+  if (op === 'remove') {
+    try {
+      // Checked before the store is opened: bad input reads and writes nothing.
+      parseBotId(botId ?? '');
+    } catch (err) {
+      if (isCrowdplayError(err)) fail(`crowdplay tenant bot remove: ${err.code}: ${err.message}`);
+      throw err;
+    }
+  }
   let input;
   if (op === 'set') {
     try {

@@ -79,13 +79,22 @@ export async function tenantBotList(store: Store, tenant: string): Promise<strin
 }
 
 /**
+ * A bot id as the command line gives it (`tenant bot remove <tenant> <bot id>`).
+ * @throws CrowdplayError CP_ERR_PROTO_INVALID when it is not a positive integer of at most 16 digits
+ */
+export function parseBotId(raw: string): number {
+  const botId = /^\d{1,16}$/.test(raw) ? Number(raw) : NaN;
+  if (!isBotId(botId)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`a bot id is a positive integer, got "${raw.slice(0, 32)}"`]);
+  return botId;
+}
+
+/**
  * `tenant bot remove`: the bot's webhook is refused from then on (within TELEGRAM_BOTS_CACHE_MS); its chats'
  * channels and players' wallets stay the tenant's.
  * @throws CrowdplayError CP_ERR_PROTO_INVALID (not a bot id), CP_ERR_TELEGRAM_BOT_UNKNOWN (the tenant has no such bot)
  */
 export async function tenantBotRemove(store: Store, tenant: string, rawBotId: string): Promise<string> {
-  const botId = /^\d{1,16}$/.test(rawBotId) ? Number(rawBotId) : NaN;
-  if (!isBotId(botId)) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`a bot id is a positive integer, got "${rawBotId.slice(0, 32)}"`]);
+  const botId = parseBotId(rawBotId);
   await store.bots.remove(tenant, botId);
   return `tenant: ${tenant}\nbot:    ${botId} removed\n`;
 }

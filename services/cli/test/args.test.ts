@@ -141,6 +141,11 @@ describe('crowdplay arguments', () => {
       [['tenant', 'bot', 'frob', 'acme'], /^crowdplay tenant bot: unknown subcommand "frob" \(set, list, remove\)/],
       [['tenant', 'bot', 'list'], /^crowdplay tenant bot list: a tenant id is required/],
       [['tenant', 'bot', 'remove', 'acme'], /^crowdplay tenant bot remove: a bot id is required/],
+      [
+        ['tenant', 'bot', 'remove', 'acme', 'abc'],
+        /^crowdplay tenant bot remove: CP_ERR_PROTO_INVALID: .*a bot id is a positive integer, got "abc"/,
+      ],
+      [['tenant', 'bot', 'list', '../evil'], /^crowdplay tenant bot list: a tenant id is 1–64/],
     ];
     for (const [args, re] of cases) {
       const r = cli(args);
