@@ -43,6 +43,9 @@ function missingCredentialsMessage(req: FastifyRequest, credential: string): str
     : `no credentials: the Authorization scheme ${other} is not accepted, the Bearer scheme is expected: send Authorization: Bearer <${credential}>`;
 }
 
+/** Three base64url parts joined by dots: a JWT (a viewer token), whatever it says. */
+const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+
 /** True when `credential` has the shape of a tenant API key (`cpk_<tenant>_<hex>`), not of a viewer token. */
 export function isApiKey(credential: string): boolean {
   return credential.startsWith('cpk_');
@@ -63,13 +66,19 @@ const tenantsOfRequests = new WeakMap<FastifyRequest, Tenant>();
 
 /**
  * The tenant whose API key the request carries.
- * @throws CrowdplayError CP_ERR_AUTH_MISSING (no bearer credential), CP_ERR_AUTH_INVALID (unknown key)
+ * @throws CrowdplayError CP_ERR_AUTH_MISSING (no bearer credential), CP_ERR_AUTH_INVALID (unknown key; a viewer
+ *   token, named as such)
  */
 export async function tenantOf(req: FastifyRequest, store: Store): Promise<Tenant> {
   const known = tenantsOfRequests.get(req);
   if (known) return known;
   const key = bearer(req);
   if (!key) throw new CrowdplayError('CP_ERR_AUTH_MISSING');
+  // A viewer's token (a JWT) sent where the tenant's key belongs: say so, not "unknown API key".
+  if (!isApiKey(key) && JWT_SHAPE.test(key))
+    throw new CrowdplayError('CP_ERR_AUTH_INVALID', [
+      "a viewer token is not a tenant API key: this route takes the tenant's API key (cpk_…)",
+    ]);
   const tenant = await store.tenants.byApiKey(key);
   if (!tenant) throw new CrowdplayError('CP_ERR_AUTH_INVALID', ['unknown API key']);
   tenantsOfRequests.set(req, tenant);

@@ -260,6 +260,30 @@ describe('gateway funding', () => {
     assert.equal((watch.json() as { message: string }).message.includes('the Bearer scheme is expected'), true);
   });
 
+  it('balances - a viewer token on a tenant-key route is refused as a viewer token, not an unknown key; nothing is granted', async () => {
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'vtok' });
+    for (const [method, url, payload] of [
+      ['GET', '/v1/balances/vtok', undefined],
+      ['POST', '/v1/grants', { viewer: 'vtok', points: 5, id: 'vt-1' }],
+    ] as const) {
+      const r = await h.gateway.app.inject({ method, url, headers: { authorization: `Bearer ${token}` }, ...(payload ? { payload } : {}) });
+      assert.deepEqual(
+        [r.statusCode, r.json()],
+        [
+          401,
+          {
+            code: 'CP_ERR_AUTH_INVALID',
+            message: "credentials rejected: a viewer token is not a tenant API key: this route takes the tenant's API key (cpk_…)",
+          },
+        ],
+        `${method} ${url}`,
+      );
+    }
+    assert.equal((await balanceOf('vtok')).balance, 0, 'nothing granted');
+    const garbage = await h.gateway.app.inject({ method: 'GET', url: '/v1/balances/dave', headers: { authorization: 'Bearer nonsense' } });
+    assert.match((garbage.json() as { message: string }).message, /unknown API key/);
+  });
+
   it('balances - a tenant API key on /v1/me/balance is refused with a message naming the route the key reads balances on', async () => {
     const r = await h.gateway.app.inject({
       method: 'GET',
