@@ -77,7 +77,11 @@ interface ChannelEntry {
 
 /** Why jose refused a token, in words for the error frame (never the token itself). */
 function joseReason(err: unknown): string {
-  if (err instanceof joseErrors.JWTClaimValidationFailed) return `claim ${err.claim} ${err.reason}`;
+  if (err instanceof joseErrors.JWTClaimValidationFailed) {
+    if (err.claim === 'nbf' && err.reason === 'check_failed')
+      return 'not valid yet: its nbf (not before) is later than now plus TOKEN_CLOCK_SKEW_S';
+    return `claim ${err.claim} ${err.reason === 'missing' ? 'is missing' : err.reason === 'check_failed' ? 'failed its check' : 'is invalid'}`;
+  }
   if (err instanceof joseErrors.JOSEError) {
     switch (err.code) {
       case 'ERR_JWS_SIGNATURE_VERIFICATION_FAILED':

@@ -284,6 +284,25 @@ describe('gateway funding', () => {
     assert.match((garbage.json() as { message: string }).message, /unknown API key/);
   });
 
+  it('balances - a viewer token not valid yet (nbf beyond the clock skew) is refused saying so', async () => {
+    const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'early', nbfS: 3_600 });
+    const r = await h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `Bearer ${token}` },
+    });
+    assert.deepEqual(
+      [r.statusCode, r.json()],
+      [
+        401,
+        {
+          code: 'CP_ERR_AUTH_INVALID',
+          message: 'credentials rejected: not valid yet: its nbf (not before) is later than now plus TOKEN_CLOCK_SKEW_S',
+        },
+      ],
+    );
+  });
+
   it('balances - a tenant API key on /v1/me/balance is refused with a message naming the route the key reads balances on', async () => {
     const r = await h.gateway.app.inject({
       method: 'GET',

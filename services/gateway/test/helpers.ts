@@ -68,16 +68,17 @@ export function unusedStore(): Store {
 /** Signs a viewer token (HS256) with `secret`. */
 export async function viewerToken(
   secret: string,
-  claims: { sub?: string; tid?: string; ch?: string; expS?: number } = {},
+  claims: { sub?: string; tid?: string; ch?: string; expS?: number; nbfS?: number } = {},
 ): Promise<string> {
-  const { sub = 'viewer-1', expS = 600, ...rest } = claims;
+  const { sub = 'viewer-1', expS = 600, nbfS, ...rest } = claims;
   const now = Math.floor(Date.now() / 1_000);
-  return new SignJWT({ ...rest })
+  const jwt = new SignJWT({ ...rest })
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject(sub)
     .setIssuedAt(now)
-    .setExpirationTime(now + expS)
-    .sign(new TextEncoder().encode(secret));
+    .setExpirationTime(now + expS);
+  if (nbfS !== undefined) jwt.setNotBefore(now + nbfS);
+  return jwt.sign(new TextEncoder().encode(secret));
 }
 
 /**
