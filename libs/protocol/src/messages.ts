@@ -26,8 +26,9 @@ export const TITLE_MAX_CODE_POINTS = 120;
 // The schema only bounds the size (UTF-16 units, generously, so that a label a little too long is refused by
 // `checkLabels` (validate.ts) with its length in code points); `checkLabels` counts code points and refuses control
 // and bidi-override characters and labels with nothing visible.
-const Label = Type.String({ minLength: 1, maxLength: 4 * LABEL_MAX_CODE_POINTS });
-const Title = Type.String({ minLength: 1, maxLength: 4 * TITLE_MAX_CODE_POINTS });
+// No minLength: an empty label is blank, refused by checkLabels as CP_ERR_LABEL_INVALID as every blank one is.
+const Label = Type.String({ maxLength: 4 * LABEL_MAX_CODE_POINTS });
+const Title = Type.String({ maxLength: 4 * TITLE_MAX_CODE_POINTS });
 /** Display labels by id (an action's options, a round's outcomes); every key is one of the ids. */
 const Labels = Type.Record(Type.String({ pattern: NAME_PATTERN }), Label, { maxProperties: 32 });
 

@@ -94,6 +94,9 @@ describe('protocol - display labels', () => {
     const cases: Array<[raw: string, field: string]> = [
       [open({ title: 'é'.repeat(121) }), '/title'], // 121 code points in 121 UTF-16 units: within the schema's bound
       [open({ title: '   ' }), '/title'],
+      [open({ title: '' }), '/title'], // empty is blank too: the label rule answers, not the schema
+      [open({ labels: { heads: '' } }), '/labels/heads'],
+      [declare({ label: '' }), '/actions/0/label'],
       [open({ title: 'who wins?\n' }), '/title'],
       [open({ title: 'abc\u202Eevil' }), '/title'],
       [open({ title: 'a\u2066b' }), '/title'],
