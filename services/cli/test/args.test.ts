@@ -24,6 +24,17 @@ function cli(args: string[], env: Record<string, string> = {}): { code: number |
   return { code: r.status, stderr: r.stderr, stdout: r.stdout };
 }
 
+/** Each case exits 2 with stderr matching, before the store is opened, and prints nothing on stdout. */
+function refusedBeforeTheStore(cases: ReadonlyArray<[string[], RegExp]>): void {
+  for (const [args, re] of cases) {
+    const r = cli(args);
+    assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
+    assert.match(r.stderr, re, args.join(' '));
+    assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
+    assert.equal(r.stdout, '', `${args.join(' ')}: nothing written, nothing printed`);
+  }
+}
+
 describe('crowdplay arguments', () => {
   it('an unknown command, an unknown service and a stray argument are named, exit 2', () => {
     const cases: Array<[string[], RegExp]> = [
@@ -122,13 +133,7 @@ describe('crowdplay arguments', () => {
       [['tenant', 'rotate-secret', 'x'.repeat(65)], /crowdplay tenant rotate-secret: a tenant id is 1–64/],
       [['tenant', 'quota', '🎉'], /crowdplay tenant quota: a tenant id is 1–64/],
     ];
-    for (const [args, re] of cases) {
-      const r = cli(args);
-      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
-      assert.match(r.stderr, re, args.join(' '));
-      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
-      assert.equal(r.stdout, '', 'nothing written, nothing printed');
-    }
+    refusedBeforeTheStore(cases);
   });
 
   it('a missing or unknown subcommand is named with what the command takes, exit 2, before anything starts', () => {
@@ -147,13 +152,7 @@ describe('crowdplay arguments', () => {
       ],
       [['tenant', 'bot', 'list', '../evil'], /^crowdplay tenant bot list: a tenant id is 1–64/],
     ];
-    for (const [args, re] of cases) {
-      const r = cli(args);
-      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
-      assert.match(r.stderr, re, args.join(' '));
-      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
-      assert.equal(r.stdout, '', 'nothing started, nothing printed');
-    }
+    refusedBeforeTheStore(cases);
   });
 
   it('an option it does not know, one without its value or a value it does not take is named in one line, exit 2', () => {
@@ -167,12 +166,7 @@ describe('crowdplay arguments', () => {
       ],
       [['telegram', 'setup', '--dry-run=yes'], /^crowdplay: option --dry-run takes no value\nusage:/],
     ];
-    for (const [args, re] of cases) {
-      const r = cli(args);
-      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
-      assert.match(r.stderr, re, args.join(' '));
-      assert.equal(r.stdout, '', 'nothing started, nothing printed');
-    }
+    refusedBeforeTheStore(cases);
   });
 
   it('an option the command does not take, or one given twice, is refused, exit 2, before anything is opened', () => {
@@ -195,13 +189,7 @@ describe('crowdplay arguments', () => {
       ],
       [['tenant', 'quota', 'acme', '--channels', '5', '--channels', '6'], /^crowdplay: option --channels is given more than once/],
     ];
-    for (const [args, re] of cases) {
-      const r = cli(args);
-      assert.equal(r.code, 2, `${args.join(' ')}: exit ${r.code}\n${r.stderr}`);
-      assert.match(r.stderr, re, args.join(' '));
-      assert.doesNotMatch(r.stderr, /CP_ERR_STORE/, `${args.join(' ')}: refused before the store is opened`);
-      assert.equal(r.stdout, '', 'nothing written, nothing printed');
-    }
+    refusedBeforeTheStore(cases);
   });
 
   it('--help and help print the usage and exit 0', () => {

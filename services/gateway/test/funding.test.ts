@@ -31,6 +31,13 @@ describe('gateway funding', () => {
       headers: key ? { authorization: `Bearer ${key}` } : {},
       payload: body as object,
     });
+  /** GET /v1/me/balance of the suite's channel with `credential` as the bearer. */
+  const meBalance = (credential: string) =>
+    h.gateway.app.inject({
+      method: 'GET',
+      url: `/v1/me/balance?channel=${suite.channel}`,
+      headers: { authorization: `Bearer ${credential}` },
+    });
   const balanceOf = async (viewer: string) =>
     (
       await h.gateway.app.inject({
@@ -145,11 +152,7 @@ describe('gateway funding', () => {
     });
     assert.deepEqual(rival.json(), { viewer: 'carol', balance: 0 }, "the rival tenant's carol is another wallet");
     const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'carol' });
-    const me = await h.gateway.app.inject({
-      method: 'GET',
-      url: `/v1/me/balance?channel=${suite.channel}`,
-      headers: { authorization: `Bearer ${token}` },
-    });
+    const me = await meBalance(token);
     assert.deepEqual(me.json(), { viewer: 'carol', balance: 70 });
     const forged = await h.gateway.app.inject({
       method: 'GET',
@@ -213,11 +216,7 @@ describe('gateway funding', () => {
       });
       assert.deepEqual([byTenant.statusCode, byTenant.json()], [500, { code: 'CP_ERR_INTERNAL', message: 'internal error' }]);
       const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'erin' });
-      const own = await h.gateway.app.inject({
-        method: 'GET',
-        url: `/v1/me/balance?channel=${suite.channel}`,
-        headers: { authorization: `Bearer ${token}` },
-      });
+      const own = await meBalance(token);
       assert.deepEqual([own.statusCode, own.json()], [500, { code: 'CP_ERR_INTERNAL', message: 'internal error' }]);
     } finally {
       await set('1');
@@ -286,11 +285,7 @@ describe('gateway funding', () => {
 
   it('balances - a viewer token not valid yet (nbf beyond the clock skew) is refused saying so', async () => {
     const token = await viewerToken(suite.acme.tenant.signingSecret, { sub: 'early', nbfS: 3_600 });
-    const r = await h.gateway.app.inject({
-      method: 'GET',
-      url: `/v1/me/balance?channel=${suite.channel}`,
-      headers: { authorization: `Bearer ${token}` },
-    });
+    const r = await meBalance(token);
     assert.deepEqual(
       [r.statusCode, r.json()],
       [
@@ -304,11 +299,7 @@ describe('gateway funding', () => {
   });
 
   it('balances - a tenant API key on /v1/me/balance is refused with a message naming the route the key reads balances on', async () => {
-    const r = await h.gateway.app.inject({
-      method: 'GET',
-      url: `/v1/me/balance?channel=${suite.channel}`,
-      headers: { authorization: `Bearer ${suite.acme.apiKey}` },
-    });
+    const r = await meBalance(suite.acme.apiKey);
     assert.equal(r.statusCode, 401);
     const body = r.json() as { code: string; message: string };
     assert.equal(body.code, 'CP_ERR_AUTH_INVALID');
@@ -318,11 +309,7 @@ describe('gateway funding', () => {
 
   it('balances - a watch token on /v1/me/balance is refused as read-only (403 CP_ERR_AUTH_READ_ONLY)', async () => {
     const { token } = await suite.store.watchTokens.create('acme', suite.channel, 600, 'overlay');
-    const r = await h.gateway.app.inject({
-      method: 'GET',
-      url: `/v1/me/balance?channel=${suite.channel}`,
-      headers: { authorization: `Bearer ${token}` },
-    });
+    const r = await meBalance(token);
     assert.deepEqual(
       [r.statusCode, r.json()],
       [
