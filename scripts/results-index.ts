@@ -277,6 +277,7 @@ const runs: Record<string, RunInfo> = {
   ...runsOf('failover-3000ch-c2b9a36-again', 2, { command: FAILOVER_3000, machine: 'quiet', commit: 'c2b9a36' }),
   ...runsOf('failover-3000ch-7ab873d', 4, { command: FAILOVER_3000, machine: 'quiet', commit: '7ab873d' }),
   ...runsOf('failover-3000ch-43f6451', 1, { command: FAILOVER_3000, machine: 'quiet', commit: '43f6451' }),
+  ...runsOf('failover-3000ch-281c535', 1, { command: FAILOVER_3000, machine: 'quiet', commit: '281c535' }),
   'failover-3000ch-b455a57.json': { command: FAILOVER_3000, machine: 'quiet', commit: 'b455a57' },
 };
 
@@ -2273,6 +2274,22 @@ export const RESULTS: ResultsIndex = {
           seed: '—',
           value: FAILOVER_TIMING_VALUE,
           files: runFiles('failover-3000ch-43f6451', 1),
+        },
+        {
+          figure:
+            'on a later day, after the gateway held a game’s frames behind an attach in flight (281c535, one run): the ' +
+            'correctness figures as above',
+          target: '0; 0 / 0; 0 / 0; ok; all; 0',
+          seed: '—',
+          value: FAILOVER_CORRECT_VALUE,
+          files: runFiles('failover-3000ch-281c535', 1),
+        },
+        {
+          figure: 'the same run: the timing figures as above',
+          target: 'max ≤ 5,000 ms; ≤ 1,500 ms; max ≤ 2,000 ms; max ≤ 5,000 ms; —',
+          seed: '—',
+          value: FAILOVER_TIMING_VALUE,
+          files: runFiles('failover-3000ch-281c535', 1),
         },
         {
           figure: 'interleaved with the first two, the code of the day before (c2b9a36): the correctness figures as above',
