@@ -283,6 +283,13 @@ export class UpgradeAdmission {
       for (const k of new Set(query.keys()))
         if (query.getAll(k).length > 1) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`query parameter ${k.slice(0, 32)} is repeated`]);
       if (conn.role === 'invalid') throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['query parameter role must be crowd or game']);
+      const multi = query.get('multi');
+      if (multi !== null && (conn.role !== 'game' || (multi !== '1' && multi !== '0')))
+        throw new CrowdplayError('CP_ERR_PROTO_INVALID', [
+          conn.role === 'game'
+            ? 'query parameter multi must be 1 (a multi-channel game) or 0'
+            : 'query parameter multi is for role=game only',
+        ]);
       const initData = conn.role === 'crowd' ? query.get('initData') : null;
       if (initData !== null) {
         // A Telegram Mini App: the channel is the one its signed start parameter names.

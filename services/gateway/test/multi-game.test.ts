@@ -113,8 +113,21 @@ describe('multi-channel game socket', () => {
     assert.equal(ctlOf('roomA', 'state'), roomAStates);
     await closeAll(single);
     // A multi socket naming a channel in its URL is refused.
-    const bad = new (await import('./helpers.ts')).Client(h.wsUrl({ role: 'game', multi: 1, channel: 'roomA', key: suite.acme.apiKey }));
+    const { Client } = await import('./helpers.ts');
+    const bad = new Client(h.wsUrl({ role: 'game', multi: 1, channel: 'roomA', key: suite.acme.apiKey }));
     assert.equal((await bad.closed).reason, 'CP_ERR_PROTO_INVALID');
+    // `multi` other than 1 or 0, or on a viewer's socket, is named (not taken for a channel id); nothing is attached.
+    for (const query of [
+      { role: 'game', multi: 2, key: suite.acme.apiKey },
+      { role: 'crowd', multi: 1, channel: 'roomA', token: 'x.y.z' },
+    ]) {
+      const c = new Client(h.wsUrl(query));
+      const err = await c.frame((f) => f.t === 'error', `error ${JSON.stringify(query)}`);
+      assert.equal(err.code, 'CP_ERR_PROTO_INVALID', JSON.stringify(query));
+      assert.match(String(err.message), /query parameter multi /, JSON.stringify(query));
+      assert.equal((await c.closed).reason, 'CP_ERR_PROTO_INVALID');
+    }
+    assert.equal(h.gateway.stats().games, 0, 'no game slot taken');
   });
 
   it('pipelined - frames sent right after an attach, naming its channels, run once it ends; a refused one is not attached', async () => {
