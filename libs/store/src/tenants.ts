@@ -45,6 +45,14 @@ export function tenantIdProblem(id: string): string | undefined {
   return TENANT_ID_RE.test(id) ? undefined : 'a tenant id is 1–64 ASCII letters, digits, _ or -';
 }
 
+/**
+ * Why `id` cannot be a new tenant's id, or undefined: {@link tenantIdProblem}'s rule, and a first character that is a
+ * letter or a digit (an id starting with "-" reads as an option on every command line that names it).
+ */
+export function newTenantIdProblem(id: string): string | undefined {
+  return tenantIdProblem(id) ?? (/^[A-Za-z0-9]/.test(id) ? undefined : 'a new tenant id starts with a letter or a digit');
+}
+
 /** SHA-256 of an API key (keys are 192-bit random, so no stretching is needed). */
 export function hashApiKey(key: string): Buffer {
   return createHash('sha256').update(key, 'utf8').digest();
@@ -76,7 +84,7 @@ export class TenantRepository {
    *   (23505) when it exists.
    */
   async create(id: string, name: string): Promise<TenantCredentials> {
-    const why = tenantIdProblem(id) ?? tenantNameProblem(name);
+    const why = newTenantIdProblem(id) ?? tenantNameProblem(name);
     if (why) throw new TypeError(why);
     const apiKey = newApiKey(id);
     const { rows } = await this.db.query<Row>(

@@ -88,6 +88,13 @@ function storeSuite(name: string, open: () => Promise<{ store: Store; cleanup: (
 
     it('tenants - bad input is refused and changes nothing', async () => {
       await assert.rejects(store.tenants.create('bad id!', 'x'), TypeError);
+      // A new id starting with "-" or "_" would read as an option, or look like one, on every command line naming it.
+      for (const id of ['--name', '-x', '_x'])
+        await assert.rejects(
+          store.tenants.create(id, 'x'),
+          (e) => e instanceof TypeError && /starts with a letter or a digit/.test(e.message),
+          id,
+        );
       // A name is printed to operators' terminals as it is: no control or bidi characters, not blank, ≤ 100 code points.
       for (const name of ['a\nb', 'red\u001b[31m', 'abc\u202Edef', ' ', 'x'.repeat(101)])
         await assert.rejects(store.tenants.create('named', name), (e) => e instanceof TypeError && /tenant name /.test(e.message), name);

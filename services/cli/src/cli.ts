@@ -26,7 +26,7 @@ import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
 import { isCrowdplayError } from '@crowdplay/protocol';
 import { verifyLedger } from '@crowdplay/ledger';
-import { tenantIdProblem, tenantNameProblem } from '@crowdplay/store';
+import { newTenantIdProblem, tenantIdProblem, tenantNameProblem } from '@crowdplay/store';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
 import { startCluster } from './cluster.ts';
 import { connectStore } from './connect.ts';
@@ -100,7 +100,7 @@ async function tenantCommand(
     fail(`crowdplay tenant ${sub}: unexpected argument "${args[sub === 'list' ? 1 : 2]}"\n${USAGE}`);
   if (sub !== 'list') {
     if (id === undefined) fail(`crowdplay tenant ${sub}: a tenant id is required\n${USAGE}`);
-    const why = tenantIdProblem(id);
+    const why = sub === 'create' ? newTenantIdProblem(id) : tenantIdProblem(id);
     if (why) fail(`crowdplay tenant ${sub}: ${why}`);
   }
   let patch;

@@ -130,6 +130,8 @@ describe('crowdplay arguments', () => {
       [['tenant', 'quota'], /crowdplay tenant quota: a tenant id is required/],
       [['tenant', 'list', 'acme'], /crowdplay tenant list: unexpected argument "acme"/],
       [['tenant', 'create', '../evil'], /crowdplay tenant create: a tenant id is 1–64 ASCII letters, digits, _ or -/],
+      [['tenant', 'create', '--', '--name'], /^crowdplay tenant create: a new tenant id starts with a letter or a digit/],
+      [['tenant', 'create', '_x'], /^crowdplay tenant create: a new tenant id starts with a letter or a digit/],
       [['tenant', 'rotate-secret', 'x'.repeat(65)], /crowdplay tenant rotate-secret: a tenant id is 1–64/],
       [['tenant', 'quota', '🎉'], /crowdplay tenant quota: a tenant id is 1–64/],
     ];
