@@ -141,3 +141,14 @@ export function fail(reply: FastifyReply, err: unknown, telemetry: Telemetry, ar
   telemetry.logger.error({ err, area }, 'request failed');
   return reply.status(500).send({ code: 'CP_ERR_INTERNAL' satisfies ErrorCode, message: 'internal error' });
 }
+
+/**
+ * A list route's `limit` query parameter: `fallback` when absent, else a whole number 1–`max`.
+ * @throws CrowdplayError CP_ERR_PROTO_INVALID "limit: a whole number 1–max" for any other value
+ */
+export function pageLimit(text: string | undefined, fallback: number, max: number): number {
+  if (text === undefined) return fallback;
+  const limit = /^\d{1,3}$/.test(text) ? Number(text) : 0;
+  if (limit < 1 || limit > max) throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`limit: a whole number 1–${max}`]);
+  return limit;
+}

@@ -14,7 +14,7 @@ import { CHANNEL_ID_RE, CrowdplayError, type RoundSummary } from '@crowdplay/pro
 import { TransferKinds, type Ledger } from '@crowdplay/ledger';
 import { parseRoundCursor, roundCursor, type RoundRow, type Store } from '@crowdplay/store';
 import type { Telemetry } from '@crowdplay/telemetry';
-import { bearer, fail, isApiKey, refuseWatchToken, tenantChannel, tenantOf } from './api-auth.ts';
+import { bearer, fail, isApiKey, pageLimit, refuseWatchToken, tenantChannel, tenantOf } from './api-auth.ts';
 import type { Authenticator } from './auth.ts';
 
 /** Rounds per page when `limit` is absent. */
@@ -66,12 +66,7 @@ export function registerRoundHistoryRoutes(app: FastifyInstance, ctx: RoundHisto
         const { channel } = req.params;
         if (!CHANNEL_ID_RE.test(channel)) throw new CrowdplayError('CP_ERR_CHANNEL_INVALID_ID');
         const { limit: limitText, before: beforeText } = req.query;
-        let limit = ROUND_HISTORY_DEFAULT_LIMIT;
-        if (limitText !== undefined) {
-          limit = /^\d{1,3}$/.test(limitText) ? Number(limitText) : 0;
-          if (limit < 1 || limit > ROUND_HISTORY_MAX_LIMIT)
-            throw new CrowdplayError('CP_ERR_PROTO_INVALID', [`limit: a whole number 1–${ROUND_HISTORY_MAX_LIMIT}`]);
-        }
+        const limit = pageLimit(limitText, ROUND_HISTORY_DEFAULT_LIMIT, ROUND_HISTORY_MAX_LIMIT);
         const before = beforeText === undefined ? undefined : parseRoundCursor(beforeText);
         if (beforeText !== undefined && !before)
           throw new CrowdplayError('CP_ERR_PROTO_INVALID', ['before: a cursor from a previous page']);

@@ -285,6 +285,15 @@ describe('gateway watch tokens', () => {
       assert.equal((r.json() as { code: string }).code, c.code, c.name);
     }
     assert.deepEqual(await rows(), before, 'nothing minted or revoked');
+    // Every bad page size gets the same answer, as on the rounds route.
+    for (const limit of ['0', '101', '1000', 'x', '-1', '1.5']) {
+      const r = await api('GET', `/v1/watch-tokens?limit=${limit}`, undefined, suite.acme.apiKey);
+      assert.deepEqual(
+        [r.statusCode, r.json()],
+        [400, { code: 'CP_ERR_PROTO_INVALID', message: 'message does not match the v1 schema: limit: a whole number 1–100' }],
+        `limit=${limit}`,
+      );
+    }
     const rivalList = (await api('GET', '/v1/watch-tokens', undefined, suite.rival.apiKey)).json() as {
       tokens: Array<{ id: string; state: string }>;
     };
