@@ -24,7 +24,7 @@
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
 import { loadConfig, settingsTable, type Config } from '@crowdplay/config';
-import { isCrowdplayError } from '@crowdplay/protocol';
+import { CrowdplayError, isCrowdplayError } from '@crowdplay/protocol';
 import { verifyLedger } from '@crowdplay/ledger';
 import { newTenantIdProblem, tenantIdProblem, tenantNameProblem } from '@crowdplay/store';
 import { SERVICES, startServices, type ServiceName } from './compose.ts';
@@ -143,11 +143,10 @@ async function tenantCommand(
     } else fail(USAGE);
   } catch (err) {
     const e = err as { code?: string; message?: string };
-    if (e.code === '23505')
-      fail(
-        `crowdplay tenant ${sub}: CP_ERR_TENANT_EXISTS: tenant ${id} already exists (crowdplay tenant rotate-key ${id} issues a new key)`,
-        1,
-      );
+    if (e.code === '23505') {
+      const exists = new CrowdplayError('CP_ERR_TENANT_EXISTS', [id]);
+      fail(`crowdplay tenant ${sub}: ${exists.code}: ${exists.message} (crowdplay tenant rotate-key ${id} issues a new key)`, 1);
+    }
     if (isCrowdplayError(err)) fail(`crowdplay tenant ${sub}: ${err.code}: ${err.message}`, 1);
     if (err instanceof TypeError) fail(`crowdplay tenant ${sub}: ${e.message ?? String(err)}`, 1);
     throw err;

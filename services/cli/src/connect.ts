@@ -59,6 +59,13 @@ function secretsOf(url: string): string[] {
   return out.filter((v) => v.length >= 4);
 }
 
+/** `text` with every secret of `url` (passwords, NATS tokens) replaced by `***`. */
+function withoutSecrets(text: string, url: string): string {
+  let out = text;
+  for (const secret of secretsOf(url)) out = out.split(secret).join('***');
+  return out;
+}
+
 /**
  * `err` again when it is not `code`; else the same code with a message naming `setting` and its URL (redacted), the
  * reason (without the URL's secrets), and the timeout setting when the reason is a timeout.
@@ -66,8 +73,7 @@ function secretsOf(url: string): string[] {
 function named(err: unknown, code: ErrorCode, setting: string, url: string, timeout: [string, number]): unknown {
   if (!isCrowdplayError(err) || err.code !== code) return err;
   const cause = (err as { cause?: unknown }).cause;
-  let reason = cause instanceof Error ? cause.message : err.message;
-  for (const secret of secretsOf(url)) reason = reason.split(secret).join('***');
+  const reason = withoutSecrets(cause instanceof Error ? cause.message : err.message, url);
   const bound = /time[d ]?out/i.test(reason) ? ` (${timeout[0]}=${timeout[1]})` : '';
   return new CrowdplayError(code, [`${setting}=${redactUrl(url)}: ${reason}${bound}`], { cause: err });
 }
@@ -85,8 +91,7 @@ const LOGIN_REFUSED = new Set(['28P01', '28000', '3D000']);
 function refusedLogin(err: unknown, url: string): CrowdplayError | undefined {
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code !== 'string' || !LOGIN_REFUSED.has(code)) return undefined;
-  let reason = err instanceof Error ? err.message : String(err);
-  for (const secret of secretsOf(url)) reason = reason.split(secret).join('***');
+  const reason = withoutSecrets(err instanceof Error ? err.message : String(err), url);
   return new CrowdplayError('CP_ERR_CONFIG_INVALID', [`DATABASE_URL=${redactUrl(url)}: PostgreSQL refused the login: ${reason}`], {
     cause: err,
   });

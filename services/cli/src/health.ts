@@ -19,6 +19,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listenError, type Config } from '@crowdplay/config';
+import { CrowdplayError } from '@crowdplay/protocol';
 import { clientErrors, requestDeadlineOptions } from '@crowdplay/gateway';
 import type { Telemetry } from '@crowdplay/telemetry';
 import type { Running } from './compose.ts';
@@ -64,16 +65,11 @@ export async function startHealthServer(o: { host: string; port: number; request
       send(404, JSON_TYPE, JSON.stringify({ code: 'CP_ERR_HTTP_NOT_FOUND', message: `no route ${req.method} ${path.slice(0, 200)}` }));
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       if (!HEALTH_PATHS.has(path)) return notFound();
-      refusals?.refuse('http', 'CP_ERR_HTTP_METHOD_NOT_ALLOWED', { url: path, method: String(req.method).slice(0, 16) });
+      const method = String(req.method).slice(0, 16);
+      refusals?.refuse('http', 'CP_ERR_HTTP_METHOD_NOT_ALLOWED', { url: path, method });
+      const e = new CrowdplayError('CP_ERR_HTTP_METHOD_NOT_ALLOWED', [method, 'GET, HEAD']);
       res.setHeader('allow', 'GET, HEAD');
-      return send(
-        405,
-        JSON_TYPE,
-        JSON.stringify({
-          code: 'CP_ERR_HTTP_METHOD_NOT_ALLOWED',
-          message: `method ${String(req.method).slice(0, 16)} is not allowed on this path; it takes GET, HEAD`,
-        }),
-      );
+      return send(e.httpStatus, JSON_TYPE, JSON.stringify({ code: e.code, message: e.message }));
     }
     if (path === '/healthz') return send(200, JSON_TYPE, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz')

@@ -111,27 +111,17 @@ export class MultiGameSession {
     if (a && !conn.links?.has(msg.channel) && (a.channels.has(msg.channel) || (a.chats > 0 && isTelegramChannelId(msg.channel)))) {
       // Sent after an attach that names its channel and is still in flight: it runs once that attach ended (attached,
       // it joins the channel's queue; refused, it is refused CP_ERR_GAME_NOT_ATTACHED), at most GAME_QUEUE_MAX held.
-      const held = a.held.get(msg.channel) ?? 0;
-      if (held >= GAME_QUEUE_MAX) {
-        refuse(this.ctx, 'CP_ERR_GAME_CHANNEL_BUSY', conn, { gameChannel: msg.channel });
-        sendErrorFrame(
-          conn,
-          'CP_ERR_GAME_CHANNEL_BUSY',
-          formatMessage('CP_ERR_GAME_CHANNEL_BUSY', [msg.channel, GAME_QUEUE_MAX]),
-          msg.ref,
-          msg.channel,
-        );
+      if ((a.held.get(msg.channel) ?? 0) >= GAME_QUEUE_MAX) {
+        this.busy(conn, msg.channel, msg.ref);
         return;
       }
-      a.held.set(msg.channel, held + 1);
+      count(a.held, msg.channel, 1);
       const m = msg;
       const channel = msg.channel;
       this.chains.set(
         conn,
         (this.chains.get(conn) ?? Promise.resolve()).then(() => {
-          const n = (a.held.get(channel) ?? 1) - 1;
-          if (n > 0) a.held.set(channel, n);
-          else a.held.delete(channel);
+          count(a.held, channel, -1);
           if (conn.state === 'open') this.toChannel(conn, m, channel);
         }),
       );
@@ -152,14 +142,10 @@ export class MultiGameSession {
     }
     const st = a;
     const names = [...new Set(m.channels ?? [])];
-    for (const ch of names) st.channels.set(ch, (st.channels.get(ch) ?? 0) + 1);
+    for (const ch of names) count(st.channels, ch, 1);
     if (m.chats) st.chats++;
     return () => {
-      for (const ch of names) {
-        const n = (st.channels.get(ch) ?? 1) - 1;
-        if (n > 0) st.channels.set(ch, n);
-        else st.channels.delete(ch);
-      }
+      for (const ch of names) count(st.channels, ch, -1);
       if (m.chats) st.chats--;
     };
   }
@@ -181,20 +167,18 @@ export class MultiGameSession {
    */
   private enqueue(conn: Conn, link: ChannelLink, msg: LinkMsg): void {
     if (link.gameQueue.length >= GAME_QUEUE_MAX && msg.t !== 'release') {
-      const ref = 'ref' in msg ? msg.ref : undefined;
-      refuse(this.ctx, 'CP_ERR_GAME_CHANNEL_BUSY', conn, { gameChannel: link.channel });
-      sendErrorFrame(
-        conn,
-        'CP_ERR_GAME_CHANNEL_BUSY',
-        formatMessage('CP_ERR_GAME_CHANNEL_BUSY', [link.channel, GAME_QUEUE_MAX]),
-        ref,
-        link.channel,
-      );
+      this.busy(conn, link.channel, 'ref' in msg ? msg.ref : undefined);
       return;
     }
     link.gameQueue.push(msg);
     if (++conn.multiQueued >= GAME_MULTI_QUEUED_MAX && !conn.ws.isPaused) conn.ws.pause();
     this.game.pump(conn, link);
+  }
+
+  /** Refuses one frame for `channel`: it holds GAME_QUEUE_MAX already (CP_ERR_GAME_CHANNEL_BUSY, retryable). */
+  private busy(conn: Conn, channel: string, ref: string | undefined): void {
+    refuse(this.ctx, 'CP_ERR_GAME_CHANNEL_BUSY', conn, { gameChannel: channel });
+    sendErrorFrame(conn, 'CP_ERR_GAME_CHANNEL_BUSY', formatMessage('CP_ERR_GAME_CHANNEL_BUSY', [channel, GAME_QUEUE_MAX]), ref, channel);
   }
 
   /**
@@ -412,4 +396,11 @@ export class MultiGameSession {
   private send(conn: Conn, frame: AttachedFrame | DetachedFrame): void {
     if (conn.writable) conn.ws.send(JSON.stringify(frame));
   }
+}
+
+/** Adds `delta` to `key`'s count in `counts`, dropping the key at 0. */
+function count(counts: Map<string, number>, key: string, delta: number): void {
+  const n = (counts.get(key) ?? 0) + delta;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
 }
